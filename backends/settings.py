@@ -1,0 +1,49 @@
+"""Settings of a backend process: one frozen object built at start-up and passed down.
+
+Sources, highest first: constructor arguments (the CLI's flags), `EDGERUN_*` environment
+variables (nested with `__`, e.g. `EDGERUN_ENGINE__NUM_KV_BLOCKS=4096`), the TOML file named by
+`EDGERUN_CONFIG`, then the defaults here.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Literal
+
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
+
+from engines.builtin.config import EngineConfig
+
+
+class TomlSettings(BaseSettings):
+    """Base for edgerun's settings classes: env vars plus an optional TOML file."""
+
+    model_config = SettingsConfigDict(env_prefix="EDGERUN_", env_nested_delimiter="__", frozen=True, extra="ignore")
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        toml_file = os.environ.get("EDGERUN_CONFIG")
+        if toml_file:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=toml_file))
+        return tuple(sources)
+
+
+class BackendSettings(TomlSettings):
+    engine_kind: Literal["builtin", "trtllm"] = "builtin"
+    engine: EngineConfig = EngineConfig()
+    region: str = "local"
+    role: Literal["mixed", "prefill", "decode"] = "mixed"
+    host: str = "127.0.0.1"
+    port: int = 8100
+    max_queue: int = 64  # waiting requests beyond which the server answers 429
+    shutdown_timeout_s: float = 10.0
+    log_level: str = "info"
+    log_json: bool = True

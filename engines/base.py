@@ -1,0 +1,91 @@
+"""The interface every engine implements, as servers see it.
+
+A backend server hosts exactly one `Engine`. It submits requests with `generate()`, which is an
+async iterator of `GenerationOutput` deltas; breaking out of the iteration (or calling `abort`)
+cancels the request and frees its KV blocks at once. The built-in PyTorch engine
+(`engines.builtin.async_engine.AsyncEngine`) and the TensorRT-LLM in-process adapter
+(`engines.tensorrt_llm.adapter`) both implement it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from engines.sampling_params import SamplingParams
+
+FinishReason = Literal["stop", "length", "abort"]
+
+
+@dataclass(slots=True)
+class GenerationRequest:
+    request_id: str
+    prompt_token_ids: list[int]
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    # Tenant isolation of the prefix cache: only requests with the same salt share cached blocks.
+    cache_salt: str | None = None
+
+
+@dataclass(slots=True)
+class GenerationOutput:
+    """One step's news for one request: the tokens produced since the last output."""
+
+    request_id: str
+    new_token_ids: list[int]
+    new_text: str
+    num_prompt_tokens: int
+    num_cached_tokens: int  # prompt tokens served from the prefix cache
+    num_generated_tokens: int  # total so far, including new_token_ids
+    finish_reason: FinishReason | None = None
+
+    @property
+    def is_finished(self) -> bool:
+        return self.finish_reason is not None
+
+
+@dataclass(slots=True)
+class EngineStats:
+    """A cheap snapshot of load, for /metrics and the gateway's load polling."""
+
+    num_running: int
+    num_waiting: int
+    num_prefill_tokens: int  # prompt tokens admitted but not yet prefilled
+    num_decode_tokens: int  # tokens still to generate (max_tokens budget) for running requests
+    num_kv_blocks_total: int
+    num_kv_blocks_free: int
+    num_prefix_hit_tokens: int  # cumulative prompt tokens served from the prefix cache
+    num_prompt_tokens: int  # cumulative prompt tokens
+    num_generated_tokens: int  # cumulative generated tokens
+
+
+@dataclass(slots=True)
+class KVCacheEvent:
+    """TensorRT-LLM's KV event shape: blocks stored (with parent) or removed."""
+
+    event_id: int
+    kind: Literal["stored", "removed"]
+    block_hashes: list[int]
+    parent_hash: int | None = None
+    token_ids: list[list[int]] | None = None  # per stored block, so a router can re-hash
+
+
+class Tokenizer(Protocol):
+    eos_token_ids: set[int]
+
+    def encode(self, text: str) -> list[int]: ...
+    def decode(self, token_ids: list[int]) -> str: ...
+    def apply_chat_template(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> str: ...
+
+
+class Engine(Protocol):
+    model_name: str
+    tokenizer: Tokenizer
+    max_model_len: int
+
+    async def start(self) -> None: ...
+    async def stop(self, timeout_s: float = 10.0) -> None: ...
+    def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationOutput]: ...
+    async def abort(self, request_id: str) -> None: ...
+    def stats(self) -> EngineStats: ...
+    def drain_kv_events(self) -> list[KVCacheEvent]: ...

