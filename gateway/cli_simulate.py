@@ -1,0 +1,129 @@
+"""`edgerun simulate`: replay a Mooncake-format trace through the routing policies.
+
+Only the glue lives here (arguments, reading the JSONL file, printing); the simulation itself
+is pure (`policies.sim`) and calls the real policies through `policies.factory`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+from policies.errors import PolicyError
+from policies.factory import PolicyConfig, policy_names
+from policies.sim.replay import SimConfig, SimResult, simulate
+from policies.sim.report import markdown_table
+from policies.sim.trace import SimRequest, TraceError, TraceRequest, num_distinct_blocks, prepare
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    defaults = SimConfig()
+    parser.add_argument("--trace", type=Path, required=True, help="JSONL trace (Mooncake format)")
+    parser.add_argument("--backends", type=int, default=8, help="number of simulated backends (default 8)")
+    parser.add_argument(
+        "--kv-blocks-per-backend",
+        type=int,
+        default=None,
+        help="KV cache size of each backend in trace blocks (default: distinct blocks in the trace / backends)",
+    )
+    parser.add_argument(
+        "--policy", default="all", choices=[*policy_names(), "all"], help="policy to replay, or all (default)"
+    )
+    parser.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="POLICY.NAME=VALUE",
+        help="policy parameter, e.g. cache_aware.eps=0.5 (repeatable)",
+    )
+    parser.add_argument("--limit", type=int, default=None, help="replay only the first N requests")
+    parser.add_argument("--block-size", type=int, default=512, help="tokens per trace hash id (default 512)")
+    parser.add_argument(
+        "--prefill-tokens-per-s",
+        type=float,
+        default=defaults.prefill_tokens_per_s,
+        help=f"prefill speed of one backend (default {defaults.prefill_tokens_per_s:g})",
+    )
+    parser.add_argument(
+        "--decode-tokens-per-s",
+        type=float,
+        default=defaults.decode_tokens_per_s,
+        help=f"decode speed of one request (default {defaults.decode_tokens_per_s:g})",
+    )
+    parser.add_argument("--json", type=Path, default=None, metavar="FILE", help="also write results as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        requests = read_trace(args.trace, args.limit)
+        params = parse_params(args.param)
+        num_blocks = args.kv_blocks_per_backend or math.ceil(num_distinct_blocks(requests) / max(args.backends, 1))
+        config = SimConfig(
+            num_backends=args.backends,
+            kv_blocks_per_backend=num_blocks,
+            block_size=args.block_size,
+            prefill_tokens_per_s=args.prefill_tokens_per_s,
+            decode_tokens_per_s=args.decode_tokens_per_s,
+        )
+        names = policy_names() if args.policy == "all" else [args.policy]
+        results = [simulate(requests, PolicyConfig(name, params.get(name, {})), config) for name in names]
+    except (OSError, ValueError) as exc:  # PolicyError and TraceError are ValueErrors
+        print(f"edgerun simulate: {exc}", file=sys.stderr)
+        return 2
+    print(
+        f"trace {args.trace}: {len(requests)} requests; {config.num_backends} backends x "
+        f"{config.kv_blocks_per_backend} KV blocks of {config.block_size} tokens; prefill "
+        f"{config.prefill_tokens_per_s:g} tok/s per backend, decode {config.decode_tokens_per_s:g} tok/s per request\n"
+    )
+    print(markdown_table(results))
+    if args.json is not None:
+        args.json.write_text(json.dumps(as_json(args, config, results), indent=2) + "\n")
+    return 0
+
+
+def read_trace(path: Path, limit: int | None) -> list[SimRequest]:
+    records = []
+    with path.open() as f:
+        for line_no, line in enumerate(f, 1):
+            if limit is not None and len(records) >= limit:
+                break
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise TraceError(f"{path}:{line_no}: not JSON ({exc.msg})") from None
+            if not isinstance(record, dict):
+                raise TraceError(f"{path}:{line_no}: expected a JSON object")
+            records.append(TraceRequest.from_record(record, f"{path}:{line_no}"))
+    if not records:
+        raise TraceError(f"{path}: no requests")
+    return prepare(records)
+
+
+def parse_params(items: list[str]) -> dict[str, dict[str, str]]:
+    params: dict[str, dict[str, str]] = {}
+    for item in items:
+        name, _, value = item.partition("=")
+        policy, _, key = name.partition(".")
+        if not value or not key or policy not in policy_names():
+            raise PolicyError(f"--param {item!r}: write POLICY.NAME=VALUE with POLICY one of {policy_names()}")
+        params.setdefault(policy, {})[key] = value
+    return params
+
+
+def as_json(args: argparse.Namespace, config: SimConfig, results: list[SimResult]) -> dict[str, object]:
+    return {
+        "trace": str(args.trace),
+        "config": {
+            "num_backends": config.num_backends,
+            "kv_blocks_per_backend": config.kv_blocks_per_backend,
+            "block_size": config.block_size,
+            "prefill_tokens_per_s": config.prefill_tokens_per_s,
+            "decode_tokens_per_s": config.decode_tokens_per_s,
+        },
+        "results": [r.as_dict() for r in results],
+    }

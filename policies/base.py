@@ -1,0 +1,114 @@
+"""The routing interface: candidates in, one candidate (or None) out.
+
+A `Candidate` is a per-request view of one backend: its health, the tokens in flight to it
+(prefill and decode counted apart) and how many of *this request's* prompt tokens it already
+holds in its KV cache (the caller fills that in from its prefix index, or from exact KV events).
+`RouteInfo` carries everything else a policy may look at, in one dataclass, so a new input never
+changes a policy's signature.
+
+A `Policy` has a `name` and `select(candidates, info) -> Candidate | None`. `select` filters
+healthy candidates once (`healthy_candidates`) and hands them to the policy's `choose`; it
+returns None only when no candidate is healthy. A policy returns a choice and nothing else: the
+caller records metrics and bumps in-flight counts. The hooks `on_complete` and `update_loads`
+do nothing unless a policy needs them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+
+from policies.errors import PolicyError
+
+
+@dataclass(slots=True, frozen=True)
+class Candidate:
+    """One backend as a policy sees it for one request."""
+
+    id: str
+    region: str = "default"
+    healthy: bool = True
+    in_flight_prefill_tokens: int = 0  # prompt tokens sent there and not yet prefilled
+    in_flight_decode_tokens: int = 0  # tokens still to generate there (estimated)
+    cached_prefix_tokens: int = 0  # leading tokens of this request's prompt cached there
+
+    def __post_init__(self) -> None:
+        if not self.id:
+            raise PolicyError("Candidate.id must be a non-empty backend id")
+        for name in ("in_flight_prefill_tokens", "in_flight_decode_tokens", "cached_prefix_tokens"):
+            if getattr(self, name) < 0:
+                raise PolicyError(f"Candidate {self.id!r}: {name}={getattr(self, name)} must be >= 0")
+
+    def load(self, decode_weight: float = 1.0) -> float:
+        """In-flight tokens, decode tokens scaled by `decode_weight`."""
+        return self.in_flight_prefill_tokens + decode_weight * self.in_flight_decode_tokens
+
+
+@dataclass(slots=True, frozen=True)
+class RouteInfo:
+    """What a policy may know about the request being routed."""
+
+    tenant: str
+    session_id: str | None = None  # the client's x-session-affinity, if any
+    request_id: str | None = None
+    num_prompt_tokens: int = 0
+    block_hashes: tuple[int, ...] = ()  # the prompt's tenant-salted block chain (policies.prefix)
+    num_output_tokens: int = 0  # estimated tokens to generate (e.g. max_tokens)
+    previous_backend_id: str | None = None  # where this session's last request went
+    model: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.num_prompt_tokens < 0 or self.num_output_tokens < 0:
+            raise PolicyError("RouteInfo token counts must be >= 0")
+
+    @property
+    def routing_key(self) -> str:
+        """A stable per-request key for tie-breaks: the session, else the request, else the prefix."""
+        if self.session_id is not None:
+            return f"{self.tenant}\x00s\x00{self.session_id}"
+        if self.request_id is not None:
+            return f"{self.tenant}\x00r\x00{self.request_id}"
+        first = self.block_hashes[0] if self.block_hashes else self.num_prompt_tokens
+        return f"{self.tenant}\x00p\x00{first}"
+
+
+def healthy_candidates(candidates: Sequence[Candidate]) -> list[Candidate]:
+    """The healthy ones, in the given order; ids must be unique."""
+    if len({c.id for c in candidates}) != len(candidates):
+        raise PolicyError(f"duplicate candidate ids: {sorted(c.id for c in candidates)}")
+    return [c for c in candidates if c.healthy]
+
+
+def stable_hash(*parts: str) -> int:
+    """A 64-bit hash that is the same in every process (unlike hash())."""
+    digest = hashlib.blake2b("\x1f".join(parts).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little")
+
+
+def load_bound(loads: Mapping[str, float], eps: float) -> float:
+    """(1 + eps) x the mean load: above this a backend counts as overloaded."""
+    return (1.0 + eps) * sum(loads.values()) / len(loads)
+
+
+class Policy(ABC):
+    """A routing policy. Subclasses set `name` and implement `choose`."""
+
+    name: ClassVar[str]
+
+    def select(self, candidates: Sequence[Candidate], info: RouteInfo) -> Candidate | None:
+        """The chosen healthy candidate, or None when none is healthy."""
+        healthy = healthy_candidates(candidates)
+        return self.choose(healthy, info) if healthy else None
+
+    @abstractmethod
+    def choose(self, healthy: list[Candidate], info: RouteInfo) -> Candidate:
+        """Pick one of `healthy` (never empty)."""
+
+    def on_complete(self, backend_id: str, info: RouteInfo, *, success: bool = True) -> None:
+        """Called by the caller when a routed request finishes; nothing by default."""
+
+    def update_loads(self, loads: Mapping[str, int]) -> None:
+        """Called with polled per-backend loads (in-flight tokens); nothing by default."""

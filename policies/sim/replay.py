@@ -1,0 +1,174 @@
+"""Replay prepared requests through one routing policy built by the real factory.
+
+For each request, in arrival order: every backend becomes a `Candidate` with its exact
+in-flight tokens at that instant and the exact number of this request's leading tokens in its
+cache (what a router fed by KV events would know); the router remembers each session's last
+backend. The policy picks a backend; the request's hit blocks are counted there, its blocks go
+into that backend's LRU cache at once (a later request may reuse them even while this one is
+still prefilling), and its prefill and decode are queued (see backend.py). Every block of the
+trace counts, the last, partial one included, as the trace's hash ids do.
+
+Metrics:
+- hit ratio = prompt blocks served from the chosen backend's cache / all prompt blocks, and
+  its share of the trace's ceiling (one unlimited cache, longest-prefix reuse);
+- work = uncached prompt tokens prefilled + output tokens decoded on a backend over the whole
+  replay; "work max/mean" is the busiest backend's work over the mean;
+- average in-flight = a backend's in-flight tokens averaged over the replay (exact integral);
+  "avg in-flight max/mean" compares backends;
+- peak in-flight = a backend's largest in-flight token count seen right after an admission;
+  "peak max/mean" compares the backends' peaks the same way;
+- time to first token (queueing + own prefill), mean and 99th percentile.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from policies.base import Candidate, RouteInfo
+from policies.factory import PolicyConfig, build_policy
+from policies.sim.backend import SimBackend
+from policies.sim.kv_cache import LRUBlockCache
+from policies.sim.trace import SimRequest, ceiling_hits
+
+
+@dataclass(slots=True, frozen=True)
+class SimConfig:
+    num_backends: int = 8
+    kv_blocks_per_backend: int = 1024
+    block_size: int = 512  # tokens per trace hash id
+    prefill_tokens_per_s: float = 16_000.0
+    decode_tokens_per_s: float = 40.0  # per request: 25 ms between tokens
+
+    def __post_init__(self) -> None:
+        if self.num_backends < 1 or self.kv_blocks_per_backend < 1 or self.block_size < 1:
+            raise ValueError("num_backends, kv_blocks_per_backend and block_size must be >= 1")
+        if self.prefill_tokens_per_s <= 0 or self.decode_tokens_per_s <= 0:
+            raise ValueError("prefill_tokens_per_s and decode_tokens_per_s must be > 0")
+
+
+@dataclass(slots=True, frozen=True)
+class SimResult:
+    policy: str
+    num_requests: int
+    hit_blocks: int
+    total_blocks: int
+    ceiling_blocks: int
+    work_tokens: tuple[int, ...]  # per backend
+    peak_in_flight_tokens: tuple[int, ...]  # per backend
+    avg_in_flight_tokens: tuple[float, ...]  # per backend, over the replay's duration
+    requests_per_backend: tuple[int, ...]
+    mean_ttft_s: float
+    p99_ttft_s: float
+
+    @property
+    def hit_ratio(self) -> float:
+        return self.hit_blocks / self.total_blocks if self.total_blocks else 0.0
+
+    @property
+    def ceiling_ratio(self) -> float:
+        return self.ceiling_blocks / self.total_blocks if self.total_blocks else 0.0
+
+    @property
+    def share_of_ceiling(self) -> float:
+        return self.hit_blocks / self.ceiling_blocks if self.ceiling_blocks else 1.0
+
+    @property
+    def work_max_over_mean(self) -> float:
+        return _max_over_mean(self.work_tokens)
+
+    @property
+    def avg_in_flight_max_over_mean(self) -> float:
+        return _max_over_mean(self.avg_in_flight_tokens)
+
+    @property
+    def peak_max_over_mean(self) -> float:
+        return _max_over_mean(self.peak_in_flight_tokens)
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "policy": self.policy,
+            "num_requests": self.num_requests,
+            "hit_blocks": self.hit_blocks,
+            "total_blocks": self.total_blocks,
+            "hit_ratio": self.hit_ratio,
+            "ceiling_hit_ratio": self.ceiling_ratio,
+            "share_of_ceiling": self.share_of_ceiling,
+            "work_tokens": list(self.work_tokens),
+            "work_max_over_mean": self.work_max_over_mean,
+            "avg_in_flight_tokens": list(self.avg_in_flight_tokens),
+            "avg_in_flight_max_over_mean": self.avg_in_flight_max_over_mean,
+            "peak_in_flight_tokens": list(self.peak_in_flight_tokens),
+            "peak_in_flight_max_over_mean": self.peak_max_over_mean,
+            "requests_per_backend": list(self.requests_per_backend),
+            "mean_ttft_s": self.mean_ttft_s,
+            "p99_ttft_s": self.p99_ttft_s,
+        }
+
+
+def simulate(requests: list[SimRequest], policy: PolicyConfig, config: SimConfig) -> SimResult:
+    router = build_policy(policy)
+    backends = [
+        SimBackend(
+            f"backend-{i}",
+            LRUBlockCache(config.kv_blocks_per_backend),
+            config.prefill_tokens_per_s,
+            config.decode_tokens_per_s,
+        )
+        for i in range(config.num_backends)
+    ]
+    by_id = {b.id: b for b in backends}
+    last_backend: dict[str, str] = {}
+    hit_blocks = 0
+    ttfts = []
+    for r in requests:
+        cached_blocks = {b.id: b.cache.cached_prefix_blocks(r.block_hashes) for b in backends}
+        candidates = []
+        for b in backends:
+            prefill, decode = b.in_flight(r.arrival_s)
+            cached_tokens = min(cached_blocks[b.id] * config.block_size, r.num_prompt_tokens)
+            candidates.append(
+                Candidate(
+                    b.id,
+                    in_flight_prefill_tokens=prefill,
+                    in_flight_decode_tokens=decode,
+                    cached_prefix_tokens=cached_tokens,
+                )
+            )
+        info = RouteInfo(
+            tenant=r.tenant,
+            session_id=r.session_id,
+            request_id=str(r.index),
+            num_prompt_tokens=r.num_prompt_tokens,
+            block_hashes=r.block_hashes,
+            num_output_tokens=r.num_output_tokens,
+            previous_backend_id=last_backend.get(r.session_id),
+        )
+        choice = router.select(candidates, info)
+        assert choice is not None  # every simulated backend is healthy
+        backend = by_id[choice.id]
+        hit_blocks += cached_blocks[backend.id]
+        uncached = r.num_prompt_tokens - choice.cached_prefix_tokens
+        backend.cache.insert(r.block_hashes)
+        ttfts.append(backend.admit(r.arrival_s, uncached, r.num_output_tokens))
+        last_backend[r.session_id] = backend.id
+    ceiling, total = ceiling_hits(requests)
+    duration = max(requests[-1].arrival_s - requests[0].arrival_s, 1.0) if requests else 1.0
+    ttfts.sort()
+    return SimResult(
+        policy=router.name,
+        num_requests=len(requests),
+        hit_blocks=hit_blocks,
+        total_blocks=total,
+        ceiling_blocks=ceiling,
+        work_tokens=tuple(b.work_tokens for b in backends),
+        peak_in_flight_tokens=tuple(b.peak_in_flight_tokens for b in backends),
+        avg_in_flight_tokens=tuple(b.in_flight_token_seconds / duration for b in backends),
+        requests_per_backend=tuple(b.num_requests for b in backends),
+        mean_ttft_s=sum(ttfts) / len(ttfts) if ttfts else 0.0,
+        p99_ttft_s=ttfts[min(len(ttfts) - 1, int(0.99 * len(ttfts)))] if ttfts else 0.0,
+    )
+
+
+def _max_over_mean(values: tuple[float, ...]) -> float:
+    mean = sum(values) / len(values) if values else 0
+    return max(values) / mean if mean else 1.0

@@ -1,0 +1,45 @@
+"""`edgerun simulate` (gateway/cli_simulate.py) through the real `edgerun` dispatcher."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gateway.cli import main
+
+
+def test_simulate_prints_a_table_and_writes_json(
+    trace_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "sim.json"
+    argv = ["simulate", "--trace", str(trace_path), "--limit", "400", "--backends", "4", "--json", str(out)]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "400 requests; 4 backends x" in printed
+    for name in ("round_robin", "least_tokens", "session_hash", "cache_aware"):
+        assert f"| {name} |" in printed
+    data = json.loads(out.read_text())
+    assert [r["policy"] for r in data["results"]] == ["round_robin", "least_tokens", "session_hash", "cache_aware"]
+    assert data["config"]["num_backends"] == 4
+    assert all(r["num_requests"] == 400 for r in data["results"])
+
+
+def test_one_policy_with_a_parameter(trace_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["simulate", "--trace", str(trace_path), "--limit", "100", "--policy", "cache_aware"]
+    argv += ["--param", "cache_aware.eps=0.5"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "| cache_aware |" in printed and "| round_robin |" not in printed
+
+
+def test_bad_inputs_exit_2_with_a_message(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1]}\nnot json\n')
+    assert main(["simulate", "--trace", str(bad)]) == 2
+    assert f"{bad}:2: not JSON" in capsys.readouterr().err
+    assert main(["simulate", "--trace", str(tmp_path / "missing.jsonl")]) == 2
+    assert main(["simulate", "--trace", str(bad), "--limit", "1", "--param", "cache_aware.nope=1"]) == 2
+    assert "no parameter 'nope'" in capsys.readouterr().err
+    assert main(["simulate", "--trace", str(bad), "--limit", "1", "--param", "oops"]) == 2

@@ -1,0 +1,70 @@
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from policies.errors import PolicyConfigError
+from policies.factory import PolicyConfig, policy_names
+from policies.sim.replay import SimConfig, SimResult, simulate
+from policies.sim.trace import SimRequest, TraceRequest, num_distinct_blocks, prepare
+
+
+def conversations(num_sessions: int, num_turns: int) -> list[SimRequest]:
+    """Each session's turn k repeats turns 0..k-1's blocks and adds 2 new ones; 10 s between turns."""
+    requests = []
+    for turn in range(num_turns):
+        for s in range(num_sessions):
+            ids = [s * 1000 + i for i in range(2 * (turn + 1))]
+            requests.append(TraceRequest(turn * 10_000 + s * 100, 512 * len(ids), 20, tuple(ids)))
+    return prepare(requests)
+
+
+def test_cache_aware_reaches_the_ceiling_when_sessions_fit() -> None:
+    requests = conversations(num_sessions=7, num_turns=4)  # 7: round robin cannot line up by luck
+    config = SimConfig(num_backends=4, kv_blocks_per_backend=64)
+    cache_aware = simulate(requests, PolicyConfig("cache_aware"), config)
+    round_robin = simulate(requests, PolicyConfig("round_robin"), config)
+    assert cache_aware.ceiling_blocks == (2 + 4 + 6) * 7  # per session, turns 1..3 reuse 2, 4, 6 blocks
+    assert cache_aware.hit_blocks == cache_aware.ceiling_blocks
+    assert round_robin.hit_blocks < cache_aware.hit_blocks
+    assert sum(cache_aware.requests_per_backend) == len(requests)
+
+
+def test_policies_come_from_the_factory() -> None:
+    requests = conversations(2, 2)
+    result = simulate(requests, PolicyConfig("session_hash", {"virtual_nodes": "8"}), SimConfig(num_backends=2))
+    assert result.policy == "session_hash"
+    with pytest.raises(PolicyConfigError):
+        simulate(requests, PolicyConfig("no_such_policy"), SimConfig())
+
+
+def test_replay_is_deterministic() -> None:
+    requests = conversations(6, 3)
+    config = SimConfig(num_backends=3, kv_blocks_per_backend=16)
+    first = simulate(requests, PolicyConfig("cache_aware"), config)
+    assert simulate(requests, PolicyConfig("cache_aware"), config) == first
+
+
+@pytest.fixture(scope="module")
+def real_results(trace_path: Path) -> dict[str, SimResult]:
+    requests = prepare(TraceRequest.from_record(json.loads(line)) for line in trace_path.read_text().splitlines())
+    config = SimConfig(num_backends=8, kv_blocks_per_backend=math.ceil(num_distinct_blocks(requests) / 8))
+    return {name: simulate(requests, PolicyConfig(name), config) for name in policy_names()}
+
+
+def test_ceiling_matches_the_published_figure(real_results: dict[str, SimResult]) -> None:
+    assert round(real_results["cache_aware"].ceiling_ratio, 3) == 0.640  # data README: 64.0%
+
+
+def test_cache_aware_beats_load_only_policies_on_the_real_trace(real_results: dict[str, SimResult]) -> None:
+    ca = real_results["cache_aware"]
+    for baseline in ("round_robin", "least_tokens"):
+        assert ca.hit_ratio > real_results[baseline].hit_ratio + 0.2
+        assert real_results[baseline].share_of_ceiling < 0.6
+    assert ca.share_of_ceiling >= 0.85
+    assert ca.work_max_over_mean <= 1.3
+    assert ca.avg_in_flight_max_over_mean <= 1.3
+    assert ca.mean_ttft_s < real_results["least_tokens"].mean_ttft_s

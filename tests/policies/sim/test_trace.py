@@ -1,0 +1,49 @@
+from __future__ import annotations
+
+import pytest
+
+from policies.sim.trace import TraceError, TraceRequest, ceiling_hits, num_distinct_blocks, prepare
+
+
+def req(ts: int, ids: list[int], n_in: int | None = None, n_out: int = 10) -> TraceRequest:
+    return TraceRequest(ts, n_in or 512 * len(ids), n_out, tuple(ids))
+
+
+def test_from_record_parses_the_mooncake_shape() -> None:
+    r = TraceRequest.from_record({"timestamp": 27482, "input_length": 700, "output_length": 52, "hash_ids": [46, 47]})
+    assert r == TraceRequest(27482, 700, 52, (46, 47))
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        {"timestamp": 0, "input_length": 10, "output_length": 1},
+        {"timestamp": "x", "input_length": 10, "output_length": 1, "hash_ids": [1]},
+        {"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": []},
+        {"timestamp": -1, "input_length": 10, "output_length": 1, "hash_ids": [1]},
+    ],
+)
+def test_bad_records_are_refused_with_their_location(record: dict[str, object]) -> None:
+    with pytest.raises(TraceError, match="line 7"):
+        TraceRequest.from_record(record, "line 7")
+
+
+def test_prepare_sorts_and_groups_sessions_by_first_block() -> None:
+    prepared = prepare([req(2000, [1, 2, 3]), req(1000, [1, 2]), req(1500, [9])])
+    assert [r.arrival_s for r in prepared] == [1.0, 1.5, 2.0]
+    assert prepared[0].session_id == prepared[2].session_id != prepared[1].session_id
+    assert prepared[0].tenant == prepared[2].tenant != prepared[1].tenant
+    assert prepared[2].block_hashes[:2] == prepared[0].block_hashes  # same leading ids, same hashes
+
+
+def test_same_ids_in_other_positions_do_not_share_hashes() -> None:
+    a, b = prepare([req(0, [1, 2]), req(1, [1, 3, 2])])
+    assert a.block_hashes[0] == b.block_hashes[0]
+    assert a.block_hashes[1] not in b.block_hashes
+
+
+def test_ceiling_counts_leading_blocks_seen_before() -> None:
+    prepared = prepare([req(0, [1, 2, 3]), req(1, [1, 2, 4]), req(2, [1, 2, 3, 5]), req(3, [6])])
+    # 0 + 2 ([1, 2]) + 3 ([1, 2, 3]) + 0, out of 3 + 3 + 4 + 1 blocks
+    assert ceiling_hits(prepared) == (5, 11)
+    assert num_distinct_blocks(prepared) == 6
