@@ -1,0 +1,312 @@
+"""The embedded store: one gateway process, no server. The default.
+
+Tenants and keys are read from SQLite at start and kept in memory (written through on change),
+so lookups never touch the disk. Limits, sessions, the prefix index and in-flight counters are
+memory only: after a restart they start empty, which costs at most one minute of rate-limit
+history and some cache affinity. Budgets and the ledger are SQLite rows.
+
+All SQLite work runs, in call order, on one worker thread owned by the store; memory updates
+happen on the event loop without awaiting, which makes each check-and-change atomic. A second
+process may read the same file (the busy timeout makes it wait for the writer) but must not
+serve traffic from it: its memory would not see this one's revocations.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from typing import TypeVar
+
+from policies.limits import WindowRule, sliding_window
+
+from gateway.settings import GatewaySettings
+from gateway.store import apikeys
+from gateway.store.base import Store
+from gateway.store.checks import check_accounts, check_count, check_hashes, check_id, check_models, check_month, check_text
+from gateway.store.errors import Conflict, NotFound, StoreUnavailable
+from gateway.store.limits import ALLOWED, WINDOW_MS, check_limit_args, refused, to_ms
+from gateway.store.memory import PrefixTable, TtlMap, WindowCounters
+from gateway.store.models import ApiKey, BudgetDecision, LimitDecision, Tenant, UsageRecord, to_us
+from gateway.store.sqlite_db import Database
+
+T = TypeVar("T")
+_PAGE = 500
+
+
+class EmbeddedStore(Store):
+    def __init__(self, settings: GatewaySettings, clock: Callable[[], float] = time.time) -> None:
+        """Open (creating if needed) `settings.sqlite_path` and load tenants, keys and budgets.
+
+        `clock` stamps created_at and revoked_at (tests may pass their own).
+        """
+        self._clock = clock
+        self._db = Database(settings.sqlite_path)
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="edgerun-sqlite")
+        self._tenants = {t.id: t for t in self._db.load_tenants()}
+        self._accounts = {a: t.id for t in self._tenants.values() for a in t.account_ids}
+        self._keys: dict[str, ApiKey] = {}
+        self._key_hashes: dict[str, str] = {}  # key id -> hash
+        self._key_by_hash: dict[str, str] = {}  # hash -> key id
+        for key, key_hash in self._db.load_keys():
+            self._remember_key(key, key_hash)
+        self._budgets = self._db.load_budgets()
+        self._windows = WindowCounters(WINDOW_MS)
+        # TTLs here never leave the process, so they run on the monotonic clock (immune to NTP steps).
+        self._sessions: TtlMap[tuple[str, str], str] = TtlMap(
+            settings.session_max_entries, settings.session_ttl_s, time.monotonic
+        )
+        self._prefixes = PrefixTable(settings.prefix_index_max_entries, settings.prefix_index_ttl_s, time.monotonic)
+        self._inflight: dict[str, list[int]] = {}  # backend -> [prefill, decode]
+        self._closed = False
+
+    async def _run(self, fn: Callable[..., T], *args: object) -> T:
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._worker, fn, *args)
+        except sqlite3.OperationalError as exc:  # locked past the busy timeout, disk full, file gone
+            raise StoreUnavailable(f"the SQLite file cannot be written ({exc}); check EDGERUN_SQLITE_PATH") from exc
+
+    # --- tenants ---
+
+    async def create_tenant(
+        self,
+        name: str,
+        account_ids: Sequence[str],
+        *,
+        allowed_models: Iterable[str] | None = None,
+        monthly_budget_micro: int | None = None,
+        tenant_id: str | None = None,
+    ) -> Tenant:
+        tenant = Tenant(
+            id=tenant_id if tenant_id is not None else apikeys.new_id("ten"), name=name,
+            account_ids=check_accounts(account_ids), allowed_models=check_models(allowed_models),
+            monthly_budget_micro=monthly_budget_micro, created_at=self._clock(),
+        )
+        if tenant.id in self._tenants:
+            raise Conflict(f"tenant {tenant.id!r} already exists")
+        for account in tenant.account_ids:
+            if account in self._accounts:
+                raise Conflict(f"account {account!r} is already owned by another tenant")
+        # Claim in memory first (no await in between), then persist; undo if the write fails.
+        self._tenants[tenant.id] = tenant
+        self._accounts.update((a, tenant.id) for a in tenant.account_ids)
+        try:
+            await self._run(self._db.insert_tenant, tenant)
+        except BaseException:
+            del self._tenants[tenant.id]
+            for account in tenant.account_ids:
+                del self._accounts[account]
+            raise
+        return replace(tenant)
+
+    async def get_tenant(self, tenant_id: str) -> Tenant | None:
+        tenant = self._tenants.get(tenant_id)
+        return None if tenant is None else replace(tenant)
+
+    async def get_tenant_by_account(self, account_id: str) -> Tenant | None:
+        tenant_id = self._accounts.get(account_id)
+        return None if tenant_id is None else replace(self._tenants[tenant_id])
+
+    async def list_tenants(self) -> list[Tenant]:
+        return sorted((replace(t) for t in self._tenants.values()), key=lambda t: (t.created_at, t.id))
+
+    # --- API keys ---
+
+    def _remember_key(self, key: ApiKey, key_hash: str) -> None:
+        self._keys[key.id] = key
+        self._key_hashes[key.id] = key_hash
+        self._key_by_hash[key_hash] = key.id
+
+    async def create_key(
+        self,
+        tenant_id: str,
+        *,
+        allowed_models: Iterable[str] | None = None,
+        rpm: int | None = None,
+        tpm: int | None = None,
+    ) -> tuple[ApiKey, str]:
+        if tenant_id not in self._tenants:
+            raise NotFound(f"tenant {tenant_id!r} does not exist")
+        secret = apikeys.new_secret()
+        key = ApiKey(
+            id=apikeys.new_id("key"), tenant_id=tenant_id, prefix=apikeys.shown_prefix(secret),
+            allowed_models=check_models(allowed_models), rpm=rpm, tpm=tpm, created_at=self._clock(),
+        )
+        key_hash = apikeys.hash_secret(secret)
+        assert key_hash is not None
+        await self._run(self._db.insert_key, key, key_hash)
+        self._remember_key(key, key_hash)
+        return replace(key), secret
+
+    async def lookup_key(self, secret: str) -> ApiKey | None:
+        presented = apikeys.hash_secret(secret)
+        if presented is None:
+            return None
+        key_id = self._key_by_hash.get(presented)
+        if key_id is None or not apikeys.same_hash(self._key_hashes[key_id], presented):
+            return None
+        key = self._keys[key_id]
+        return None if key.is_revoked else replace(key)
+
+    async def get_key(self, key_id: str) -> ApiKey | None:
+        key = self._keys.get(key_id)
+        return None if key is None else replace(key)
+
+    async def list_keys(self, tenant_id: str) -> list[ApiKey]:
+        keys = [replace(k) for k in self._keys.values() if k.tenant_id == tenant_id]
+        return sorted(keys, key=lambda k: (k.created_at, k.id))
+
+    async def revoke_key(self, key_id: str) -> bool:
+        key = self._keys.get(key_id)
+        if key is None:
+            return False
+        if key.revoked_at is None:
+            key.revoked_at = self._clock()  # effective at once; the row follows
+            await self._run(self._db.revoke_key, key_id, key.revoked_at)
+        return True
+
+    # --- rate limits ---
+
+    async def check_and_consume(
+        self, key_id: str, rpm: int | None, tpm: int | None, tokens_estimate: int, now: float
+    ) -> LimitDecision:
+        check_limit_args(key_id, rpm, tpm, tokens_estimate)
+        now_ms = to_ms(now)
+        retry: dict[str, int | None] = {"rpm": None, "tpm": None}
+        for which, limit, cost in (("rpm", rpm, 1), ("tpm", tpm, tokens_estimate)):
+            if limit is not None:
+                prev, current = self._windows.counts(f"{key_id}:{which}", now_ms)
+                decision = sliding_window(prev, current, cost, WindowRule(limit, WINDOW_MS), now_ms)
+                if not decision.allowed:
+                    retry[which] = decision.retry_after_ms
+        if retry["rpm"] is not None or retry["tpm"] is not None:
+            return refused(retry["rpm"], retry["tpm"])
+        if rpm is not None:
+            self._windows.add(f"{key_id}:rpm", now_ms, 1)
+        if tpm is not None:
+            self._windows.add(f"{key_id}:tpm", now_ms, tokens_estimate)
+        return ALLOWED
+
+    async def reconcile_tokens(self, key_id: str, estimate: int, actual: int, now: float) -> None:
+        check_id("key id", key_id)
+        check_count("estimate", estimate)
+        check_count("actual", actual)
+        if actual != estimate:
+            self._windows.add(f"{key_id}:tpm", to_ms(now), actual - estimate)
+
+    # --- budgets ---
+
+    async def reserve_budget(
+        self, tenant_id: str, month: str, amount_micro: int, budget_micro: int | None
+    ) -> BudgetDecision:
+        check_id("tenant id", tenant_id)
+        check_month(month)
+        check_count("amount_micro", amount_micro)
+        check_count("budget_micro", budget_micro, allow_none=True)
+        spent = self._budgets.get((tenant_id, month), 0)
+        if budget_micro is not None and spent + amount_micro > budget_micro:
+            return BudgetDecision(allowed=False, spent_micro=spent)
+        await self._save_budget(tenant_id, month, spent + amount_micro)
+        return BudgetDecision(allowed=True, spent_micro=spent + amount_micro)
+
+    async def settle_budget(self, tenant_id: str, month: str, reserved_micro: int, actual_micro: int) -> int:
+        check_id("tenant id", tenant_id)
+        check_month(month)
+        check_count("reserved_micro", reserved_micro)
+        check_count("actual_micro", actual_micro)
+        spent = max(0, self._budgets.get((tenant_id, month), 0) + actual_micro - reserved_micro)
+        await self._save_budget(tenant_id, month, spent)
+        return spent
+
+    async def _save_budget(self, tenant_id: str, month: str, spent: int) -> None:
+        # Memory changes before the await; the single worker writes the values in the same order.
+        self._budgets[(tenant_id, month)] = spent
+        await self._run(self._db.save_budget, tenant_id, month, spent)
+
+    async def budget_spent(self, tenant_id: str, month: str) -> int:
+        return self._budgets.get((tenant_id, check_month(month)), 0)
+
+    # --- sessions ---
+
+    async def get_session(self, tenant_id: str, session_id: str) -> str | None:
+        return self._sessions.get(_session_key(tenant_id, session_id))
+
+    async def set_session(self, tenant_id: str, session_id: str, backend_id: str) -> None:
+        self._sessions.set(_session_key(tenant_id, session_id), check_text("backend id", backend_id))
+
+    async def delete_session(self, tenant_id: str, session_id: str) -> None:
+        self._sessions.delete(_session_key(tenant_id, session_id))
+
+    # --- prefix index ---
+
+    async def record_prefix(self, backend_id: str, block_hashes: Sequence[int]) -> None:
+        self._prefixes.record(check_text("backend id", backend_id), check_hashes(block_hashes))
+
+    async def remove_prefix(self, backend_id: str, block_hashes: Sequence[int]) -> None:
+        self._prefixes.remove(backend_id, check_hashes(block_hashes))
+
+    async def match_prefix(self, block_hashes: Sequence[int]) -> dict[str, int]:
+        return self._prefixes.match(check_hashes(block_hashes))
+
+    # --- in-flight tokens (this process is the only replica: no lease needed) ---
+
+    async def add_inflight(self, backend_id: str, prefill_tokens: int, decode_tokens: int) -> None:
+        self._change_inflight(backend_id, prefill_tokens, decode_tokens, sign=1)
+
+    async def release_inflight(self, backend_id: str, prefill_tokens: int, decode_tokens: int) -> None:
+        self._change_inflight(backend_id, prefill_tokens, decode_tokens, sign=-1)
+
+    def _change_inflight(self, backend_id: str, prefill_tokens: int, decode_tokens: int, sign: int) -> None:
+        check_text("backend id", backend_id)
+        check_count("prefill_tokens", prefill_tokens)
+        check_count("decode_tokens", decode_tokens)
+        counts = self._inflight.setdefault(backend_id, [0, 0])
+        counts[0] = max(0, counts[0] + sign * prefill_tokens)
+        counts[1] = max(0, counts[1] + sign * decode_tokens)
+        if counts == [0, 0]:
+            del self._inflight[backend_id]
+
+    async def correct_inflight(self, backend_id: str, prefill_tokens: int, decode_tokens: int) -> None:
+        self._inflight.pop(backend_id, None)
+        self._change_inflight(backend_id, prefill_tokens, decode_tokens, sign=1)
+
+    async def loads(self) -> dict[str, tuple[int, int]]:
+        return {b: (p, d) for b, (p, d) in self._inflight.items()}
+
+    # --- ledger ---
+
+    async def append_usage(self, record: UsageRecord) -> bool:
+        if not isinstance(record, UsageRecord):
+            raise TypeError(f"append_usage takes a UsageRecord, got {type(record).__name__}")
+        return await self._run(self._db.insert_usage, record)
+
+    async def iter_usage(self, start: float, end: float, tenant_id: str | None = None) -> AsyncIterator[UsageRecord]:
+        if tenant_id is not None:
+            check_id("tenant id", tenant_id)
+        after: tuple[int, str] | None = None
+        while True:
+            page = await self._run(self._db.usage_page, to_us(start), to_us(end), tenant_id, after, _PAGE)
+            for record in page:
+                yield record
+            if len(page) < _PAGE:
+                return
+            after = (page[-1].ended_us, page[-1].request_id)
+
+    async def get_usage(self, request_id: str) -> UsageRecord | None:
+        return await self._run(self._db.get_usage, request_id)
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        await self._run(self._db.close)
+        self._worker.shutdown(wait=True)
+
+
+def _session_key(tenant_id: str, session_id: str) -> tuple[str, str]:
+    return check_id("tenant id", tenant_id), check_text("session id", session_id)
+
+

@@ -1,0 +1,134 @@
+"""What the store keeps: plain dataclasses, validated on construction.
+
+Times are UNIX epoch seconds (float); money is integer micro-units (1 USD = 1_000_000).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from gateway.store.checks import check_accounts, check_count, check_id, check_models, check_text
+from gateway.store.errors import InvalidInput
+
+USAGE_STATUSES = ("ok", "cancelled", "backend_error", "rejected")
+UsageStatus = Literal["ok", "cancelled", "backend_error", "rejected"]
+
+
+@dataclass(slots=True)
+class Tenant:
+    id: str
+    name: str
+    account_ids: tuple[str, ...]  # Workers AI account ids this tenant owns (at least one)
+    allowed_models: frozenset[str] | None  # None: every model
+    monthly_budget_micro: int | None  # None: unlimited
+    created_at: float
+
+    def __post_init__(self) -> None:
+        check_id("tenant id", self.id)
+        check_text("tenant name", self.name)
+        self.account_ids = check_accounts(self.account_ids)
+        self.allowed_models = check_models(self.allowed_models)
+        check_count("monthly_budget_micro", self.monthly_budget_micro, allow_none=True)
+
+    def allows_model(self, model: str) -> bool:
+        return self.allowed_models is None or model in self.allowed_models
+
+
+@dataclass(slots=True)
+class ApiKey:
+    """An API key as the gateway sees it. The secret is never stored and its hash never leaves the store."""
+
+    id: str
+    tenant_id: str
+    prefix: str  # first characters of the secret, for listings ("edg_ab12cd")
+    allowed_models: frozenset[str] | None  # None: whatever the tenant allows
+    rpm: int | None  # requests per minute; None: unlimited
+    tpm: int | None  # tokens per minute; None: unlimited
+    created_at: float
+    revoked_at: float | None = None
+
+    def __post_init__(self) -> None:
+        self.allowed_models = check_models(self.allowed_models)
+        check_count("rpm", self.rpm, allow_none=True, positive=True)
+        check_count("tpm", self.tpm, allow_none=True, positive=True)
+
+    @property
+    def is_revoked(self) -> bool:
+        return self.revoked_at is not None
+
+    def allows_model(self, model: str) -> bool:
+        return self.allowed_models is None or model in self.allowed_models
+
+
+@dataclass(slots=True, frozen=True)
+class LimitDecision:
+    allowed: bool
+    retry_after_s: float  # 0.0 when allowed; else seconds until the same request would fit
+    which: Literal["rpm", "tpm"] | None  # the limit that refused it
+
+
+@dataclass(slots=True, frozen=True)
+class BudgetDecision:
+    allowed: bool
+    spent_micro: int  # the month's spend after this decision (reservations included)
+
+
+@dataclass(slots=True)
+class UsageRecord:
+    """One billed (or refused) request: the ledger's row, keyed by request_id."""
+
+    request_id: str
+    tenant_id: str
+    account_id: str
+    key_id: str
+    model: str
+    region: str | None
+    backend_id: str | None  # None when refused before routing
+    session_id: str | None
+    started_at: float
+    ended_at: float
+    status: UsageStatus
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int
+    price_version: str
+    cost_micro: int
+    metadata: dict[str, Any] = field(default_factory=dict)  # from cf-aig-metadata
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.request_id, str) or not 0 < len(self.request_id) <= 200:
+            raise InvalidInput("request_id must be a non-empty string of at most 200 characters")
+        check_id("tenant id", self.tenant_id)
+        if self.status not in USAGE_STATUSES:
+            raise InvalidInput(f"status {self.status!r} is not one of {', '.join(USAGE_STATUSES)}")
+        for name in ("prompt_tokens", "cached_tokens", "completion_tokens", "cost_micro"):
+            check_count(name, getattr(self, name))
+        if self.cached_tokens > self.prompt_tokens:
+            raise InvalidInput("cached_tokens cannot exceed prompt_tokens")
+        if not 0 <= self.started_at <= self.ended_at:
+            raise InvalidInput("need 0 <= started_at <= ended_at")
+        if not isinstance(self.metadata, dict):
+            raise InvalidInput("metadata must be a dict")
+        try:
+            json.dumps(self.metadata)
+        except (TypeError, ValueError) as exc:
+            raise InvalidInput(f"metadata must be JSON-serialisable: {exc}") from exc
+
+    @property
+    def ended_us(self) -> int:
+        """The ledger's ordering key: end time in whole microseconds."""
+        return to_us(self.ended_at)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> UsageRecord:
+        return cls(**json.loads(text))
+
+
+def to_us(t: float) -> int:
+    """Epoch seconds -> whole microseconds, the same rounding in every store."""
+    return round(t * 1_000_000)

@@ -1,0 +1,152 @@
+"""The embedded store's SQLite file: what must survive a restart (tenants, key hashes, budgets, ledger).
+
+Blocking and synchronous: `EmbeddedStore` calls it from one worker thread, so calls never
+overlap. WAL journal, `synchronous=NORMAL` (a commit survives a process crash; an OS crash may
+lose the last few), and a busy timeout so a second process reading the file waits instead of failing.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+from gateway.store.models import ApiKey, Tenant, UsageRecord
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS tenants (
+    id TEXT PRIMARY KEY, name TEXT NOT NULL, allowed_models TEXT, monthly_budget_micro INTEGER,
+    created_at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS tenant_accounts (
+    account_id TEXT PRIMARY KEY, tenant_id TEXT NOT NULL REFERENCES tenants(id), position INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS api_keys (
+    id TEXT PRIMARY KEY, tenant_id TEXT NOT NULL REFERENCES tenants(id), prefix TEXT NOT NULL,
+    key_hash TEXT NOT NULL UNIQUE, allowed_models TEXT, rpm INTEGER, tpm INTEGER,
+    created_at REAL NOT NULL, revoked_at REAL);
+CREATE TABLE IF NOT EXISTS budget_spend (
+    tenant_id TEXT NOT NULL, month TEXT NOT NULL, spent_micro INTEGER NOT NULL,
+    PRIMARY KEY (tenant_id, month));
+CREATE TABLE IF NOT EXISTS usage (
+    request_id TEXT PRIMARY KEY, tenant_id TEXT NOT NULL, ended_us INTEGER NOT NULL,
+    cost_micro INTEGER NOT NULL, record TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS usage_by_time ON usage (ended_us, request_id);
+CREATE INDEX IF NOT EXISTS usage_by_tenant_time ON usage (tenant_id, ended_us, request_id);
+"""
+
+
+def _models_json(models: frozenset[str] | None) -> str | None:
+    return None if models is None else json.dumps(sorted(models))
+
+
+def _models_from(text: str | None) -> frozenset[str] | None:
+    return None if text is None else frozenset(json.loads(text))
+
+
+class Database:
+    def __init__(self, path: str) -> None:
+        if path != ":memory:":
+            Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
+            path = str(Path(path).expanduser())
+        # Opened here, then used only by the store's single worker thread.
+        self._conn = sqlite3.connect(path, timeout=5.0, isolation_level=None, check_same_thread=False)
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.execute("PRAGMA synchronous=NORMAL")
+        self._conn.execute("PRAGMA foreign_keys=ON")
+        self._conn.executescript(_SCHEMA)
+
+    def close(self) -> None:
+        self._conn.close()
+
+    # --- tenants and keys: loaded whole at start, then written through ---
+
+    def load_tenants(self) -> list[Tenant]:
+        accounts: dict[str, list[str]] = {}
+        for account_id, tenant_id in self._conn.execute(
+            "SELECT account_id, tenant_id FROM tenant_accounts ORDER BY tenant_id, position"
+        ):
+            accounts.setdefault(tenant_id, []).append(account_id)
+        rows = self._conn.execute(
+            "SELECT id, name, allowed_models, monthly_budget_micro, created_at FROM tenants ORDER BY created_at, id"
+        )
+        return [
+            Tenant(id=i, name=n, account_ids=tuple(accounts[i]), allowed_models=_models_from(m),
+                   monthly_budget_micro=b, created_at=c)
+            for i, n, m, b, c in rows
+        ]
+
+    def insert_tenant(self, tenant: Tenant) -> None:
+        with self._conn:
+            self._conn.execute("BEGIN IMMEDIATE")
+            self._conn.execute(
+                "INSERT INTO tenants VALUES (?, ?, ?, ?, ?)",
+                (tenant.id, tenant.name, _models_json(tenant.allowed_models), tenant.monthly_budget_micro,
+                 tenant.created_at),
+            )
+            self._conn.executemany(
+                "INSERT INTO tenant_accounts VALUES (?, ?, ?)",
+                [(a, tenant.id, i) for i, a in enumerate(tenant.account_ids)],
+            )
+
+    def load_keys(self) -> list[tuple[ApiKey, str]]:
+        rows = self._conn.execute(
+            "SELECT id, tenant_id, prefix, key_hash, allowed_models, rpm, tpm, created_at, revoked_at"
+            " FROM api_keys ORDER BY created_at, id"
+        )
+        return [
+            (ApiKey(id=i, tenant_id=t, prefix=p, allowed_models=_models_from(m), rpm=r, tpm=tp,
+                    created_at=c, revoked_at=rv), h)
+            for i, t, p, h, m, r, tp, c, rv in rows
+        ]
+
+    def insert_key(self, key: ApiKey, key_hash: str) -> None:
+        self._conn.execute(
+            "INSERT INTO api_keys VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (key.id, key.tenant_id, key.prefix, key_hash, _models_json(key.allowed_models), key.rpm, key.tpm,
+             key.created_at, key.revoked_at),
+        )
+
+    def revoke_key(self, key_id: str, revoked_at: float) -> None:
+        self._conn.execute(
+            "UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL", (revoked_at, key_id)
+        )
+
+    # --- budgets ---
+
+    def load_budgets(self) -> dict[tuple[str, str], int]:
+        rows = self._conn.execute("SELECT tenant_id, month, spent_micro FROM budget_spend")
+        return {(t, m): s for t, m, s in rows}
+
+    def save_budget(self, tenant_id: str, month: str, spent_micro: int) -> None:
+        self._conn.execute(
+            "INSERT INTO budget_spend VALUES (?, ?, ?)"
+            " ON CONFLICT (tenant_id, month) DO UPDATE SET spent_micro = excluded.spent_micro",
+            (tenant_id, month, spent_micro),
+        )
+
+    # --- ledger ---
+
+    def insert_usage(self, record: UsageRecord) -> bool:
+        cursor = self._conn.execute(
+            "INSERT OR IGNORE INTO usage VALUES (?, ?, ?, ?, ?)",
+            (record.request_id, record.tenant_id, record.ended_us, record.cost_micro, record.to_json()),
+        )
+        return cursor.rowcount == 1
+
+    def usage_page(
+        self, start_us: int, end_us: int, tenant_id: str | None, after: tuple[int, str] | None, limit: int
+    ) -> list[UsageRecord]:
+        """Up to `limit` records in [start_us, end_us) ordered by (ended_us, request_id), after `after`."""
+        where = ["ended_us >= ?", "ended_us < ?"]
+        args: list[object] = [start_us, end_us]
+        if tenant_id is not None:
+            where.append("tenant_id = ?")
+            args.append(tenant_id)
+        if after is not None:
+            where.append("(ended_us, request_id) > (?, ?)")
+            args.extend(after)
+        sql = f"SELECT record FROM usage WHERE {' AND '.join(where)} ORDER BY ended_us, request_id LIMIT ?"
+        return [UsageRecord.from_json(r) for (r,) in self._conn.execute(sql, (*args, limit))]
+
+    def get_usage(self, request_id: str) -> UsageRecord | None:
+        row = self._conn.execute("SELECT record FROM usage WHERE request_id = ?", (request_id,)).fetchone()
+        return None if row is None else UsageRecord.from_json(row[0])

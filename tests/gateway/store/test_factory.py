@@ -1,0 +1,49 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gateway.settings import GatewaySettings
+from gateway.store import StoreUnavailable, open_store
+from gateway.store.embedded import EmbeddedStore
+from gateway.store.redis_store import RedisStore
+
+
+async def test_settings_choose_the_store(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, redis_url: str) -> None:
+    monkeypatch.setenv("EDGERUN_SQLITE_PATH", str(tmp_path / "nested" / "gw.sqlite3"))
+    monkeypatch.delenv("EDGERUN_REDIS_URL", raising=False)
+    embedded = open_store(GatewaySettings())
+    assert isinstance(embedded, EmbeddedStore) and (tmp_path / "nested" / "gw.sqlite3").exists()
+    await embedded.aclose()
+    monkeypatch.setenv("EDGERUN_REDIS_URL", redis_url)
+    settings = GatewaySettings(key_prefix="edgerun-test-factory:")
+    assert settings.redis_url == redis_url
+    shared = open_store(settings)
+    assert isinstance(shared, RedisStore)
+    assert await shared.get_tenant("nobody") is None
+    await shared.aclose()
+
+
+async def test_unreachable_redis_is_a_typed_error(tmp_path: Path) -> None:
+    store = open_store(GatewaySettings(redis_url="redis://127.0.0.1:1/0", redis_timeout_s=0.5))
+    with pytest.raises(StoreUnavailable, match="EDGERUN_REDIS_URL"):
+        await store.lookup_key("edg_" + "0" * 48)
+    with pytest.raises(StoreUnavailable):
+        await store.check_and_consume("key_a", 1, None, 0, 0.0)
+    await store.aclose()
+
+
+def test_settings_reject_nonsense() -> None:
+    with pytest.raises(ValueError):
+        GatewaySettings(session_ttl_s=0)
+    with pytest.raises(ValueError):
+        GatewaySettings(prefix_index_max_entries=0)
+
+
+async def test_in_memory_sqlite_for_tests() -> None:
+    store = open_store(GatewaySettings(redis_url=None, sqlite_path=":memory:"))
+    tenant = await store.create_tenant("Acme", ["acct1"])
+    assert await store.get_tenant(tenant.id) == tenant
+    await store.aclose()
+    await store.aclose()  # closing twice is harmless
