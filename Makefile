@@ -19,13 +19,18 @@ $(STAMP): pyproject.toml Makefile
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/edgerun chat
+	$(BIN)/edgerun dev
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
 
 bench: $(STAMP)
 	$(BIN)/python -m engines.builtin.bench
+
+# Locust, headless and bounded, against a backend and a gateway it starts (reports/locust/).
+.PHONY: loadtest
+loadtest: $(STAMP)
+	$(BIN)/python -m loadtests.run_locust --users 4 --spawn-rate 2 --run-time 30s --out reports/locust
 
 clean:
 	rm -rf $(VENV) .pytest_cache

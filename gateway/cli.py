@@ -11,9 +11,19 @@ import argparse
 import importlib
 import sys
 
+from gateway.logs import configure_logging
+
 # subcommand -> module exposing `add_arguments(parser)` and `run(args) -> int`
 COMMANDS: dict[str, tuple[str, str]] = {
     "chat": ("backends.cli_chat", "talk to the built-in engine in the terminal (or one-shot with --prompt)"),
+    "backend": ("backends.cli", "run a regional backend: one engine behind the OpenAI-compatible backend protocol"),
+    "simulate": ("gateway.cli_simulate", "replay a request trace through the routing policies and compare them"),
+    "serve": ("gateway.cli_serve", "run the edge gateway (Workers AI + OpenAI-compatible API) in front of backends"),
+    "dev": ("gateway.cli_dev", "start a backend and a gateway on this machine with a development key"),
+    "tenants": ("gateway.cli_admin", "create and list tenants"),
+    "keys": ("gateway.cli_admin", "create, list and revoke API keys"),
+    "billing": ("gateway.cli_billing", "export the billing ledger (csv, jsonl, parquet), recompute bills, replay the spool"),
+    "bench": ("loadtests.bench.cli", "benchmark a gateway: replay workloads at fixed load and compare routing policies"),
 }
 
 
@@ -29,7 +39,11 @@ def main(argv: list[str] | None = None) -> int:
     args, rest = parser.parse_known_args(argv)
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
-    return int(importlib.import_module(COMMANDS[args.command][0]).run(args) or 0)
+    command = importlib.import_module(COMMANDS[args.command][0])
+    # A command may say how it wants logs (`logging_options(args) -> dict`); backends cannot import gateway.
+    options = command.logging_options(args) if hasattr(command, "logging_options") else {}
+    configure_logging(**options)
+    return int(command.run(args) or 0)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,126 @@
+"""Tenant and key administration: the one service behind the admin HTTP API and the CLI.
+
+Values are validated by the store (ids, counts) and reported as `GatewayError`s; secrets are
+returned only by `create_key`, once. Listings never include hashes.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from gateway.errors import AuthenticationFailed, GatewayError, InvalidInput
+from gateway.store.base import Store
+from gateway.store.errors import Conflict, NotFound
+from gateway.store.errors import InvalidInput as StoreInvalidInput
+from gateway.store.models import ApiKey, Tenant
+
+
+class ResourceNotFound(GatewayError):
+    """Admin API only: the HTTP status doubles as the code (no Workers AI code applies)."""
+
+    code, status, openai_type = 404, 404, "not_found_error"
+
+
+class ResourceConflict(GatewayError):
+    code, status, openai_type = 409, 409, "conflict_error"
+
+
+def tenant_json(tenant: Tenant) -> dict[str, Any]:
+    return {
+        "id": tenant.id,
+        "name": tenant.name,
+        "account_ids": list(tenant.account_ids),
+        "allowed_models": sorted(tenant.allowed_models) if tenant.allowed_models is not None else None,
+        "monthly_budget_micro": tenant.monthly_budget_micro,
+        "created_at": tenant.created_at,
+    }
+
+
+def key_json(key: ApiKey) -> dict[str, Any]:
+    return {
+        "id": key.id,
+        "tenant_id": key.tenant_id,
+        "prefix": key.prefix,
+        "allowed_models": sorted(key.allowed_models) if key.allowed_models is not None else None,
+        "rpm": key.rpm,
+        "tpm": key.tpm,
+        "created_at": key.created_at,
+        "revoked_at": key.revoked_at,
+    }
+
+
+def check_admin_token(expected: str | None, authorization: str | None) -> None:
+    """Constant-time check of `Authorization: Bearer <admin token>`; no token configured: refuse all."""
+    presented = (authorization or "").removeprefix("Bearer ").strip()
+    if not expected or not presented or not hmac.compare_digest(expected.encode(), presented.encode()):
+        raise AuthenticationFailed("Authentication error: the admin API needs 'Authorization: Bearer <admin token>'")
+
+
+class AdminService:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    async def create_tenant(
+        self,
+        name: str,
+        account_ids: Sequence[str],
+        *,
+        allowed_models: Sequence[str] | None = None,
+        monthly_budget_micro: int | None = None,
+        tenant_id: str | None = None,
+    ) -> dict[str, Any]:
+        with _store_errors():
+            tenant = await self.store.create_tenant(
+                name,
+                list(account_ids),
+                allowed_models=allowed_models,
+                monthly_budget_micro=monthly_budget_micro,
+                tenant_id=tenant_id,
+            )
+        return tenant_json(tenant)
+
+    async def list_tenants(self) -> list[dict[str, Any]]:
+        return [tenant_json(t) for t in await self.store.list_tenants()]
+
+    async def create_key(
+        self,
+        tenant_id: str,
+        *,
+        allowed_models: Sequence[str] | None = None,
+        rpm: int | None = None,
+        tpm: int | None = None,
+    ) -> dict[str, Any]:
+        """The new key and, under "secret", its secret: shown this once, stored only as a hash."""
+        with _store_errors():
+            key, secret = await self.store.create_key(tenant_id, allowed_models=allowed_models, rpm=rpm, tpm=tpm)
+        return {**key_json(key), "secret": secret}
+
+    async def list_keys(self, tenant_id: str) -> list[dict[str, Any]]:
+        with _store_errors():
+            if await self.store.get_tenant(tenant_id) is None:
+                raise NotFound(f"no tenant {tenant_id!r}")
+            return [key_json(k) for k in await self.store.list_keys(tenant_id)]
+
+    async def revoke_key(self, key_id: str) -> dict[str, Any]:
+        with _store_errors():
+            if not await self.store.revoke_key(key_id):
+                raise NotFound(f"no key {key_id!r}")
+            key = await self.store.get_key(key_id)
+        assert key is not None
+        return key_json(key)
+
+
+@contextmanager
+def _store_errors() -> Iterator[None]:
+    """Store errors -> admin API errors."""
+    try:
+        yield
+    except NotFound as exc:
+        raise ResourceNotFound(str(exc)) from exc
+    except Conflict as exc:
+        raise ResourceConflict(str(exc)) from exc
+    except StoreInvalidInput as exc:
+        raise InvalidInput(str(exc)) from exc

@@ -1,0 +1,96 @@
+"""Admin HTTP API (`/admin/v1/...`), guarded by `Authorization: Bearer <admin_token>`.
+
+    POST   /admin/v1/tenants                     {name, account_ids, allowed_models?, monthly_budget_micro?, id?}
+    GET    /admin/v1/tenants
+    POST   /admin/v1/tenants/{tenant_id}/keys    {allowed_models?, rpm?, tpm?}  -> the key and its secret, once
+    GET    /admin/v1/tenants/{tenant_id}/keys
+    DELETE /admin/v1/keys/{key_id}               revoke at once
+
+Answers use the Cloudflare envelope ({result, success, errors, messages}).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from gateway.admin import check_admin_token
+from gateway.body import read_json_object
+from gateway.envelopes import JSONBytes, workers_ai_success
+from gateway.errors import InvalidInput
+from gateway.services import Services
+
+
+def _admin(request: Request) -> Services:
+    g: Services = request.app.state.services
+    token = g.settings.admin_token
+    check_admin_token(token.get_secret_value() if token is not None else None, request.headers.get("authorization"))
+    return g
+
+
+def _strings(body: dict[str, Any], name: str, *, required: bool = False) -> list[str] | None:
+    value = body.get(name)
+    if value is None and not required:
+        return None
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value) or (required and not value):
+        raise InvalidInput(f"{name} must be {'a non-empty' if required else 'an'} array of strings", param=name)
+    return value
+
+
+def _optional_int(body: dict[str, Any], name: str) -> int | None:
+    value = body.get(name)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+        raise InvalidInput(f"{name} must be an integer", param=name)
+    return value
+
+
+def _optional_str(body: dict[str, Any], name: str) -> str | None:
+    value = body.get(name)
+    if value is not None and not isinstance(value, str):
+        raise InvalidInput(f"{name} must be a string", param=name)
+    return value
+
+
+async def create_tenant(request: Request) -> Response:
+    g = _admin(request)
+    body = await read_json_object(request, g.settings.max_body_bytes)
+    name = _optional_str(body, "name")
+    if not name:
+        raise InvalidInput("name must be a non-empty string", param="name")
+    tenant = await g.admin.create_tenant(
+        name,
+        _strings(body, "account_ids", required=True) or [],
+        allowed_models=_strings(body, "allowed_models"),
+        monthly_budget_micro=_optional_int(body, "monthly_budget_micro"),
+        tenant_id=_optional_str(body, "id"),
+    )
+    return JSONBytes(workers_ai_success(tenant), status_code=201)
+
+
+async def list_tenants(request: Request) -> Response:
+    g = _admin(request)
+    return JSONBytes(workers_ai_success(await g.admin.list_tenants()))
+
+
+async def create_key(request: Request) -> Response:
+    g = _admin(request)
+    body = await read_json_object(request, g.settings.max_body_bytes, allow_empty=True)
+    key = await g.admin.create_key(
+        request.path_params["tenant_id"],
+        allowed_models=_strings(body, "allowed_models"),
+        rpm=_optional_int(body, "rpm"),
+        tpm=_optional_int(body, "tpm"),
+    )
+    return JSONBytes(workers_ai_success(key), status_code=201)
+
+
+async def list_keys(request: Request) -> Response:
+    g = _admin(request)
+    return JSONBytes(workers_ai_success(await g.admin.list_keys(request.path_params["tenant_id"])))
+
+
+async def revoke_key(request: Request) -> Response:
+    g = _admin(request)
+    return JSONBytes(workers_ai_success(await g.admin.revoke_key(request.path_params["key_id"])))

@@ -1,0 +1,154 @@
+"""Inference endpoints: Workers AI `ai/run`, the OpenAI-compatible routes, and model search.
+
+Each handler parses, calls the services, renders; errors are `GatewayError`s rendered by the
+handlers registered in `gateway.app` (Workers AI envelope, or OpenAI's shape under /ai/v1/).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from gateway import envelopes, render
+from gateway.auth import Principal
+from gateway.body import read_json_object
+from gateway.catalog import ModelSpec
+from gateway.envelopes import JSONBytes
+from gateway.errors import InvalidInput
+from gateway.generation import RequestMeta
+from gateway.schemas import openai_model, parse_chat_completions, parse_completions, parse_workers_ai
+from gateway.services import Services
+
+SESSION_HEADER = "x-session-affinity"
+METADATA_HEADER = "cf-aig-metadata"
+MAX_METADATA_ENTRIES = 5
+
+
+def services(request: Request) -> Services:
+    return request.app.state.services
+
+
+def session_id(request: Request) -> str | None:
+    value = request.headers.get(SESSION_HEADER)
+    if value is None:
+        return None
+    if not 0 < len(value) <= 256:
+        raise InvalidInput(f"{SESSION_HEADER} must be 1 to 256 characters", param=SESSION_HEADER)
+    return value
+
+
+def metadata(request: Request) -> dict[str, Any]:
+    """`cf-aig-metadata` (a JSON object of up to 5 scalar entries, as AI Gateway takes it) + our ids."""
+    found: dict[str, Any] = {}
+    raw = request.headers.get(METADATA_HEADER)
+    if raw is not None:
+        try:
+            found = json.loads(raw)
+        except ValueError:
+            found = None  # type: ignore[assignment]
+        if (
+            not isinstance(found, dict)
+            or len(found) > MAX_METADATA_ENTRIES
+            or not all(isinstance(v, (str, int, float, bool)) for v in found.values())
+        ):
+            raise InvalidInput(
+                f"{METADATA_HEADER} must be a JSON object of at most {MAX_METADATA_ENTRIES} "
+                "string, number or boolean values",
+                param=METADATA_HEADER,
+            )
+    client_request_id = request.state.client_request_id
+    if client_request_id is not None:
+        found = {**found, "client_request_id": client_request_id}
+    return found
+
+
+async def _authenticate(request: Request) -> Principal:
+    """The calling key's tenant, which must own the account in the URL."""
+    request.state.started_perf = time.perf_counter()
+    principal = await services(request).auth.authenticate(
+        request.headers.get("authorization"), request.path_params["account_id"]
+    )
+    request.state.tenant = principal.tenant.id
+    return principal
+
+
+def _model(request: Request, principal: Principal, model_id: str) -> ModelSpec:
+    """The model, which must be in the catalog and allowed to the tenant and the key."""
+    g = services(request)
+    model = g.catalog.get(model_id)
+    request.state.model = model.id
+    g.auth.authorize_model(principal, model.id)
+    return model
+
+
+def _meta(request: Request, principal: Principal, model: ModelSpec) -> RequestMeta:
+    return RequestMeta(
+        request_id=request.state.request_id,
+        principal=principal,
+        model=model,
+        session_id=session_id(request),
+        started_perf=request.state.started_perf,
+        metadata=metadata(request),
+    )
+
+
+async def run_model(request: Request) -> Response:
+    """POST /client/v4/accounts/{account_id}/ai/run/{model}"""
+    g = services(request)
+    principal = await _authenticate(request)
+    model = _model(request, principal, request.path_params["model"])
+    inp = parse_workers_ai(await read_json_object(request, g.settings.max_body_bytes))
+    generation = await g.generator.start(_meta(request, principal, model), inp)
+    request.state.backend = generation.endpoint.id
+    return await render.workers_ai_response(generation, inp.stream)
+
+
+async def _openai(request: Request, *, chat: bool) -> Response:
+    g = services(request)
+    principal = await _authenticate(request)  # before the body: strangers never get JSON parsed
+    body = await read_json_object(request, g.settings.max_body_bytes)
+    model = _model(request, principal, openai_model(body))
+    inp = parse_chat_completions(body) if chat else parse_completions(body)
+    generation = await g.generator.start(_meta(request, principal, model), inp)
+    request.state.backend = generation.endpoint.id
+    return await render.openai_response(generation, chat=chat, stream=inp.stream, include_usage=inp.include_usage)
+
+
+async def chat_completions(request: Request) -> Response:
+    """POST /client/v4/accounts/{account_id}/ai/v1/chat/completions"""
+    return await _openai(request, chat=True)
+
+
+async def completions(request: Request) -> Response:
+    """POST /client/v4/accounts/{account_id}/ai/v1/completions"""
+    return await _openai(request, chat=False)
+
+
+def _page_param(request: Request, name: str, default: int, hi: int) -> int:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    if not raw.isdigit() or not 1 <= int(raw) <= hi:
+        raise InvalidInput(f"{name} must be an integer between 1 and {hi}", param=name)
+    return int(raw)
+
+
+async def search_models(request: Request) -> Response:
+    """GET /client/v4/accounts/{account_id}/ai/models/search (Workers AI's shape, paginated)."""
+    g = services(request)
+    principal = await _authenticate(request)
+    q = request.query_params
+    found = [
+        m
+        for m in g.catalog.search(search=q.get("search"), task=q.get("task"), author=q.get("author"))
+        if principal.tenant.allows_model(m["name"]) and principal.key.allows_model(m["name"])
+    ]
+    page, per_page = _page_param(request, "page", 1, 1_000_000), _page_param(request, "per_page", 50, 1000)
+    items = found[(page - 1) * per_page : page * per_page]
+    body = envelopes.workers_ai_success(items)
+    body["result_info"] = {"page": page, "per_page": per_page, "count": len(items), "total_count": len(found)}
+    return JSONBytes(body)

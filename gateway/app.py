@@ -1,0 +1,110 @@
+"""The gateway's ASGI application: routes, error rendering in one place, and the lifespan.
+
+`create_app(settings)` builds a Starlette app whose lifespan opens the services (store, backend
+client, monitor loops, ...) and closes them at shutdown. Tests and `edgerun dev` may pass their
+own store (which then stays theirs to close).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import Route
+
+from backends.client import BackendClient
+from gateway import api_admin, api_inference
+from gateway.billing import api as api_billing
+from gateway.envelopes import JSONBytes, error_response
+from gateway.errors import GatewayError, NoRoute, StoreUnavailable
+from gateway.metrics import GatewayMetrics
+from gateway.middleware import RequestContextMiddleware, is_openai_path
+from gateway.services import Services
+from gateway.settings import GatewaySettings
+from gateway.store import errors as store_errors
+from gateway.store.base import Store
+
+ACCOUNT = "/client/v4/accounts/{account_id}"
+
+
+async def render_gateway_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, GatewayError)
+    return error_response(exc, openai=is_openai_path(request.url.path))
+
+
+async def render_store_unavailable(request: Request, exc: Exception) -> Response:
+    error = StoreUnavailable("the gateway's shared store is unreachable; retry shortly", retry_after_s=1.0)
+    return error_response(error, openai=is_openai_path(request.url.path))
+
+
+async def render_http_exception(request: Request, exc: Exception) -> Response:
+    """Starlette's own 404/405 in our envelope (Cloudflare's code 7000, "No route for that URI")."""
+    assert isinstance(exc, HTTPException)
+    error = NoRoute(f"No route for that URI: {request.method} {request.url.path}")
+    response = error_response(error, openai=is_openai_path(request.url.path))
+    response.status_code = exc.status_code
+    if exc.headers:
+        response.headers.update(exc.headers)
+    return response
+
+
+async def healthz(request: Request) -> Response:
+    """Liveness plus a summary: 200 while at least one backend is healthy (or none is configured)."""
+    g: Services = request.app.state.services
+    backends = {s.endpoint.id: s.healthy for s in g.monitor.states.values()}
+    ok = not backends or any(backends.values())
+    return JSONBytes({"status": "ok" if ok else "degraded", "backends": backends}, status_code=200 if ok else 503)
+
+
+async def metrics(request: Request) -> Response:
+    g: Services = request.app.state.services
+    return PlainTextResponse(g.metrics.render(), media_type=g.metrics.content_type)
+
+
+def routes() -> list[Route]:
+    return [
+        Route(f"{ACCOUNT}/ai/run/{{model:path}}", api_inference.run_model, methods=["POST"]),
+        Route(f"{ACCOUNT}/ai/v1/chat/completions", api_inference.chat_completions, methods=["POST"]),
+        Route(f"{ACCOUNT}/ai/v1/completions", api_inference.completions, methods=["POST"]),
+        Route(f"{ACCOUNT}/ai/models/search", api_inference.search_models, methods=["GET"]),
+        Route("/admin/v1/tenants", api_admin.create_tenant, methods=["POST"]),
+        Route("/admin/v1/tenants", api_admin.list_tenants, methods=["GET"]),
+        Route("/admin/v1/tenants/{tenant_id}/keys", api_admin.create_key, methods=["POST"]),
+        Route("/admin/v1/tenants/{tenant_id}/keys", api_admin.list_keys, methods=["GET"]),
+        Route("/admin/v1/keys/{key_id}", api_admin.revoke_key, methods=["DELETE"]),
+        Route("/admin/v1/billing/export", api_billing.billing_export, methods=["GET"]),
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
+    ]
+
+
+def create_app(
+    settings: GatewaySettings, *, store: Store | None = None, client: BackendClient | None = None
+) -> Starlette:
+    app_metrics = GatewayMetrics()
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        services = await Services.open(settings, app_metrics, store=store, client=client)
+        app.state.services = services
+        services.start()
+        try:
+            yield
+        finally:
+            await services.aclose()
+
+    app = Starlette(
+        routes=routes(),
+        lifespan=lifespan,
+        exception_handlers={
+            GatewayError: render_gateway_error,
+            store_errors.StoreUnavailable: render_store_unavailable,
+            HTTPException: render_http_exception,
+        },
+    )
+    app.add_middleware(RequestContextMiddleware, metrics=app_metrics)
+    return app

@@ -1,0 +1,77 @@
+"""Who is calling and what they may do: API key -> tenant, account and model checks, rate limits.
+
+`Authenticator.authenticate` turns the `Authorization: Bearer <key>` header into a `Principal`
+(key + tenant) and checks the tenant owns the account in the URL. `authorize_model` applies the
+tenant's and the key's model allow-lists. `admit` counts the request against the key's
+requests- and tokens-per-minute limits in the shared store (atomic across gateway replicas) and
+refuses with 429 + Retry-After when either is used up.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from gateway.errors import AccountMismatch, AuthenticationFailed, ModelNotAllowed, RateLimited, RequestTooLarge
+from gateway.store.base import Store
+from gateway.store.errors import TokensOverLimit
+from gateway.store.models import ApiKey, Tenant
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    key: ApiKey
+    tenant: Tenant
+    account_id: str
+
+
+def bearer_token(authorization: str | None) -> str | None:
+    if not authorization:
+        return None
+    scheme, _, token = authorization.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return None
+    return token.strip()
+
+
+class Authenticator:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    async def authenticate(self, authorization: str | None, account_id: str) -> Principal:
+        secret = bearer_token(authorization)
+        if secret is None:
+            raise AuthenticationFailed("Authentication error: send the API key as 'Authorization: Bearer <key>'")
+        key = await self.store.lookup_key(secret)
+        tenant = await self.store.get_tenant(key.tenant_id) if key is not None else None
+        if key is None or tenant is None:
+            raise AuthenticationFailed("Authentication error: the API key is unknown or revoked")
+        if account_id not in tenant.account_ids:
+            raise AccountMismatch(f"Authentication error: this API key cannot be used with account {account_id}")
+        return Principal(key=key, tenant=tenant, account_id=account_id)
+
+    @staticmethod
+    def authorize_model(principal: Principal, model_id: str) -> None:
+        if not principal.tenant.allows_model(model_id) or not principal.key.allows_model(model_id):
+            raise ModelNotAllowed(f"The account is not allowed to access this model: {model_id}", param="model")
+
+    async def admit(self, principal: Principal, tokens_estimate: int) -> None:
+        """Count the request against the key's limits, or refuse it (nothing counted)."""
+        key = principal.key
+        if key.rpm is None and key.tpm is None:
+            return
+        try:
+            decision = await self.store.check_and_consume(key.id, key.rpm, key.tpm, tokens_estimate, time.time())
+        except TokensOverLimit as exc:
+            raise RequestTooLarge(str(exc), param="max_tokens") from exc
+        if not decision.allowed:
+            limit = {"rpm": f"{key.rpm} requests", "tpm": f"{key.tpm} tokens"}.get(decision.which or "", "its limit")
+            raise RateLimited(
+                f"Rate limited: this API key allows {limit} per minute; retry in {decision.retry_after_s:.1f}s",
+                retry_after_s=decision.retry_after_s,
+            )
+
+    async def reconcile(self, principal: Principal, estimate: int, actual: int) -> None:
+        """Replace the token estimate counted at admission with what the request really used."""
+        if principal.key.tpm is not None and estimate != actual:
+            await self.store.reconcile_tokens(principal.key.id, estimate, actual, time.time())

@@ -1,0 +1,149 @@
+"""The model catalog: Workers AI model ids -> what backends call the model, and who serves it.
+
+Model ids follow Workers AI's naming (`@cf/<author>/<name>`). The default catalog has one model,
+`@cf/huggingface/smollm2-135m-instruct` (SmolLM2-135M-Instruct, which the built-in backend loads
+as `--model smollm2`). Deployments list models and backends in the TOML file:
+
+    [[models]]
+    id = "@cf/huggingface/smollm2-135m-instruct"
+    backend_model = "smollm2"
+
+    [[backends]]
+    id = "eu-west-1"
+    base_url = "http://10.0.0.5:8100"
+    region = "eu-west"
+    models = ["@cf/huggingface/smollm2-135m-instruct"]
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from backends.client import Endpoint
+from gateway.errors import NoSuchModel
+
+DEFAULT_MODEL_ID = "@cf/huggingface/smollm2-135m-instruct"
+
+
+class ModelSpec(BaseModel):
+    """One model the gateway offers."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str  # the Workers AI-style id clients send
+    backend_model: str  # the `model` field sent to backends
+    description: str = ""
+    task: str = "Text Generation"
+    author: str = ""
+    context_length: int | None = Field(default=None, ge=1)  # None: the backend's max_model_len
+    block_size: int = Field(default=16, ge=1)  # prefix-hash block: must equal the backends' KV block size
+    # A local Hugging Face tokenizer (tokenizer.json, tokenizer_config.json with chat_template) for
+    # third-party backends that do not serve GET /edgerun/v1/tokenizer.
+    tokenizer_dir: Path | None = None
+    # Ask backends for each chunk's token ids (vLLM's `return_token_ids`, which edgerun backends
+    # serve), so a cancelled stream is billed for exactly the tokens received; turn it off for
+    # servers that refuse unknown fields (the gateway then re-tokenizes the text it received).
+    return_token_ids: bool = True
+
+
+class BackendSpec(BaseModel):
+    """One backend server and the catalog models it serves."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str
+    base_url: str
+    region: str = "local"
+    role: Literal["mixed", "prefill", "decode"] = "mixed"
+    models: list[str] = Field(default_factory=lambda: [DEFAULT_MODEL_ID])
+
+    def endpoint(self) -> Endpoint:
+        return Endpoint(id=self.id, base_url=self.base_url, region=self.region, role=self.role)
+
+
+def default_models() -> list[ModelSpec]:
+    return [
+        ModelSpec(
+            id=DEFAULT_MODEL_ID,
+            backend_model="smollm2",
+            author="huggingface",
+            description="SmolLM2-135M-Instruct: a small Llama-architecture instruct model (Q4_1 GGUF).",
+        )
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class Catalog:
+    """Read-only lookups over the configured models and backends."""
+
+    models: tuple[ModelSpec, ...]
+    backends: tuple[BackendSpec, ...]
+
+    @classmethod
+    def build(cls, models: Sequence[ModelSpec], backends: Sequence[BackendSpec]) -> Catalog:
+        ids = [m.id for m in models]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"model ids must be unique, got {ids}")
+        backend_ids = [b.id for b in backends]
+        if len(set(backend_ids)) != len(backend_ids):
+            raise ValueError(f"backend ids must be unique, got {backend_ids}")
+        for backend in backends:
+            unknown = set(backend.models) - set(ids)
+            if unknown:
+                raise ValueError(f"backend {backend.id!r} serves models not in the catalog: {sorted(unknown)}")
+        return cls(tuple(models), tuple(backends))
+
+    def get(self, model_id: str) -> ModelSpec:
+        for model in self.models:
+            if model.id == model_id:
+                return model
+        raise NoSuchModel(f"No such model {model_id} or task", param="model")
+
+    def endpoints(self, model_id: str) -> list[Endpoint]:
+        """Every backend serving `model_id`, as client endpoints, in configuration order."""
+        return [b.endpoint() for b in self.backends if model_id in b.models]
+
+    def all_endpoints(self) -> list[Endpoint]:
+        return [b.endpoint() for b in self.backends]
+
+    def search(
+        self, *, search: str | None = None, task: str | None = None, author: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Models in the Workers AI model-search shape, filtered like its query parameters.
+
+        As upstream, `id` is a UUID and `name` the model id clients send; ours are UUIDv5 of the
+        name, so they are stable across restarts and gateways.
+        """
+        found = []
+        for model in self.models:
+            if search and search.lower() not in f"{model.id} {model.description}".lower():
+                continue
+            if task and task.lower() != model.task.lower():
+                continue
+            if author and author.lower() != model.author.lower():
+                continue
+            properties = []
+            if model.context_length:
+                properties.append({"property_id": "context_window", "value": str(model.context_length)})
+            found.append(
+                {
+                    "id": str(uuid.uuid5(uuid.NAMESPACE_URL, model.id)),
+                    "source": 1,
+                    "name": model.id,
+                    "description": model.description,
+                    "task": {
+                        "id": str(uuid.uuid5(uuid.NAMESPACE_URL, model.task)),
+                        "name": model.task,
+                        "description": "",
+                    },
+                    "tags": [],
+                    "properties": properties,
+                }
+            )
+        return found

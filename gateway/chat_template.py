@@ -1,0 +1,58 @@
+"""Chat templates: a model's Jinja template rendered in a sandbox, as Hugging Face renders it.
+
+Templates come from backends (or a local tokenizer directory), so they are untrusted code: they
+run in jinja2's immutable sandbox, which refuses attribute tricks and mutation of inputs. The
+environment matches Hugging Face's (`trim_blocks`, `lstrip_blocks`, loop controls, a
+`raise_exception` helper and a `tojson` that keeps non-ASCII text), so templates written for
+`transformers` render the same here.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+import jinja2
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from gateway.errors import InternalError, InvalidInput
+
+
+class TemplateRejected(Exception):
+    """The template itself refused the conversation (its raise_exception was called)."""
+
+
+def _raise_exception(message: str) -> NoReturn:
+    raise TemplateRejected(message)
+
+
+def _tojson(value: Any, indent: int | None = None, ensure_ascii: bool = False, sort_keys: bool = False) -> str:
+    return json.dumps(value, indent=indent, ensure_ascii=ensure_ascii, sort_keys=sort_keys)
+
+
+class ChatTemplate:
+    """A compiled chat template; `render` is safe to call concurrently."""
+
+    def __init__(self, source: str, *, bos_token: str | None = None, eos_token: str | None = None) -> None:
+        env = ImmutableSandboxedEnvironment(
+            trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
+        )
+        env.globals["raise_exception"] = _raise_exception
+        env.filters["tojson"] = _tojson
+        try:
+            self._template = env.from_string(source)
+        except jinja2.TemplateSyntaxError as exc:
+            raise ValueError(f"the chat template does not compile: {exc}") from exc
+        self._specials = {"bos_token": bos_token or "", "eos_token": eos_token or ""}
+
+    def render(self, messages: Sequence[dict[str, str]], *, add_generation_prompt: bool = True) -> str:
+        """The prompt text for `messages`, ending with the assistant's turn header by default."""
+        try:
+            return self._template.render(
+                messages=list(messages), add_generation_prompt=add_generation_prompt, **self._specials
+            )
+        except TemplateRejected as exc:
+            raise InvalidInput(f"messages rejected by the model's chat template: {exc}", param="messages") from exc
+        except jinja2.TemplateError as exc:
+            raise InternalError(f"the model's chat template failed to render: {exc}") from exc

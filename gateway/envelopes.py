@@ -1,0 +1,126 @@
+"""The JSON bodies the gateway answers with: Workers AI envelopes and OpenAI objects.
+
+Pure functions from plain values to dicts (and compact JSON bytes), so every wire shape is
+written once and tested without HTTP.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.responses import Response
+
+from gateway.errors import GatewayError
+
+
+@dataclass(frozen=True, slots=True)
+class TokenUsage:
+    """What one request consumed, as every API reports it."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.total_tokens,
+            "prompt_tokens_details": {"cached_tokens": self.cached_tokens},
+        }
+
+
+def dumps(obj: Any) -> bytes:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+class JSONBytes(Response):
+    """A JSON response rendered with our compact encoder."""
+
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        return dumps(content)
+
+
+# ---- Workers AI -------------------------------------------------------------------------------
+
+
+def workers_ai_success(result: Any, messages: list[Any] | None = None) -> dict[str, Any]:
+    return {"result": result, "success": True, "errors": [], "messages": messages or []}
+
+
+def workers_ai_error(error: GatewayError) -> dict[str, Any]:
+    return {
+        "result": None,
+        "success": False,
+        "errors": [{"code": error.code, "message": error.message}],
+        "messages": [],
+    }
+
+
+def workers_ai_text_result(text: str, usage: TokenUsage) -> dict[str, Any]:
+    return {"response": text, "usage": usage.as_dict()}
+
+
+# ---- OpenAI -----------------------------------------------------------------------------------
+
+
+def openai_error(error: GatewayError) -> dict[str, Any]:
+    return {
+        "error": {
+            "message": error.message,
+            "type": error.openai_type,
+            "param": error.param,
+            "code": str(error.code),
+        }
+    }
+
+
+def chat_completion(
+    completion_id: str, created: int, model: str, text: str, finish_reason: str | None, usage: TokenUsage
+) -> dict[str, Any]:
+    return {
+        "id": completion_id,
+        "object": "chat.completion",
+        "created": created,
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "logprobs": None,
+                "finish_reason": finish_reason or "stop",
+            }
+        ],
+        "usage": usage.as_dict(),
+    }
+
+
+def text_completion(
+    completion_id: str, created: int, model: str, text: str, finish_reason: str | None, usage: TokenUsage
+) -> dict[str, Any]:
+    return {
+        "id": completion_id,
+        "object": "text_completion",
+        "created": created,
+        "model": model,
+        "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason or "stop"}],
+        "usage": usage.as_dict(),
+    }
+
+
+def error_response(error: GatewayError, *, openai: bool) -> JSONBytes:
+    """The HTTP response for an error, in the shape of the API the client called."""
+    headers: dict[str, str] = {}
+    if error.retry_after_s is not None:
+        headers["retry-after"] = str(max(1, math.ceil(error.retry_after_s)))
+    body = openai_error(error) if openai else workers_ai_error(error)
+    return JSONBytes(body, status_code=error.status, headers=headers)

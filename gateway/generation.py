@@ -1,0 +1,328 @@
+"""One text generation, from parsed input to a backend stream, with its accounting settled once.
+
+`Generator.start` runs the request path in order: tokenize once (chat template + tokenizer),
+check the context length, admit against the key's limits, reserve budget, route, and open the
+backend stream with failover before the first byte. Anything that fails before the stream opens
+undoes what was counted and raises a `GatewayError`, so the client gets a proper status.
+
+The returned `Generation` yields text deltas as the backend sends them. However it ends -
+completed, cancelled because the client went away (the backend request is closed at once, so
+the backend aborts it), or broken mid-stream - its `finally` releases the in-flight tokens,
+reconciles the key's token count and writes exactly one usage record: a cancelled stream is
+billed for the tokens generated so far.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import structlog
+
+from backends.client import (
+    BackendClient,
+    BackendError,
+    BackendOverloaded,
+    BackendRejected,
+    BackendStreamBroken,
+    BackendTimeout,
+    CompletionChunk,
+    Endpoint,
+    Usage,
+)
+from gateway.auth import Authenticator, Principal
+from gateway.catalog import Catalog, ModelSpec
+from gateway.envelopes import TokenUsage
+from gateway.errors import GatewayError, InternalError, InvalidInput, OutOfCapacity, RequestTimeout
+from gateway.metering import MeteredRequest, Metering
+from gateway.metrics import GatewayMetrics
+from gateway.monitor import BackendMonitor
+from gateway.routing import Flight, Router
+from gateway.schemas import GenerationInput
+from gateway.store.errors import StoreUnavailable
+from gateway.store.models import UsageStatus
+from gateway.tokenization import ModelTokenizer, TokenizerRegistry
+
+log = structlog.get_logger("edgerun.gateway.generation")
+
+
+@dataclass(frozen=True, slots=True)
+class RequestMeta:
+    """Who asked for what, from the HTTP layer."""
+
+    request_id: str
+    principal: Principal
+    model: ModelSpec
+    session_id: str | None
+    started_perf: float  # time.perf_counter() when the request arrived
+    metadata: dict[str, Any]
+
+
+def backend_error_to_gateway(exc: BackendError) -> GatewayError:
+    """The client-facing error for a backend failure before the first byte (no internal URLs leak)."""
+    if isinstance(exc, BackendOverloaded):
+        return OutOfCapacity(
+            "Out of capacity: every backend for this model is busy; retry shortly",
+            retry_after_s=exc.retry_after_s or 1.0,
+        )
+    if isinstance(exc, BackendTimeout):
+        return RequestTimeout("Request timeout: the backend did not start answering in time")
+    if isinstance(exc, BackendRejected):
+        if exc.status in (400, 413, 422):
+            message = exc.message.split(": ", 1)[-1]
+            return InvalidInput(f"the backend refused the request: {message}")
+        return InternalError(f"the backend answered {exc.status}")
+    return OutOfCapacity("No more data centers to forward the request to: every backend for this model failed")
+
+
+class Generation:
+    """An open backend stream; iterate `texts()` once (or call `collect()`)."""
+
+    def __init__(
+        self,
+        generator: Generator,
+        meta: RequestMeta,
+        metered: MeteredRequest,
+        flight: Flight,
+        endpoint: Endpoint,
+        chunks: AsyncIterator[CompletionChunk],
+        tokenizer: ModelTokenizer,
+        sampling_max_tokens: int,
+    ) -> None:
+        self._g = generator
+        self.meta = meta
+        self.metered = metered
+        self.flight = flight
+        self.endpoint = endpoint
+        self._chunks = chunks
+        self._tokenizer = tokenizer
+        self._max_tokens = sampling_max_tokens
+        self._parts: list[str] = []
+        self._num_token_ids = 0  # token ids received, when the backend sends them
+        self._finished = False
+        self._backend_usage: Usage | None = None
+        self.finish_reason: str | None = None
+        self.usage: TokenUsage | None = None  # set once the stream is over
+        self.created = int(time.time())
+
+    @property
+    def prompt_tokens(self) -> int:
+        return self.metered.prompt_tokens
+
+    async def texts(self) -> AsyncIterator[str]:
+        """Text deltas as they arrive; raises a GatewayError if the stream breaks midway."""
+        status: UsageStatus = "cancelled"
+        first = True
+        try:
+            async for chunk in self._chunks:
+                if chunk.usage is not None:
+                    self._backend_usage = chunk.usage
+                if chunk.finish_reason is not None:
+                    self.finish_reason = chunk.finish_reason
+                if chunk.token_ids:
+                    self._num_token_ids += len(chunk.token_ids)
+                if chunk.text:
+                    if first:
+                        first = False
+                        self._g.metrics.ttft.labels(self.meta.model.id).observe(
+                            time.perf_counter() - self.meta.started_perf
+                        )
+                        await self._g.may_count_first_token(self.flight)
+                    self._parts.append(chunk.text)
+                    yield chunk.text
+            status = "ok"
+        except BackendStreamBroken as exc:
+            status = "backend_error"
+            log.warning("backend stream broke", backend=self.endpoint.id, error=exc.message)
+            raise InternalError("the backend failed while generating the answer; retry the request") from exc
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._finish(status)
+
+    async def collect(self) -> str:
+        return "".join([text async for text in self.texts()])
+
+    async def aclose(self) -> None:
+        """Settle a generation whose text was never (fully) read, e.g. the client left before the
+        response started; a no-op once the text iterator has finished."""
+        if not self._finished:
+            with anyio.CancelScope(shield=True):
+                await self._finish("cancelled")
+
+    @property
+    def text(self) -> str:
+        return "".join(self._parts)
+
+    def _final_usage(self, status: UsageStatus) -> TokenUsage:
+        backend = self._backend_usage
+        if status == "ok" and backend is not None:
+            return TokenUsage(
+                backend.prompt_tokens, backend.completion_tokens, min(backend.cached_tokens, backend.prompt_tokens)
+            )
+        # Cancelled, broken, or a backend that sent no usage: count what was received, by the ids the
+        # backend sent with each chunk, else by re-tokenizing the text.
+        if self._num_token_ids:
+            completion = self._num_token_ids
+        else:
+            completion = len(self._tokenizer.encode_text(self.text)) if self._parts else 0
+        completion = min(completion, self._max_tokens)
+        if backend is not None:
+            completion = max(completion, backend.completion_tokens)
+        cached = backend.cached_tokens if backend is not None else 0
+        return TokenUsage(self.prompt_tokens, completion, min(cached, self.prompt_tokens))
+
+    async def _finish(self, status: UsageStatus) -> None:
+        if self._finished:
+            return
+        self._finished = True
+        try:
+            await self._chunks.aclose()  # type: ignore[attr-defined]  # drops the connection: the backend aborts
+        except Exception:  # the record below must be written whatever the connection did
+            log.exception("closing the backend stream failed", request_id=self.meta.request_id)
+        usage = self._final_usage(status)
+        self.usage = usage
+        g, model = self._g, self.meta.model.id
+        g.metrics.tokens.labels(model, "prompt").inc(usage.prompt_tokens)
+        g.metrics.tokens.labels(model, "completion").inc(usage.completion_tokens)
+        g.metrics.cached_tokens.labels(model).inc(usage.cached_tokens)
+        try:
+            await g.router.finished(self.flight, success=status == "ok")
+            await g.auth.reconcile(self.meta.principal, self.metered.tokens_estimate, usage.total_tokens)
+        except Exception:
+            log.exception("releasing counters failed", request_id=self.meta.request_id)
+        await g.metering.settle(
+            self.metered, usage, status=status, backend_id=self.endpoint.id, region=self.endpoint.region
+        )
+
+
+class Generator:
+    """The services one generation needs, wired once by the app."""
+
+    def __init__(
+        self,
+        catalog: Catalog,
+        tokenizers: TokenizerRegistry,
+        auth: Authenticator,
+        metering: Metering,
+        router: Router,
+        monitor: BackendMonitor,
+        client: BackendClient,
+        metrics: GatewayMetrics,
+    ) -> None:
+        self.catalog = catalog
+        self.tokenizers = tokenizers
+        self.auth = auth
+        self.metering = metering
+        self.router = router
+        self.monitor = monitor
+        self.client = client
+        self.metrics = metrics
+
+    async def tokenizer(self, model: ModelSpec) -> ModelTokenizer:
+        return await self.tokenizers.get(model, self.monitor.healthy_first(self.catalog.endpoints(model.id)))
+
+    async def start(self, meta: RequestMeta, inp: GenerationInput) -> Generation:
+        model = meta.model
+        tokenizer = await self.tokenizer(model)
+        prompt_ids = await tokenizer.encode(inp.prompt)
+        max_tokens = inp.sampling.max_tokens
+        if len(prompt_ids) + max_tokens > tokenizer.max_model_len:
+            raise InvalidInput(
+                f"the prompt has {len(prompt_ids)} tokens and max_tokens is {max_tokens}, but {model.id} "
+                f"has a context of {tokenizer.max_model_len} tokens: shorten the prompt or lower max_tokens",
+                param="max_tokens",
+            )
+        estimate = len(prompt_ids) + max_tokens
+        await self.auth.admit(meta.principal, estimate)
+        metered = MeteredRequest(
+            request_id=meta.request_id,
+            principal=meta.principal,
+            model_id=model.id,
+            session_id=meta.session_id,
+            started_at=time.time(),
+            prompt_tokens=len(prompt_ids),
+            tokens_estimate=estimate,
+            metadata=meta.metadata,
+        )
+        flight: Flight | None = None
+        try:
+            await self.metering.reserve(metered, max_tokens)
+            flight = await self.router.route(
+                tenant_id=meta.principal.tenant.id,
+                session_id=meta.session_id,
+                request_id=meta.request_id,
+                model=model,
+                endpoints=self.catalog.endpoints(model.id),
+                prompt_ids=prompt_ids,
+                max_tokens=max_tokens,
+            )
+            body = {
+                "model": model.backend_model,
+                "prompt": prompt_ids,
+                **inp.sampling.backend_fields(),
+                "cache_salt": meta.principal.tenant.id,
+                "user": meta.request_id,
+            }
+            if model.return_token_ids:
+                body["return_token_ids"] = True
+            endpoint, chunks = await self.client.stream_with_failover(flight.endpoints, body)
+        except BaseException as exc:
+            with anyio.CancelScope(shield=True):
+                await self._undo(meta, metered, flight, estimate, exc)
+            if isinstance(exc, BackendError):
+                log.warning("no backend answered", error=exc.message, request_id=meta.request_id)
+                raise backend_error_to_gateway(exc) from exc
+            raise
+        generation = Generation(self, meta, metered, flight, endpoint, chunks, tokenizer, max_tokens)
+        try:
+            for skipped in flight.endpoints:
+                if skipped.id == endpoint.id:
+                    break
+                self.monitor.mark_unhealthy(skipped.id, "failed before its first byte")
+            await self.router.started(flight, endpoint)
+        except StoreUnavailable as exc:  # bookkeeping only: the answer is on its way, let it through
+            log.warning("recording the route failed", error=exc.args[0], request_id=meta.request_id)
+        except BaseException:  # the stream is open: close it and write its record
+            await generation.aclose()
+            raise
+        return generation
+
+    async def may_count_first_token(self, flight: Flight) -> None:
+        """Move the flight's prefill tokens out of the in-flight count; a store outage must not
+        break a stream that is already flowing (the backend's /load report corrects the counts)."""
+        try:
+            await self.router.first_token(flight)
+        except StoreUnavailable as exc:
+            log.warning("counting the first token failed", error=exc.args[0])
+
+    async def _undo(
+        self, meta: RequestMeta, metered: MeteredRequest, flight: Flight | None, estimate: int, exc: BaseException
+    ) -> None:
+        """Release what a request that got no first byte had counted. One that a backend refused or
+        failed on (it reached a backend) gets its ledger record, at no cost (`billing.rules`)."""
+        try:
+            if isinstance(exc, BackendError) and flight is not None and exc.endpoint_id is not None:
+                status: UsageStatus = (
+                    "rejected" if isinstance(exc, (BackendRejected, BackendOverloaded)) else "backend_error"
+                )
+                region = next((e.region for e in flight.endpoints if e.id == exc.endpoint_id), None)
+                usage = TokenUsage(metered.prompt_tokens, 0, 0)
+                await self.metering.settle(metered, usage, status=status, backend_id=exc.endpoint_id, region=region)
+            else:
+                await self.metering.release(metered)
+        except Exception:
+            log.exception("settling a failed request failed", request_id=meta.request_id)
+        try:
+            if flight is not None:
+                await self.router.finished(flight, success=False)
+            await self.auth.reconcile(meta.principal, estimate, 0)
+        except Exception:
+            log.exception("undoing a failed request's counts failed", request_id=meta.request_id)
+
+
+def new_request_id() -> str:
+    return uuid.uuid4().hex

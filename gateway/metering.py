@@ -1,0 +1,169 @@
+"""Metering: what a request may spend before it runs, and the one ledger record after it ran.
+
+Before routing, `reserve` prices the worst case (every prompt token uncached, all of
+max_tokens generated) and reserves it against the tenant's monthly budget (refused: 429 / 3036).
+After a request that reached a backend, `settle` builds a `UsageRecord` from the final usage
+(prompt, cached, completion tokens), prices it with `policies.pricing` (cached input at its
+discounted rate, integer micro-units), appends it to the ledger keyed by the request id (the
+store makes that exactly-once), and replaces the budget reservation with the real cost.
+
+A model without a configured price is metered at cost 0 with price version "unpriced" (the
+tokens are still recorded). Which tokens are billed for each status is `billing.rules`' one rule
+(a failure before the first token costs nothing). A record the ledger cannot take (the store is
+down) goes to the local spool (`billing.spool`) and is replayed later; a budget that cannot be
+settled is logged and left reserved (the tenant is never under-charged), never losing the record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from gateway.auth import Principal
+from gateway.billing.rules import billable_usage
+from gateway.billing.spool import LedgerSpool
+from gateway.envelopes import TokenUsage
+from gateway.errors import BudgetExhausted
+from gateway.metrics import GatewayMetrics
+from gateway.store.base import Store
+from gateway.store.errors import InvalidInput as StoreInvalidInput
+from gateway.store.models import UsageRecord, UsageStatus
+from policies.pricing import Price, PriceTable, Usage, cost_micros
+
+log = structlog.get_logger("edgerun.gateway.metering")
+UNPRICED = "unpriced"
+
+
+@dataclass(slots=True)
+class Reservation:
+    month: str  # "YYYY-MM" (UTC) of the request's start
+    amount_micro: int
+    settled: bool = False
+
+
+@dataclass(slots=True)
+class MeteredRequest:
+    """What metering needs to know about one request, filled in as it runs."""
+
+    request_id: str
+    principal: Principal
+    model_id: str
+    session_id: str | None
+    started_at: float
+    prompt_tokens: int
+    tokens_estimate: int  # what admission counted against the key's tpm
+    reservation: Reservation | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+class Metering:
+    def __init__(
+        self, store: Store, prices: PriceTable, metrics: GatewayMetrics, spool: LedgerSpool | None = None
+    ) -> None:
+        self.store = store
+        self.prices = prices
+        self.metrics = metrics
+        self.spool = spool  # None: a ledger failure raises (nothing to keep the record in)
+
+    def price(self, model_id: str) -> Price | None:
+        return self.prices.prices.get(model_id)
+
+    def cost(self, model_id: str, usage: TokenUsage) -> tuple[int, str]:
+        price = self.price(model_id)
+        if price is None:
+            return 0, UNPRICED
+        return cost_micros(
+            Usage(usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens), price
+        ), price.version
+
+    async def reserve(self, request: MeteredRequest, max_tokens: int) -> None:
+        """Reserve the worst-case cost against the tenant's monthly budget, or refuse the request."""
+        worst = TokenUsage(prompt_tokens=request.prompt_tokens, completion_tokens=max_tokens, cached_tokens=0)
+        amount, _ = self.cost(request.model_id, worst)
+        tenant = request.principal.tenant
+        if amount == 0 and tenant.monthly_budget_micro is None:
+            return
+        month = time.strftime("%Y-%m", time.gmtime(request.started_at))
+        decision = await self.store.reserve_budget(tenant.id, month, amount, tenant.monthly_budget_micro)
+        if not decision.allowed:
+            raise BudgetExhausted(
+                f"Account limited: the monthly budget of tenant {tenant.id} is used up "
+                f"({decision.spent_micro} of {tenant.monthly_budget_micro} micro-units spent)"
+            )
+        request.reservation = Reservation(month, amount)
+
+    async def settle(
+        self,
+        request: MeteredRequest,
+        usage: TokenUsage,
+        *,
+        status: UsageStatus,
+        backend_id: str | None,
+        region: str | None,
+    ) -> bool:
+        """Write the request's ledger record (once) and settle its budget reservation.
+
+        Returns False when a record with this request id already existed (nothing written twice).
+        """
+        billable = billable_usage(status, usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens)
+        cost, version = self.cost(
+            request.model_id, TokenUsage(billable.prompt_tokens, billable.completion_tokens, billable.cached_tokens)
+        )
+        record = UsageRecord(
+            request_id=request.request_id,
+            tenant_id=request.principal.tenant.id,
+            account_id=request.principal.account_id,
+            key_id=request.principal.key.id,
+            model=request.model_id,
+            region=region,
+            backend_id=backend_id,
+            session_id=request.session_id,
+            started_at=request.started_at,
+            ended_at=max(request.started_at, time.time()),
+            status=status,
+            prompt_tokens=usage.prompt_tokens,
+            cached_tokens=min(usage.cached_tokens, usage.prompt_tokens),
+            completion_tokens=usage.completion_tokens,
+            price_version=version,
+            cost_micro=cost,
+            metadata=request.metadata,
+        )
+        written = await self._append(record)
+        reservation = request.reservation
+        if reservation is not None and not reservation.settled:
+            reservation.settled = True
+            try:
+                await self.store.settle_budget(
+                    request.principal.tenant.id, reservation.month, reservation.amount_micro, cost
+                )
+            except Exception as exc:  # the record is safe; the reservation stays counted (over, never under)
+                log.warning("settling the budget failed", request_id=request.request_id, error=repr(exc))
+        return written
+
+    async def _append(self, record: UsageRecord) -> bool:
+        try:
+            written = await self.store.append_usage(record)
+        except StoreInvalidInput:
+            raise
+        except Exception:
+            if self.spool is None:
+                raise
+            log.warning("the ledger is unavailable; usage record spooled", request_id=record.request_id)
+            await asyncio.to_thread(self.spool.append, record)
+            self.metrics.usage_records.labels("spooled").inc()
+            return True
+        self.metrics.usage_records.labels("written" if written else "duplicate").inc()
+        if not written:
+            log.warning("usage record already in the ledger", request_id=record.request_id)
+        return written
+
+    async def release(self, request: MeteredRequest) -> None:
+        """Give back a reservation for a request that never reached a backend."""
+        reservation = request.reservation
+        if reservation is not None and not reservation.settled:
+            reservation.settled = True
+            await self.store.settle_budget(request.principal.tenant.id, reservation.month, reservation.amount_micro, 0)

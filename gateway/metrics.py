@@ -1,0 +1,64 @@
+"""The gateway's Prometheus metrics, on a registry of its own (one per app, so tests and several
+apps in one process never share counters)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+
+
+class GatewayMetrics:
+    content_type = CONTENT_TYPE_LATEST
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter(
+            "edgerun_gateway_requests", "HTTP requests answered", ["route", "status", "model"], registry=r
+        )
+        self.latency = Histogram(
+            "edgerun_gateway_request_seconds",
+            "Time from request start to the last response byte",
+            ["route", "model"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.ttft = Histogram(
+            "edgerun_gateway_time_to_first_token_seconds",
+            "Time from request start to the first generated text sent to the client",
+            ["model"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.tokens = Counter(
+            "edgerun_gateway_tokens", "Tokens by kind (prompt, completion)", ["model", "kind"], registry=r
+        )
+        self.cached_tokens = Counter(
+            "edgerun_gateway_cached_tokens", "Prompt tokens served from a backend's prefix cache", ["model"], registry=r
+        )
+        self.routing_decisions = Counter(
+            "edgerun_gateway_routing_decisions", "Backends chosen, by policy", ["policy", "backend"], registry=r
+        )
+        self.failovers = Counter(
+            "edgerun_gateway_failovers",
+            "Requests served by another backend than the one chosen",
+            ["backend"],
+            registry=r,
+        )
+        self.backend_healthy = Gauge(
+            "edgerun_gateway_backend_healthy", "1 when the last health check passed", ["backend", "region"], registry=r
+        )
+        self.backend_in_flight = Gauge(
+            "edgerun_gateway_backend_in_flight_tokens",
+            "In-flight tokens per backend (store view)",
+            ["backend", "kind"],
+            registry=r,
+        )
+        self.usage_records = Counter(
+            "edgerun_gateway_usage_records", "Usage records written to the ledger, by outcome", ["outcome"], registry=r
+        )
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,108 @@
+"""The gateway's one middleware: request id, access log, request metrics, last-resort errors.
+
+Pure ASGI (no BaseHTTPMiddleware: it would buffer streams and cost a task per request). For each
+HTTP request it
+- gives the request a fresh id (`scope["state"]["request_id"]`, the ledger's key, so a client
+  can never make two requests share one) and returns it as the `cf-ray` header, as Cloudflare
+  does; a client's own `x-request-id` (when a sane token: 1-128 of [A-Za-z0-9._:-]) is kept as
+  `scope["state"]["client_request_id"]` and echoed back, else `x-request-id` is ours too; both
+  ids are bound to the structlog context;
+- when the last body byte is sent, counts the request and its latency by route template, status
+  and model (handlers put the model id in `scope["state"]["model"]`) and logs one access line;
+- turns an exception that escaped every handler into a 500 envelope (with the request id) when
+  no response has started, and logs it with its traceback.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from typing import Any
+
+import structlog
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from gateway.envelopes import error_response
+from gateway.errors import InternalError
+from gateway.metrics import GatewayMetrics
+
+REQUEST_ID_HEADER = b"x-request-id"
+RAY_HEADER = b"cf-ray"
+_REQUEST_ID_RE = re.compile(rb"^[A-Za-z0-9._:-]{1,128}$")
+log = structlog.get_logger("edgerun.gateway")
+
+
+def incoming_request_id(scope: Scope) -> str | None:
+    for name, value in scope["headers"]:
+        if name == REQUEST_ID_HEADER and _REQUEST_ID_RE.match(value):
+            return value.decode()
+    return None
+
+
+def is_openai_path(path: str) -> bool:
+    return "/ai/v1/" in path
+
+
+class RequestContextMiddleware:
+    def __init__(self, app: ASGIApp, metrics: GatewayMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        request_id = uuid.uuid4().hex
+        client_request_id = incoming_request_id(scope)
+        state: dict[str, Any] = scope.setdefault("state", {})
+        state["request_id"] = request_id
+        state["client_request_id"] = client_request_id
+        structlog.contextvars.clear_contextvars()
+        structlog.contextvars.bind_contextvars(request_id=request_id, client_request_id=client_request_id)
+        id_headers = [
+            (RAY_HEADER, request_id.encode()),
+            (REQUEST_ID_HEADER, (client_request_id or request_id).encode()),
+        ]
+        status = 500
+        started = finished = False
+
+        async def send_with_context(message: Message) -> None:
+            nonlocal status, started, finished
+            if message["type"] == "http.response.start":
+                started = True
+                status = message["status"]
+                message["headers"] = [*message.get("headers", []), *id_headers]
+            elif message["type"] == "http.response.body" and not message.get("more_body", False):
+                finished = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_context)
+        except Exception:
+            log.exception("unhandled error", path=scope["path"])
+            if not started:
+                error = InternalError(f"internal error; quote request id {request_id} when reporting it")
+                await error_response(error, openai=is_openai_path(scope["path"]))(scope, receive, send_with_context)
+        finally:
+            self._observe(scope, state, status, time.perf_counter() - start, finished)
+
+    def _observe(self, scope: Scope, state: dict[str, Any], status: int, elapsed: float, finished: bool) -> None:
+        route = scope.get("route")
+        template = getattr(route, "path", "unmatched")
+        model = state.get("model", "")
+        if not finished:
+            status = 499  # the client went away before the last byte
+        self.metrics.requests.labels(template, str(status), model).inc()
+        self.metrics.latency.labels(template, model).observe(elapsed)
+        log.info(
+            "request",
+            method=scope["method"],
+            path=scope["path"],
+            status=status,
+            duration_ms=round(elapsed * 1000, 2),
+            model=model or None,
+            tenant=state.get("tenant"),
+            backend=state.get("backend"),
+        )

@@ -1,0 +1,162 @@
+"""Background watch over the backends: health, load and KV cache events.
+
+Three asyncio loops, started and cancelled by the app's lifespan:
+- health: `GET /health` on every backend each `health_interval_s`; the result decides whether a
+  backend is a routing candidate. A request that finds a backend down before its first byte
+  marks it unhealthy at once (`mark_unhealthy`), until a health check passes again.
+- load: `GET /load` on healthy backends each `load_interval_s`; the backend's own prefill/decode
+  token counts correct the store's in-flight counters (which drift when a replica dies with
+  requests in flight). Backends without /load (third-party servers) are skipped quietly.
+- KV events: `POST /kv_cache_events` each `kv_events_interval_s`, fed to a `KVEventSink`
+  (the prefix index updater in `gateway.kv_index`).
+Backends start out healthy (optimistic) so a gateway can serve before its first check finishes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import structlog
+
+from backends.client import BackendClient, BackendError, BackendRejected, Endpoint
+from gateway.metrics import GatewayMetrics
+from gateway.store.base import Store
+from gateway.store.errors import StoreError
+
+log = structlog.get_logger("edgerun.gateway.monitor")
+
+
+class KVEventSink(Protocol):
+    async def apply(self, backend_id: str, events: list[dict[str, Any]]) -> None: ...
+
+
+@dataclass(slots=True)
+class BackendState:
+    endpoint: Endpoint
+    healthy: bool = True
+    checked_at: float | None = None
+    has_load_route: bool = True
+    has_kv_events_route: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class MonitorIntervals:
+    health_s: float = 2.0
+    load_s: float = 1.0
+    kv_events_s: float = 1.0
+
+
+class BackendMonitor:
+    def __init__(
+        self,
+        endpoints: Iterable[Endpoint],
+        client: BackendClient,
+        store: Store,
+        metrics: GatewayMetrics,
+        intervals: MonitorIntervals,
+        kv_sink: KVEventSink | None = None,
+    ) -> None:
+        self.states = {e.id: BackendState(e) for e in endpoints}
+        self.client = client
+        self.store = store
+        self.metrics = metrics
+        self.intervals = intervals
+        self.kv_sink = kv_sink
+        self._tasks: list[asyncio.Task[None]] = []
+        for state in self.states.values():
+            self._set_gauge(state)
+
+    # -- queries ------------------------------------------------------------------------------
+
+    def is_healthy(self, backend_id: str) -> bool:
+        state = self.states.get(backend_id)
+        return state is not None and state.healthy
+
+    def healthy_first(self, endpoints: Iterable[Endpoint]) -> list[Endpoint]:
+        return sorted(endpoints, key=lambda e: not self.is_healthy(e.id))
+
+    def mark_unhealthy(self, backend_id: str, reason: str) -> None:
+        state = self.states.get(backend_id)
+        if state is not None and state.healthy:
+            state.healthy = False
+            self._set_gauge(state)
+            log.warning("backend marked unhealthy", backend=backend_id, reason=reason)
+
+    # -- one round of each loop (also what tests call) -----------------------------------------
+
+    async def check_health(self) -> None:
+        states = list(self.states.values())
+        results = await asyncio.gather(*(self.client.health(s.endpoint) for s in states))
+        now = time.time()
+        for state, healthy in zip(states, results, strict=True):
+            if healthy != state.healthy:
+                log.info("backend health changed", backend=state.endpoint.id, healthy=healthy)
+            state.healthy, state.checked_at = healthy, now
+            self._set_gauge(state)
+
+    async def poll_loads(self) -> None:
+        async def one(state: BackendState) -> None:
+            try:
+                load = await self.client.load(state.endpoint)
+                prefill, decode = int(load.get("prefill_tokens", 0)), int(load.get("decode_tokens", 0))
+            except BackendError as exc:
+                if isinstance(exc, BackendRejected) and exc.status in (404, 405):
+                    state.has_load_route = False
+                return
+            except (TypeError, ValueError):
+                return
+            await self.store.correct_inflight(state.endpoint.id, prefill, decode)
+            self.metrics.backend_in_flight.labels(state.endpoint.id, "prefill").set(prefill)
+            self.metrics.backend_in_flight.labels(state.endpoint.id, "decode").set(decode)
+
+        await asyncio.gather(*(one(s) for s in self.states.values() if s.healthy and s.has_load_route))
+
+    async def poll_kv_events(self) -> None:
+        sink = self.kv_sink
+        if sink is None:
+            return
+
+        async def one(state: BackendState) -> None:
+            try:
+                events = await self.client.kv_cache_events(state.endpoint)
+            except BackendError as exc:
+                if isinstance(exc, BackendRejected) and exc.status in (404, 405):
+                    state.has_kv_events_route = False
+                return
+            if events:
+                await sink.apply(state.endpoint.id, events)
+
+        await asyncio.gather(*(one(s) for s in self.states.values() if s.healthy and s.has_kv_events_route))
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        loops = [
+            ("health", self.check_health, self.intervals.health_s),
+            ("load", self.poll_loads, self.intervals.load_s),
+            ("kv_events", self.poll_kv_events, self.intervals.kv_events_s),
+        ]
+        self._tasks = [asyncio.create_task(self._every(n, fn, s), name=f"monitor-{n}") for n, fn, s in loops]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+
+    async def _every(self, name: str, step: Callable[[], Awaitable[None]], interval_s: float) -> None:
+        while True:
+            try:
+                await step()
+            except (BackendError, StoreError) as exc:
+                log.warning("monitor step failed", loop=name, error=str(exc))
+            except Exception:
+                log.exception("monitor step crashed", loop=name)
+            await asyncio.sleep(interval_s)
+
+    def _set_gauge(self, state: BackendState) -> None:
+        self.metrics.backend_healthy.labels(state.endpoint.id, state.endpoint.region).set(1 if state.healthy else 0)

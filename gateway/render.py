@@ -1,0 +1,104 @@
+"""Turning a `Generation` into HTTP responses: Workers AI or OpenAI, streamed or whole.
+
+Streams are forwarded chunk by chunk as the backend sends them. The generation's text iterator is
+always closed (`aclosing`), so a client that goes away - Starlette then cancels this iterator -
+closes the backend stream and settles the accounting at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+
+from starlette.responses import Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from gateway import envelopes, sse
+from gateway.envelopes import JSONBytes, TokenUsage
+from gateway.errors import GatewayError
+from gateway.generation import Generation
+
+SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+
+
+class GenerationStream(StreamingResponse):
+    """An SSE response that settles its generation however the response ends, even when the
+    client leaves before the body iterator ever starts."""
+
+    media_type = "text/event-stream"
+
+    def __init__(self, content: AsyncIterator[bytes], generation: Generation) -> None:
+        super().__init__(content, headers=SSE_HEADERS)
+        self.generation = generation
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self.generation.aclose()
+
+
+def _usage(generation: Generation) -> TokenUsage:
+    assert generation.usage is not None, "usage is set when the text iterator ends"
+    return generation.usage
+
+
+# ---- Workers AI -------------------------------------------------------------------------------
+
+
+async def workers_ai_events(generation: Generation) -> AsyncIterator[bytes]:
+    rng = sse.padding_source()
+    async with aclosing(generation.texts()) as texts:
+        try:
+            async for text in texts:
+                yield sse.workers_ai_chunk(text, rng)
+        except GatewayError as error:
+            yield sse.workers_ai_error(error)
+            return
+    yield sse.workers_ai_usage(_usage(generation))
+    yield sse.DONE
+
+
+async def workers_ai_response(generation: Generation, stream: bool) -> Response:
+    if stream:
+        return GenerationStream(workers_ai_events(generation), generation)
+    text = await generation.collect()
+    return JSONBytes(envelopes.workers_ai_success(envelopes.workers_ai_text_result(text, _usage(generation))))
+
+
+# ---- OpenAI -----------------------------------------------------------------------------------
+
+
+def _completion_id(generation: Generation, chat: bool) -> str:
+    return f"{'chatcmpl' if chat else 'cmpl'}-{generation.meta.request_id}"
+
+
+async def openai_events(generation: Generation, stream: sse.OpenAIStream) -> AsyncIterator[bytes]:
+    first = stream.first()
+    if first is not None:
+        yield first
+    async with aclosing(generation.texts()) as texts:
+        try:
+            async for text in texts:
+                yield stream.text(text)
+        except GatewayError as error:
+            yield stream.error(error)
+            return
+    yield stream.finish(generation.finish_reason)
+    usage = stream.usage(_usage(generation))
+    if usage is not None:
+        yield usage
+    yield sse.DONE
+
+
+async def openai_response(generation: Generation, *, chat: bool, stream: bool, include_usage: bool) -> Response:
+    completion_id = _completion_id(generation, chat)
+    model = generation.meta.model.id
+    if stream:
+        encoder = sse.OpenAIStream(completion_id, generation.created, model, chat=chat, include_usage=include_usage)
+        return GenerationStream(openai_events(generation, encoder), generation)
+    text = await generation.collect()
+    build = envelopes.chat_completion if chat else envelopes.text_completion
+    return JSONBytes(
+        build(completion_id, generation.created, model, text, generation.finish_reason, _usage(generation))
+    )

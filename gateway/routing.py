@@ -1,0 +1,195 @@
+"""Routing: a prompt's tokens -> an ordered list of backends to try, and the bookkeeping around it.
+
+`Router.route` hashes the prompt into tenant-salted blocks (`policies.prefix`), asks the store
+which backends hold how many of those blocks, what is in flight to each and where the session
+went last, builds one `policies.base.Candidate` per backend serving the model, picks the region
+(`policies.regions`: own first, then by distance, unhealthy skipped) and lets the configured
+policy choose. The rest of that region (in the policy's order), then the other regions, follow
+as failover targets. Choosing counts the request's tokens in flight to the chosen backend at
+once, so concurrent requests on any replica see them.
+
+`Flight` then tracks the request through its life: `started` (the backend that answered, which
+may differ after failover: counts move, the session is pinned and the prefix recorded there),
+`first_token` (its prefill is done: those tokens leave the count) and `finished` (the rest
+leaves). Each step is idempotent, so the counts are released exactly once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from backends.client import Endpoint
+from gateway.catalog import ModelSpec
+from gateway.errors import OutOfCapacity
+from gateway.metrics import GatewayMetrics
+from gateway.monitor import BackendMonitor
+from gateway.store.base import Store
+from policies.base import Candidate, Policy, RouteInfo
+from policies.prefix import block_hashes
+from policies.regions import RegionPreference, choose_region
+
+log = structlog.get_logger("edgerun.gateway.routing")
+
+
+@dataclass(slots=True)
+class Flight:
+    """One routed request's in-flight tokens, released exactly once."""
+
+    info: RouteInfo
+    endpoints: list[Endpoint]  # the chosen backend first, then failover targets
+    hashes: list[int]
+    policy: str
+    expected_cached_tokens: int  # what the prefix index predicted for the chosen backend
+    backend_id: str  # where the tokens are counted now
+    prefill_tokens: int  # still counted
+    decode_tokens: int
+    started: bool = False
+    finished: bool = False
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    @property
+    def chosen(self) -> Endpoint:
+        return self.endpoints[0]
+
+
+class Router:
+    def __init__(
+        self,
+        store: Store,
+        policy: Policy,
+        regions: RegionPreference,
+        monitor: BackendMonitor,
+        metrics: GatewayMetrics,
+    ) -> None:
+        self.store = store
+        self.policy = policy
+        self.regions = regions
+        self.monitor = monitor
+        self.metrics = metrics
+
+    async def route(
+        self,
+        *,
+        tenant_id: str,
+        session_id: str | None,
+        request_id: str,
+        model: ModelSpec,
+        endpoints: list[Endpoint],
+        prompt_ids: list[int],
+        max_tokens: int,
+    ) -> Flight:
+        """Choose backends for one request and count its tokens in flight on the first choice."""
+        hashes = block_hashes(prompt_ids, model.block_size, tenant_id)
+        # The lookups are independent: on Redis they run concurrently (one round trip of latency).
+        lookups: list[Awaitable[Any]] = [self.store.loads()]
+        if hashes:
+            lookups.append(self.store.match_prefix(hashes))
+        if session_id:
+            lookups.append(self.store.get_session(tenant_id, session_id))
+        found = await _gather(lookups)
+        loads: dict[str, tuple[int, int]] = found[0]
+        matched: dict[str, int] = found[1] if hashes else {}
+        previous: str | None = found[-1] if session_id else None
+        candidates = [
+            Candidate(
+                id=e.id,
+                region=e.region,
+                healthy=self.monitor.is_healthy(e.id),
+                in_flight_prefill_tokens=loads.get(e.id, (0, 0))[0],
+                in_flight_decode_tokens=loads.get(e.id, (0, 0))[1],
+                cached_prefix_tokens=min(len(prompt_ids), matched.get(e.id, 0) * model.block_size),
+            )
+            for e in endpoints
+        ]
+        info = RouteInfo(
+            tenant=tenant_id,
+            session_id=session_id,
+            request_id=request_id,
+            num_prompt_tokens=len(prompt_ids),
+            block_hashes=tuple(hashes),
+            num_output_tokens=max_tokens,
+            previous_backend_id=previous,
+            model=model.id,
+        )
+        ordered = self.order(candidates, info)
+        if not ordered:
+            raise OutOfCapacity(f"No more data centers to forward the request to: no healthy backend serves {model.id}")
+        by_id = {e.id: e for e in endpoints}
+        first = ordered[0]
+        prefill = len(prompt_ids) - first.cached_prefix_tokens
+        await self.store.add_inflight(first.id, prefill, max_tokens)
+        self.metrics.routing_decisions.labels(self.policy.name, first.id).inc()
+        return Flight(
+            info=info,
+            endpoints=[by_id[c.id] for c in ordered],
+            hashes=hashes,
+            policy=self.policy.name,
+            expected_cached_tokens=first.cached_prefix_tokens,
+            backend_id=first.id,
+            prefill_tokens=prefill,
+            decode_tokens=max_tokens,
+        )
+
+    def order(self, candidates: list[Candidate], info: RouteInfo) -> list[Candidate]:
+        """Healthy candidates in try order: the policy's pick in the preferred region first, then the
+        rest of that region, then the other regions in preference order (least loaded first within
+        each). Only the first pick consults the policy, so stateful policies advance once per request."""
+        healthy = [c for c in candidates if c.healthy]
+        region = choose_region(healthy, self.regions)
+        if region is None:
+            return []
+        pick = self.policy.select([c for c in healthy if c.region == region], info)
+        assert pick is not None
+        rank = {r: i for i, r in enumerate(self.regions.order(sorted({c.region for c in healthy})))}
+        rest = sorted(
+            (c for c in healthy if c.id != pick.id and c.region in rank),
+            key=lambda c: (c.region != region, rank[c.region], c.load(), c.id),
+        )
+        return [pick, *rest]
+
+    async def started(self, flight: Flight, endpoint: Endpoint) -> None:
+        """The backend `endpoint` sent its first chunk: pin the session and record the prefix there."""
+        async with flight._lock:
+            if flight.started:
+                return
+            flight.started = True
+            if endpoint.id != flight.backend_id:  # failover: move the counts
+                self.metrics.failovers.labels(endpoint.id).inc()
+                await self.store.release_inflight(flight.backend_id, flight.prefill_tokens, flight.decode_tokens)
+                flight.backend_id = endpoint.id
+                await self.store.add_inflight(endpoint.id, flight.prefill_tokens, flight.decode_tokens)
+        writes: list[Awaitable[Any]] = [self.store.record_prefix(endpoint.id, flight.hashes)] if flight.hashes else []
+        if flight.info.session_id:
+            writes.append(self.store.set_session(flight.info.tenant, flight.info.session_id, endpoint.id))
+        await _gather(writes)
+
+    async def first_token(self, flight: Flight) -> None:
+        """Prefill is over: its tokens leave the backend's in-flight count."""
+        async with flight._lock:
+            if flight.finished or flight.prefill_tokens == 0:
+                return
+            prefill, flight.prefill_tokens = flight.prefill_tokens, 0
+            await self.store.release_inflight(flight.backend_id, prefill, 0)
+
+    async def finished(self, flight: Flight, *, success: bool) -> None:
+        """The request is over (done, cancelled or failed): release what is still counted."""
+        async with flight._lock:
+            if flight.finished:
+                return
+            flight.finished = True
+            prefill, decode = flight.prefill_tokens, flight.decode_tokens
+            flight.prefill_tokens = flight.decode_tokens = 0
+            await self.store.release_inflight(flight.backend_id, prefill, decode)
+        self.policy.on_complete(flight.backend_id, flight.info, success=success)
+
+
+async def _gather(awaitables: list[Awaitable[Any]]) -> list[Any]:
+    """asyncio.gather, without its tasks when there is at most one thing to wait for."""
+    if len(awaitables) > 1:
+        return list(await asyncio.gather(*awaitables))
+    return [await a for a in awaitables]

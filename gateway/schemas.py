@@ -1,0 +1,249 @@
+"""Request bodies parsed into plain data, with a message naming the field when one is wrong.
+
+Workers AI text generation (the documented input schema):
+
+    field               type        default   range
+    prompt | messages   str | list            prompt 1..131072 characters; exactly one of the two
+    max_tokens          integer     256       >= 1 (and prompt + max_tokens <= the model's context)
+    temperature         number      0.6       0..5
+    top_p               number      1.0       0.001..1   (Workers AI documents no default; 1.0 = off)
+    top_k               integer     none      1..50      (none = off)
+    seed                integer     none      1..9999999999
+    repetition_penalty  number      1.0       (0, 2]     (0 itself is meaningless: it divides)
+    frequency_penalty   number      0         -2..2
+    presence_penalty    number      0         -2..2
+    stream, raw         boolean     false
+
+OpenAI routes take OpenAI's names and ranges (temperature 0..2, `max_completion_tokens` as an
+alias of `max_tokens`, `stop`, `n` = 1 only, `stream_options.include_usage`); fields left out get
+the Workers AI defaults above, so one model behaves the same through both APIs. Unknown fields
+are ignored, as the upstream APIs do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.errors import InvalidInput
+
+MAX_PROMPT_CHARS = 131072
+ROLES = ("system", "user", "assistant", "tool", "developer")
+
+
+@dataclass(frozen=True, slots=True)
+class Sampling:
+    max_tokens: int = 256
+    temperature: float = 0.6
+    top_p: float = 1.0
+    top_k: int | None = None
+    seed: int | None = None
+    repetition_penalty: float = 1.0
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    stop: tuple[str, ...] = ()
+
+    def backend_fields(self) -> dict[str, Any]:
+        """The sampling part of a backend /v1/completions body (vLLM/TensorRT-LLM field names)."""
+        body: dict[str, Any] = {
+            "max_tokens": self.max_tokens,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "repetition_penalty": self.repetition_penalty,
+            "frequency_penalty": self.frequency_penalty,
+            "presence_penalty": self.presence_penalty,
+        }
+        if self.top_k is not None:
+            body["top_k"] = self.top_k
+        if self.seed is not None:
+            body["seed"] = self.seed
+        if self.stop:
+            body["stop"] = list(self.stop)
+        return body
+
+
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    """What to tokenize: chat messages (the model's template is applied) or raw text."""
+
+    messages: tuple[dict[str, str], ...] | None = None
+    text: str | None = None
+
+    def __post_init__(self) -> None:
+        assert (self.messages is None) != (self.text is None), "exactly one of messages / text"
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationInput:
+    prompt: Prompt
+    sampling: Sampling = field(default_factory=Sampling)
+    stream: bool = False
+    include_usage: bool = False  # OpenAI streams only; Workers AI streams always end with usage
+
+
+# ---- field readers ----------------------------------------------------------------------------
+
+
+def _number(body: dict[str, Any], name: str, default: float, lo: float, hi: float, *, lo_open: bool = False) -> float:
+    value = body.get(name)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidInput(f"{name} must be a number, got {type(value).__name__}", param=name)
+    if value < lo or (lo_open and value == lo) or value > hi:
+        low = f"greater than {lo:g}" if lo_open else f"at least {lo:g}"
+        raise InvalidInput(f"{name}={value!r} is out of range: it must be {low} and at most {hi:g}", param=name)
+    return float(value)
+
+
+def _integer(body: dict[str, Any], name: str, default: int | None, lo: int, hi: int | None) -> int | None:
+    value = body.get(name)
+    if value is None:
+        return default
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInput(f"{name} must be an integer, got {type(value).__name__}", param=name)
+    if value < lo or (hi is not None and value > hi):
+        rule = f"at least {lo}" if hi is None else f"between {lo} and {hi}"
+        raise InvalidInput(f"{name}={value} is out of range: it must be {rule}", param=name)
+    return value
+
+
+def _boolean(body: dict[str, Any], name: str, default: bool = False) -> bool:
+    value = body.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise InvalidInput(f"{name} must be true or false, got {type(value).__name__}", param=name)
+    return value
+
+
+def _content(value: Any, where: str) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):  # OpenAI content parts: only text parts are supported
+        parts = []
+        for i, part in enumerate(value):
+            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+                raise InvalidInput(f"{where}[{i}] must be a text part {{type: 'text', text: str}}", param="messages")
+            parts.append(part["text"])
+        return "".join(parts)
+    raise InvalidInput(f"{where} must be a string, got {type(value).__name__}", param="messages")
+
+
+def _messages(value: Any) -> tuple[dict[str, str], ...]:
+    if not isinstance(value, list) or not value:
+        raise InvalidInput("messages must be a non-empty array of {role, content} objects", param="messages")
+    messages = []
+    for i, message in enumerate(value):
+        if not isinstance(message, dict):
+            raise InvalidInput(f"messages[{i}] must be an object with role and content", param="messages")
+        role = message.get("role")
+        if role not in ROLES:
+            raise InvalidInput(f"messages[{i}].role must be one of {', '.join(ROLES)}, got {role!r}", param="messages")
+        content = _content(message.get("content"), f"messages[{i}].content")
+        messages.append({"role": role, "content": content})
+    return tuple(messages)
+
+
+def _prompt_text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise InvalidInput(f"prompt must be a string, got {type(value).__name__}", param="prompt")
+    if not 1 <= len(value) <= MAX_PROMPT_CHARS:
+        raise InvalidInput(f"prompt must be 1 to {MAX_PROMPT_CHARS} characters long, got {len(value)}", param="prompt")
+    return value
+
+
+def _stop(body: dict[str, Any]) -> tuple[str, ...]:
+    value = body.get("stop")
+    if value is None:
+        return ()
+    stops = [value] if isinstance(value, str) else value
+    if not isinstance(stops, list) or len(stops) > 4 or not all(isinstance(s, str) and s for s in stops):
+        raise InvalidInput("stop must be a non-empty string or an array of up to 4 non-empty strings", param="stop")
+    return tuple(stops)
+
+
+def _sampling(
+    body: dict[str, Any], *, max_temperature: float, max_tokens_names: tuple[str, ...], openai: bool
+) -> Sampling:
+    max_tokens = 256
+    for name in max_tokens_names:
+        value = _integer(body, name, None, 1, None)
+        if value is not None:
+            max_tokens = value
+            break
+    return Sampling(
+        max_tokens=max_tokens,
+        temperature=_number(body, "temperature", 0.6, 0.0, max_temperature),
+        top_p=_number(body, "top_p", 1.0, 0.001, 1.0),
+        top_k=_integer(body, "top_k", None, 1, 50),
+        seed=_integer(body, "seed", None, 1, 9_999_999_999),
+        repetition_penalty=_number(body, "repetition_penalty", 1.0, 0.0, 2.0, lo_open=True),
+        frequency_penalty=_number(body, "frequency_penalty", 0.0, -2.0, 2.0),
+        presence_penalty=_number(body, "presence_penalty", 0.0, -2.0, 2.0),
+        stop=_stop(body) if openai else (),
+    )
+
+
+# ---- the three inputs -------------------------------------------------------------------------
+
+
+def parse_workers_ai(body: dict[str, Any]) -> GenerationInput:
+    """`POST /ai/run/{model}` for a text-generation model."""
+    has_prompt, has_messages = body.get("prompt") is not None, body.get("messages") is not None
+    if has_prompt == has_messages:
+        raise InvalidInput("send exactly one of prompt (a string) or messages (an array)", param="prompt")
+    raw = _boolean(body, "raw")
+    if has_prompt:
+        text = _prompt_text(body["prompt"])
+        prompt = Prompt(text=text) if raw else Prompt(messages=({"role": "user", "content": text},))
+    else:
+        if raw:
+            raise InvalidInput(
+                "raw applies to prompt only; send prompt with raw: true, or messages without it", param="raw"
+            )
+        prompt = Prompt(messages=_messages(body["messages"]))
+    sampling = _sampling(body, max_temperature=5.0, max_tokens_names=("max_tokens",), openai=False)
+    return GenerationInput(prompt=prompt, sampling=sampling, stream=_boolean(body, "stream"))
+
+
+def _openai_common(body: dict[str, Any]) -> tuple[Sampling, bool, bool]:
+    n = _integer(body, "n", 1, 1, 1)
+    assert n == 1
+    if body.get("logprobs") not in (None, False, 0):
+        raise InvalidInput("logprobs are not supported", param="logprobs")
+    stream = _boolean(body, "stream")
+    options = body.get("stream_options")
+    include_usage = False
+    if options is not None:
+        if not isinstance(options, dict):
+            raise InvalidInput("stream_options must be an object", param="stream_options")
+        include_usage = _boolean(options, "include_usage")
+    sampling = _sampling(
+        body, max_temperature=2.0, max_tokens_names=("max_completion_tokens", "max_tokens"), openai=True
+    )
+    return sampling, stream, include_usage
+
+
+def openai_model(body: dict[str, Any]) -> str:
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise InvalidInput("model must be a model id string, e.g. @cf/huggingface/smollm2-135m-instruct", param="model")
+    return model
+
+
+def parse_chat_completions(body: dict[str, Any]) -> GenerationInput:
+    """`POST /ai/v1/chat/completions`."""
+    sampling, stream, include_usage = _openai_common(body)
+    return GenerationInput(Prompt(messages=_messages(body.get("messages"))), sampling, stream, include_usage)
+
+
+def parse_completions(body: dict[str, Any]) -> GenerationInput:
+    """`POST /ai/v1/completions`: the prompt is raw text (no chat template), or a list of one string."""
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        prompt = prompt[0]
+    sampling, stream, include_usage = _openai_common(body)
+    return GenerationInput(Prompt(text=_prompt_text(prompt)), sampling, stream, include_usage)

@@ -1,0 +1,133 @@
+"""The gateway's services, built once from settings and shared by every handler.
+
+`Services.open` wires store, backend client, catalog, tokenizers, monitor, router, auth,
+metering and admin; `start` launches the background loops and `aclose` stops them and releases
+what this object opened (a store passed in by the caller stays open: the caller owns it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass, field
+
+import structlog
+
+from backends.client import BackendClient
+from gateway.admin import AdminService
+from gateway.auth import Authenticator
+from gateway.billing.spool import LedgerSpool, replay_forever, spool_path
+from gateway.catalog import Catalog
+from gateway.errors import GatewayError
+from gateway.generation import Generator
+from gateway.kv_index import KVEventIndexer
+from gateway.metering import Metering
+from gateway.metrics import GatewayMetrics
+from gateway.monitor import BackendMonitor, MonitorIntervals
+from gateway.routing import Router
+from gateway.settings import GatewaySettings
+from gateway.store.base import Store
+from gateway.tokenization import TokenizerRegistry
+from policies.factory import PolicyConfig, build_policy
+from policies.pricing import PriceTable
+from policies.regions import RegionPreference
+
+log = structlog.get_logger("edgerun.gateway")
+
+
+@dataclass(slots=True)
+class Services:
+    settings: GatewaySettings
+    metrics: GatewayMetrics
+    store: Store
+    client: BackendClient
+    catalog: Catalog
+    monitor: BackendMonitor
+    auth: Authenticator
+    generator: Generator
+    admin: AdminService
+    owns_store: bool
+    owns_client: bool
+    _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    @classmethod
+    async def open(
+        cls,
+        settings: GatewaySettings,
+        metrics: GatewayMetrics,
+        *,
+        store: Store | None = None,
+        client: BackendClient | None = None,
+    ) -> Services:
+        catalog = Catalog.build(settings.models, settings.backends)
+        policy = build_policy(PolicyConfig(settings.routing_policy, dict(settings.routing_params)))
+        regions = RegionPreference(settings.region, tuple(r for r in settings.region_fallbacks if r != settings.region))
+        prices = PriceTable.from_config(settings.prices)
+        owns_store = store is None
+        if store is None:
+            from gateway.store import open_store
+
+            store = open_store(settings)
+        owns_client = client is None
+        client = client or BackendClient(
+            connect_timeout_s=settings.backend_connect_timeout_s,
+            first_byte_timeout_s=settings.backend_first_byte_timeout_s,
+            read_timeout_s=settings.backend_read_timeout_s,
+        )
+        block_sizes = {m.block_size for m in catalog.models}
+        monitor = BackendMonitor(
+            catalog.all_endpoints(),
+            client,
+            store,
+            metrics,
+            MonitorIntervals(settings.health_interval_s, settings.load_interval_s, settings.kv_events_interval_s),
+            kv_sink=KVEventIndexer(store, block_size=block_sizes.pop()) if len(block_sizes) == 1 else None,
+        )
+        auth = Authenticator(store)
+        spool = spool_path(settings)
+        metering = Metering(store, prices, metrics, LedgerSpool(spool) if spool is not None else None)
+        router = Router(store, policy, regions, monitor, metrics)
+        tokenizers = TokenizerRegistry(settings.tokenizer_cache_dir)
+        generator = Generator(catalog, tokenizers, auth, metering, router, monitor, client, metrics)
+        return cls(
+            settings,
+            metrics,
+            store,
+            client,
+            catalog,
+            monitor,
+            auth,
+            generator,
+            AdminService(store),
+            owns_store,
+            owns_client,
+        )
+
+    def start(self) -> None:
+        self.monitor.start()
+        self._tasks.append(asyncio.create_task(self.warm_tokenizers(), name="warm-tokenizers"))
+        spool = self.generator.metering.spool
+        if spool is not None:  # replays records spooled while the ledger was down, now and periodically
+            interval = self.settings.ledger_spool_replay_interval_s
+            self._tasks.append(asyncio.create_task(replay_forever(spool, self.store, interval), name="ledger-replay"))
+
+    async def warm_tokenizers(self) -> None:
+        """Fetch every model's tokenizer now rather than on its first request (best effort)."""
+        for model in self.catalog.models:
+            try:
+                await self.generator.tokenizer(model)
+            except GatewayError as exc:
+                log.info("tokenizer not loaded yet; the first request will retry", model=model.id, reason=exc.message)
+            except Exception:  # a broken tokenizer config: say so now, the requests will say it again
+                log.exception("loading the tokenizer failed", model=model.id)
+
+    async def aclose(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self.monitor.stop()
+        if self.owns_client:
+            await self.client.aclose()
+        if self.owns_store:
+            await self.store.aclose()

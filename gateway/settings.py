@@ -1,0 +1,67 @@
+"""Settings of a gateway process: one frozen object built at start-up and passed down.
+
+Sources, highest first: constructor arguments, `EDGERUN_*` environment variables (e.g.
+`EDGERUN_REDIS_URL=redis://10.0.0.5:6379/0`), the TOML file named by `EDGERUN_CONFIG`, then
+the defaults here. Fields are grouped by the part of the gateway that reads them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, SecretStr
+
+from backends.settings import TomlSettings
+from gateway.billing.prices import default_prices
+from gateway.catalog import BackendSpec, ModelSpec, default_models
+
+
+class GatewaySettings(TomlSettings):
+    # --- shared state (gateway/store) ---
+    # Redis URL for several gateway replicas; None keeps everything in this process + SQLite.
+    redis_url: str | None = None
+    redis_timeout_s: float = Field(default=2.0, gt=0)  # connect and per-command socket timeout
+    # SQLite file of the embedded store (tenants, key hashes, budgets, ledger); ":memory:" for tests.
+    sqlite_path: str = str(Path.home() / ".local" / "share" / "edgerun" / "gateway.sqlite3")
+    key_prefix: str = Field(default="edgerun:", min_length=1)  # namespace of every Redis key
+    replica_id: str | None = None  # names this replica's in-flight counters; None: host-pid-random
+    session_ttl_s: float = Field(default=1800.0, gt=0)  # x-session-affinity -> backend stickiness
+    session_max_entries: int = Field(default=100_000, ge=1)  # embedded store's bound
+    prefix_index_max_entries: int = Field(default=200_000, ge=1)  # block hashes kept
+    prefix_index_ttl_s: float = Field(default=600.0, gt=0)  # a block not seen for this long is dropped
+    inflight_lease_s: float = Field(default=15.0, gt=0)  # a crashed replica's counts vanish after this
+
+    # --- HTTP gateway (gateway/app.py and the services it builds) ---
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=0, le=65535)
+    region: str = Field(default="local", min_length=1)  # this gateway's region: tried first
+    region_fallbacks: list[str] = Field(default_factory=list)  # other regions, nearest first
+    routing_policy: str = "cache_aware"  # round_robin, least_tokens, session_hash, cache_aware
+    routing_params: dict[str, float] = Field(default_factory=dict)  # e.g. {"load_weight": 1.0}
+    models: list[ModelSpec] = Field(default_factory=default_models)
+    backends: list[BackendSpec] = Field(default_factory=list)
+    # model id -> price in policies.pricing's config form, e.g.
+    # {"version": "2026-01", "input": "0.60", "cached_input": "0.10", "output": "3"} (per 1M tokens);
+    # a model without one is metered at cost 0 (price version "unpriced"). The default prices the
+    # default model (gateway/billing/prices.py), so `edgerun dev` meters real amounts.
+    prices: dict[str, dict[str, str | int]] = Field(default_factory=default_prices)
+    admin_token: SecretStr | None = None  # guards /admin/v1/*; None turns the admin API off
+    max_body_bytes: int = Field(default=1 << 20, ge=1024)  # larger bodies get 413 / code 3006
+    tokenizer_cache_dir: Path | None = Path.home() / ".cache" / "edgerun" / "tokenizers"
+    health_interval_s: float = Field(default=2.0, gt=0)  # GET /health of every backend
+    load_interval_s: float = Field(default=1.0, gt=0)  # GET /load: corrects the in-flight counters
+    kv_events_interval_s: float = Field(default=1.0, gt=0)  # POST /kv_cache_events -> prefix index
+    backend_connect_timeout_s: float = Field(default=2.0, gt=0)
+    backend_first_byte_timeout_s: float = Field(default=30.0, gt=0)
+    backend_read_timeout_s: float = Field(default=60.0, gt=0)
+    log_level: str = "info"
+    log_json: bool = True
+
+    # --- billing (gateway/billing) ---
+    # Earlier price versions per model, in the form of `prices` (a list per model), kept so that records
+    # billed under them can be recomputed and exported with their savings (gateway/billing/prices.py).
+    price_history: dict[str, list[dict[str, str | int]]] = Field(default_factory=dict)
+    # Append-only JSONL file for usage records the ledger cannot take (Redis down), replayed when it is
+    # back; None: named after the store, next to sqlite_path (gateway/billing/spool.py).
+    ledger_spool_path: str | None = None
+    ledger_spool_replay_interval_s: float = Field(default=5.0, gt=0)  # how often pending records are retried

@@ -1,0 +1,112 @@
+"""Server-sent event encoding for the two streaming dialects the gateway speaks.
+
+Workers AI:  `data: {"response": "<text>", "p": "<padding>"}` per chunk, then
+             `data: {"response": "", "usage": {...}}`, then `data: [DONE]`.
+             The random-length `p` field hides token lengths from anyone watching encrypted
+             traffic sizes (the side channel Workers AI pads against).
+OpenAI:      `chat.completion.chunk` / `text_completion` objects, the first chat chunk carrying
+             the assistant role, a last chunk with `finish_reason`, and with
+             `stream_options.include_usage` one more chunk whose `choices` is empty and whose
+             `usage` is filled (every other chunk then has `usage: null`); then `data: [DONE]`.
+"""
+
+from __future__ import annotations
+
+import random
+import secrets
+import string
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.envelopes import TokenUsage, dumps
+from gateway.errors import GatewayError
+
+DONE = b"data: [DONE]\n\n"
+MAX_PADDING_CHARS = 32
+_PADDING_ALPHABET = string.ascii_letters + string.digits
+
+
+def event(payload: Any) -> bytes:
+    return b"data: " + dumps(payload) + b"\n\n"
+
+
+def padding_source() -> random.Random:
+    """One generator per stream, seeded from the OS: unpredictable to an observer, and no system
+    call per chunk (the lengths only need to be unguessable, not of cryptographic quality)."""
+    return random.Random(secrets.randbits(128))
+
+
+def padding(rng: random.Random) -> str:
+    """A random string of random length (1..MAX_PADDING_CHARS characters)."""
+    return "".join(rng.choices(_PADDING_ALPHABET, k=rng.randint(1, MAX_PADDING_CHARS)))
+
+
+# ---- Workers AI -------------------------------------------------------------------------------
+
+
+def workers_ai_chunk(text: str, rng: random.Random) -> bytes:
+    return event({"response": text, "p": padding(rng)})
+
+
+def workers_ai_usage(usage: TokenUsage) -> bytes:
+    return event({"response": "", "usage": usage.as_dict()})
+
+
+def workers_ai_error(error: GatewayError) -> bytes:
+    """Sent instead of the usage event when a stream breaks after it started (no [DONE] follows)."""
+    return event({"response": "", "errors": [{"code": error.code, "message": error.message}]})
+
+
+# ---- OpenAI -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class OpenAIStream:
+    """The fixed fields of one OpenAI stream: each method returns one encoded event."""
+
+    completion_id: str
+    created: int
+    model: str
+    chat: bool  # chat.completion.chunk (delta) or text_completion (text)
+    include_usage: bool
+
+    def _chunk(self, choices: list[dict[str, Any]], usage: TokenUsage | None = None) -> bytes:
+        payload: dict[str, Any] = {
+            "id": self.completion_id,
+            "object": "chat.completion.chunk" if self.chat else "text_completion",
+            "created": self.created,
+            "model": self.model,
+            "choices": choices,
+        }
+        if self.include_usage:
+            payload["usage"] = usage.as_dict() if usage is not None else None
+        return event(payload)
+
+    def _choice(self, text: str | None, finish_reason: str | None, role: bool = False) -> dict[str, Any]:
+        if not self.chat:
+            return {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish_reason}
+        delta: dict[str, Any] = {}
+        if role:
+            delta["role"] = "assistant"
+        if text is not None:
+            delta["content"] = text
+        return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+
+    def first(self) -> bytes | None:
+        """The chat stream opens with the assistant role and empty content; completions don't."""
+        return self._chunk([self._choice("", None, role=True)]) if self.chat else None
+
+    def text(self, text: str) -> bytes:
+        return self._chunk([self._choice(text, None)])
+
+    def finish(self, finish_reason: str | None) -> bytes:
+        return self._chunk([self._choice(None if self.chat else "", finish_reason or "stop")])
+
+    def usage(self, usage: TokenUsage) -> bytes | None:
+        return self._chunk([], usage) if self.include_usage else None
+
+    @staticmethod
+    def error(error: GatewayError) -> bytes:
+        return event(
+            {"error": {"message": error.message, "type": error.openai_type, "param": None, "code": str(error.code)}}
+        )

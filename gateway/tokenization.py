@@ -1,0 +1,188 @@
+"""Tokenize once at the gateway: chat template + tokenizer per model, fetched once and cached.
+
+Where a model's tokenizer comes from, first hit wins:
+1. memory (one `ModelTokenizer` per model id, built once per process);
+2. a local Hugging Face tokenizer directory, when the catalog names one (`tokenizer_dir`), for
+   third-party backends (trtllm-serve, vLLM) that do not serve ours;
+3. the file cache `<cache_dir>/<model>_<backend model>.json` written by an earlier fetch;
+4. `GET /edgerun/v1/tokenizer` on a backend serving the model, tried in the order given
+   (healthy ones first), then written to the file cache.
+
+The payload (written by `backends.server.tokenizer_route`) is JSON: `model`, `tokenizer_json`
+(a serialized `tokenizers.Tokenizer`), `chat_template`, `bos_token`, `eos_token`,
+`add_bos_token`, `max_model_len`. Text is encoded as the built-in engine encodes it: no
+post-processor specials, the BOS id in front of raw prompts when `add_bos_token` is set.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+from tokenizers import Tokenizer
+
+from backends.client import Endpoint
+from gateway.catalog import ModelSpec
+from gateway.chat_template import ChatTemplate
+from gateway.errors import InvalidInput, OutOfCapacity
+from gateway.schemas import Prompt
+
+TOKENIZER_PATH = "/edgerun/v1/tokenizer"
+OFFLOAD_CHARS = 16_384  # prompts longer than this are tokenized on a worker thread
+
+
+@dataclass(frozen=True, slots=True)
+class ModelTokenizer:
+    model_id: str
+    tokenizer: Tokenizer
+    template: ChatTemplate | None
+    max_model_len: int
+    bos_token_id: int | None  # put in front of raw prompts when the model asks for it
+
+    @classmethod
+    def from_payload(cls, model: ModelSpec, payload: dict[str, Any]) -> ModelTokenizer:
+        tokenizer = Tokenizer.from_str(payload["tokenizer_json"])
+        template = payload.get("chat_template")
+        bos = payload.get("bos_token")
+        return cls(
+            model_id=model.id,
+            tokenizer=tokenizer,
+            template=ChatTemplate(template, bos_token=bos, eos_token=payload.get("eos_token")) if template else None,
+            max_model_len=int(model.context_length or payload["max_model_len"]),
+            bos_token_id=tokenizer.token_to_id(bos) if bos and payload.get("add_bos_token") else None,
+        )
+
+    def render(self, prompt: Prompt) -> tuple[str, bool]:
+        """The text to tokenize, and whether it is raw (then the model's BOS goes first, if it wants one).
+
+        A chat template writes its own BOS, as `transformers` assumes when it applies one.
+        """
+        if prompt.messages is None:
+            assert prompt.text is not None
+            return prompt.text, True
+        if self.template is None:
+            raise InvalidInput(f"{self.model_id} has no chat template: send prompt with raw: true", param="messages")
+        return self.template.render(prompt.messages), False
+
+    def encode_text(self, text: str, is_raw: bool = False) -> list[int]:
+        """Token ids of `text`; special tokens written in it (`<|im_start|>`) are matched whole."""
+        ids = self.tokenizer.encode(text, add_special_tokens=False).ids
+        return [self.bos_token_id, *ids] if is_raw and self.bos_token_id is not None else ids
+
+    async def encode(self, prompt: Prompt) -> list[int]:
+        text, is_raw = self.render(prompt)
+        if len(text) > OFFLOAD_CHARS:
+            ids = await asyncio.to_thread(self.encode_text, text, is_raw)
+        else:
+            ids = self.encode_text(text, is_raw)
+        if not ids:
+            raise InvalidInput("the prompt encodes to zero tokens", param="prompt")
+        return ids
+
+
+def load_hf_dir(path: Path) -> dict[str, Any]:
+    """A tokenizer payload from a Hugging Face directory (tokenizer.json + tokenizer_config.json)."""
+    config_path = path / "tokenizer_config.json"
+    config = json.loads(config_path.read_text()) if config_path.exists() else {}
+    template = config.get("chat_template")
+    if (path / "chat_template.jinja").exists():
+        template = (path / "chat_template.jinja").read_text()
+
+    def special(name: str) -> str | None:
+        value = config.get(name)
+        return value.get("content") if isinstance(value, dict) else value
+
+    if isinstance(template, list):  # [{name, template}, ...]: the default one
+        template = next((t["template"] for t in template if t.get("name") == "default"), template[0]["template"])
+    return {
+        "tokenizer_json": (path / "tokenizer.json").read_text(),
+        "chat_template": template,
+        "bos_token": special("bos_token"),
+        "eos_token": special("eos_token"),
+        "add_bos_token": bool(config.get("add_bos_token", False)),
+        "max_model_len": int(config.get("model_max_length") or 0) or None,
+    }
+
+
+async def fetch_payload(endpoint: Endpoint, timeout_s: float) -> dict[str, Any]:
+    """GET the tokenizer route of one backend (a start-up fetch, not on the request path).
+
+    TODO(backend client): move into `BackendClient.tokenizer()` so every backend call goes
+    through the client seam; until then httpx errors are converted here.
+    """
+    try:
+        async with httpx.AsyncClient(timeout=timeout_s) as http:
+            response = await http.get(endpoint.url(TOKENIZER_PATH))
+            response.raise_for_status()
+            payload = response.json()
+    except (httpx.HTTPError, ValueError) as exc:
+        raise OutOfCapacity(f"tokenizer of backend {endpoint.id} unavailable: {exc}") from exc
+    if not isinstance(payload, dict) or not isinstance(payload.get("tokenizer_json"), str):
+        raise OutOfCapacity(f"backend {endpoint.id} answered {TOKENIZER_PATH} without tokenizer_json")
+    return payload
+
+
+class TokenizerRegistry:
+    """Builds each model's tokenizer once; concurrent first requests share one fetch."""
+
+    def __init__(self, cache_dir: Path | None, fetch_timeout_s: float = 10.0) -> None:
+        self._cache_dir = cache_dir
+        self._fetch_timeout_s = fetch_timeout_s
+        self._loaded: dict[str, ModelTokenizer] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    def cached(self, model_id: str) -> ModelTokenizer | None:
+        return self._loaded.get(model_id)
+
+    async def get(self, model: ModelSpec, endpoints: Sequence[Endpoint]) -> ModelTokenizer:
+        loaded = self._loaded.get(model.id)
+        if loaded is not None:
+            return loaded
+        lock = self._locks.setdefault(model.id, asyncio.Lock())
+        async with lock:
+            if model.id not in self._loaded:
+                payload = await self._payload(model, endpoints)
+                self._loaded[model.id] = ModelTokenizer.from_payload(model, payload)
+        return self._loaded[model.id]
+
+    async def _payload(self, model: ModelSpec, endpoints: Sequence[Endpoint]) -> dict[str, Any]:
+        if model.tokenizer_dir is not None:
+            payload = load_hf_dir(model.tokenizer_dir)
+            if not (model.context_length or payload["max_model_len"]):
+                raise ValueError(f"{model.id}: set context_length, {model.tokenizer_dir} has no model_max_length")
+            return payload
+        cache_file = self._cache_file(model)
+        if cache_file is not None and cache_file.exists():
+            try:
+                return json.loads(cache_file.read_text())
+            except ValueError:
+                cache_file.unlink(missing_ok=True)  # a torn write: fetch again
+        if not endpoints:
+            raise OutOfCapacity(f"no backend serves {model.id}, so its tokenizer cannot be fetched")
+        errors = []
+        for endpoint in endpoints:
+            try:
+                payload = await fetch_payload(endpoint, self._fetch_timeout_s)
+            except OutOfCapacity as exc:
+                errors.append(exc.message)
+                continue
+            if cache_file is not None:
+                cache_file.parent.mkdir(parents=True, exist_ok=True)
+                tmp = cache_file.with_suffix(".tmp")
+                tmp.write_text(json.dumps(payload))
+                tmp.replace(cache_file)
+            return payload
+        raise OutOfCapacity(f"no backend could provide the tokenizer of {model.id}: {'; '.join(errors)}")
+
+    def _cache_file(self, model: ModelSpec) -> Path | None:
+        """`<cache_dir>/<model id>_<backend model>.json`: a catalog change of backend model refetches."""
+        if self._cache_dir is None:
+            return None
+        name = re.sub(r"[^A-Za-z0-9._-]+", "_", f"{model.id}@{model.backend_model}").strip("_")
+        return self._cache_dir / f"{name}.json"

@@ -1,0 +1,360 @@
+"""End to end: Workers AI and OpenAI requests through the gateway to real smollm2 backends."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from gateway.catalog import DEFAULT_MODEL_ID
+from gateway.store.models import UsageRecord
+from tests.gateway.fixtures_e2e import SINGLE_MODEL_ID, InProcessGateway
+
+pytestmark = pytest.mark.slow
+LONG_PROMPT = (
+    "You are a careful assistant for a network operations team. Answer briefly and precisely. "
+    "The team runs an edge gateway in front of regional GPU backends, with session affinity and "
+    "prefix-aware routing, and bills cached input tokens at a discount. Question: what is a KV cache?"
+)
+
+
+@pytest.fixture(scope="module")
+def keys(gateway: InProcessGateway) -> dict[str, str]:
+    return {"a": gateway.new_key("ta", "acc-a"), "b": gateway.new_key("tb", "acc-b")}
+
+
+def run_url(gw: InProcessGateway, model: str = DEFAULT_MODEL_ID, account: str = "acc-a") -> str:
+    return f"{gw.url}/client/v4/accounts/{account}/ai/run/{model}"
+
+
+def auth(secret: str) -> dict[str, str]:
+    return {"authorization": f"Bearer {secret}"}
+
+
+def sse_payloads(text: str) -> list[Any]:
+    events = [block.removeprefix("data: ") for block in text.split("\n\n") if block.strip()]
+    assert events[-1] == "[DONE]", events[-3:]
+    return [json.loads(e) for e in events[:-1]]
+
+
+def ledger(gw: InProcessGateway, request_id: str, timeout_s: float = 10.0) -> UsageRecord:
+    assert gw.store is not None
+    deadline = time.monotonic() + timeout_s
+    while (record := gw.call(gw.store.get_usage(request_id))) is None:
+        assert time.monotonic() < deadline, f"no ledger record for {request_id}"
+        time.sleep(0.05)
+    return record
+
+
+def post(gw: InProcessGateway, secret: str, body: dict[str, Any], **kwargs: Any) -> httpx.Response:
+    return httpx.post(run_url(gw, **kwargs), json=body, headers=auth(secret), timeout=60)
+
+
+# ---- Workers AI -------------------------------------------------------------------------------
+
+
+def test_run_prompt_answers_in_the_workers_ai_envelope(gateway: InProcessGateway, keys: dict[str, str]) -> None:
+    response = post(gateway, keys["a"], {"prompt": "What is the capital of France?", "max_tokens": 8})
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["success"] is True and body["errors"] == [] and body["messages"] == []
+    result = body["result"]
+    assert isinstance(result["response"], str) and result["response"]
+    usage = result["usage"]
+    assert 0 < usage["completion_tokens"] <= 8 and usage["prompt_tokens"] > 5
+    assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
+    assert "cached_tokens" in usage["prompt_tokens_details"]
+    record = ledger(gateway, response.headers["cf-ray"])
+    assert (record.tenant_id, record.account_id, record.status) == ("ta", "acc-a", "ok")
+    assert (record.prompt_tokens, record.completion_tokens) == (usage["prompt_tokens"], usage["completion_tokens"])
+
+
+def test_run_stream_sends_padded_chunks_then_usage_then_done(gateway: InProcessGateway, keys: dict[str, str]) -> None:
+    body = {
+        "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Say hello."}],
+        "max_tokens": 8,
+        "stream": True,
+    }
+    response = post(gateway, keys["a"], body)
+    assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
+    events = sse_payloads(response.text)
+    chunks, final = events[:-1], events[-1]
+    assert chunks and all(set(c) == {"response", "p"} and c["p"] for c in chunks)
+    assert final["response"] == "" and 0 < final["usage"]["completion_tokens"] <= 8
+    assert final["usage"]["prompt_tokens_details"]["cached_tokens"] >= 0
+    record = ledger(gateway, response.headers["cf-ray"])
+    assert record.completion_tokens == final["usage"]["completion_tokens"]
+
+
+def test_raw_prompt_is_sent_without_the_template(gateway: InProcessGateway, keys: dict[str, str]) -> None:
+    templated = post(gateway, keys["a"], {"prompt": "Hi", "max_tokens": 1}).json()["result"]["usage"]
+    raw = post(gateway, keys["a"], {"prompt": "Hi", "raw": True, "max_tokens": 1}).json()["result"]["usage"]
+    assert raw["prompt_tokens"] < templated["prompt_tokens"]  # the template adds the role headers
+
+
+def test_seeded_sampling_is_reproducible(gateway: InProcessGateway, keys: dict[str, str]) -> None:
+    body = {"prompt": "Write a word.", "max_tokens": 6, "temperature": 1.5, "top_k": 40, "top_p": 0.9, "seed": 1234}
+    first = post(gateway, keys["a"], body).json()["result"]["response"]
+    assert post(gateway, keys["a"], body).json()["result"]["response"] == first
+
+
+# ---- OpenAI-compatible routes, with the official client ---------------------------------------
+
+
+@pytest.fixture(scope="module")
+def oai(gateway: InProcessGateway, keys: dict[str, str]) -> openai.OpenAI:
+    return openai.OpenAI(api_key=keys["a"], base_url=f"{gateway.url}/client/v4/accounts/acc-a/ai/v1", max_retries=0)
+
+
+def test_openai_chat_completion(oai: openai.OpenAI) -> None:
+    answer = oai.chat.completions.create(
+        model=DEFAULT_MODEL_ID, messages=[{"role": "user", "content": "Hi!"}], max_tokens=8
+    )
+    assert answer.object == "chat.completion" and answer.model == DEFAULT_MODEL_ID
+    assert answer.choices[0].message.role == "assistant" and answer.choices[0].message.content
+    assert answer.choices[0].finish_reason in ("stop", "length")
+    assert answer.usage is not None and 0 < answer.usage.completion_tokens <= 8
+    assert (
+        answer.usage.prompt_tokens_details is not None and answer.usage.prompt_tokens_details.cached_tokens is not None
+    )
+
+
+def test_openai_chat_stream_with_usage(oai: openai.OpenAI) -> None:
+    stream = oai.chat.completions.create(
+        model=DEFAULT_MODEL_ID,
+        messages=[{"role": "user", "content": "Count: one, two,"}],
+        max_tokens=8,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = list(stream)
+    assert chunks[0].choices[0].delta.role == "assistant"
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text
+    assert chunks[-2].choices[0].finish_reason in ("stop", "length")
+    usage = chunks[-1].usage
+    assert chunks[-1].choices == [] and usage is not None and 0 < usage.completion_tokens <= 8
+    assert all(c.usage is None for c in chunks[:-1])
+
+
+def test_openai_completions(oai: openai.OpenAI) -> None:
+    answer = oai.completions.create(model=DEFAULT_MODEL_ID, prompt="The sky is", max_tokens=5)
+    assert answer.object == "text_completion" and answer.choices[0].text
+    assert answer.usage is not None and answer.usage.completion_tokens <= 5
+    streamed = list(oai.completions.create(model=DEFAULT_MODEL_ID, prompt="The sky is", max_tokens=5, stream=True))
+    assert "".join(c.choices[0].text for c in streamed if c.choices)
+
+
+def test_openai_errors_use_the_openai_shape(oai: openai.OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError) as caught:
+        oai.chat.completions.create(model="@cf/nobody/nothing", messages=[{"role": "user", "content": "x"}])
+    assert caught.value.body["code"] == "5007"  # type: ignore[index]
+    with pytest.raises(openai.BadRequestError) as caught:
+        oai.chat.completions.create(model=DEFAULT_MODEL_ID, messages=[{"role": "user", "content": "x"}], temperature=3)
+    assert caught.value.body["param"] == "temperature"  # type: ignore[index]
+    bad_key = openai.OpenAI(api_key="edg_" + "1" * 48, base_url=str(oai.base_url), max_retries=0)
+    with pytest.raises(openai.AuthenticationError):
+        bad_key.chat.completions.create(model=DEFAULT_MODEL_ID, messages=[{"role": "user", "content": "x"}])
+
+
+def test_model_search(gateway: InProcessGateway, keys: dict[str, str]) -> None:
+    response = httpx.get(
+        f"{gateway.url}/client/v4/accounts/acc-a/ai/models/search",
+        headers=auth(keys["a"]),
+        params={"search": "smollm2-135m"},
+    )
+    body = response.json()
+    assert response.status_code == 200 and body["success"]
+    assert [m["name"] for m in body["result"]] == [DEFAULT_MODEL_ID]
+    assert body["result"][0]["task"]["name"] == "Text Generation"
+    assert body["result_info"]["total_count"] == 1
+
+
+# ---- auth failures ----------------------------------------------------------------------------
+
+
+def test_auth_failures(gateway: InProcessGateway, keys: dict[str, str]) -> None:
+    body = {"prompt": "x", "max_tokens": 1}
+    missing = httpx.post(run_url(gateway), json=body, timeout=30)
+    wrong = post(gateway, "edg_" + "0" * 48, body)
+    other_account = post(gateway, keys["a"], body, account="acc-b")
+    for response, status in ((missing, 401), (wrong, 401), (other_account, 403)):
+        assert response.status_code == status
+        envelope = response.json()
+        assert envelope["success"] is False and envelope["result"] is None
+        assert envelope["errors"][0]["code"] == 10000
+
+
+def test_a_revoked_key_is_refused_at_once(gateway: InProcessGateway) -> None:
+    assert gateway.store is not None
+    store = gateway.store
+    secret = gateway.new_key("ta", "acc-a")
+    assert post(gateway, secret, {"prompt": "x", "max_tokens": 1}).status_code == 200
+
+    async def revoke() -> None:
+        key = await store.lookup_key(secret)
+        assert key is not None
+        await store.revoke_key(key.id)
+
+    gateway.call(revoke())
+    response = post(gateway, secret, {"prompt": "x", "max_tokens": 1})
+    assert response.status_code == 401 and response.json()["errors"][0]["code"] == 10000
+
+
+def test_model_rules(gateway: InProcessGateway, keys: dict[str, str]) -> None:
+    unknown = post(gateway, keys["a"], {"prompt": "x"}, model="@cf/nobody/nothing")
+    assert unknown.status_code == 400 and unknown.json()["errors"][0]["code"] == 5007
+    narrow = gateway.new_key("ta", "acc-a", allowed_models=[SINGLE_MODEL_ID])
+    refused = post(gateway, narrow, {"prompt": "x", "max_tokens": 1})
+    assert refused.status_code == 403 and refused.json()["errors"][0]["code"] == 5018
+
+
+# ---- malformed input --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("content", "field"),
+    [
+        (b'{"prompt": "x",', None),
+        (b'["prompt"]', None),
+        (b'{"prompt": 42}', "prompt"),
+        (b'{"prompt": "x", "max_tokens": "many"}', "max_tokens"),
+        (b'{"prompt": "x", "temperature": 9}', "temperature"),
+        (b'{"prompt": "x", "top_k": 0}', "top_k"),
+        (b'{"prompt": "x", "max_tokens": 100000}', "max_tokens"),  # beyond the model's context
+    ],
+)
+def test_malformed_input_gets_5004(
+    gateway: InProcessGateway, keys: dict[str, str], content: bytes, field: str | None
+) -> None:
+    response = httpx.post(run_url(gateway), content=content, headers=auth(keys["a"]), timeout=30)
+    assert response.status_code == 400
+    error = response.json()["errors"][0]
+    assert error["code"] == 5004
+    if field is not None:
+        assert field in error["message"]
+
+
+def test_oversized_bodies_get_413_without_being_read(gateway: InProcessGateway, keys: dict[str, str]) -> None:
+    limit = gateway.settings.max_body_bytes
+    big = json.dumps({"prompt": "x" * (limit + 10)}).encode()
+    response = httpx.post(run_url(gateway), content=big, headers=auth(keys["a"]), timeout=30)
+    assert response.status_code == 413 and response.json()["errors"][0]["code"] == 3006
+
+    def chunked():  # noqa: ANN202 - no Content-Length, so only reading can tell
+        for _ in range(limit // 4096 + 2):
+            yield b" " * 4096
+
+    response = httpx.post(run_url(gateway), content=chunked(), headers=auth(keys["a"]), timeout=30)
+    assert response.status_code == 413 and response.json()["errors"][0]["code"] == 3006
+
+
+# ---- routing: affinity and prefix cache -------------------------------------------------------
+
+
+def test_session_affinity_holds_across_requests(gateway: InProcessGateway, keys: dict[str, str]) -> None:
+    backends = set()
+    for i in range(4):
+        response = httpx.post(
+            run_url(gateway),
+            json={"prompt": f"Turn {i}: say something.", "max_tokens": 2},
+            headers={**auth(keys["a"]), "x-session-affinity": "session-42"},
+            timeout=60,
+        )
+        assert response.status_code == 200
+        backends.add(ledger(gateway, response.headers["cf-ray"]).backend_id)
+    assert len(backends) == 1
+
+
+def test_a_repeated_prefix_returns_to_its_backend_and_hits_the_cache(
+    gateway: InProcessGateway, keys: dict[str, str]
+) -> None:
+    first = post(gateway, keys["a"], {"prompt": LONG_PROMPT, "max_tokens": 2})
+    second = post(gateway, keys["a"], {"prompt": LONG_PROMPT, "max_tokens": 2})
+    usage = second.json()["result"]["usage"]
+    assert ledger(gateway, first.headers["cf-ray"]).backend_id == ledger(gateway, second.headers["cf-ray"]).backend_id
+    assert usage["prompt_tokens_details"]["cached_tokens"] >= 32  # at least two full 16-token blocks
+    assert ledger(gateway, second.headers["cf-ray"]).cached_tokens == usage["prompt_tokens_details"]["cached_tokens"]
+
+
+def test_another_tenant_never_gets_the_cached_tokens(gateway: InProcessGateway, keys: dict[str, str]) -> None:
+    prompt = LONG_PROMPT + " (single backend)"
+    post(gateway, keys["a"], {"prompt": prompt, "max_tokens": 1}, model=SINGLE_MODEL_ID)
+    warm = post(gateway, keys["a"], {"prompt": prompt, "max_tokens": 1}, model=SINGLE_MODEL_ID)
+    assert warm.json()["result"]["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
+    other = post(gateway, keys["b"], {"prompt": prompt, "max_tokens": 1}, model=SINGLE_MODEL_ID, account="acc-b")
+    assert other.status_code == 200
+    assert other.json()["result"]["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    assert ledger(gateway, other.headers["cf-ray"]).backend_id == "b1"  # the same backend held the blocks
+
+
+# ---- cancellation and observability -----------------------------------------------------------
+
+
+def test_a_client_that_leaves_cancels_the_generation_and_is_billed_for_what_was_made(
+    gateway: InProcessGateway, keys: dict[str, str]
+) -> None:
+    body = {
+        "prompt": "Write a long story about the sea.",
+        "max_tokens": 400,
+        "stream": True,
+        "temperature": 0.8,
+        "seed": 7,
+        "repetition_penalty": 1.3,
+    }
+    with httpx.stream(
+        "POST", run_url(gateway, model=SINGLE_MODEL_ID), json=body, headers=auth(keys["a"]), timeout=60
+    ) as response:
+        request_id = response.headers["cf-ray"]
+        received = 0
+        for line in response.iter_lines():
+            if line.startswith("data: {"):
+                received += 1
+                if received == 3:
+                    break
+    record = ledger(gateway, request_id)
+    assert record.status == "cancelled"
+    assert 3 <= record.completion_tokens < 400
+    # the backend stops generating: nothing stays running there
+    deadline = time.monotonic() + 10
+    while httpx.get(f"{gateway.settings.backends[0].base_url}/load", timeout=5).json()["running"] > 0:
+        assert time.monotonic() < deadline, "the backend kept generating after the client left"
+        time.sleep(0.1)
+
+
+def test_metrics_and_healthz(gateway: InProcessGateway, keys: dict[str, str]) -> None:
+    post(gateway, keys["a"], {"prompt": "x", "max_tokens": 1})
+    text = httpx.get(f"{gateway.url}/metrics", timeout=10).text
+    for name in (
+        "edgerun_gateway_requests_total",
+        "edgerun_gateway_time_to_first_token_seconds_bucket",
+        "edgerun_gateway_tokens_total",
+        "edgerun_gateway_cached_tokens_total",
+        "edgerun_gateway_routing_decisions_total",
+        "edgerun_gateway_backend_healthy",
+    ):
+        assert name in text, name
+    assert f'model="{DEFAULT_MODEL_ID}"' in text and 'policy="cache_aware"' in text
+    health = httpx.get(f"{gateway.url}/healthz", timeout=10).json()
+    assert health == {"status": "ok", "backends": {"b1": True, "b2": True}}
+
+
+def test_the_gateway_tokenizes_exactly_as_the_backend(gateway: InProcessGateway, keys: dict[str, str]) -> None:
+    """Templated and tokenized at the gateway, sent as ids: the same prompt and greedy answer as the
+    backend's own chat route, which templates and tokenizes the text itself."""
+    messages = [
+        {"role": "system", "content": "Answer in one word."},
+        {"role": "user", "content": "Capital of Italy? Ünïcode ok."},
+    ]
+    through = post(gateway, keys["a"], {"messages": messages, "max_tokens": 6, "temperature": 0}).json()["result"]
+    direct = httpx.post(
+        f"{gateway.settings.backends[0].base_url}/v1/chat/completions",
+        json={"messages": messages, "max_tokens": 6, "temperature": 0.0},
+        timeout=60,
+    ).json()
+    assert through["usage"]["prompt_tokens"] == direct["usage"]["prompt_tokens"]
+    assert through["response"] == direct["choices"][0]["message"]["content"]

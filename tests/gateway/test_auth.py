@@ -1,0 +1,130 @@
+"""Keys -> tenants, account and model checks, per-key limits (service level; HTTP in test_api_inference)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.auth import Authenticator, bearer_token
+from gateway.errors import AccountMismatch, AuthenticationFailed, ModelNotAllowed, RateLimited, RequestTooLarge
+from gateway.store import Store
+from tests.gateway.fixtures_store import store  # noqa: F401
+
+
+def test_bearer_token_parsing() -> None:
+    assert bearer_token("Bearer abc") == "abc"
+    assert bearer_token("bearer  abc ") == "abc"
+    assert bearer_token("Basic abc") is None
+    assert bearer_token("Bearer ") is None
+    assert bearer_token(None) is None
+
+
+async def test_key_resolves_to_its_tenant_for_its_accounts(store: Store) -> None:  # noqa: F811
+    await store.create_tenant("A", ["acc-a", "acc-a2"], tenant_id="ta")
+    _, secret = await store.create_key("ta")
+    auth = Authenticator(store)
+    principal = await auth.authenticate(f"Bearer {secret}", "acc-a2")
+    assert principal.tenant.id == "ta" and principal.account_id == "acc-a2"
+    with pytest.raises(AccountMismatch) as caught:
+        await auth.authenticate(f"Bearer {secret}", "acc-b")
+    assert (caught.value.status, caught.value.code) == (403, 10000)
+
+
+@pytest.mark.parametrize("header", [None, "Bearer edg_" + "0" * 48, "Bearer not-a-key", "Token x"])
+async def test_missing_or_unknown_keys_are_401(store: Store, header: str | None) -> None:  # noqa: F811
+    with pytest.raises(AuthenticationFailed) as caught:
+        await Authenticator(store).authenticate(header, "acc")
+    assert (caught.value.status, caught.value.code) == (401, 10000)
+
+
+async def test_a_revoked_key_stops_at_once(store: Store) -> None:  # noqa: F811
+    await store.create_tenant("A", ["acc"], tenant_id="ta")
+    key, secret = await store.create_key("ta")
+    auth = Authenticator(store)
+    await auth.authenticate(f"Bearer {secret}", "acc")
+    await store.revoke_key(key.id)
+    with pytest.raises(AuthenticationFailed):
+        await auth.authenticate(f"Bearer {secret}", "acc")
+
+
+async def test_tenant_and_key_model_allow_lists(store: Store) -> None:  # noqa: F811
+    await store.create_tenant("A", ["acc"], tenant_id="ta", allowed_models=["m1", "m2"])
+    _, open_secret = await store.create_key("ta")
+    _, narrow_secret = await store.create_key("ta", allowed_models=["m1"])
+    auth = Authenticator(store)
+    wide = await auth.authenticate(f"Bearer {open_secret}", "acc")
+    narrow = await auth.authenticate(f"Bearer {narrow_secret}", "acc")
+    auth.authorize_model(wide, "m2")
+    auth.authorize_model(narrow, "m1")
+    for principal, model in ((wide, "m3"), (narrow, "m2")):
+        with pytest.raises(ModelNotAllowed) as caught:
+            auth.authorize_model(principal, model)
+        assert (caught.value.status, caught.value.code) == (403, 5018)
+
+
+async def test_limits_refuse_with_retry_after(store: Store) -> None:  # noqa: F811
+    await store.create_tenant("A", ["acc"], tenant_id="ta")
+    _, secret = await store.create_key("ta", rpm=2, tpm=100)
+    auth = Authenticator(store)
+    principal = await auth.authenticate(f"Bearer {secret}", "acc")
+    await auth.admit(principal, 10)
+    await auth.admit(principal, 10)
+    with pytest.raises(RateLimited) as caught:
+        await auth.admit(principal, 10)
+    assert caught.value.status == 429 and caught.value.code == 3040
+    assert caught.value.retry_after_s is not None and 0 < caught.value.retry_after_s <= 120  # sliding window: < 2 min
+    with pytest.raises(RequestTooLarge):  # more than the whole per-minute allowance: waiting never helps
+        await auth.admit(principal, 101)
+
+
+# ---- end to end: one key's limit holds across two gateway processes sharing Redis --------------
+
+
+async def _limited_key(redis_url: str, prefix: str) -> str:
+    from gateway.settings import GatewaySettings
+    from gateway.store import open_store
+
+    shared = open_store(GatewaySettings(redis_url=redis_url, key_prefix=prefix))
+    try:
+        await shared.create_tenant("Limited", ["acc-l"], tenant_id="tl")
+        _, secret = await shared.create_key("tl", rpm=3)
+        return secret
+    finally:
+        await shared.aclose()
+
+
+@pytest.mark.slow
+def test_rpm_holds_across_two_gateway_processes(backend_pair, redis_url: str, redis_prefix: str, tmp_path) -> None:  # noqa: ANN001
+    import asyncio
+    import json
+
+    import httpx
+
+    from gateway.catalog import DEFAULT_MODEL_ID
+    from tests.gateway.fixtures_e2e import start_gateway_process
+
+    secret = asyncio.run(_limited_key(redis_url, redis_prefix))
+    env = {
+        "EDGERUN_REDIS_URL": redis_url,
+        "EDGERUN_KEY_PREFIX": redis_prefix,
+        "EDGERUN_BACKENDS": json.dumps([backend_pair[0].spec()]),
+        "EDGERUN_TOKENIZER_CACHE_DIR": str(tmp_path / "tokenizers"),
+        "EDGERUN_LOG_LEVEL": "warning",
+    }
+    gateways = [start_gateway_process(env), start_gateway_process(env)]
+    try:
+        for gw in gateways:
+            gw.wait_ready()
+        path = f"/client/v4/accounts/acc-l/ai/run/{DEFAULT_MODEL_ID}"
+        headers = {"authorization": f"Bearer {secret}"}
+        statuses = []
+        for i in range(4):  # alternate: each process alone would allow all four
+            response = httpx.post(
+                gateways[i % 2].url + path, json={"prompt": "hi", "max_tokens": 1}, headers=headers, timeout=60
+            )
+            statuses.append(response.status_code)
+        assert statuses == [200, 200, 200, 429]
+        assert response.json()["errors"][0]["code"] == 3040
+        assert 1 <= int(response.headers["retry-after"]) <= 120
+    finally:
+        for gw in gateways:
+            gw.stop()

@@ -1,0 +1,66 @@
+"""`edgerun dev` (what `make run` starts): the printed curl command works as printed; Ctrl-C stops all."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.gateway.fixtures_e2e import ROOT, free_port
+
+pytestmark = pytest.mark.slow
+
+
+def test_make_run_prints_a_curl_that_works_and_ctrl_c_stops_both(tmp_path: Path) -> None:
+    port = free_port()
+    command = [
+        sys.executable,
+        "-m",
+        "gateway.cli",
+        "dev",
+        "--port",
+        str(port),
+        "--sqlite-path",
+        str(tmp_path / "dev.sqlite3"),
+    ]
+    dev = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    try:
+        deadline = time.monotonic() + 240
+        curl = None
+        assert dev.stdout is not None
+        while curl is None:
+            line = dev.stdout.readline()
+            assert line or dev.poll() is None, "edgerun dev exited:\n" + "".join(lines)
+            assert time.monotonic() < deadline, "no curl line within 240s:\n" + "".join(lines)
+            lines.append(line)
+            if line.strip().startswith("curl "):
+                curl = line.strip()
+        backend_url = re.search(r"-> backend (http://\S+)", "".join(lines))
+        assert backend_url is not None
+
+        answer = subprocess.run(shlex.split(curl), capture_output=True, text=True, timeout=120)
+        assert answer.returncode == 0, answer.stderr
+        body = json.loads(answer.stdout)
+        assert body["success"] is True and body["result"]["response"]
+        assert body["result"]["usage"]["completion_tokens"] > 0
+
+        dev.send_signal(signal.SIGINT)
+        code = dev.wait(timeout=60)
+        lines.append(dev.stdout.read())
+        assert code == 0
+        with pytest.raises(httpx.ConnectError):  # the backend child is gone too
+            httpx.get(f"{backend_url.group(1)}/health", timeout=2)
+    finally:
+        if dev.poll() is None:
+            dev.kill()
+            dev.wait()
+        print("".join(lines))  # shown by pytest when the test fails

@@ -1,0 +1,64 @@
+"""Metering: one ledger record per request, priced with the cached discount, budgets reserved and settled."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from gateway.auth import Authenticator
+from gateway.envelopes import TokenUsage
+from gateway.errors import BudgetExhausted
+from gateway.metering import UNPRICED, MeteredRequest, Metering
+from gateway.metrics import GatewayMetrics
+from gateway.store import Store
+from policies.pricing import PriceTable
+from tests.gateway.fixtures_store import store  # noqa: F401
+
+PRICES = PriceTable.from_config({"m": {"version": "v1", "input": "0.60", "cached_input": "0.10", "output": "3"}})
+
+
+async def request_for(store: Store, budget: int | None = None) -> MeteredRequest:  # noqa: F811
+    await store.create_tenant("A", ["acc"], tenant_id="ta", monthly_budget_micro=budget)
+    _, secret = await store.create_key("ta")
+    principal = await Authenticator(store).authenticate(f"Bearer {secret}", "acc")
+    return MeteredRequest("req-1", principal, "m", "s1", time.time(), prompt_tokens=1000, tokens_estimate=1010)
+
+
+async def test_one_record_priced_with_the_cached_discount(store: Store) -> None:  # noqa: F811
+    request = await request_for(store)
+    metering = Metering(store, PRICES, GatewayMetrics())
+    usage = TokenUsage(prompt_tokens=1000, completion_tokens=10, cached_tokens=800)
+    assert await metering.settle(request, usage, status="ok", backend_id="b1", region="r") is True
+    assert await metering.settle(request, usage, status="ok", backend_id="b1", region="r") is False  # never twice
+    record = await store.get_usage("req-1")
+    assert record is not None
+    # 200 uncached x 0.60 + 800 cached x 0.10 + 10 out x 3 per 1M tokens = 120 + 80 + 30 micro-units
+    assert (record.cost_micro, record.price_version) == (230, "v1")
+    assert (record.prompt_tokens, record.cached_tokens, record.completion_tokens) == (1000, 800, 10)
+    assert (record.tenant_id, record.account_id, record.backend_id, record.session_id) == ("ta", "acc", "b1", "s1")
+
+
+async def test_unpriced_models_are_recorded_at_zero(store: Store) -> None:  # noqa: F811
+    request = await request_for(store)
+    request.model_id = "other"
+    await Metering(store, PRICES, GatewayMetrics()).settle(
+        request, TokenUsage(5, 5, 0), status="cancelled", backend_id="b", region=None
+    )
+    record = await store.get_usage("req-1")
+    assert record is not None and (record.cost_micro, record.price_version, record.status) == (0, UNPRICED, "cancelled")
+
+
+async def test_budget_is_reserved_for_the_worst_case_then_settled(store: Store) -> None:  # noqa: F811
+    request = await request_for(store, budget=1000)
+    metering = Metering(store, PRICES, GatewayMetrics())
+    month = time.strftime("%Y-%m", time.gmtime(request.started_at))
+    await metering.reserve(request, max_tokens=100)  # 1000 x 0.60 + 100 x 3 = 900
+    assert await store.budget_spent("ta", month) == 900
+    await metering.settle(request, TokenUsage(1000, 10, 800), status="ok", backend_id="b", region=None)
+    assert await store.budget_spent("ta", month) == 230
+    second = MeteredRequest("req-2", request.principal, "m", None, time.time(), prompt_tokens=1000, tokens_estimate=0)
+    with pytest.raises(BudgetExhausted) as caught:
+        await metering.reserve(second, max_tokens=300)  # 600 + 900 = 1500 > 1000 - 230
+    assert (caught.value.status, caught.value.code) == (429, 3036)
+    assert await store.budget_spent("ta", month) == 230  # a refusal changes nothing

@@ -1,0 +1,103 @@
+"""The router: candidates from the store, region order, in-flight counts released exactly once."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from backends.client import BackendClient, Endpoint
+from gateway.catalog import ModelSpec
+from gateway.errors import OutOfCapacity
+from gateway.metrics import GatewayMetrics
+from gateway.monitor import BackendMonitor, MonitorIntervals
+from gateway.routing import Router
+from gateway.store import Store
+from policies.factory import build_policy
+from policies.prefix import block_hashes
+from policies.regions import RegionPreference
+from tests.gateway.fixtures_store import store  # noqa: F401
+
+MODEL = ModelSpec(id="@cf/test/m", backend_model="m", block_size=4)
+ENDPOINTS = [
+    Endpoint("near-1", "http://127.0.0.1:1", "near"),
+    Endpoint("near-2", "http://127.0.0.1:2", "near"),
+    Endpoint("far-1", "http://127.0.0.1:3", "far"),
+]
+PROMPT = list(range(20))  # five full blocks
+
+
+@pytest.fixture
+async def router(store: Store) -> AsyncIterator[Router]:  # noqa: F811
+    client = BackendClient()
+    metrics = GatewayMetrics()
+    monitor = BackendMonitor(ENDPOINTS, client, store, metrics, MonitorIntervals())
+    yield Router(store, build_policy("cache_aware"), RegionPreference("near", ("far",)), monitor, metrics)
+    await client.aclose()
+
+
+async def route(router: Router, tenant: str = "t1", session: str | None = None, prompt: list[int] = PROMPT):  # noqa: ANN201
+    return await router.route(
+        tenant_id=tenant,
+        session_id=session,
+        request_id="r",
+        model=MODEL,
+        endpoints=ENDPOINTS,
+        prompt_ids=prompt,
+        max_tokens=8,
+    )
+
+
+async def test_own_region_first_then_the_rest(router: Router, store: Store) -> None:  # noqa: F811
+    flight = await route(router)
+    assert [e.region for e in flight.endpoints] == ["near", "near", "far"]
+    assert await store.loads() == {flight.chosen.id: (20, 8)}
+    await router.finished(flight, success=True)
+    await router.finished(flight, success=True)  # idempotent
+    assert await store.loads() == {}
+
+
+async def test_a_cached_prefix_attracts_the_request_and_lowers_its_prefill(router: Router, store: Store) -> None:  # noqa: F811
+    await store.record_prefix("near-2", block_hashes(PROMPT, 4, "t1")[:4])
+    flight = await route(router)
+    assert flight.chosen.id == "near-2"
+    assert flight.expected_cached_tokens == 16
+    assert flight.prefill_tokens == 4
+    # another tenant's identical prompt hashes differently: no cache credit
+    other = await route(router, tenant="t2")
+    assert other.expected_cached_tokens == 0
+
+
+async def test_prefill_leaves_at_first_token_decode_at_the_end(router: Router, store: Store) -> None:  # noqa: F811
+    flight = await route(router)
+    await router.started(flight, flight.chosen)
+    await router.first_token(flight)
+    assert await store.loads() == {flight.chosen.id: (0, 8)}
+    await router.finished(flight, success=True)
+    assert await store.loads() == {}
+    # started recorded the prompt's blocks on the backend that answered
+    assert await store.match_prefix(block_hashes(PROMPT, 4, "t1")) == {flight.chosen.id: 5}
+
+
+async def test_failover_moves_the_counts_and_pins_the_session(router: Router, store: Store) -> None:  # noqa: F811
+    flight = await route(router, session="s1")
+    fallback = flight.endpoints[1]
+    await router.started(flight, fallback)
+    assert await store.loads() == {fallback.id: (20, 8)}
+    assert await store.get_session("t1", "s1") == fallback.id
+    await router.finished(flight, success=True)
+    assert await store.loads() == {}
+    again = await route(router, session="s1")
+    assert again.info.previous_backend_id == fallback.id and again.chosen.id == fallback.id
+    await router.finished(again, success=True)
+
+
+async def test_unhealthy_backends_are_skipped_and_none_left_is_an_error(router: Router) -> None:
+    router.monitor.mark_unhealthy("near-1", "test")
+    router.monitor.mark_unhealthy("near-2", "test")
+    flight = await route(router)
+    assert [e.id for e in flight.endpoints] == ["far-1"]
+    await router.finished(flight, success=True)
+    router.monitor.mark_unhealthy("far-1", "test")
+    with pytest.raises(OutOfCapacity):
+        await route(router)

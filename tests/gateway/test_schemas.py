@@ -1,0 +1,119 @@
+"""Request validation: defaults, ranges and messages that name the field."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.errors import InvalidInput
+from gateway.schemas import Prompt, Sampling, parse_chat_completions, parse_completions, parse_workers_ai
+
+
+def test_workers_ai_defaults_follow_the_documented_schema() -> None:
+    inp = parse_workers_ai({"prompt": "hi"})
+    assert inp.sampling == Sampling(max_tokens=256, temperature=0.6, top_p=1.0, top_k=None, seed=None)
+    assert inp.stream is False
+    # a prompt without raw goes through the chat template as one user message
+    assert inp.prompt == Prompt(messages=({"role": "user", "content": "hi"},))
+
+
+def test_raw_prompt_skips_the_template() -> None:
+    assert parse_workers_ai({"prompt": "<|im_start|>x", "raw": True}).prompt == Prompt(text="<|im_start|>x")
+
+
+def test_messages_are_kept_in_order() -> None:
+    inp = parse_workers_ai({"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]})
+    assert inp.prompt.messages == ({"role": "system", "content": "s"}, {"role": "user", "content": "u"})
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({}, "prompt"),
+        ({"prompt": "a", "messages": [{"role": "user", "content": "b"}]}, "prompt"),
+        ({"prompt": 3}, "prompt"),
+        ({"prompt": ""}, "prompt"),
+        ({"prompt": "x" * 131073}, "prompt"),
+        ({"messages": []}, "messages"),
+        ({"messages": [{"role": "wizard", "content": "x"}]}, "messages"),
+        ({"messages": [{"role": "user", "content": 5}]}, "messages"),
+        ({"messages": [{"role": "user", "content": "x"}], "raw": True}, "raw"),
+        ({"prompt": "x", "max_tokens": 0}, "max_tokens"),
+        ({"prompt": "x", "max_tokens": "10"}, "max_tokens"),
+        ({"prompt": "x", "max_tokens": 1.5}, "max_tokens"),
+        ({"prompt": "x", "temperature": 5.01}, "temperature"),
+        ({"prompt": "x", "temperature": -0.1}, "temperature"),
+        ({"prompt": "x", "temperature": True}, "temperature"),
+        ({"prompt": "x", "top_p": 0.0005}, "top_p"),
+        ({"prompt": "x", "top_p": 1.01}, "top_p"),
+        ({"prompt": "x", "top_k": 0}, "top_k"),
+        ({"prompt": "x", "top_k": 51}, "top_k"),
+        ({"prompt": "x", "seed": 0}, "seed"),
+        ({"prompt": "x", "seed": 10_000_000_000}, "seed"),
+        ({"prompt": "x", "repetition_penalty": 0}, "repetition_penalty"),
+        ({"prompt": "x", "repetition_penalty": 2.5}, "repetition_penalty"),
+        ({"prompt": "x", "frequency_penalty": -2.1}, "frequency_penalty"),
+        ({"prompt": "x", "presence_penalty": 2.1}, "presence_penalty"),
+        ({"prompt": "x", "stream": "yes"}, "stream"),
+        ({"prompt": "x", "raw": 1}, "raw"),
+    ],
+)
+def test_bad_workers_ai_input_names_the_field(body: dict, field: str) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        parse_workers_ai(body)
+    assert caught.value.param == field
+    assert field in caught.value.message
+    assert caught.value.code == 5004 and caught.value.status == 400
+
+
+def test_edges_of_every_range_are_accepted() -> None:
+    inp = parse_workers_ai(
+        {
+            "prompt": "x",
+            "max_tokens": 1,
+            "temperature": 5,
+            "top_p": 0.001,
+            "top_k": 50,
+            "seed": 9_999_999_999,
+            "repetition_penalty": 2,
+            "frequency_penalty": -2,
+            "presence_penalty": 2,
+            "stream": True,
+        }
+    )
+    assert inp.sampling == Sampling(1, 5.0, 0.001, 50, 9_999_999_999, 2.0, -2.0, 2.0)
+    assert inp.stream
+
+
+def test_backend_fields_leave_out_what_was_not_set() -> None:
+    fields = parse_workers_ai({"prompt": "x"}).sampling.backend_fields()
+    assert "top_k" not in fields and "seed" not in fields and "stop" not in fields
+    assert fields["temperature"] == 0.6 and isinstance(fields["temperature"], float)
+    fields = parse_workers_ai({"prompt": "x", "top_k": 3, "seed": 7, "temperature": 1}).sampling.backend_fields()
+    assert (fields["top_k"], fields["seed"], fields["temperature"]) == (3, 7, 1.0)
+
+
+def test_openai_chat_uses_openai_names_and_ranges() -> None:
+    inp = parse_chat_completions(
+        {
+            "model": "m",
+            "messages": [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}],
+            "max_completion_tokens": 9,
+            "stop": "END",
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+    )
+    assert inp.prompt.messages == ({"role": "user", "content": "ab"},)
+    assert (inp.sampling.max_tokens, inp.sampling.stop, inp.stream, inp.include_usage) == (9, ("END",), True, True)
+    with pytest.raises(InvalidInput) as caught:
+        parse_chat_completions({"model": "m", "messages": [{"role": "user", "content": "a"}], "temperature": 2.5})
+    assert caught.value.param == "temperature"
+    with pytest.raises(InvalidInput) as caught:
+        parse_chat_completions({"model": "m", "messages": [{"role": "user", "content": "a"}], "n": 2})
+    assert caught.value.param == "n"
+
+
+def test_openai_completions_take_raw_text() -> None:
+    assert parse_completions({"model": "m", "prompt": ["once upon"]}).prompt == Prompt(text="once upon")
+    with pytest.raises(InvalidInput):
+        parse_completions({"model": "m", "prompt": ["a", "b"]})

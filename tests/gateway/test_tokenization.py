@@ -1,0 +1,75 @@
+"""Tokenizers: built from a payload, cached on disk, fetched once."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+from tokenizers import Tokenizer
+
+from backends.client import Endpoint
+from gateway.catalog import ModelSpec
+from gateway.errors import InvalidInput, OutOfCapacity
+from gateway.schemas import Prompt
+from gateway.tokenization import ModelTokenizer, TokenizerRegistry, load_hf_dir
+from tests.gateway.fixtures_tokenizer import CHATML, payload
+
+MODEL = ModelSpec(id="@cf/test/tiny", backend_model="tiny")
+
+
+async def test_chat_prompts_are_templated_then_encoded_without_extra_specials() -> None:
+    tok = ModelTokenizer.from_payload(MODEL, payload())
+    ids = await tok.encode(Prompt(messages=({"role": "user", "content": "the quick fox"},)))
+    inner = Tokenizer.from_str(payload()["tokenizer_json"])
+    expected = "<|im_start|>user\nthe quick fox<|im_end|>\n<|im_start|>assistant\n"
+    assert ids == inner.encode(expected, add_special_tokens=False).ids
+    assert ids[0] == inner.token_to_id("<|im_start|>")  # specials in the template are matched whole
+
+
+async def test_raw_text_gets_bos_only_when_the_model_asks() -> None:
+    plain = ModelTokenizer.from_payload(MODEL, payload())
+    with_bos = ModelTokenizer.from_payload(MODEL, payload(add_bos_token=True))
+    raw = Prompt(text="the lazy dog")
+    assert (await with_bos.encode(raw)) == [with_bos.bos_token_id, *(await plain.encode(raw))]
+
+
+async def test_context_length_comes_from_the_catalog_first() -> None:
+    assert ModelTokenizer.from_payload(MODEL, payload()).max_model_len == 64
+    spec = ModelSpec(id="@cf/test/tiny", backend_model="tiny", context_length=32)
+    assert ModelTokenizer.from_payload(spec, payload()).max_model_len == 32
+
+
+async def test_no_template_means_raw_only() -> None:
+    tok = ModelTokenizer.from_payload(MODEL, payload(chat_template=None))
+    with pytest.raises(InvalidInput, match="raw"):
+        await tok.encode(Prompt(messages=({"role": "user", "content": "x"},)))
+
+
+def test_hf_directory_round_trip(tmp_path: Path) -> None:
+    Tokenizer.from_str(payload()["tokenizer_json"]).save(str(tmp_path / "tokenizer.json"))
+    config = {
+        "chat_template": CHATML,
+        "bos_token": {"content": "<s>"},
+        "eos_token": "<|im_end|>",
+        "model_max_length": 99,
+    }
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(config))
+    loaded = load_hf_dir(tmp_path)
+    assert (loaded["bos_token"], loaded["eos_token"], loaded["max_model_len"]) == ("<s>", "<|im_end|>", 99)
+    assert loaded["chat_template"] == CHATML
+
+
+async def test_registry_uses_the_file_cache_and_reports_missing_backends(tmp_path: Path) -> None:
+    registry = TokenizerRegistry(tmp_path)
+    with pytest.raises(OutOfCapacity):
+        await registry.get(MODEL, [])
+    # an unreachable backend: still OutOfCapacity, naming the model
+    dead = Endpoint("dead", "http://127.0.0.1:9", "local")
+    with pytest.raises(OutOfCapacity, match="tiny"):
+        await registry.get(MODEL, [dead])
+    # a cached payload is used without any backend, and concurrent callers share one build
+    (tmp_path / "cf_test_tiny_tiny.json").write_text(json.dumps(payload()))
+    first, second = await asyncio.gather(registry.get(MODEL, []), registry.get(MODEL, []))
+    assert first is second and first.max_model_len == 64
