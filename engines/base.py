@@ -57,6 +57,7 @@ class EngineStats:
     num_prefix_hit_tokens: int  # cumulative prompt tokens served from the prefix cache
     num_prompt_tokens: int  # cumulative prompt tokens
     num_generated_tokens: int  # cumulative generated tokens
+    num_preemptions: int = 0  # cumulative sequences preempted (KV blocks ran out) and recomputed
 
 
 @dataclass(slots=True)

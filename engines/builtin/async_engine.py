@@ -1,0 +1,235 @@
+"""The built-in engine behind the `engines.base.Engine` protocol, for asyncio servers.
+
+One dedicated worker thread owns the `LLMEngine` and runs its steps (torch releases the GIL
+while it computes, so the event loop stays responsive). The event loop never touches engine
+state: it sends commands (add, abort, stop) through a lock-protected queue that the worker
+drains at the top of every step, and the worker hands each step's outputs back with
+`loop.call_soon_threadsafe` into one `asyncio.Queue` per request. The worker sleeps on a
+condition variable while there is nothing to do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+
+from engines.base import EngineStats, GenerationOutput, GenerationRequest, KVCacheEvent
+from engines.builtin.config import EngineConfig
+from engines.builtin.llm_engine import LLMEngine
+from engines.builtin.model_runner import ModelRunner
+from engines.errors import EngineError, EngineStopped, InvalidRequest
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class _Add:
+    request: GenerationRequest
+
+
+@dataclass(slots=True)
+class _Abort:
+    request_id: str
+    done: asyncio.Future[None] | None = None
+
+
+@dataclass(slots=True)
+class _Stop:
+    deadline: float  # time.monotonic() after which unfinished requests are aborted
+
+
+@dataclass(slots=True)
+class _Failed:
+    request_id: str
+    error: EngineError
+
+
+class AsyncEngine:
+    """`Engine` implementation of the built-in PyTorch engine.
+
+    `AsyncEngine(config)` loads the model; `AsyncEngine(config, runner=...)` reuses a loaded
+    `ModelRunner`. Call `await start()` inside the running event loop before `generate()`.
+    """
+
+    def __init__(self, config: EngineConfig, runner: ModelRunner | None = None) -> None:
+        self.engine = LLMEngine(config, runner)
+        self.model_name = self.engine.model_name
+        self.tokenizer = self.engine.tokenizer
+        self.max_model_len = self.engine.max_model_len
+        self._commands: deque[_Add | _Abort | _Stop] = deque()
+        self._wakeup = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._queues: dict[str, asyncio.Queue[GenerationOutput | EngineError]] = {}  # event-loop owned
+        self._stats = self.engine.stats()  # snapshot published by the worker
+        self._accepting = False
+        self._worker_exited = False
+
+    # ---- lifecycle -------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._loop = asyncio.get_running_loop()
+        self._accepting = True
+        self._worker_exited = False
+        self._thread = threading.Thread(target=self._run, name="edgerun-engine", daemon=True)
+        self._thread.start()
+
+    async def stop(self, timeout_s: float = 10.0) -> None:
+        """Let in-flight requests finish for up to `timeout_s`, abort the rest, join the thread."""
+        self._accepting = False
+        thread = self._thread
+        if thread is None:
+            return
+        self._send(_Stop(time.monotonic() + timeout_s))
+        await asyncio.to_thread(thread.join)
+        self._thread = None
+        await asyncio.sleep(0)  # let the last deliveries (scheduled by the worker) run
+
+    # ---- requests --------------------------------------------------------------------------
+
+    async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationOutput]:
+        """Yield output deltas until the request finishes. Leaving early aborts it."""
+        if not self._accepting:
+            raise EngineStopped("the engine is not running (not started, or shutting down)")
+        self.engine.validate(request)  # reads fixed config only: safe from this thread
+        if request.request_id in self._queues:
+            raise InvalidRequest(f"request id {request.request_id!r} is already in use")
+        queue: asyncio.Queue[GenerationOutput | EngineError] = asyncio.Queue()
+        self._queues[request.request_id] = queue
+        self._send(_Add(request))
+        is_done = False
+        try:
+            while True:
+                item = await queue.get()
+                if isinstance(item, EngineError):
+                    is_done = True
+                    raise item
+                is_done = item.is_finished
+                yield item
+                if is_done:
+                    return
+        finally:
+            self._queues.pop(request.request_id, None)
+            if not is_done:  # consumer left (break, cancel, aclose): free the blocks before the next step
+                self._send(_Abort(request.request_id))
+
+    async def abort(self, request_id: str) -> None:
+        """Abort `request_id` and return once its blocks are free (no-op if unknown)."""
+        if self._thread is None or not self._thread.is_alive():
+            return
+        done = asyncio.get_running_loop().create_future()
+        self._send(_Abort(request_id, done))
+        await done
+
+    def stats(self) -> EngineStats:
+        return self._stats
+
+    def drain_kv_events(self) -> list[KVCacheEvent]:
+        return self.engine.drain_kv_events()
+
+    # ---- worker thread ---------------------------------------------------------------------
+
+    def _send(self, command: _Add | _Abort | _Stop) -> None:
+        with self._wakeup:
+            if not self._worker_exited:
+                self._commands.append(command)
+                self._wakeup.notify()
+                return
+        if isinstance(command, _Abort) and command.done is not None:  # nothing left to abort
+            command.done.set_result(None)
+
+    def _run(self) -> None:
+        deadline: float | None = None
+        try:
+            while True:
+                outputs: list[GenerationOutput | _Failed] = []
+                acks: list[asyncio.Future[None]] = []
+                for command in self._take_commands():
+                    if isinstance(command, _Stop):
+                        deadline = command.deadline
+                    elif isinstance(command, _Abort):
+                        output = self.engine.abort(command.request_id)
+                        outputs += [output] if output is not None else []
+                        acks += [command.done] if command.done is not None else []
+                    else:
+                        outputs += self._add(command.request)
+                if outputs or acks:  # before the step: aborted requests' blocks are already free
+                    self._publish(outputs, acks)
+                if deadline is not None and (not self.engine.has_unfinished or time.monotonic() >= deadline):
+                    self._publish(self.engine.abort_all())
+                    return
+                self._publish(self._step())
+        except _LoopClosed:
+            log.warning("event loop closed under the engine thread; stopping it")
+        finally:
+            with self._wakeup:
+                self._worker_exited = True
+                leftover = list(self._commands)
+                self._commands.clear()
+            acks = [c.done for c in leftover if isinstance(c, _Abort) and c.done is not None]
+            with contextlib.suppress(RuntimeError):  # wake anyone still waiting: no more outputs will come
+                self._loop.call_soon_threadsafe(self._deliver, [], acks, EngineStopped("the engine stopped"))
+
+    def _take_commands(self) -> list[_Add | _Abort | _Stop]:
+        with self._wakeup:
+            while not self._commands and not self.engine.has_unfinished:
+                self._wakeup.wait()
+            commands = list(self._commands)
+            self._commands.clear()
+        return commands
+
+    def _add(self, request: GenerationRequest) -> list[_Failed]:
+        try:
+            self.engine.add_request(request)
+        except EngineError as exc:
+            return [_Failed(request.request_id, exc)]
+        except Exception as exc:  # a malformed request object: refuse it, keep serving others
+            return [_Failed(request.request_id, InvalidRequest(f"bad request: {exc}"))]
+        return []
+
+    def _step(self) -> list[GenerationOutput | _Failed]:
+        try:
+            return self.engine.step()
+        except Exception as exc:  # a failed forward must not leave requests hanging forever
+            log.exception("engine step failed; failing its requests")
+            failed = self.engine.abort_all()
+            return [_Failed(o.request_id, EngineError(f"generation failed: {exc}")) for o in failed]
+
+    def _publish(self, outputs: list[GenerationOutput | _Failed], acks: list[asyncio.Future[None]] = ()) -> None:
+        self._stats = self.engine.stats()
+        if outputs or acks:
+            self._call_soon(self._deliver, outputs, acks)
+
+    def _call_soon(self, callback: Callable[..., None], *args: object) -> None:
+        assert self._loop is not None
+        try:
+            self._loop.call_soon_threadsafe(callback, *args)
+        except RuntimeError as exc:  # the loop is closed: nobody is listening any more
+            self.engine.abort_all()
+            raise _LoopClosed from exc
+
+    def _deliver(
+        self, outputs: list[GenerationOutput | _Failed], acks: list[asyncio.Future[None]], to_all: EngineError | None = None
+    ) -> None:
+        for output in outputs:
+            queue = self._queues.get(output.request_id)
+            if queue is not None:
+                queue.put_nowait(output.error if isinstance(output, _Failed) else output)
+        for ack in acks:
+            if not ack.done():
+                ack.set_result(None)
+        if to_all is not None:
+            for queue in self._queues.values():
+                queue.put_nowait(to_all)
+
+
+class _LoopClosed(Exception):
+    pass

@@ -1,0 +1,97 @@
+"""Attention over a paged KV cache, with torch's scaled_dot_product_attention.
+
+One cache tensor per layer, shaped [num_blocks, block_size, 2, num_kv_heads, head_dim] (k and v of a
+position side by side, so the new k/v rows of a step are written with one index_copy_). A token at
+position `pos` of a sequence lives in slot `block_table[pos // block_size] * block_size + pos % block_size`.
+
+Rows of a packed batch are ordered decodes first (items with one new token), then prefill chunks.
+Decodes run as one batched SDPA call over their gathered blocks (padded to the longest context and
+masked); each prefill chunk runs alone, causal inside the chunk and fully attending to its cached
+prefix. Grouped-query attention needs no copies of k/v: the query heads sharing a kv head are folded
+into the query-length axis.
+"""
+
+from __future__ import annotations
+
+import math
+import mmap
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+
+@dataclass(slots=True)
+class PrefillChunk:
+    start: int  # first row of the chunk in the packed batch
+    end: int
+    block_table: Tensor | slice  # [ceil(num_context / block_size)] long, or a contiguous run of blocks
+    num_context: int  # cached prefix + this chunk
+    mask: Tensor  # [G * n, num_context] bool, True = attend; rows ordered (query head in group, token)
+
+
+@dataclass(slots=True)
+class AttentionMetadata:
+    slot_mapping: Tensor  # [T] long: cache slot of each new token
+    num_decodes: int  # rows [0, num_decodes) are single-token items
+    decode_block_tables: Tensor | slice | None  # [B, max_blocks] long, padded with block 0; a run when B == 1
+    decode_context: int  # keys per decode row: the longest decode context
+    decode_mask: Tensor | None  # [B, 1, 1, decode_context] bool; None when every row uses all keys
+    prefills: list[PrefillChunk]
+
+
+def allocate_kv_caches(num_layers: int, num_blocks: int, block_size: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype, device: torch.device) -> list[Tensor]:
+    # Zeroed, not empty: padded or masked keys still meet the values with weight 0, and 0 * NaN is NaN.
+    shape = (num_blocks, block_size, 2, num_kv_heads, head_dim)
+    if device.type != "cpu":
+        return [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+    # On the CPU, anonymous memory maps come zeroed from the kernel page by page as they are first
+    # touched, so a large cache costs nothing at start (torch.zeros would write every byte now).
+    nbytes = math.prod(shape) * dtype.itemsize
+    return [torch.frombuffer(mmap.mmap(-1, nbytes), dtype=dtype).view(shape) for _ in range(num_layers)]
+
+
+def write_kv(kv_cache: Tensor, kv_new: Tensor, meta: AttentionMetadata) -> None:
+    # kv_new: [T, 2, KH, hd] -> cache slots meta.slot_mapping
+    kv_cache.view(-1, *kv_new.shape[1:]).index_copy_(0, meta.slot_mapping, kv_new)
+
+
+def read_blocks(kv_cache: Tensor, blocks: Tensor | slice) -> Tensor:
+    # blocks [..., nb] -> [..., nb, block_size * 2 * KH * hd]. A contiguous run of blocks (a lone
+    # sequence's usual layout) is a view, no copy; otherwise a gather, with embedding: it copies whole
+    # rows, much faster on CPU than advanced indexing
+    flat = kv_cache.view(kv_cache.shape[0], -1)
+    return flat[blocks] if isinstance(blocks, slice) else F.embedding(blocks, flat)
+
+
+def paged_attention(q: Tensor, kv_cache: Tensor, meta: AttentionMetadata) -> Tensor:
+    # q: [T, H*hd] -> [T, H*hd]
+    outs = []
+    if meta.num_decodes:
+        outs.append(decode_attention(q[: meta.num_decodes], kv_cache, meta))
+    for chunk in meta.prefills:
+        outs.append(prefill_attention(q[chunk.start : chunk.end], kv_cache, chunk))
+    return outs[0] if len(outs) == 1 else torch.cat(outs)
+
+
+def decode_attention(q: Tensor, kv_cache: Tensor, meta: AttentionMetadata) -> Tensor:
+    # q: [B, H*hd], one token per sequence -> [B, H*hd]
+    num_seqs = q.shape[0]
+    _, _, _, kh, hd = kv_cache.shape
+    kv = read_blocks(kv_cache, meta.decode_block_tables).view(num_seqs, -1, 2, kh, hd)[:, : meta.decode_context]  # [B, L, 2, KH, hd]
+    k, v = kv[:, :, 0].transpose(1, 2), kv[:, :, 1].transpose(1, 2)  # [B, KH, L, hd]
+    q = q.view(num_seqs, kh, -1, hd)  # [B, KH, G, hd]: the G query heads of a kv head act as G queries
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=meta.decode_mask)  # [B, KH, G, hd]
+    return out.reshape(num_seqs, -1)
+
+
+def prefill_attention(q: Tensor, kv_cache: Tensor, chunk: PrefillChunk) -> Tensor:
+    # q: [n, H*hd], the chunk's tokens of one sequence -> [n, H*hd]
+    n = q.shape[0]
+    _, _, _, kh, hd = kv_cache.shape
+    kv = read_blocks(kv_cache, chunk.block_table).view(-1, 2, kh, hd)[: chunk.num_context]  # [ctx, 2, KH, hd]
+    k, v = kv[:, 0].transpose(0, 1), kv[:, 1].transpose(0, 1)  # [KH, ctx, hd]
+    q = q.view(n, kh, -1, hd).permute(1, 2, 0, 3).reshape(kh, -1, hd)  # [KH, G*n, hd], rows (g, t)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=chunk.mask)  # [KH, G*n, hd]
+    return out.view(kh, -1, n, hd).permute(2, 0, 1, 3).reshape(n, -1)

@@ -1,0 +1,168 @@
+"""Paged KV cache bookkeeping: block allocation, reference counts and the prefix cache.
+
+The cache is `num_blocks` fixed-size blocks of `block_size` token slots. A sequence owns a
+block table (physical block ids covering its positions). Full blocks whose KV has been computed
+are registered under their chained, tenant-salted hash (see `prefix_hash`); a later sequence of
+the same tenant whose prompt starts with the same blocks reuses them (tokens checked on a hit)
+instead of computing them again. Shared blocks are reference-counted. A block nobody references
+but that still holds a cached prefix sits in an LRU list and is only evicted (its hash dropped,
+a "removed" event emitted) when no plain free block is left.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from dataclasses import dataclass
+
+from engines.builtin.kv_events import KVEventLog
+from engines.builtin.prefix_hash import block_hash, salt_root
+from engines.builtin.sequence import Sequence
+
+
+@dataclass(slots=True)
+class Block:
+    block_id: int
+    ref_count: int = 0
+    hash: int | None = None  # set while the block is registered in the prefix cache
+    token_ids: tuple[int, ...] | None = None
+
+
+class BlockManager:
+    def __init__(self, num_blocks: int, block_size: int, events: KVEventLog | None = None) -> None:
+        self.block_size = block_size
+        self.blocks = [Block(i) for i in range(num_blocks)]
+        self.free_block_ids: deque[int] = deque(range(num_blocks))
+        self.evictable: OrderedDict[int, None] = OrderedDict()  # cached, unreferenced; oldest first
+        self.hash_to_block: dict[int, int] = {}
+        self.events = events if events is not None else KVEventLog()
+
+    @property
+    def num_blocks(self) -> int:
+        return len(self.blocks)
+
+    @property
+    def num_free_blocks(self) -> int:
+        """Blocks that can be handed out now: never-used/freed ones plus evictable cached ones."""
+        return len(self.free_block_ids) + len(self.evictable)
+
+    @property
+    def num_cached_blocks(self) -> int:
+        return len(self.hash_to_block)
+
+    def num_blocks_for(self, num_tokens: int) -> int:
+        return -(-num_tokens // self.block_size)
+
+    # ---- prefix matching -------------------------------------------------------------------
+
+    def _match_prefix(self, seq: Sequence) -> tuple[list[int], list[int]]:
+        """Cached blocks (ids, hashes) that hold the head of `seq`, stopping at the first miss.
+
+        At most (len - 1) // block_size blocks: the last token is always computed so the model
+        produces logits for it.
+        """
+        block_ids: list[int] = []
+        hashes: list[int] = []
+        parent = salt_root(seq.cache_salt)
+        bs = self.block_size
+        for i in range((len(seq) - 1) // bs):
+            tokens = seq.token_ids[i * bs : (i + 1) * bs]
+            h = block_hash(parent, tokens)
+            block_id = self.hash_to_block.get(h)
+            if block_id is None or self.blocks[block_id].token_ids != tuple(tokens):
+                break
+            block_ids.append(block_id)
+            hashes.append(h)
+            parent = h
+        return block_ids, hashes
+
+    def can_allocate(self, seq: Sequence) -> bool:
+        hit_ids, _ = self._match_prefix(seq)
+        num_new = self.num_blocks_for(len(seq)) - len(hit_ids)
+        num_revived = sum(1 for b in hit_ids if self.blocks[b].ref_count == 0)
+        return num_new + num_revived <= self.num_free_blocks
+
+    def allocate(self, seq: Sequence) -> int:
+        """Give `seq` blocks for all its tokens, reusing cached ones; returns cached token count."""
+        assert not seq.block_table, f"{seq.request_id} already holds blocks"
+        hit_ids, hashes = self._match_prefix(seq)
+        for block_id in hit_ids:  # take the hits first so taking new blocks cannot evict them
+            block = self.blocks[block_id]
+            if block.ref_count == 0:
+                del self.evictable[block_id]
+            block.ref_count += 1
+        seq.block_table = list(hit_ids)
+        seq.block_hashes = hashes
+        for _ in range(self.num_blocks_for(len(seq)) - len(hit_ids)):
+            seq.block_table.append(self._take_free_block())
+        seq.num_computed_tokens = len(hit_ids) * self.block_size
+        return seq.num_computed_tokens
+
+    def may_append(self, seq: Sequence, num_tokens: int) -> bool:
+        """Grow the block table to cover `num_tokens` positions; False if blocks ran out."""
+        num_new = self.num_blocks_for(num_tokens) - len(seq.block_table)
+        if num_new > self.num_free_blocks:
+            return False
+        for _ in range(num_new):
+            seq.block_table.append(self._take_free_block())
+        return True
+
+    def deallocate(self, seq: Sequence) -> None:
+        # Tail first, so the LRU evicts a chain's last blocks before its shared head.
+        for block_id in reversed(seq.block_table):
+            block = self.blocks[block_id]
+            block.ref_count -= 1
+            assert block.ref_count >= 0, f"block {block_id} released twice"
+            if block.ref_count == 0:
+                if block.hash is not None:
+                    self.evictable[block_id] = None
+                else:
+                    self.free_block_ids.append(block_id)
+        seq.block_table = []
+        seq.block_hashes = []
+        seq.num_computed_tokens = 0
+
+    # ---- registering computed blocks -------------------------------------------------------
+
+    def commit_computed(self, seq: Sequence) -> None:
+        """Register the full blocks of `seq` whose KV is now computed in the prefix cache."""
+        bs = self.block_size
+        num_full = seq.num_computed_tokens // bs
+        if len(seq.block_hashes) >= num_full:
+            return
+        parent = seq.block_hashes[-1] if seq.block_hashes else salt_root(seq.cache_salt)
+        run_parent, run_hashes, run_tokens = parent, [], []
+        for i in range(len(seq.block_hashes), num_full):
+            tokens = seq.token_ids[i * bs : (i + 1) * bs]
+            h = block_hash(parent, tokens)
+            seq.block_hashes.append(h)
+            block = self.blocks[seq.block_table[i]]
+            if h in self.hash_to_block:
+                # Same content already cached in another block (computed concurrently): keep that
+                # one; this block stays private and is freed normally.
+                if run_hashes:
+                    self.events.stored(run_hashes, run_parent, run_tokens)
+                run_parent, run_hashes, run_tokens = h, [], []
+            else:
+                block.hash, block.token_ids = h, tuple(tokens)
+                self.hash_to_block[h] = block.block_id
+                run_hashes.append(h)
+                run_tokens.append(list(tokens))
+            parent = h
+        if run_hashes:
+            self.events.stored(run_hashes, run_parent, run_tokens)
+
+    def _take_free_block(self) -> int:
+        if self.free_block_ids:
+            return self._claim(self.free_block_ids.popleft())
+        block_id, _ = self.evictable.popitem(last=False)  # least recently released
+        block = self.blocks[block_id]
+        del self.hash_to_block[block.hash]
+        self.events.removed([block.hash])
+        block.hash, block.token_ids = None, None
+        return self._claim(block_id)
+
+    def _claim(self, block_id: int) -> int:
+        block = self.blocks[block_id]
+        assert block.ref_count == 0
+        block.ref_count = 1
+        return block_id

@@ -1,0 +1,46 @@
+"""A bounded, thread-safe log of KV cache events, drained by whoever publishes them."""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from typing import Literal
+
+from engines.base import KVCacheEvent
+
+
+class KVEventLog:
+    """Keeps the newest `capacity` events; older ones are dropped (counted in `num_dropped`).
+
+    The engine thread appends, the server's event loop drains: a lock keeps the two apart.
+    """
+
+    def __init__(self, capacity: int = 10_000) -> None:
+        self._events: deque[KVCacheEvent] = deque()
+        self._capacity = capacity
+        self._lock = threading.Lock()
+        self._next_id = 0
+        self.num_dropped = 0
+
+    def stored(self, block_hashes: list[int], parent_hash: int | None, token_ids: list[list[int]]) -> None:
+        self._append("stored", block_hashes, parent_hash, token_ids)
+
+    def removed(self, block_hashes: list[int]) -> None:
+        self._append("removed", block_hashes, None, None)
+
+    def _append(
+        self, kind: Literal["stored", "removed"], block_hashes: list[int], parent_hash: int | None,
+        token_ids: list[list[int]] | None,
+    ) -> None:
+        with self._lock:
+            self._events.append(KVCacheEvent(self._next_id, kind, block_hashes, parent_hash, token_ids))
+            self._next_id += 1
+            if len(self._events) > self._capacity:
+                self._events.popleft()
+                self.num_dropped += 1
+
+    def drain(self) -> list[KVCacheEvent]:
+        with self._lock:
+            events = list(self._events)
+            self._events.clear()
+        return events

@@ -1,0 +1,179 @@
+"""The synchronous engine: requests in, one `step()` at a time, output deltas out.
+
+Not thread-safe: one thread owns it (`AsyncEngine` runs it in its worker thread).
+"""
+
+from __future__ import annotations
+
+from engines.base import EngineStats, FinishReason, GenerationOutput, GenerationRequest, KVCacheEvent
+from engines.builtin.block_manager import BlockManager
+from engines.builtin.config import EngineConfig
+from engines.builtin.detokenizer import TextStream
+from engines.builtin.kv_events import KVEventLog
+from engines.builtin.model_runner import ForwardItem, ModelRunner
+from engines.builtin.sampler import Sampler
+from engines.builtin.scheduler import ScheduledChunk, Scheduler
+from engines.builtin.sequence import Sequence
+from engines.errors import EngineOverloaded, InvalidRequest
+
+
+class LLMEngine:
+    """Paged-KV, prefix-cached, continuously batched generation on one `ModelRunner`.
+
+    Pass `runner` to share an already loaded model (its KV cache must hold at least
+    `config.num_kv_blocks` blocks of `config.block_size`); otherwise one is built from `config`.
+    Only one engine may drive a runner at a time.
+    """
+
+    def __init__(self, config: EngineConfig, runner: ModelRunner | None = None) -> None:
+        self.config = config
+        self.runner = runner if runner is not None else ModelRunner(config)
+        _check_runner_fits(self.runner, config)
+        self.tokenizer = self.runner.tokenizer
+        self.model_name = self.runner.model_name
+        model_config = self.runner.model_config
+        self.vocab_size = model_config.vocab_size
+        self.eos_token_ids = set(self.tokenizer.eos_token_ids)
+        self.max_model_len = min(config.max_model_len or model_config.max_position_embeddings,
+                                 model_config.max_position_embeddings)
+        self.kv_events = KVEventLog()
+        self.block_manager = BlockManager(config.num_kv_blocks, config.block_size, self.kv_events)
+        self.scheduler = Scheduler(config, self.block_manager)
+        self.sampler = Sampler()
+        self.seqs: dict[str, Sequence] = {}
+        self.streams: dict[str, TextStream] = {}
+        self.num_generated_tokens = 0
+
+    # ---- requests --------------------------------------------------------------------------
+
+    def validate(self, request: GenerationRequest) -> None:
+        """Raise a typed error if `request` can never be served. Reads only fixed config."""
+        prompt, max_tokens = request.prompt_token_ids, request.sampling.max_tokens
+        if not prompt:
+            raise InvalidRequest("the prompt is empty: send at least one token")
+        for token_id in prompt:
+            if not isinstance(token_id, int) or not 0 <= token_id < self.vocab_size:
+                raise InvalidRequest(f"token id {token_id!r} is outside the vocabulary [0, {self.vocab_size})")
+        if len(prompt) >= self.max_model_len:
+            raise InvalidRequest(
+                f"the prompt has {len(prompt)} tokens but the context holds {self.max_model_len}: shorten it"
+            )
+        if len(prompt) + max_tokens > self.max_model_len:
+            raise InvalidRequest(
+                f"prompt ({len(prompt)} tokens) + max_tokens ({max_tokens}) exceeds the context of "
+                f"{self.max_model_len} tokens: set max_tokens <= {self.max_model_len - len(prompt)}"
+            )
+        num_blocks = self.block_manager.num_blocks_for(len(prompt) + max_tokens)
+        if num_blocks > self.block_manager.num_blocks:
+            raise EngineOverloaded(
+                f"prompt + max_tokens needs {num_blocks} KV blocks but this engine has "
+                f"{self.block_manager.num_blocks}: lower max_tokens or use a larger backend"
+            )
+
+    def add_request(self, request: GenerationRequest) -> None:
+        self.validate(request)
+        if request.request_id in self.seqs:
+            raise InvalidRequest(f"request id {request.request_id!r} is already in use")
+        if len(self.scheduler.waiting) >= self.config.max_waiting:
+            raise EngineOverloaded(f"{len(self.scheduler.waiting)} requests are already waiting: retry later")
+        seq = Sequence(request.request_id, list(request.prompt_token_ids), request.sampling, request.cache_salt)
+        self.seqs[seq.request_id] = seq
+        self.streams[seq.request_id] = TextStream(self.tokenizer, seq.token_ids, request.sampling.stop)
+        self.scheduler.add(seq)
+
+    def abort(self, request_id: str) -> GenerationOutput | None:
+        """Stop a request now and free its blocks; returns its final output, None if unknown."""
+        seq = self.seqs.get(request_id)
+        if seq is None:
+            return None
+        return self._finish(seq, "abort", [], "")
+
+    def abort_all(self) -> list[GenerationOutput]:
+        return [self._finish(seq, "abort", [], "") for seq in list(self.seqs.values())]
+
+    @property
+    def has_unfinished(self) -> bool:
+        return bool(self.seqs)
+
+    # ---- the step --------------------------------------------------------------------------
+
+    def step(self) -> list[GenerationOutput]:
+        chunks = self.scheduler.schedule()
+        if not chunks:
+            return []
+        logits = self.runner.execute([self.prepare_item(chunk) for chunk in chunks])  # [len(chunks), V]
+        rows = self.scheduler.update(chunks)
+        seqs = [chunks[i].seq for i in rows]
+        if len(rows) < len(chunks):
+            logits = logits[rows]  # [len(rows), V]: drop prefill chunks that did not reach the end
+        token_ids = self.sampler(logits, seqs) if rows else []
+        return [self.postprocess(seq, token_id) for seq, token_id in zip(seqs, token_ids)]
+
+    def prepare_item(self, chunk: ScheduledChunk) -> ForwardItem:
+        end = chunk.start_pos + chunk.num_tokens
+        blocks = chunk.seq.block_table[: self.block_manager.num_blocks_for(end)]
+        return ForwardItem(chunk.token_ids, chunk.start_pos, blocks)
+
+    def postprocess(self, seq: Sequence, token_id: int) -> GenerationOutput:
+        seq.token_ids.append(token_id)
+        self.num_generated_tokens += 1
+        stream = self.streams[seq.request_id]
+        is_eos = token_id in self.eos_token_ids and not seq.sampling.ignore_eos
+        text, hit_stop = ("", False) if is_eos else stream.add(token_id)
+        reason: FinishReason | None = None
+        if hit_stop or is_eos:
+            reason = "stop"
+        elif seq.num_generated_tokens >= seq.sampling.max_tokens or len(seq) >= self.max_model_len:
+            reason = "length"
+        if reason is None:
+            return self._output(seq, [token_id], text, None)
+        if not hit_stop:
+            text += stream.finish()
+        return self._finish(seq, reason, [token_id], text)
+
+    def _finish(self, seq: Sequence, reason: FinishReason, new_token_ids: list[int], text: str) -> GenerationOutput:
+        self.scheduler.finish(seq, reason)
+        del self.seqs[seq.request_id]
+        del self.streams[seq.request_id]
+        return self._output(seq, new_token_ids, text, reason)
+
+    def _output(self, seq: Sequence, new_token_ids: list[int], text: str, reason: FinishReason | None) -> GenerationOutput:
+        return GenerationOutput(
+            request_id=seq.request_id,
+            new_token_ids=new_token_ids,
+            new_text=text,
+            num_prompt_tokens=seq.num_prompt_tokens,
+            num_cached_tokens=seq.num_cached_tokens or 0,
+            num_generated_tokens=seq.num_generated_tokens,
+            finish_reason=reason,
+        )
+
+    # ---- introspection ---------------------------------------------------------------------
+
+    def stats(self) -> EngineStats:
+        s = self.scheduler
+        return EngineStats(
+            num_running=len(s.running),
+            num_waiting=len(s.waiting),
+            num_prefill_tokens=s.num_prefill_tokens(),
+            num_decode_tokens=s.num_decode_tokens(),
+            num_kv_blocks_total=self.block_manager.num_blocks,
+            num_kv_blocks_free=self.block_manager.num_free_blocks,
+            num_prefix_hit_tokens=s.num_prefix_hit_tokens,
+            num_prompt_tokens=s.num_prompt_tokens,
+            num_generated_tokens=self.num_generated_tokens,
+            num_preemptions=s.num_preemptions,
+        )
+
+    def drain_kv_events(self) -> list[KVCacheEvent]:
+        return self.kv_events.drain()
+
+
+def _check_runner_fits(runner: ModelRunner, config: EngineConfig) -> None:
+    runner_config = runner.config
+    if runner_config.block_size != config.block_size:
+        raise ValueError(f"block_size {config.block_size} differs from the runner's {runner_config.block_size}")
+    if config.num_kv_blocks > runner_config.num_kv_blocks:
+        raise ValueError(
+            f"num_kv_blocks {config.num_kv_blocks} exceeds the {runner_config.num_kv_blocks} the runner allocated"
+        )

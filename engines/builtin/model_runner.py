@@ -1,0 +1,168 @@
+"""Turns a batch of sequences' new tokens into one forward pass over the paged KV cache.
+
+The model runner knows nothing of scheduling: the caller says, per sequence, which tokens to run,
+at which position, and which KV blocks hold it. It packs all tokens into one flat batch for the
+matmuls, writes their k/v into the cache and returns the logits of each item's last token.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from engines.builtin.attention import (
+    AttentionMetadata,
+    PrefillChunk,
+    allocate_kv_caches,
+)
+from engines.builtin.config import EngineConfig
+from engines.builtin.loader import load_model
+from engines.builtin.model import forward, rope_freqs_cis, rope_inv_freq
+from engines.builtin.model_config import ModelConfig
+from engines.builtin.tokenizer import Tokenizer
+from engines.builtin.weights import LlamaWeights
+
+
+@dataclass(slots=True)
+class ForwardItem:
+    token_ids: list[int]  # new tokens to run now: a prefill chunk, or 1 decode token
+    start_pos: int  # absolute position of token_ids[0]; KV of positions < start_pos is already in the cache
+    block_table: list[int]  # physical KV block ids covering positions [0, start_pos + len(token_ids))
+
+
+@dataclass(slots=True)
+class PreparedBatch:
+    token_ids: Tensor  # [T] packed: decodes first, then prefill chunks
+    positions: Tensor  # [T]
+    logit_indices: Tensor  # [N] row of each item's last token, in item order
+    meta: AttentionMetadata
+
+
+def resolve_device(name: str) -> torch.device:
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError(f"device={name!r} but torch sees no CUDA device; use device='cpu'")
+    return device
+
+
+class ModelRunner:
+    """Owns the weights, the tokenizer and the KV cache of one model on one device.
+
+    `execute(items)` runs one step for any mix of prefill chunks and decodes and returns float32
+    logits [len(items), vocab] of each item's last token.
+    """
+
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        if config.num_threads is not None:
+            torch.set_num_threads(config.num_threads)  # process-wide: torch has no per-module setting
+        self.device = resolve_device(config.device)
+        self.dtype = getattr(torch, config.dtype)
+        self.block_size = config.block_size
+        loaded = load_model(config)
+        self.model_name: str = loaded.name
+        self.model_config: ModelConfig = loaded.config
+        self.tokenizer: Tokenizer = loaded.tokenizer
+        state = {name: t.to(device=self.device, dtype=self.dtype) for name, t in loaded.weights.items()}
+        self.weights = LlamaWeights.from_state_dict(state, self.model_config)
+        if config.weight_dtype == "float16":
+            self.weights.pack_fp16()
+        mc = self.model_config
+        self.kv_caches = allocate_kv_caches(mc.num_layers, config.num_kv_blocks, config.block_size, mc.num_kv_heads, mc.head_dim, self.dtype, self.device)
+        self.inv_freq = rope_inv_freq(mc, self.device)
+        self.max_model_len = min(config.max_model_len or mc.max_position_embeddings, mc.max_position_embeddings)
+
+    def execute(self, items: list[ForwardItem]) -> Tensor:
+        """Run the new tokens of every item; return logits [len(items), vocab] float32."""
+        with torch.inference_mode():
+            batch = self.prepare_batch(items)
+            freqs_cis = rope_freqs_cis(batch.positions, self.inv_freq)
+            return forward(self.weights, self.model_config, self.kv_caches, batch.token_ids, freqs_cis, batch.meta, batch.logit_indices)
+
+    def prepare_batch(self, items: list[ForwardItem]) -> PreparedBatch:
+        if not items:
+            raise ValueError("execute() needs at least one item")
+        bs = self.block_size
+        decodes = [i for i, item in enumerate(items) if len(item.token_ids) == 1]
+        prefills = [i for i, item in enumerate(items) if len(item.token_ids) > 1]
+        if len(decodes) + len(prefills) != len(items):
+            raise ValueError("every ForwardItem needs at least one token")
+        token_ids: list[int] = []
+        positions: list[int] = []
+        slots: list[int] = []
+        logit_rows = [0] * len(items)
+        for row, i in enumerate(decodes):
+            item = items[i]
+            self.check_item(item)
+            pos = item.start_pos
+            token_ids.append(item.token_ids[0])
+            positions.append(pos)
+            slots.append(item.block_table[pos // bs] * bs + pos % bs)
+            logit_rows[i] = row
+        decode_tables, decode_context, decode_mask = self.prepare_decode_tables([items[i] for i in decodes])
+        chunks = []
+        row = len(decodes)
+        for i in prefills:
+            item = items[i]
+            self.check_item(item)
+            n, start = len(item.token_ids), item.start_pos
+            table = item.block_table
+            token_ids.extend(item.token_ids)
+            positions.extend(range(start, start + n))
+            slots.extend(table[p // bs] * bs + p % bs for p in range(start, start + n))
+            chunks.append(self.prepare_prefill_chunk(row, item))
+            row += n
+            logit_rows[i] = row - 1
+        meta = AttentionMetadata(
+            slot_mapping=self.to_tensor(slots),
+            num_decodes=len(decodes),
+            decode_block_tables=decode_tables,
+            decode_context=decode_context,
+            decode_mask=decode_mask,
+            prefills=chunks,
+        )
+        return PreparedBatch(self.to_tensor(token_ids), self.to_tensor(positions), self.to_tensor(logit_rows), meta)
+
+    def prepare_decode_tables(self, items: list[ForwardItem]) -> tuple[Tensor | slice | None, int, Tensor | None]:
+        # -> block tables [B, max_blocks] (padded with block 0), longest context, mask [B, 1, 1, L] or None
+        if not items:
+            return None, 0, None
+        context = [item.start_pos + 1 for item in items]
+        longest = max(context)
+        num_blocks = math.ceil(longest / self.block_size)
+        if len(items) == 1:
+            return self.prepare_blocks(items[0].block_table[:num_blocks]), longest, None
+        tables = [item.block_table[:num_blocks] + [0] * (num_blocks - len(item.block_table[:num_blocks])) for item in items]
+        mask = None
+        if min(context) != longest:
+            mask = (torch.arange(longest) < torch.tensor(context)[:, None])[:, None, None, :].to(self.device)
+        return self.to_tensor(tables), longest, mask
+
+    def prepare_blocks(self, table: list[int]) -> Tensor | slice:
+        # one sequence's blocks: a slice when they are a contiguous run (read as a view, no gather)
+        first = table[0]
+        if table[-1] - first == len(table) - 1 and table == list(range(first, first + len(table))):
+            return slice(first, first + len(table))
+        return self.to_tensor(table)
+
+    def prepare_prefill_chunk(self, row: int, item: ForwardItem) -> PrefillChunk:
+        n, start = len(item.token_ids), item.start_pos
+        context = start + n
+        num_blocks = math.ceil(context / self.block_size)
+        # token t (position start + t) sees keys at positions <= start + t; rows ordered (g, t)
+        causal = torch.arange(context)[None, :] <= torch.arange(start, context)[:, None]  # [n, ctx]
+        mask = causal.repeat(self.model_config.num_queries_per_kv, 1).to(self.device)  # [G*n, ctx]
+        return PrefillChunk(row, row + n, self.prepare_blocks(item.block_table[:num_blocks]), context, mask)
+
+    def check_item(self, item: ForwardItem) -> None:
+        end = item.start_pos + len(item.token_ids)
+        if item.start_pos < 0 or len(item.block_table) * self.block_size < end:
+            raise ValueError(f"block_table of {len(item.block_table)} blocks cannot hold positions [0, {end})")
+        if end > self.max_model_len:
+            raise ValueError(f"position {end - 1} is past max_model_len={self.max_model_len}")
+
+    def to_tensor(self, values: list) -> Tensor:
+        return torch.tensor(values, dtype=torch.long, device=self.device)

@@ -1,0 +1,137 @@
+"""Continuous batching with chunked prefill: decides which tokens go through the model each step.
+
+Each step has a budget of `max_num_batched_tokens` tokens. Running sequences that are decoding
+get their one token first (oldest first), then running sequences still prefilling get chunks of
+their prompt, then waiting sequences are admitted (FIFO) while the budget, `max_num_seqs` and the
+KV cache allow. A long prompt is therefore spread over several steps while everyone else keeps
+decoding. When a decode needs a new KV block and none is left, the most recently admitted running
+sequence is preempted: its blocks are released and it goes back to the head of the queue, to be
+prefilled again later (generated tokens included) — recomputation, never a corrupted cache.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from engines.base import FinishReason
+from engines.builtin.block_manager import BlockManager
+from engines.builtin.config import EngineConfig
+from engines.builtin.sequence import Sequence, SequenceStatus
+
+
+@dataclass(slots=True)
+class ScheduledChunk:
+    """`num_tokens` tokens of `seq`, starting at its first uncomputed position."""
+
+    seq: Sequence
+    num_tokens: int
+
+    @property
+    def start_pos(self) -> int:
+        return self.seq.num_computed_tokens
+
+    @property
+    def token_ids(self) -> list[int]:
+        return self.seq.token_ids[self.start_pos : self.start_pos + self.num_tokens]
+
+
+class Scheduler:
+    def __init__(self, config: EngineConfig, block_manager: BlockManager) -> None:
+        self.max_num_seqs = config.max_num_seqs
+        self.max_num_batched_tokens = config.max_num_batched_tokens
+        self.block_manager = block_manager
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []  # in admission order
+        self.num_preemptions = 0
+        self.num_prefix_hit_tokens = 0
+        self.num_prompt_tokens = 0
+
+    def add(self, seq: Sequence) -> None:
+        self.waiting.append(seq)
+
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def schedule(self) -> list[ScheduledChunk]:
+        budget = self.max_num_batched_tokens
+        chunks: list[ScheduledChunk] = []
+        preempted = False
+
+        for seq in list(self.running):  # decodes first, oldest first
+            if seq.status is not SequenceStatus.RUNNING or seq.is_prefilling or budget == 0:
+                continue
+            while not self.block_manager.may_append(seq, len(seq)):
+                victim = self.running[-1]
+                self.preempt(victim)
+                preempted = True
+                if victim is seq:
+                    break
+            else:
+                chunks.append(ScheduledChunk(seq, 1))
+                budget -= 1
+
+        for seq in self.running:  # then chunks of prompts already admitted
+            if budget == 0:
+                break
+            if seq.is_prefilling:
+                num_tokens = min(seq.num_uncomputed_tokens, budget)
+                chunks.append(ScheduledChunk(seq, num_tokens))
+                budget -= num_tokens
+
+        while not preempted and self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
+            seq = self.waiting[0]
+            if not self.block_manager.can_allocate(seq):
+                break
+            self.waiting.popleft()
+            self._admit(seq)
+            num_tokens = min(seq.num_uncomputed_tokens, budget)
+            chunks.append(ScheduledChunk(seq, num_tokens))
+            budget -= num_tokens
+        return chunks
+
+    def _admit(self, seq: Sequence) -> None:
+        num_cached = self.block_manager.allocate(seq)
+        if seq.num_cached_tokens is None:  # first admission: this is what the request is billed for
+            seq.num_cached_tokens = num_cached
+            self.num_prefix_hit_tokens += num_cached
+            self.num_prompt_tokens += seq.num_prompt_tokens
+        seq.status = SequenceStatus.RUNNING
+        self.running.append(seq)
+
+    def preempt(self, seq: Sequence) -> None:
+        self.running.remove(seq)
+        self.block_manager.deallocate(seq)
+        seq.status = SequenceStatus.WAITING
+        self.waiting.appendleft(seq)
+        self.num_preemptions += 1
+
+    def update(self, chunks: list[ScheduledChunk]) -> list[int]:
+        """Record that `chunks` went through the model; returns the indices of chunks that
+        reached the end of their sequence (a token must be sampled from their logits)."""
+        finished_rows = []
+        for i, chunk in enumerate(chunks):
+            seq = chunk.seq
+            seq.num_computed_tokens += chunk.num_tokens
+            self.block_manager.commit_computed(seq)
+            if seq.num_computed_tokens == len(seq):
+                finished_rows.append(i)
+        return finished_rows
+
+    def finish(self, seq: Sequence, reason: FinishReason) -> None:
+        """Retire `seq` (finished or aborted) and release its blocks, wherever it is."""
+        if seq.status is SequenceStatus.RUNNING:
+            self.running.remove(seq)
+            self.block_manager.deallocate(seq)
+        elif seq.status is SequenceStatus.WAITING:
+            self.waiting.remove(seq)
+        seq.status = SequenceStatus.FINISHED
+        seq.finish_reason = reason
+
+    def num_prefill_tokens(self) -> int:
+        return sum(s.num_uncomputed_tokens for s in self.waiting) + sum(
+            s.num_uncomputed_tokens for s in self.running if s.is_prefilling
+        )
+
+    def num_decode_tokens(self) -> int:
+        return sum(s.num_tokens_left for s in self.running)

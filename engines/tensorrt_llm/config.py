@@ -1,0 +1,164 @@
+"""TensorRT-LLM configuration, rendered from edgerun's settings into the YAML files trtllm-serve reads.
+
+Two files come out of here (no TensorRT-LLM import is needed to write them):
+
+* the `--extra_llm_api_options` YAML of one `trtllm-serve` worker (LLM API arguments):
+  `max_batch_size`, `max_num_tokens`, `kv_cache_config`, `speculative_config` and, for the
+  workers of a disaggregated deployment, `cache_transceiver_config`;
+* the `trtllm-serve disaggregated -c` YAML of the front server that runs the
+  context_only -> generation_only flow: `hostname`, `port`, `backend`, `context_servers` and
+  `generation_servers`, each `{num_instances, urls}` with urls as "host:port".
+
+Where the keys come from (TensorRT-LLM's own documentation and examples):
+
+* kv_cache_config: the `tensorrt_llm.llmapi.KvCacheConfig` reference (1.x): `enable_block_reuse`
+  (prefix reuse), `event_buffer_max_size` (> 0 keeps KV events for `POST /kv_cache_events`, see
+  the "Get KV Cache Events" LLM API example), `tokens_per_block`, `free_gpu_memory_fraction`.
+* speculative_config: docs/source/features/speculative-decoding.md ("Usage with trtllm-bench and
+  trtllm-serve"): `decoding_type`, `max_draft_len`, `speculative_model` with
+  `speculative_model_dir` as its documented alias; `eagle3_one_model` from the Eagle3 config. The
+  1.0-era examples (tech blog 6, Llama 4 Maverick on B200) spell it `decoding_type: Eagle` with
+  `speculative_model_dir`; releases after 1.2 name it `Eagle3` and keep `Eagle` only as an alias.
+* cache_transceiver_config: examples/disaggregated/README.md: `backend` (DEFAULT, UCX, NIXL, MPI)
+  and `max_tokens_in_buffer` (>= the longest prompt for best performance); the same README sets
+  `disable_overlap_scheduler: true` on context servers, which do not support the overlap scheduler.
+* the disaggregated YAML: examples/disaggregated/README.md and disagg_config.yaml.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import yaml
+
+Role = Literal["mixed", "prefill", "decode"]
+CacheTransceiverBackend = Literal["DEFAULT", "UCX", "NIXL", "MPI"]
+
+# Short names edgerun accepts for --model, mapped to what trtllm-serve can load.
+MODEL_ALIASES = {"smollm2": "HuggingFaceTB/SmolLM2-135M-Instruct"}
+
+
+@dataclass(frozen=True, slots=True)
+class Eagle3Config:
+    """EAGLE-3 speculative decoding: a draft head checkpoint trained for the target model."""
+
+    speculative_model_dir: str
+    max_draft_len: int = 3
+    one_model: bool = True  # run draft and target as one fused model (eagle3_one_model)
+
+    def __post_init__(self) -> None:
+        if not self.speculative_model_dir:
+            raise ValueError("eagle3.speculative_model_dir must name the EAGLE-3 draft checkpoint")
+        if self.max_draft_len < 1:
+            raise ValueError(f"eagle3.max_draft_len={self.max_draft_len} must be >= 1")
+
+
+@dataclass(frozen=True, slots=True)
+class TrtllmConfig:
+    """What one region's TensorRT-LLM deployment runs, in edgerun's terms.
+
+    `context_servers` / `generation_servers` are "host:port" addresses of the prefill and decode
+    workers; they are only needed to render the disaggregated front server's YAML.
+    """
+
+    model: str = "smollm2"
+    trtllm_version: str = "1.2.0"
+    tokens_per_block: int = 32
+    free_gpu_memory_fraction: float = 0.9
+    max_batch_size: int = 256
+    max_num_tokens: int = 8192
+    event_buffer_max_size: int = 16384  # KV events kept between two polls of /kv_cache_events
+    eagle3: Eagle3Config | None = None
+    cache_transceiver_backend: CacheTransceiverBackend = "DEFAULT"
+    max_tokens_in_buffer: int = 8192
+    context_servers: tuple[str, ...] = ()
+    generation_servers: tuple[str, ...] = ()
+    disaggregated_host: str = "0.0.0.0"
+    disaggregated_port: int = 8000
+
+    def __post_init__(self) -> None:
+        parse_version(self.trtllm_version)  # fails early on a version we cannot place
+        if self.tokens_per_block < 2 or self.tokens_per_block & (self.tokens_per_block - 1):
+            raise ValueError(f"tokens_per_block={self.tokens_per_block} must be a power of two > 1")
+        if not 0.0 < self.free_gpu_memory_fraction <= 1.0:
+            raise ValueError(f"free_gpu_memory_fraction={self.free_gpu_memory_fraction} must be in (0, 1]")
+        if self.max_batch_size < 1 or self.max_num_tokens < 1:
+            raise ValueError("max_batch_size and max_num_tokens must be >= 1")
+        if self.event_buffer_max_size < 1:
+            raise ValueError("event_buffer_max_size must be > 0: the gateway routes on KV cache events")
+        for address in (*self.context_servers, *self.generation_servers):
+            if not re.fullmatch(r"[^\s:/]+:\d{1,5}", address):
+                raise ValueError(f"server address {address!r} must be host:port (no scheme)")
+
+    @property
+    def model_id(self) -> str:
+        return MODEL_ALIASES.get(self.model, self.model)
+
+
+def parse_version(version: str) -> tuple[int, int]:
+    """(major, minor) of a TensorRT-LLM version string such as "1.2.0" or "1.3.0rc4"."""
+    match = re.match(r"(\d+)\.(\d+)", version)
+    if not match:
+        raise ValueError(f"trtllm_version={version!r} is not a version like 1.2.0")
+    major, minor = int(match[1]), int(match[2])
+    if major < 1:
+        raise ValueError(f"trtllm_version={version!r}: edgerun supports TensorRT-LLM 1.0 and later")
+    return major, minor
+
+
+def eagle_decoding_type(version: str) -> str:
+    """`Eagle` for TensorRT-LLM 1.0-1.2, `Eagle3` after 1.2 (where `Eagle` is only an alias)."""
+    return "Eagle" if parse_version(version) <= (1, 2) else "Eagle3"
+
+
+def llm_api_options(config: TrtllmConfig, role: Role = "mixed") -> dict[str, Any]:
+    """The `--extra_llm_api_options` mapping for one worker of `role`."""
+    options: dict[str, Any] = {
+        "max_batch_size": config.max_batch_size,
+        "max_num_tokens": config.max_num_tokens,
+        "kv_cache_config": {
+            "enable_block_reuse": True,
+            "event_buffer_max_size": config.event_buffer_max_size,
+            "tokens_per_block": config.tokens_per_block,
+            "free_gpu_memory_fraction": config.free_gpu_memory_fraction,
+        },
+    }
+    if config.eagle3 is not None:
+        options["speculative_config"] = {
+            "decoding_type": eagle_decoding_type(config.trtllm_version),
+            "max_draft_len": config.eagle3.max_draft_len,
+            "speculative_model_dir": config.eagle3.speculative_model_dir,
+            "eagle3_one_model": config.eagle3.one_model,
+        }
+    if role == "prefill":
+        options["disable_overlap_scheduler"] = True
+    if role != "mixed":
+        options["cache_transceiver_config"] = {
+            "backend": config.cache_transceiver_backend,
+            "max_tokens_in_buffer": config.max_tokens_in_buffer,
+        }
+    return options
+
+
+def disaggregated_options(config: TrtllmConfig) -> dict[str, Any]:
+    """The `trtllm-serve disaggregated -c` mapping: the front server and its two worker pools."""
+    if not config.context_servers or not config.generation_servers:
+        raise ValueError("a disaggregated deployment needs at least one context and one generation server")
+    return {
+        "hostname": config.disaggregated_host,
+        "port": config.disaggregated_port,
+        "backend": "pytorch",
+        "context_servers": {"num_instances": len(config.context_servers), "urls": list(config.context_servers)},
+        "generation_servers": {
+            "num_instances": len(config.generation_servers),
+            "urls": list(config.generation_servers),
+        },
+    }
+
+
+def to_yaml(options: dict[str, Any], comment: str = "") -> str:
+    """Stable YAML text (keys in insertion order), with an optional leading comment block."""
+    header = "".join(f"# {line}\n" if line else "#\n" for line in comment.splitlines())
+    return header + yaml.safe_dump(options, sort_keys=False, default_flow_style=False)
