@@ -1,0 +1,9 @@
+"""`python -m loadtests.bench --help`."""
+
+from __future__ import annotations
+
+import sys
+
+from loadtests.bench.cli import main
+
+sys.exit(main())
