@@ -9,7 +9,7 @@ store makes that exactly-once), and replaces the budget reservation with the rea
 
 A model without a configured price is metered at cost 0 with price version "unpriced" (the
 tokens are still recorded). Which tokens are billed for each status is `billing.rules`' one rule
-(a failure before the first token costs nothing). A record the ledger cannot take (the store is
+(a backend failure or refusal costs nothing). A record the ledger cannot take (the store is
 down) goes to the local spool (`billing.spool`) and is replayed later; a budget that cannot be
 settled is logged and left reserved (the tenant is never under-charged), never losing the record.
 """

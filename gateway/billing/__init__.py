@@ -1,0 +1,13 @@
+"""Billing: what the ledger's usage records cost, and getting them out of the gateway.
+
+    prices.py      the default price table and the price history (every version a bill may name)
+    rules.py       which tokens of a record are billable (one rule, used by metering and recompute)
+    recompute.py   re-price records from their raw tokens and price version; report mismatches
+    spool.py       local append-only JSONL spool for records the ledger could not take, and replay
+    export.py      ledger -> one row per request + a summary per (tenant, model), deterministic
+    formats.py     writing rows as CSV, JSONL or Parquet with fixed settings
+    api.py         GET /admin/v1/billing/export
+    bench_ledger.py  ledger write throughput and metering cost per request
+
+`edgerun billing export` (gateway/cli_billing.py) is the command-line face of `export.py`.
+"""
