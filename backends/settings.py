@@ -13,6 +13,7 @@ from typing import Literal
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
 from engines.builtin.config import EngineConfig
+from engines.tensorrt_llm.config import TrtllmConfig
 
 
 class TomlSettings(BaseSettings):
@@ -39,6 +40,10 @@ class TomlSettings(BaseSettings):
 class BackendSettings(TomlSettings):
     engine_kind: Literal["builtin", "trtllm"] = "builtin"
     engine: EngineConfig = EngineConfig()
+    # TensorRT-LLM: by default `edgerun backend --engine trtllm` execs trtllm-serve with YAML rendered
+    # from `trtllm`; with trtllm_in_process our own server hosts tensorrt_llm.LLM instead.
+    trtllm: TrtllmConfig = TrtllmConfig()
+    trtllm_in_process: bool = False
     region: str = "local"
     role: Literal["mixed", "prefill", "decode"] = "mixed"
     host: str = "127.0.0.1"

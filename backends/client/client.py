@@ -1,0 +1,324 @@
+"""The one seam through which the gateway reaches any backend (ours, trtllm-serve, vLLM, SGLang).
+
+All upstream I/O goes through one `httpx.AsyncClient` (connection pooling, keep-alive), and
+every httpx exception is converted here into the tree in `backends.client.errors`.
+
+Streams are async generators. A consumer that stops early should close the stream
+(`async with contextlib.aclosing(stream)` or `await stream.aclose()`); cancelling the consuming
+task closes it too. Closing drops the HTTP connection at once, so the backend sees the disconnect
+and aborts the generation. "First byte" means the first SSE event: until it arrives nothing has
+reached the caller, so `stream_with_failover` may still move to another endpoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Any, NoReturn
+
+import httpx
+
+from backends.client.errors import (
+    BackendError,
+    BackendOverloaded,
+    BackendRejected,
+    BackendStreamBroken,
+    BackendTimeout,
+    BackendUnavailable,
+)
+from backends.client.sse import iter_sse_data
+from backends.client.types import CompletionChunk, Endpoint, Usage
+
+
+class BackendClient:
+    """A pooled HTTP client for OpenAI-compatible backends; make one per process and share it.
+
+    `connect_timeout_s` bounds opening a connection; `first_byte_timeout_s` bounds the time from
+    sending a streaming request to its first event; `read_timeout_s` bounds each later read (and
+    the whole wait for a non-streaming answer). `probe_timeout_s` bounds health, load and KV-event
+    polls. `transport` replaces the network (tests, or a custom transport).
+    """
+
+    def __init__(
+        self,
+        *,
+        connect_timeout_s: float = 2.0,
+        first_byte_timeout_s: float = 30.0,
+        read_timeout_s: float = 60.0,
+        max_connections: int = 256,
+        transport: httpx.AsyncBaseTransport | None = None,
+        probe_timeout_s: float = 2.0,
+    ) -> None:
+        self.first_byte_timeout_s = first_byte_timeout_s
+        self._probe_timeout = httpx.Timeout(probe_timeout_s, connect=connect_timeout_s)
+        self._http = httpx.AsyncClient(
+            timeout=httpx.Timeout(read_timeout_s, connect=connect_timeout_s, pool=first_byte_timeout_s),
+            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
+            transport=transport,
+        )
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    # -- generation -------------------------------------------------------------------------
+
+    async def stream_completion(
+        self, endpoint: Endpoint, body: dict[str, Any]
+    ) -> AsyncGenerator[CompletionChunk, None]:
+        """POST /v1/completions with `stream=True` and `stream_options.include_usage=True`.
+
+        `body` is the OpenAI request (prompt as token ids or text, sampling fields, cache_salt,
+        ...). Yields text chunks, then a final usage-only chunk (`choices: []`). Raises
+        BackendUnavailable / BackendTimeout / BackendOverloaded / BackendRejected before the first
+        chunk, BackendStreamBroken after it.
+        """
+        stream_options = {**(body.get("stream_options") or {}), "include_usage": True}
+        payload = {**body, "stream": True, "stream_options": stream_options}
+        request = self._http.build_request("POST", endpoint.url("/v1/completions"), json=payload)
+        deadline = asyncio.get_running_loop().time() + self.first_byte_timeout_s
+        response = await self._send_before_first_byte(endpoint, request, deadline)
+        try:
+            events = iter_sse_data(response.aiter_lines())
+            is_first = True
+            while True:
+                data = await self._next_event(endpoint, events, deadline if is_first else None)
+                if data == "[DONE]":
+                    return
+                event = _parse_event(endpoint, data, is_first)
+                is_first = False
+                yield CompletionChunk.from_json(event)
+        finally:
+            await response.aclose()
+
+    async def complete(self, endpoint: Endpoint, body: dict[str, Any]) -> tuple[str, str | None, Usage]:
+        """POST /v1/completions without streaming; returns (text, finish_reason, usage)."""
+        payload = {key: value for key, value in body.items() if key != "stream_options"}
+        payload["stream"] = False
+        try:
+            response = await self._http.post(endpoint.url("/v1/completions"), json=payload)
+        except httpx.HTTPError as exc:
+            _raise_transport_error(endpoint, exc)
+        await _raise_for_status(endpoint, response)
+        try:
+            answer = response.json()
+            choice = answer["choices"][0]
+            text = choice.get("text")
+            if text is None:
+                text = (choice.get("message") or {}).get("content") or ""
+            return text, choice.get("finish_reason"), Usage.from_json(answer.get("usage") or {})
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
+            raise BackendUnavailable(
+                f"{endpoint.id} answered /v1/completions with a malformed body", endpoint_id=endpoint.id
+            ) from exc
+
+    async def stream_with_failover(
+        self, endpoints: list[Endpoint], body: dict[str, Any]
+    ) -> tuple[Endpoint, AsyncGenerator[CompletionChunk, None]]:
+        """Open a stream on the first endpoint that produces a first chunk, trying them in order.
+
+        Moves on when an endpoint is unavailable, times out or is overloaded before its first
+        chunk; a BackendRejected (the request is wrong) is raised at once. When every endpoint
+        fails, raises BackendOverloaded if they all were, else the last error. The returned
+        iterator starts with the chunk that was already read.
+        """
+        if not endpoints:
+            raise BackendUnavailable("no backend endpoints to try")
+        failures: list[BackendError] = []
+        for endpoint in endpoints:
+            stream = self.stream_completion(endpoint, body)
+            try:
+                first = await anext(stream)
+            except (BackendUnavailable, BackendTimeout, BackendOverloaded) as exc:
+                failures.append(exc)
+                await stream.aclose()
+                continue
+            except StopAsyncIteration:
+                message = f"{endpoint.id} sent [DONE] before any chunk"
+                failures.append(BackendUnavailable(message, endpoint_id=endpoint.id))
+                continue
+            except BaseException:
+                await stream.aclose()
+                raise
+            return endpoint, _prepend(first, stream)
+        if all(isinstance(exc, BackendOverloaded) for exc in failures):
+            waits = [exc.retry_after_s for exc in failures if isinstance(exc, BackendOverloaded) and exc.retry_after_s]
+            raise BackendOverloaded(
+                f"all {len(endpoints)} endpoints are overloaded", retry_after_s=min(waits) if waits else None
+            ) from failures[-1]
+        summary = "; ".join(f"{exc.endpoint_id}: {exc.message}" for exc in failures)
+        last = failures[-1]
+        raise type(last)(f"all {len(endpoints)} endpoints failed ({summary})", endpoint_id=last.endpoint_id) from last
+
+    # -- polling ----------------------------------------------------------------------------
+
+    async def health(self, endpoint: Endpoint) -> bool:
+        """True when GET /health answers 200 within the probe timeout; never raises."""
+        try:
+            response = await self._http.get(endpoint.url("/health"), timeout=self._probe_timeout)
+        except httpx.HTTPError:
+            return False
+        return response.status_code == 200
+
+    async def load(self, endpoint: Endpoint) -> dict[str, Any]:
+        """GET /load: our backend's cheap load snapshot (running, waiting, prefill/decode tokens, ...)."""
+        answer = await self._get_json(endpoint, "GET", "/load")
+        if not isinstance(answer, dict):
+            raise BackendUnavailable(f"{endpoint.id} answered /load with a non-object", endpoint_id=endpoint.id)
+        return answer
+
+    async def kv_cache_events(self, endpoint: Endpoint) -> list[dict[str, Any]]:
+        """POST /kv_cache_events: the KV events since the last poll, in TensorRT-LLM's shape."""
+        answer = await self._get_json(endpoint, "POST", "/kv_cache_events")
+        if not isinstance(answer, list):
+            raise BackendUnavailable(
+                f"{endpoint.id} answered /kv_cache_events with a non-list", endpoint_id=endpoint.id
+            )
+        return answer
+
+    async def models(self, endpoint: Endpoint) -> list[str]:
+        """GET /v1/models: the ids of the models the backend serves."""
+        answer = await self._get_json(endpoint, "GET", "/v1/models")
+        try:
+            return [model["id"] for model in answer["data"]]
+        except (KeyError, TypeError) as exc:
+            raise BackendUnavailable(
+                f"{endpoint.id} answered /v1/models with a malformed body", endpoint_id=endpoint.id
+            ) from exc
+
+    # -- internals --------------------------------------------------------------------------
+
+    async def _get_json(self, endpoint: Endpoint, method: str, path: str) -> Any:
+        try:
+            response = await self._http.request(method, endpoint.url(path), timeout=self._probe_timeout)
+        except httpx.HTTPError as exc:
+            _raise_transport_error(endpoint, exc)
+        await _raise_for_status(endpoint, response)
+        try:
+            return response.json()
+        except ValueError as exc:
+            message = f"{endpoint.id} answered {path} with invalid JSON"
+            raise BackendUnavailable(message, endpoint_id=endpoint.id) from exc
+
+    async def _send_before_first_byte(
+        self, endpoint: Endpoint, request: httpx.Request, deadline: float
+    ) -> httpx.Response:
+        try:
+            async with asyncio.timeout_at(deadline):
+                response = await self._http.send(request, stream=True)
+        except TimeoutError as exc:
+            limit = self.first_byte_timeout_s
+            message = f"{endpoint.id} sent no response headers within the first-byte timeout ({limit}s)"
+            raise BackendTimeout(message, endpoint_id=endpoint.id) from exc
+        except httpx.HTTPError as exc:
+            _raise_transport_error(endpoint, exc)
+        if response.status_code >= 400:
+            try:
+                async with asyncio.timeout_at(deadline):
+                    await response.aread()
+            except (TimeoutError, httpx.HTTPError):
+                pass  # the status alone says enough
+            finally:
+                await response.aclose()
+            await _raise_for_status(endpoint, response)
+        return response
+
+    async def _next_event(self, endpoint: Endpoint, events: AsyncIterator[str], deadline: float | None) -> str:
+        """The next SSE payload; before the first one, errors are pre-first-byte errors."""
+        is_first = deadline is not None
+        try:
+            if deadline is None:
+                return await anext(events)
+            async with asyncio.timeout_at(deadline):
+                return await anext(events)
+        except StopAsyncIteration as exc:
+            error = BackendUnavailable if is_first else BackendStreamBroken
+            raise error(f"{endpoint.id} ended the stream without [DONE]", endpoint_id=endpoint.id) from exc
+        except TimeoutError as exc:
+            message = f"{endpoint.id} sent no first chunk within the first-byte timeout ({self.first_byte_timeout_s}s)"
+            raise BackendTimeout(message, endpoint_id=endpoint.id) from exc
+        except httpx.HTTPError as exc:
+            if is_first:
+                _raise_transport_error(endpoint, exc)
+            raise BackendStreamBroken(f"{endpoint.id} stream broke: {_describe(exc)}", endpoint_id=endpoint.id) from exc
+
+
+async def _prepend(
+    first: CompletionChunk, rest: AsyncGenerator[CompletionChunk, None]
+) -> AsyncGenerator[CompletionChunk, None]:
+    try:
+        yield first
+        async for chunk in rest:
+            yield chunk
+    finally:
+        await rest.aclose()
+
+
+def _parse_event(endpoint: Endpoint, data: str, is_first: bool) -> dict[str, Any]:
+    """Decode one SSE payload; an error event raises (as a status error before the first chunk)."""
+    try:
+        event = json.loads(data)
+    except ValueError as exc:
+        error = BackendUnavailable if is_first else BackendStreamBroken
+        raise error(f"{endpoint.id} sent an invalid SSE payload: {data[:200]!r}", endpoint_id=endpoint.id) from exc
+    if not isinstance(event, dict):
+        raise BackendStreamBroken(f"{endpoint.id} sent a non-object SSE payload", endpoint_id=endpoint.id)
+    if "error" in event or event.get("object") == "error":
+        body = event.get("error") if isinstance(event.get("error"), dict) else event
+        message = str(body.get("message") or body)
+        code = body.get("code")
+        if is_first and isinstance(code, int):
+            _raise_status(endpoint, code, message, retry_after_s=None)
+        raise BackendStreamBroken(f"{endpoint.id} stream failed: {message}", endpoint_id=endpoint.id)
+    return event
+
+
+def _raise_transport_error(endpoint: Endpoint, exc: httpx.HTTPError) -> NoReturn:
+    if isinstance(exc, httpx.TimeoutException):
+        raise BackendTimeout(f"{endpoint.id} timed out: {_describe(exc)}", endpoint_id=endpoint.id) from exc
+    raise BackendUnavailable(f"{endpoint.id} unreachable: {_describe(exc)}", endpoint_id=endpoint.id) from exc
+
+
+async def _raise_for_status(endpoint: Endpoint, response: httpx.Response) -> None:
+    if response.status_code < 400:
+        return
+    _raise_status(endpoint, response.status_code, _error_message(response), _retry_after(response))
+
+
+def _raise_status(endpoint: Endpoint, status: int, message: str, retry_after_s: float | None) -> NoReturn:
+    text = f"{endpoint.id} answered {status}: {message}"
+    if status == 429:
+        raise BackendOverloaded(text, retry_after_s=retry_after_s, endpoint_id=endpoint.id)
+    if 400 <= status < 500:
+        raise BackendRejected(text, status=status, endpoint_id=endpoint.id)
+    raise BackendUnavailable(text, endpoint_id=endpoint.id)
+
+
+def _error_message(response: httpx.Response) -> str:
+    """The message of an OpenAI ({"error": {"message"}}) or trtllm-serve ({"message"}) error body."""
+    try:
+        body = response.json()
+    except (ValueError, httpx.ResponseNotRead):
+        try:
+            return response.text[:500] or response.reason_phrase
+        except httpx.ResponseNotRead:
+            return response.reason_phrase
+    if isinstance(body, dict):
+        error = body.get("error")
+        if isinstance(error, dict) and error.get("message"):
+            return str(error["message"])
+        for key in ("message", "detail", "error"):
+            if body.get(key):
+                return str(body[key])
+    return str(body)[:500]
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    try:
+        return max(0.0, float(response.headers["retry-after"]))
+    except (KeyError, ValueError):
+        return None
+
+
+def _describe(exc: BaseException) -> str:
+    return str(exc) or type(exc).__name__

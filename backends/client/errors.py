@@ -1,0 +1,50 @@
+"""Errors the backend client raises: the only exceptions that cross the client seam.
+
+    BackendError
+    ├── BackendUnavailable    connection refused/reset, or a 5xx answer, before the first byte
+    ├── BackendTimeout        no connection within connect_timeout_s, or no first byte within
+    │                         first_byte_timeout_s (non-streaming: no answer within read_timeout_s)
+    ├── BackendOverloaded     429: the backend has no room now; carries retry_after_s
+    ├── BackendRejected       any other 4xx: the request itself is wrong; carries status and message
+    └── BackendStreamBroken   the stream failed after the first byte (error event, reset, read
+                              timeout, or it ended without [DONE]); retrying would repeat output
+
+httpx's exceptions never leave the client: each is converted where it happens with
+`raise BackendX(...) from exc`, so callers see one tree and the cause stays in the traceback.
+Before the first byte every error except BackendRejected is a reason to try another endpoint.
+"""
+
+from __future__ import annotations
+
+
+class BackendError(Exception):
+    """Base of every client error; `endpoint_id` names the backend that failed (if known)."""
+
+    def __init__(self, message: str, *, endpoint_id: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.endpoint_id = endpoint_id
+
+
+class BackendUnavailable(BackendError):
+    pass
+
+
+class BackendTimeout(BackendError):
+    pass
+
+
+class BackendOverloaded(BackendError):
+    def __init__(self, message: str, *, retry_after_s: float | None = None, endpoint_id: str | None = None) -> None:
+        super().__init__(message, endpoint_id=endpoint_id)
+        self.retry_after_s = retry_after_s
+
+
+class BackendRejected(BackendError):
+    def __init__(self, message: str, *, status: int, endpoint_id: str | None = None) -> None:
+        super().__init__(message, endpoint_id=endpoint_id)
+        self.status = status
+
+
+class BackendStreamBroken(BackendError):
+    pass

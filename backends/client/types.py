@@ -1,0 +1,70 @@
+"""The plain data the client hands to its callers, and how it is read off the OpenAI wire shape."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """One backend server: ours, trtllm-serve, vLLM or SGLang (anything speaking /v1/completions)."""
+
+    id: str
+    base_url: str  # e.g. "http://10.0.0.5:8100", no trailing path
+    region: str
+    role: str = "mixed"  # "mixed", "prefill" (context servers) or "decode" (generation servers)
+
+    def url(self, path: str) -> str:
+        return self.base_url.rstrip("/") + path
+
+
+@dataclass(slots=True)
+class Usage:
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int  # prompt tokens served from the backend's prefix cache
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    @classmethod
+    def from_json(cls, usage: dict[str, Any]) -> Usage:
+        """Read OpenAI's `usage`; `prompt_tokens_details` may be absent or null (then 0 cached)."""
+        details = usage.get("prompt_tokens_details") or {}
+        return cls(
+            prompt_tokens=int(usage.get("prompt_tokens") or 0),
+            completion_tokens=int(usage.get("completion_tokens") or 0),
+            cached_tokens=int(details.get("cached_tokens") or 0),
+        )
+
+
+@dataclass(slots=True)
+class CompletionChunk:
+    """One streamed event: new text (maybe empty), the new token ids when the backend sends them,
+    the finish reason on the last text chunk, and the usage on the final usage-only chunk."""
+
+    text: str
+    token_ids: list[int] | None
+    finish_reason: str | None
+    usage: Usage | None
+
+    @classmethod
+    def from_json(cls, event: dict[str, Any]) -> CompletionChunk:
+        """Read one `text_completion` (or `chat.completion.chunk`) SSE payload."""
+        choices = event.get("choices") or []
+        usage = event.get("usage")
+        if not choices:
+            return cls(text="", token_ids=None, finish_reason=None, usage=Usage.from_json(usage) if usage else None)
+        choice = choices[0]
+        text = choice.get("text")
+        if text is None:  # chat chunks carry the text in delta.content
+            text = (choice.get("delta") or {}).get("content") or ""
+        token_ids = choice.get("token_ids")
+        return cls(
+            text=text,
+            token_ids=list(token_ids) if token_ids is not None else None,
+            finish_reason=choice.get("finish_reason"),
+            usage=Usage.from_json(usage) if usage else None,
+        )

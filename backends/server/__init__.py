@@ -1,0 +1,10 @@
+"""The regional backend server: one engine behind the OpenAI-compatible backend protocol.
+
+    app.py        create_app(): the Starlette app, its lifespan (engine load, drain, stop)
+    routes.py     thin handlers: parse, call the generation service, render
+    protocol.py   request bodies (pydantic)        openai.py     response bodies and SSE chunks
+    generation.py admission -> engine -> cleanup   admission.py  bounded admission, lifecycle
+    disconnect.py cancel work when the client leaves
+    metrics.py    Prometheus series (per-app registry)   kv_events.py  TensorRT-LLM event JSON
+    serve.py      uvicorn with a graceful drain on SIGTERM
+"""

@@ -1,0 +1,149 @@
+"""Running one request through the engine: admission, the first output, the rest, and cleanup.
+
+`GenerationService.start` admits the request, submits it and waits for its first output, so an
+engine refusal (bad request, overload) surfaces as an HTTP status before any byte is sent.
+The returned `Generation` is then streamed or collected; `close()` (always called, also on
+disconnect or cancellation) aborts the request in the engine if it has not finished, releases
+its admission slot and records its metrics, exactly once.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from backends.server.admission import Admission
+from backends.server.errors import APIError, from_engine_error
+from backends.server.metrics import BackendMetrics
+from engines.base import Engine, GenerationOutput, GenerationRequest
+from engines.errors import EngineError
+from engines.sampling_params import SamplingParams
+
+
+@dataclass(slots=True)
+class Completion:
+    """A whole generation, collected (non-streaming answers)."""
+
+    text: str
+    token_ids: list[int]
+    finish_reason: str | None
+    num_prompt_tokens: int
+    num_cached_tokens: int
+    num_generated_tokens: int
+
+
+class Generation:
+    """One admitted request's outputs. Iterate once (or `collect()`), then `close()`."""
+
+    def __init__(
+        self, service: GenerationService, route: str, request_id: str, outputs: AsyncIterator[GenerationOutput]
+    ) -> None:
+        self.route = route
+        self.request_id = request_id
+        self.last: GenerationOutput | None = None
+        self._service = service
+        self._outputs = outputs
+        self._first: GenerationOutput | None = None
+        self._started_at = time.monotonic()
+        self._is_closed = False
+        self._error_outcome: str | None = None  # set when the engine refused or failed the request
+
+    async def prime(self) -> None:
+        """Wait for the first output; engine errors become APIErrors."""
+        try:
+            self._first = await anext(self._outputs)
+        except StopAsyncIteration as exc:
+            self._error_outcome = "error"
+            raise APIError("the engine ended the request without any output") from exc
+        except EngineError as exc:
+            error = from_engine_error(exc)
+            self._error_outcome = outcome_of(error)
+            raise error from exc
+        self._service.metrics.ttft.labels(self.route).observe(time.monotonic() - self._started_at)
+
+    async def __aiter__(self) -> AsyncIterator[GenerationOutput]:
+        assert self._first is not None, "prime() first"
+        self.last = self._first
+        yield self._first
+        if self._first.is_finished:
+            return
+        try:
+            async for output in self._outputs:
+                self.last = output
+                yield output
+        except EngineError as exc:
+            self._error_outcome = "error"
+            raise from_engine_error(exc) from exc
+
+    async def collect(self) -> Completion:
+        text: list[str] = []
+        token_ids: list[int] = []
+        async for output in self:
+            text.append(output.new_text)
+            token_ids += output.new_token_ids
+        last = self.last
+        assert last is not None
+        return Completion(
+            text="".join(text),
+            token_ids=token_ids,
+            finish_reason=last.finish_reason,
+            num_prompt_tokens=last.num_prompt_tokens,
+            num_cached_tokens=last.num_cached_tokens,
+            num_generated_tokens=last.num_generated_tokens,
+        )
+
+    @property
+    def outcome(self) -> str:
+        if self._error_outcome is not None:
+            return self._error_outcome
+        if self.last is None or not self.last.is_finished:
+            return "cancelled"  # the client left (or the server stopped reading) mid-way
+        return "aborted" if self.last.finish_reason == "abort" else "ok"
+
+    async def close(self) -> None:
+        """Abort in the engine if unfinished, free the admission slot, record metrics. Idempotent."""
+        if self._is_closed:
+            return
+        self._is_closed = True
+        try:
+            await self._outputs.aclose()  # type: ignore[attr-defined]  # leaving early aborts the request
+        finally:
+            self._service.admission.release(self.request_id)
+            metrics = self._service.metrics
+            metrics.requests.labels(self.route, self.outcome).inc()
+            metrics.latency.labels(self.route).observe(time.monotonic() - self._started_at)
+
+
+class GenerationService:
+    def __init__(self, engine: Engine, admission: Admission, metrics: BackendMetrics) -> None:
+        self.engine = engine
+        self.admission = admission
+        self.metrics = metrics
+
+    async def start(
+        self, route: str, request_id: str, prompt_token_ids: list[int], sampling: SamplingParams, cache_salt: str | None
+    ) -> Generation:
+        """Admit and submit the request and wait for its first output (raises APIError)."""
+        try:
+            self.admission.admit(request_id)
+        except APIError as exc:
+            self.metrics.requests.labels(route, outcome_of(exc)).inc()
+            raise
+        request = GenerationRequest(request_id, prompt_token_ids, sampling, cache_salt)
+        generation = Generation(self, route, request_id, self.engine.generate(request))
+        try:
+            await generation.prime()
+        except BaseException:
+            await generation.close()
+            raise
+        return generation
+
+
+def outcome_of(error: APIError) -> str:
+    """The `outcome` label of a request that ended with `error`."""
+    if error.status == 429:
+        return "overloaded"
+    if error.status == 503:
+        return "unavailable"
+    return "rejected" if error.status < 500 else "error"

@@ -1,0 +1,43 @@
+"""KV cache events in the JSON shape TensorRT-LLM's `POST /kv_cache_events` returns.
+
+TensorRT-LLM serialises each event (tensorrt_llm/_utils.py, KVCacheEventSerializer) as
+
+    {"event_id": N, "window_size": W, "data": {"type": "stored", "parent_hash": H | null,
+        "blocks": [{"type": "stored_block", "block_hash": H, "cache_level": 0, "priority": P,
+                    "tokens": [{"type": "unique_token", "token_id": T, "token_extra_id": 0}, ...]}]}}
+    {"event_id": N, "window_size": W, "data": {"type": "removed", "block_hashes": [H, ...]}}
+
+so a router written for trtllm-serve reads ours unchanged. The engine has one KV pool on one
+cache level: `cache_level` is 0, `priority` TensorRT-LLM's default retention priority (35), and
+`window_size` the engine's context length (full attention).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engines.base import KVCacheEvent
+
+DEFAULT_PRIORITY = 35
+
+
+def to_trtllm_json(event: KVCacheEvent, window_size: int) -> dict[str, Any]:
+    if event.kind == "removed":
+        data: dict[str, Any] = {"type": "removed", "block_hashes": list(event.block_hashes)}
+    else:
+        token_ids = event.token_ids or [[] for _ in event.block_hashes]
+        data = {
+            "type": "stored",
+            "parent_hash": event.parent_hash,
+            "blocks": [
+                {
+                    "type": "stored_block",
+                    "block_hash": block_hash,
+                    "tokens": [{"type": "unique_token", "token_id": t, "token_extra_id": 0} for t in tokens],
+                    "cache_level": 0,
+                    "priority": DEFAULT_PRIORITY,
+                }
+                for block_hash, tokens in zip(event.block_hashes, token_ids, strict=True)
+            ],
+        }
+    return {"event_id": event.event_id, "data": data, "window_size": window_size}

@@ -1,0 +1,89 @@
+"""Prometheus metrics of one backend, in a registry owned by its app (never the global one).
+
+Load and cache figures are read from the engine's stats snapshot at scrape time (a collector),
+so they cost nothing between scrapes; request counts and latencies are recorded as requests end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from engines.base import EngineStats
+
+PREFIX = "edgerun_backend"
+LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+
+
+class _EngineCollector(Collector):
+    def __init__(self, stats: Callable[[], EngineStats | None], labels: dict[str, str]) -> None:
+        self._stats = stats
+        self._labels = labels
+
+    def collect(self) -> Iterator[Metric]:
+        stats = self._stats()
+        if stats is None:  # engine not loaded yet
+            return
+        names, values = list(self._labels), list(self._labels.values())
+
+        def gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+            family = GaugeMetricFamily(f"{PREFIX}_{name}", doc, labels=names)
+            family.add_metric(values, value)
+            return family
+
+        def counter(name: str, doc: str, value: float) -> CounterMetricFamily:
+            family = CounterMetricFamily(f"{PREFIX}_{name}", doc, labels=names)
+            family.add_metric(values, value)
+            return family
+
+        yield gauge("requests_running", "Requests in the engine's running batch.", stats.num_running)
+        yield gauge("requests_waiting", "Requests queued in the engine, not yet running.", stats.num_waiting)
+        yield gauge(
+            "prefill_tokens_inflight", "Prompt tokens admitted but not yet prefilled.", stats.num_prefill_tokens
+        )
+        yield gauge("decode_tokens_inflight", "Tokens still to generate for running requests.", stats.num_decode_tokens)
+        yield gauge("kv_blocks_total", "KV cache capacity in blocks.", stats.num_kv_blocks_total)
+        yield gauge("kv_blocks_free", "KV cache blocks free.", stats.num_kv_blocks_free)
+        yield gauge(
+            "kv_blocks_used", "KV cache blocks in use.", stats.num_kv_blocks_total - stats.num_kv_blocks_free
+        )
+        yield counter(
+            "prefix_cache_hit_tokens", "Prompt tokens served from the prefix cache.", stats.num_prefix_hit_tokens
+        )
+        yield counter("prompt_tokens", "Prompt tokens received.", stats.num_prompt_tokens)
+        yield counter("generation_tokens", "Tokens generated.", stats.num_generated_tokens)
+
+
+class BackendMetrics:
+    """The backend's registry plus the request-level series it records itself."""
+
+    def __init__(self, stats: Callable[[], EngineStats | None], *, model: str, region: str, role: str) -> None:
+        self.registry = CollectorRegistry()
+        labels = {"model": model, "region": region, "role": role}
+        self.registry.register(_EngineCollector(stats, labels))
+        self.requests = Counter(
+            f"{PREFIX}_requests",
+            "Requests answered, by route and outcome.",
+            ["route", "outcome"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            f"{PREFIX}_request_latency_seconds",
+            "Time from admission to the last token.",
+            ["route"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.ttft = Histogram(
+            f"{PREFIX}_time_to_first_token_seconds",
+            "Time from admission to the first generated token.",
+            ["route"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

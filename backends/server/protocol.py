@@ -1,0 +1,151 @@
+"""The OpenAI-compatible request bodies the backend accepts (the fields trtllm-serve and vLLM take).
+
+Pydantic validates types and ranges; anything it rejects becomes a 400 in OpenAI's error shape
+(see errors.py). Unknown fields are refused rather than silently ignored, so a caller learns at
+once that a feature (logprobs, tools, ...) is not served here.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, field_validator
+
+from engines.sampling_params import SamplingParams
+
+TokenId = Annotated[StrictInt, Field(ge=0)]
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    include_usage: StrictBool = False
+    continuous_usage_stats: StrictBool = False  # accepted for vLLM compatibility; usage comes once, at the end
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    role: Literal["system", "user", "assistant", "developer", "tool"]
+    content: StrictStr
+    name: StrictStr | None = None
+
+
+class SamplingFields(BaseModel):
+    """Fields shared by /v1/completions and /v1/chat/completions."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: StrictStr | None = None
+    max_tokens: Annotated[StrictInt, Field(ge=1)] | None = None
+    temperature: Annotated[StrictFloat, Field(ge=0.0, le=5.0)] = 1.0
+    top_p: Annotated[StrictFloat, Field(gt=0.0, le=1.0)] = 1.0
+    top_k: StrictInt | None = None  # None, 0 or -1: no top-k filter
+    seed: StrictInt | None = None
+    repetition_penalty: Annotated[StrictFloat, Field(gt=0.0, le=2.0)] = 1.0
+    frequency_penalty: Annotated[StrictFloat, Field(ge=-2.0, le=2.0)] = 0.0
+    presence_penalty: Annotated[StrictFloat, Field(ge=-2.0, le=2.0)] = 0.0
+    stop: StrictStr | list[StrictStr] | None = None
+    ignore_eos: StrictBool = False
+    stream: StrictBool = False
+    stream_options: StreamOptions | None = None
+    n: Annotated[StrictInt, Field(ge=1)] = 1
+    user: StrictStr | None = None
+    cache_salt: StrictStr | None = None
+    disaggregated_params: dict[str, Any] | None = None
+    return_token_ids: StrictBool = False  # vLLM's extension: each choice also carries its token ids
+    logprobs: Any = None
+
+    @field_validator("n")
+    @classmethod
+    def _one_choice(cls, n: int) -> int:
+        if n != 1:
+            raise ValueError(f"n={n} is not supported: this backend returns one choice per request; send {n} requests")
+        return n
+
+    @field_validator("logprobs")
+    @classmethod
+    def _no_logprobs(cls, logprobs: Any) -> Any:
+        if logprobs not in (None, False, 0):
+            raise ValueError("logprobs are not supported by this backend")
+        return None
+
+    @field_validator("top_k")
+    @classmethod
+    def _top_k(cls, top_k: int | None) -> int | None:
+        if top_k is not None and top_k < -1:
+            raise ValueError("top_k must be >= 1, or 0 / -1 / absent for no top-k filter")
+        return top_k if top_k is not None and top_k >= 1 else None
+
+    @field_validator("stop")
+    @classmethod
+    def _stop(cls, stop: str | list[str] | None) -> str | list[str] | None:
+        stops = [stop] if isinstance(stop, str) else stop or []
+        if any(not s for s in stops):
+            raise ValueError("stop strings must be non-empty")
+        if len(stops) > 16:
+            raise ValueError("at most 16 stop strings are supported")
+        return stop
+
+    @property
+    def include_usage(self) -> bool:
+        return self.stream_options is not None and self.stream_options.include_usage
+
+    def sampling_params(self, max_tokens: int) -> SamplingParams:
+        """Engine sampling parameters (raises engines.errors.InvalidRequest on a bad combination)."""
+        return SamplingParams(
+            max_tokens=max_tokens,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=self.top_k,
+            seed=self.seed,
+            repetition_penalty=self.repetition_penalty,
+            frequency_penalty=self.frequency_penalty,
+            presence_penalty=self.presence_penalty,
+            stop=[self.stop] if isinstance(self.stop, str) else list(self.stop or []),
+            ignore_eos=self.ignore_eos,
+        )
+
+
+class CompletionRequest(SamplingFields):
+    """POST /v1/completions. `prompt` is text, token ids, or a one-element list of either."""
+
+    prompt: StrictStr | list[TokenId] | list[StrictStr] | list[list[TokenId]]
+    echo: StrictBool = False
+    suffix: StrictStr | None = None
+
+    @field_validator("prompt")
+    @classmethod
+    def _single_prompt(cls, prompt: Any) -> Any:
+        if isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list)):
+            if len(prompt) != 1:
+                raise ValueError(f"{len(prompt)} prompts in one request are not supported: send one request per prompt")
+            prompt = prompt[0]
+        if not prompt:
+            raise ValueError("the prompt is empty")
+        return prompt
+
+    @field_validator("echo")
+    @classmethod
+    def _no_echo(cls, echo: bool) -> bool:
+        if echo:
+            raise ValueError("echo is not supported by this backend")
+        return echo
+
+    @field_validator("suffix")
+    @classmethod
+    def _no_suffix(cls, suffix: str | None) -> str | None:
+        if suffix:
+            raise ValueError("suffix is not supported by this backend")
+        return suffix
+
+
+class ChatCompletionRequest(SamplingFields):
+    """POST /v1/chat/completions: messages go through the model's chat template."""
+
+    messages: Annotated[list[Message], Field(min_length=1)]
+    max_completion_tokens: Annotated[StrictInt, Field(ge=1)] | None = None
+    add_generation_prompt: StrictBool = True
+
+    def chat_messages(self) -> list[dict[str, str]]:
+        return [{"role": m.role, "content": m.content} for m in self.messages]

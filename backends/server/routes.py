@@ -1,0 +1,162 @@
+"""The backend's HTTP endpoints: parse, call the generation service, render. No logic beyond that."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from backends.server.disconnect import until_disconnect
+from backends.server.errors import APIError, BadRequest, NotImplementedFeature
+from backends.server.generation import Generation
+from backends.server.kv_events import to_trtllm_json
+from backends.server.openai import DONE, Kind, Renderer, sse
+from backends.server.protocol import ChatCompletionRequest, CompletionRequest, SamplingFields
+from backends.server.state import BackendState
+from backends.server.tokenizer_route import ROUTE as TOKENIZER_ROUTE
+
+DEFAULT_COMPLETION_MAX_TOKENS = 16  # OpenAI's (and trtllm-serve's) default for /v1/completions
+
+
+class EventStream(StreamingResponse):
+    """SSE response that always runs `on_close` (abort + release), even if never iterated."""
+
+    media_type = "text/event-stream"
+
+    def __init__(self, content: AsyncIterator[bytes], on_close: Callable[[], Awaitable[None]]) -> None:
+        super().__init__(content, headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        self._on_close = on_close
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self._on_close()
+
+
+def backend(request: Request) -> BackendState:
+    return request.app.state.backend
+
+
+async def read_json(request: Request) -> dict[str, Any]:
+    raw = await request.body()
+    try:
+        body = json.loads(raw)
+    except ValueError as exc:
+        raise BadRequest(f"the body is not valid JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise BadRequest("the body must be a JSON object")
+    return body
+
+
+async def completions(request: Request) -> Response:
+    state = backend(request)
+    body = CompletionRequest.model_validate(await read_json(request))
+    engine = state.ready_engine()
+    state.check_model(body.model)
+    prompt = body.prompt
+    prompt_ids = list(prompt) if isinstance(prompt, list) else engine.tokenizer.encode(prompt)
+    max_tokens = body.max_tokens or DEFAULT_COMPLETION_MAX_TOKENS
+    return await _generate(request, state, body, prompt_ids, max_tokens, "completion")
+
+
+async def chat_completions(request: Request) -> Response:
+    state = backend(request)
+    body = ChatCompletionRequest.model_validate(await read_json(request))
+    engine = state.ready_engine()
+    state.check_model(body.model)
+    text = engine.tokenizer.apply_chat_template(body.chat_messages(), add_generation_prompt=body.add_generation_prompt)
+    prompt_ids = engine.tokenizer.encode(text)
+    max_tokens = body.max_completion_tokens or body.max_tokens or state.default_max_tokens(len(prompt_ids))
+    return await _generate(request, state, body, prompt_ids, max_tokens, "chat")
+
+
+async def _generate(
+    request: Request, state: BackendState, body: SamplingFields, prompt_ids: list[int], max_tokens: int, kind: Kind
+) -> Response:
+    if body.disaggregated_params is not None:
+        raise NotImplementedFeature(
+            "disaggregated_params (context_only / generation_only) is not implemented by this backend yet: "
+            "send the request without it, or route it to a trtllm-serve worker",
+            param="disaggregated_params",
+        )
+    prefix = "cmpl" if kind == "completion" else "chatcmpl"
+    renderer = Renderer(f"{prefix}-{uuid.uuid4().hex}", state.model_name, kind, return_token_ids=body.return_token_ids)
+    sampling = body.sampling_params(max_tokens)
+    start = state.service.start(kind, renderer.request_id, prompt_ids, sampling, body.cache_salt)
+    generation = await until_disconnect(request.receive, start)
+    if body.stream:
+        return EventStream(_events(generation, renderer, body.include_usage), on_close=generation.close)
+    try:
+        completion = await until_disconnect(request.receive, generation.collect())
+    finally:
+        await generation.close()
+    return JSONResponse(renderer.answer(completion))
+
+
+async def _events(generation: Generation, renderer: Renderer, include_usage: bool) -> AsyncIterator[bytes]:
+    try:
+        async for output in generation:
+            chunk = renderer.chunk(output)
+            if chunk is not None:
+                yield sse(chunk)
+    except APIError as exc:  # the status line is gone: report it in-band, as OpenAI servers do
+        yield sse(renderer.error_chunk(exc.status, exc.type, exc.message))
+        yield DONE
+        return
+    if include_usage and generation.last is not None:
+        yield sse(renderer.usage_chunk(generation.last))
+    yield DONE
+
+
+async def health(request: Request) -> Response:
+    admission = backend(request).admission
+    return JSONResponse({"status": admission.phase.value}, 200 if admission.is_ready else 503)
+
+
+async def models(request: Request) -> Response:
+    state = backend(request)
+    engine = state.ready_engine()
+    card = {
+        "id": state.model_name,
+        "object": "model",
+        "created": state.started_at,
+        "owned_by": "edgerun",
+        "max_model_len": engine.max_model_len,
+    }
+    return JSONResponse({"object": "list", "data": [card]})
+
+
+async def metrics(request: Request) -> Response:
+    return Response(backend(request).metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+
+async def kv_cache_events(request: Request) -> Response:
+    """TensorRT-LLM's poll: the events since the last call (drained, so each is returned once)."""
+    engine = backend(request).engine
+    if engine is None:
+        return JSONResponse([])
+    return JSONResponse([to_trtllm_json(event, engine.max_model_len) for event in engine.drain_kv_events()])
+
+
+async def load(request: Request) -> Response:
+    return JSONResponse(backend(request).load())
+
+
+ROUTES = [
+    Route("/v1/completions", completions, methods=["POST"]),
+    Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+    Route("/health", health, methods=["GET"]),
+    Route("/v1/models", models, methods=["GET"]),
+    Route("/metrics", metrics, methods=["GET"]),
+    Route("/kv_cache_events", kv_cache_events, methods=["POST"]),
+    Route("/load", load, methods=["GET"]),
+    TOKENIZER_ROUTE,  # GET /edgerun/v1/tokenizer: lets the gateway tokenize exactly as we do
+]

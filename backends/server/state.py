@@ -1,0 +1,97 @@
+"""Everything one backend app owns, in one place: settings, engine, admission, metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from backends.server.admission import Admission
+from backends.server.errors import ModelNotFound, Unavailable
+from backends.server.generation import GenerationService
+from backends.server.metrics import BackendMetrics
+from backends.settings import BackendSettings
+from engines.base import Engine, EngineStats
+
+
+@dataclass(slots=True)
+class BackendState:
+    settings: BackendSettings
+    admission: Admission
+    metrics: BackendMetrics = field(init=False)
+    engine: Engine | None = None
+    generation: GenerationService | None = None
+    load_error: str | None = None
+    started_at: int = field(default_factory=lambda: int(time.time()))
+    on_fatal: Callable[[BaseException], None] | None = None  # set by serve.py: stop the process
+    stopping: asyncio.Future[None] | None = None  # the one graceful shutdown, once begun
+
+    def __post_init__(self) -> None:
+        labels = {"model": self.model_name, "region": self.settings.region, "role": self.settings.role}
+        self.metrics = BackendMetrics(self.engine_stats, **labels)
+
+    def engine_stats(self) -> EngineStats | None:
+        return self.engine.stats() if self.engine is not None else None
+
+    @property
+    def model_name(self) -> str:
+        """The served model id: the configured name ("smollm2", a path, ...), stable across restarts."""
+        return self.settings.engine.model if self.settings.engine_kind == "builtin" else self.settings.trtllm.model
+
+    @property
+    def service(self) -> GenerationService:
+        if self.generation is None:
+            raise Unavailable("the backend is still loading its model: retry shortly")
+        return self.generation
+
+    def attach(self, engine: Engine) -> None:
+        """The engine is started: serve requests with it."""
+        self.engine = engine
+        self.generation = GenerationService(engine, self.admission, self.metrics)
+        self.admission.mark_ready()
+
+    def ready_engine(self) -> Engine:
+        if self.engine is None or not self.admission.is_ready:
+            raise Unavailable(f"the backend is {self.admission.phase.value}: retry shortly or use another backend")
+        return self.engine
+
+    def default_max_tokens(self, num_prompt_tokens: int) -> int:
+        """For requests that set no limit (chat): the rest of the context, within the KV cache."""
+        assert self.engine is not None
+        room = self.engine.max_model_len - num_prompt_tokens
+        if self.settings.engine_kind == "builtin":
+            room = min(room, self.settings.engine.num_kv_blocks * self.settings.engine.block_size - num_prompt_tokens)
+        return max(1, room)
+
+    def check_model(self, model: str | None) -> None:
+        """A request may omit `model`, or name the served model (its id or the configured name)."""
+        engine_name = self.engine.model_name if self.engine is not None else None
+        if model is None or model in (self.model_name, engine_name):
+            return
+        message = f"model {model!r} is not served here; this backend serves {self.model_name!r}"
+        raise ModelNotFound(message, param="model")
+
+    def load(self) -> dict[str, Any]:
+        """The cheap snapshot the gateway polls (GET /load)."""
+        snapshot: dict[str, Any] = {
+            "model": self.model_name,
+            "region": self.settings.region,
+            "role": self.settings.role,
+            "status": self.admission.phase.value,
+            "in_flight": self.admission.num_active,
+            "max_in_flight": self.admission.max_in_flight,
+        }
+        if self.engine is None:
+            return snapshot | {"running": 0, "waiting": 0, "prefill_tokens": 0, "decode_tokens": 0,
+                               "kv_blocks_free": 0, "kv_blocks_total": 0}
+        stats = self.engine.stats()
+        return snapshot | {
+            "running": stats.num_running,
+            "waiting": stats.num_waiting,
+            "prefill_tokens": stats.num_prefill_tokens,
+            "decode_tokens": stats.num_decode_tokens,
+            "kv_blocks_free": stats.num_kv_blocks_free,
+            "kv_blocks_total": stats.num_kv_blocks_total,
+        }

@@ -1,0 +1,52 @@
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from backends.cli import add_arguments, build_settings
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def test_flags_override_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EDGERUN_ENGINE__MAX_NUM_SEQS", "7")
+    monkeypatch.setenv("EDGERUN_REGION", "from-env")
+    settings = build_settings(parse("--engine", "builtin", "--model", "random:smollm2", "--region", "eu-west",
+                                    "--role", "decode", "--port", "9001", "--num-kv-blocks", "128", "--max-queue", "3"))
+    assert settings.region == "eu-west" and settings.role == "decode" and settings.port == 9001
+    assert settings.engine.model == "random:smollm2" and settings.trtllm.model == "random:smollm2"
+    assert settings.engine.num_kv_blocks == 128
+    assert settings.engine.max_num_seqs == 7  # not given as a flag: the environment still applies
+    assert settings.max_queue == 3
+
+
+def test_no_flags_keep_defaults() -> None:
+    settings = build_settings(parse())
+    assert settings.engine_kind == "builtin" and settings.port == 8100 and settings.engine.model == "smollm2"
+
+
+def test_bad_flag_values_are_refused() -> None:
+    with pytest.raises(SystemExit):
+        parse("--role", "router")
+    with pytest.raises(ValueError, match="block_size"):
+        build_settings(parse("--block-size", "12"))
+
+
+def test_a_model_that_cannot_load_exits_non_zero(tmp_path: Path) -> None:
+    from tests.backends.conftest import ROOT, free_port
+
+    missing = tmp_path / "missing.gguf"
+    result = subprocess.run(
+        [sys.executable, "-m", "gateway.cli", "backend", "--port", str(free_port()), "--model", str(missing)],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 1
+    assert "the engine failed to load" in result.stderr

@@ -1,0 +1,49 @@
+"""`edgerun chat` as a user runs it: a real process with the real model."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.backends.conftest import ROOT
+
+pytestmark = pytest.mark.slow
+CHAT = [sys.executable, "-m", "gateway.cli", "chat", "--temperature", "0", "--max-tokens", "12"]
+
+
+def test_one_shot_prompt_streams_the_answer() -> None:
+    result = subprocess.run([*CHAT, "--prompt", "What is the capital of France?"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "Paris" in result.stdout
+
+
+def test_conversation_ends_cleanly_on_eof() -> None:
+    result = subprocess.run(CHAT, cwd=ROOT, input="What is the capital of France?\n", capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "Paris" in result.stdout
+    assert "Traceback" not in result.stderr
+
+
+def test_ctrl_c_at_the_prompt_quits_cleanly() -> None:
+    process = subprocess.Popen(CHAT, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        banner = ""
+        while "Ctrl-D" not in banner:  # the model is loaded once the help line is printed
+            assert time.monotonic() < deadline and process.poll() is None
+            banner += process.stderr.readline()
+        time.sleep(0.3)
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0
+    assert "Traceback" not in stderr

@@ -1,0 +1,229 @@
+"""BackendClient against a real backend process (2 running slots, no queue), plus dead and silent peers."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+
+from backends.client import (
+    BackendClient,
+    BackendOverloaded,
+    BackendRejected,
+    BackendStreamBroken,
+    BackendTimeout,
+    BackendUnavailable,
+    CompletionChunk,
+    Endpoint,
+)
+from tests.backends.conftest import BackendProcess, free_port, long_prompt_ids, running_backend
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def backend() -> Iterator[BackendProcess]:
+    with running_backend("--region", "eu-west", "--max-num-seqs", "2", "--max-queue", "0") as process:
+        yield process
+
+
+@pytest.fixture
+def live(backend: BackendProcess) -> Endpoint:
+    return Endpoint(id="live", base_url=backend.url, region="eu-west")
+
+
+@pytest.fixture
+def dead() -> Endpoint:
+    return Endpoint(id="dead", base_url=f"http://127.0.0.1:{free_port()}", region="eu-west")  # nothing listens
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[BackendClient]:
+    client = BackendClient(connect_timeout_s=1.0, first_byte_timeout_s=30.0, read_timeout_s=60.0)
+    yield client
+    await client.aclose()
+
+
+@contextlib.asynccontextmanager
+async def silent_server() -> AsyncIterator[Endpoint]:
+    """A TCP peer that accepts connections and never answers."""
+    held: list[asyncio.StreamWriter] = []
+
+    async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)
+
+    server = await asyncio.start_server(accept, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        yield Endpoint(id="silent", base_url=f"http://127.0.0.1:{port}", region="eu-west")
+    finally:
+        for writer in held:
+            writer.close()
+        server.close()
+        await server.wait_closed()
+
+
+def body(num_prompt_tokens: int = 24, max_tokens: int = 6, offset: int = 0, **extra: object) -> dict:
+    return {"prompt": long_prompt_ids(num_prompt_tokens, offset), "max_tokens": max_tokens, "temperature": 0.0,
+            "ignore_eos": True, **extra}
+
+
+async def collect(stream: AsyncIterator[CompletionChunk]) -> list[CompletionChunk]:
+    return [chunk async for chunk in stream]
+
+
+async def wait_idle(backend: BackendProcess) -> None:
+    await asyncio.to_thread(backend.wait_until, lambda load: load["in_flight"] == 0 and load["running"] == 0, 15)
+
+
+async def test_stream_completion_yields_text_then_usage(client: BackendClient, live: Endpoint) -> None:
+    chunks = await collect(client.stream_completion(live, body(max_tokens=6)))
+    text_chunks, usage_chunk = chunks[:-1], chunks[-1]
+    assert usage_chunk.usage is not None and usage_chunk.text == ""
+    assert usage_chunk.usage.prompt_tokens == 24
+    assert usage_chunk.usage.completion_tokens == 6
+    assert usage_chunk.usage.cached_tokens >= 0
+    assert text_chunks[-1].finish_reason == "length"
+    assert all(chunk.usage is None for chunk in text_chunks)
+    assert "".join(chunk.text for chunk in text_chunks)
+
+
+async def test_complete_matches_the_stream(client: BackendClient, live: Endpoint) -> None:
+    request = body(max_tokens=8, offset=3, return_token_ids=True)
+    chunks = await collect(client.stream_completion(live, {**request, "cache_salt": "stream"}))
+    text, finish_reason, usage = await client.complete(live, {**request, "cache_salt": "whole"})  # same computation
+    assert text == "".join(chunk.text for chunk in chunks)
+    assert finish_reason == "length"
+    assert usage.prompt_tokens == 24 and usage.completion_tokens == 8 and usage.cached_tokens == 0
+    assert sum(len(chunk.token_ids or []) for chunk in chunks) == 8
+    _, _, again = await client.complete(live, {**request, "cache_salt": "whole"})
+    assert again.cached_tokens >= 16  # the prompt's full block is cached now
+
+
+async def test_failover_moves_past_a_refused_endpoint(client: BackendClient, live: Endpoint, dead: Endpoint) -> None:
+    endpoint, stream = await client.stream_with_failover([dead, live], body())
+    assert endpoint is live
+    chunks = await collect(stream)
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 6
+
+
+async def test_failover_with_every_endpoint_down(client: BackendClient, dead: Endpoint) -> None:
+    other = Endpoint(id="dead-2", base_url=f"http://127.0.0.1:{free_port()}", region="us-east")
+    with pytest.raises(BackendUnavailable, match="all 2 endpoints failed"):
+        await client.stream_with_failover([dead, other], body())
+    with pytest.raises(BackendUnavailable):
+        await collect(client.stream_completion(dead, body()))
+    with pytest.raises(BackendUnavailable):
+        await client.complete(dead, body())
+
+
+async def test_a_rejected_request_is_not_failed_over(client: BackendClient, live: Endpoint, dead: Endpoint) -> None:
+    with pytest.raises(BackendRejected) as info:
+        await client.stream_with_failover([live, dead], body(n=2))
+    assert info.value.status == 400 and "n=2" in info.value.message
+    with pytest.raises(BackendRejected) as info:
+        await client.complete(live, body(temperature=9.0))
+    assert info.value.status == 400 and info.value.endpoint_id == "live"
+
+
+async def test_501_is_unavailable(client: BackendClient, live: Endpoint) -> None:
+    with pytest.raises(BackendUnavailable, match="501"):
+        await client.complete(live, body(disaggregated_params={"request_type": "context_only"}))
+
+
+async def test_overload_is_reported_with_retry_after(
+    client: BackendClient, live: Endpoint, backend: BackendProcess
+) -> None:
+    first = client.stream_completion(live, body(max_tokens=4000, offset=1))
+    second = client.stream_completion(live, body(max_tokens=4000, offset=2))
+    try:
+        await anext(first)
+        await anext(second)
+        with pytest.raises(BackendOverloaded) as info:
+            await collect(client.stream_completion(live, body()))
+        assert info.value.retry_after_s == 1.0
+        with pytest.raises(BackendOverloaded):
+            await client.stream_with_failover([live], body())
+    finally:
+        await first.aclose()
+        await second.aclose()
+    await wait_idle(backend)
+
+
+async def test_first_byte_timeout(live: Endpoint) -> None:
+    impatient = BackendClient(first_byte_timeout_s=0.01)
+    try:
+        with pytest.raises(BackendTimeout, match="first-byte timeout"):
+            await collect(impatient.stream_completion(live, body(num_prompt_tokens=1500, max_tokens=1)))
+    finally:
+        await impatient.aclose()
+
+
+async def test_silent_peer_times_out() -> None:
+    client = BackendClient(first_byte_timeout_s=0.3, read_timeout_s=0.3)
+    try:
+        async with silent_server() as silent:
+            with pytest.raises(BackendTimeout):
+                await collect(client.stream_completion(silent, body()))
+            with pytest.raises(BackendTimeout):
+                await client.complete(silent, body())
+            assert await client.health(silent) is False
+    finally:
+        await client.aclose()
+
+
+async def test_closing_the_stream_cancels_on_the_backend(
+    client: BackendClient, live: Endpoint, backend: BackendProcess
+) -> None:
+    stream = client.stream_completion(live, body(max_tokens=4000, offset=5))
+    await anext(stream)
+    assert backend.load()["running"] == 1
+    await stream.aclose()
+    await wait_idle(backend)
+
+
+async def test_cancelling_the_consumer_task_cancels_on_the_backend(
+    client: BackendClient, live: Endpoint, backend: BackendProcess
+) -> None:
+    started = asyncio.Event()
+
+    async def consume() -> None:
+        _, stream = await client.stream_with_failover([live], body(max_tokens=4000, offset=6))
+        async for _chunk in stream:
+            started.set()
+
+    task = asyncio.create_task(consume())
+    await asyncio.wait_for(started.wait(), 30)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await wait_idle(backend)
+
+
+async def test_polling_endpoints(client: BackendClient, live: Endpoint, dead: Endpoint) -> None:
+    assert await client.health(live) is True
+    assert await client.health(dead) is False
+    load = await client.load(live)
+    assert load["region"] == "eu-west" and load["kv_blocks_total"] > 0
+    assert await client.models(live) == ["smollm2"]
+    await client.kv_cache_events(live)
+    await client.complete(live, body(num_prompt_tokens=32, max_tokens=1, offset=40, cache_salt="poll"))
+    events = await client.kv_cache_events(live)
+    assert any(event["data"]["type"] == "stored" for event in events)
+    with pytest.raises(BackendUnavailable):
+        await client.load(dead)
+
+
+async def test_a_backend_dying_mid_stream_breaks_the_stream(
+    client: BackendClient, live: Endpoint, backend: BackendProcess
+) -> None:
+    """Last in the module: it kills the module's backend."""
+    stream = client.stream_completion(live, body(max_tokens=4000, offset=7))
+    await anext(stream)
+    backend.process.send_signal(signal.SIGKILL)
+    with pytest.raises(BackendStreamBroken):
+        async for _chunk in stream:
+            pass

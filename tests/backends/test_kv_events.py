@@ -1,0 +1,29 @@
+from __future__ import annotations
+
+from backends.server.kv_events import to_trtllm_json
+from engines.base import KVCacheEvent
+
+
+def test_stored_event_in_trtllm_shape() -> None:
+    event = KVCacheEvent(event_id=7, kind="stored", block_hashes=[11, 12], parent_hash=10, token_ids=[[1, 2], [3, 4]])
+    assert to_trtllm_json(event, window_size=8192) == {
+        "event_id": 7,
+        "window_size": 8192,
+        "data": {
+            "type": "stored",
+            "parent_hash": 10,
+            "blocks": [
+                {"type": "stored_block", "block_hash": 11, "cache_level": 0, "priority": 35,
+                 "tokens": [{"type": "unique_token", "token_id": t, "token_extra_id": 0} for t in (1, 2)]},
+                {"type": "stored_block", "block_hash": 12, "cache_level": 0, "priority": 35,
+                 "tokens": [{"type": "unique_token", "token_id": t, "token_extra_id": 0} for t in (3, 4)]},
+            ],
+        },
+    }
+
+
+def test_removed_event_in_trtllm_shape() -> None:
+    event = KVCacheEvent(event_id=8, kind="removed", block_hashes=[11, 12])
+    assert to_trtllm_json(event, window_size=4096) == {
+        "event_id": 8, "window_size": 4096, "data": {"type": "removed", "block_hashes": [11, 12]},
+    }

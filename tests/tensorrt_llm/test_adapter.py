@@ -1,0 +1,31 @@
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+
+import pytest
+
+from engines.tensorrt_llm.adapter import TrtllmEngine, TrtllmUnavailable
+from engines.tensorrt_llm.config import TrtllmConfig
+
+
+@pytest.mark.skipif(importlib.util.find_spec("tensorrt_llm") is not None, reason="tensorrt_llm is installed")
+def test_adapter_says_how_to_install_tensorrt_llm() -> None:
+    with pytest.raises(TrtllmUnavailable, match="pypi.nvidia.com"):
+        TrtllmEngine(TrtllmConfig())
+
+
+def test_importing_the_adapter_does_not_import_tensorrt_llm() -> None:
+    assert "tensorrt_llm" not in sys.modules
+
+
+@pytest.mark.skipif(importlib.util.find_spec("tensorrt_llm") is not None, reason="tensorrt_llm is installed")
+def test_in_process_backend_without_tensorrt_llm_exits_with_the_hint() -> None:
+    from tests.backends.conftest import ROOT, free_port
+
+    command = [sys.executable, "-m", "gateway.cli", "backend", "--engine", "trtllm", "--trtllm-in-process",
+               "--port", str(free_port())]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1
+    assert "pypi.nvidia.com" in result.stderr
