@@ -260,11 +260,16 @@ def main(argv: list[str] | None = None) -> None:
     print("edgerun: cold start in fresh processes...", file=sys.stderr)
     ours["cold_start_s"], ours["cold_start_splits_s"] = measure_cold_start(args)
     results["ours"] = ours
+    save(results, args.out)  # partial results survive a baseline that fails
     results["transformers"] = {} if args.skip_hf else measure_transformers(args, prompts)
     results["llama_cpp"] = measure_llama_cpp(args, prompts)
+    save(results, args.out)
     print(render(results))
-    if args.out:
-        args.out.write_text(json.dumps(results, indent=2))
+
+
+def save(results: dict, path: Path | None) -> None:
+    if path is not None:
+        path.write_text(json.dumps(results, indent=2))
 
 
 if __name__ == "__main__":
