@@ -26,11 +26,11 @@ from policies.limits import WindowRule, sliding_window
 from gateway.settings import GatewaySettings
 from gateway.store import apikeys
 from gateway.store.base import Store
-from gateway.store.checks import check_accounts, check_count, check_hashes, check_id, check_models, check_month, check_text
+from gateway.store.checks import check_count, check_hashes, check_id, check_models, check_month, check_text
 from gateway.store.errors import Conflict, NotFound, StoreUnavailable
 from gateway.store.limits import ALLOWED, WINDOW_MS, check_limit_args, refused, to_ms
 from gateway.store.memory import PrefixTable, TtlMap, WindowCounters
-from gateway.store.models import ApiKey, BudgetDecision, LimitDecision, Tenant, UsageRecord, to_us
+from gateway.store.models import ApiKey, BudgetDecision, LimitDecision, Tenant, UsageRecord, new_tenant, to_us
 from gateway.store.sqlite_db import Database
 
 T = TypeVar("T")
@@ -80,11 +80,7 @@ class EmbeddedStore(Store):
         monthly_budget_micro: int | None = None,
         tenant_id: str | None = None,
     ) -> Tenant:
-        tenant = Tenant(
-            id=tenant_id if tenant_id is not None else apikeys.new_id("ten"), name=name,
-            account_ids=check_accounts(account_ids), allowed_models=check_models(allowed_models),
-            monthly_budget_micro=monthly_budget_micro, created_at=self._clock(),
-        )
+        tenant = new_tenant(name, account_ids, allowed_models, monthly_budget_micro, tenant_id, now=self._clock())
         if tenant.id in self._tenants:
             raise Conflict(f"tenant {tenant.id!r} already exists")
         for account in tenant.account_ids:

@@ -6,9 +6,11 @@ Times are UNIX epoch seconds (float); money is integer micro-units (1 USD = 1_00
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from gateway.store.apikeys import new_id
 from gateway.store.checks import check_accounts, check_count, check_id, check_models, check_text
 from gateway.store.errors import InvalidInput
 
@@ -34,6 +36,23 @@ class Tenant:
 
     def allows_model(self, model: str) -> bool:
         return self.allowed_models is None or model in self.allowed_models
+
+
+def new_tenant(
+    name: str,
+    account_ids: Iterable[str],
+    allowed_models: Iterable[str] | None,
+    monthly_budget_micro: int | None,
+    tenant_id: str | None,
+    *,
+    now: float,
+) -> Tenant:
+    """A validated tenant, with a fresh id unless `tenant_id` is given (both stores create them so)."""
+    return Tenant(
+        id=tenant_id if tenant_id is not None else new_id("ten"), name=name,
+        account_ids=check_accounts(account_ids), allowed_models=check_models(allowed_models),
+        monthly_budget_micro=monthly_budget_micro, created_at=now,
+    )
 
 
 @dataclass(slots=True)

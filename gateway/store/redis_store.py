@@ -34,10 +34,10 @@ from policies.limits import key_ttl_ms, previous_window_key, window_key
 from gateway.settings import GatewaySettings
 from gateway.store import apikeys, redis_scripts
 from gateway.store.base import Store
-from gateway.store.checks import check_accounts, check_count, check_hashes, check_id, check_models, check_month, check_text
+from gateway.store.checks import check_count, check_hashes, check_id, check_models, check_month, check_text
 from gateway.store.errors import Conflict, InvalidInput, NotFound, StoreUnavailable
 from gateway.store.limits import ALLOWED, WINDOW_MS, check_limit_args, refused, to_ms
-from gateway.store.models import ApiKey, BudgetDecision, LimitDecision, Tenant, UsageRecord, to_us
+from gateway.store.models import ApiKey, BudgetDecision, LimitDecision, Tenant, UsageRecord, new_tenant, to_us
 from gateway.store.redis_codec import KeyNames, decode_key, decode_tenant, encode_key, encode_tenant, ledger_member
 
 P = ParamSpec("P")
@@ -97,11 +97,7 @@ class RedisStore(Store):
         monthly_budget_micro: int | None = None,
         tenant_id: str | None = None,
     ) -> Tenant:
-        tenant = Tenant(
-            id=tenant_id if tenant_id is not None else apikeys.new_id("ten"), name=name,
-            account_ids=check_accounts(account_ids), allowed_models=check_models(allowed_models),
-            monthly_budget_micro=monthly_budget_micro, created_at=self._clock(),
-        )
+        tenant = new_tenant(name, account_ids, allowed_models, monthly_budget_micro, tenant_id, now=self._clock())
         n = self._names
         fields = [x for pair in encode_tenant(tenant).items() for x in pair]
         status = await self._scripts["CREATE_TENANT"](
