@@ -1,6 +1,6 @@
 """Benchmark the built-in engine against Hugging Face transformers (and llama.cpp if installed).
 
-    python -m engines.builtin.bench [--repeats 3] [--out results.json] [--profile] [--set decode_dtype=float16]
+    python -m engines.builtin.bench [--repeats 3] [--out results.json] [--profile] [--set FIELD=VALUE]
 
 Same GGUF weights (SmolLM2-135M-Instruct), greedy decoding, on the CPU. Measures: batch-1 decode
 tokens/s; aggregate tokens/s of 16 concurrent 128-token streams (ours through AsyncEngine,
@@ -16,6 +16,7 @@ import asyncio
 import cProfile
 import io
 import json
+import os
 import pstats
 import statistics
 import subprocess
@@ -132,80 +133,75 @@ class Ours:
         return asyncio.run(main())
 
 
-def measure_ours(args: argparse.Namespace, chat_prompt: str, stream_texts: list[str]) -> tuple[dict, dict]:
-    """Our numbers, and the token ids used (so the baselines run the very same prompts)."""
-    reps = args.repeats
-    ours = Ours(EngineConfig(num_kv_blocks=args.num_kv_blocks, **engine_options(args.set)))
-    prompt = ours.chat(chat_prompt)
-    ours.generate_one(prompt, 8)  # warm-up
-    print("edgerun: batch-1 decode...", file=sys.stderr)
-    b1 = [ours.generate_one(prompt, args.tokens)[1] for _ in range(reps)]
-
-    print(f"edgerun: {args.streams} concurrent streams...", file=sys.stderr)
-    stream_prompts = [ours.chat(t) for t in stream_texts]
-    streams = [ours.streams(stream_prompts, args.tokens) for _ in range(reps)]
-    wall = statistics.median(r[0] for r in streams)
-    ttfts = [x * 1000 for r in streams for x in r[1]]
-    gaps = [x * 1000 for r in streams for x in r[2]]
-
-    print("edgerun: TTFT cold vs cached prefix...", file=sys.stderr)
+def measure(args: argparse.Namespace, ours: Ours, hf: HFBaseline | None) -> dict:
+    """Every measurement, ours and the baseline's in turn within each round, so that both see
+    the same machine load; medians over `args.repeats` rounds."""
+    chat = ours.chat("Write a long story about a lighthouse keeper and a storm.")
+    streams = [ours.chat(f"Tell me everything you know about {topic}.") for topic in TOPICS[: args.streams]]
     encode = ours.runner.tokenizer.encode
-    cold, cached, long_prompts, num_cached = [], [], [], 0
-    for i in range(reps):
-        long = long_prompt(encode, 1000, seed=f"run{i}")
-        long_prompts.append(long)
-        start, times, _ = ours.generate_one(long, 1, salt=f"cold{i}")
-        cold.append(times[0] - start)
+    ours.generate_one(chat, 8)  # warm-ups
+    if hf is not None:
+        hf.generate_one(chat, 8)
+    s: dict[str, list] = {k: [] for k in ("b1", "hf_b1", "streams", "hf_wall", "cold", "cached", "hf_cold")}
+    num_cached = 0
+    for rep in range(args.repeats):
+        print(f"round {rep + 1}/{args.repeats}: batch-1 decode, {args.streams} streams, TTFT", file=sys.stderr)
+        s["b1"].append(ours.generate_one(chat, args.tokens)[1])
+        s["streams"].append(ours.streams(streams, args.tokens))
+        long = long_prompt(encode, 1000, seed=f"run{rep}")
+        start, times, _ = ours.generate_one(long, 1, salt=f"cold{rep}")
+        s["cold"].append(times[0] - start)
         # An earlier request of the same tenant shared the first 900 tokens, then went elsewhere.
-        ours.generate_one(long[:900] + long_prompt(encode, 100, seed=f"other{i}"), 1, salt=f"warm{i}")
-        start, times, num_cached = ours.generate_one(long, 1, salt=f"warm{i}")
-        cached.append(times[0] - start)
+        ours.generate_one(long[:900] + long_prompt(encode, 100, seed=f"other{rep}"), 1, salt=f"warm{rep}")
+        start, times, num_cached = ours.generate_one(long, 1, salt=f"warm{rep}")
+        s["cached"].append(times[0] - start)
+        if hf is not None:
+            s["hf_b1"].append(hf.generate_one(chat, args.tokens)[1])
+            s["hf_wall"].append(hf.generate_batch(streams, args.tokens))
+            start, times = hf.generate_one(long, 1)
+            s["hf_cold"].append(times[0] - start)
 
-    profile = ""
-    if args.profile:
-        profiler = cProfile.Profile()
-        profiler.runcall(ours.generate_one, prompt, 32)
-        buffer = io.StringIO()
-        pstats.Stats(profiler, stream=buffer).sort_stats("tottime").print_stats(15)
-        profile = buffer.getvalue()
-    numbers = {
-        "b1_decode_tok_s": statistics.median(decode_rate(t) for t in b1),
-        "b1_itl_ms_p50": percentile(gaps_ms(b1), 50), "b1_itl_ms_p90": percentile(gaps_ms(b1), 90),
-        "streams_agg_tok_s": args.streams * args.tokens / wall, "streams_wall_s": wall,
-        "streams_ttft_ms_p50": percentile(ttfts, 50), "streams_ttft_ms_p90": percentile(ttfts, 90),
-        "streams_itl_ms_p50": percentile(gaps, 50), "streams_itl_ms_p90": percentile(gaps, 90),
-        "ttft_prompt_tokens": len(long_prompts[0]), "ttft_cached_tokens": num_cached,
-        "ttft_cold_s": statistics.median(cold), "ttft_cached_s": statistics.median(cached),
-        "profile": profile,
+    wall = statistics.median(r[0] for r in s["streams"])
+    ttfts = [x * 1000 for r in s["streams"] for x in r[1]]
+    gaps = [x * 1000 for r in s["streams"] for x in r[2]]
+    results = {
+        "ours": {
+            "b1_decode_tok_s": statistics.median(decode_rate(t) for t in s["b1"]),
+            "b1_itl_ms_p50": percentile(gaps_ms(s["b1"]), 50), "b1_itl_ms_p90": percentile(gaps_ms(s["b1"]), 90),
+            "streams_agg_tok_s": args.streams * args.tokens / wall, "streams_wall_s": wall,
+            "streams_ttft_ms_p50": percentile(ttfts, 50), "streams_ttft_ms_p90": percentile(ttfts, 90),
+            "streams_itl_ms_p50": percentile(gaps, 50), "streams_itl_ms_p90": percentile(gaps, 90),
+            "ttft_prompt_tokens": 1000, "ttft_cached_tokens": num_cached,
+            "ttft_cold_s": statistics.median(s["cold"]), "ttft_cached_s": statistics.median(s["cached"]),
+        },
+        "transformers": {},
     }
-    return numbers, {"chat": prompt, "streams": stream_prompts, "long": long_prompts}
+    if hf is not None:
+        hf_wall = statistics.median(s["hf_wall"])
+        results["transformers"] = {
+            "b1_decode_tok_s": statistics.median(decode_rate(t) for t in s["hf_b1"]),
+            "b1_itl_ms_p50": percentile(gaps_ms(s["hf_b1"]), 50), "b1_itl_ms_p90": percentile(gaps_ms(s["hf_b1"]), 90),
+            "streams_agg_tok_s": args.streams * args.tokens / hf_wall, "streams_wall_s": hf_wall,
+            "ttft_cold_s": statistics.median(s["hf_cold"]), "load_s": hf.load_s,
+        }
+    results["profile"] = profile_decode(ours, chat) if args.profile else ""
+    results["chat_prompt"] = chat
+    return results
 
 
-def measure_transformers(args: argparse.Namespace, prompts: dict) -> dict:
-    print("transformers: loading the GGUF...", file=sys.stderr)
-    hf = HFBaseline(smollm2_gguf_path())
-    hf.generate_one(prompts["chat"], 8)  # warm-up
-    print("transformers: batch-1 decode...", file=sys.stderr)
-    b1 = [hf.generate_one(prompts["chat"], args.tokens)[1] for _ in range(args.repeats)]
-    print("transformers: batched streams...", file=sys.stderr)
-    wall = statistics.median(hf.generate_batch(prompts["streams"], args.tokens) for _ in range(args.repeats))
-    ttft = []
-    for long in prompts["long"]:
-        start, times = hf.generate_one(long, 1)
-        ttft.append(times[0] - start)
-    return {
-        "b1_decode_tok_s": statistics.median(decode_rate(t) for t in b1),
-        "b1_itl_ms_p50": percentile(gaps_ms(b1), 50), "b1_itl_ms_p90": percentile(gaps_ms(b1), 90),
-        "streams_agg_tok_s": args.streams * args.tokens / wall, "streams_wall_s": wall,
-        "ttft_cold_s": statistics.median(ttft), "load_s": hf.load_s,
-    }
+def profile_decode(ours: Ours, prompt: list[int]) -> str:
+    profiler = cProfile.Profile()
+    profiler.runcall(ours.generate_one, prompt, 32)
+    buffer = io.StringIO()
+    pstats.Stats(profiler, stream=buffer).sort_stats("tottime").print_stats(15)
+    return buffer.getvalue()
 
 
-def measure_llama_cpp(args: argparse.Namespace, prompts: dict) -> dict:
+def measure_llama_cpp(args: argparse.Namespace, prompt: list[int]) -> dict:
     if not llama_cpp_available():
         return {"skipped": "llama-cpp-python is not installed (it builds llama.cpp from source; not a dependency)"}
     llm = LlamaCppBaseline(smollm2_gguf_path())
-    runs = [llm.generate_one(prompts["chat"], args.tokens)[1] for _ in range(args.repeats)]
+    runs = [llm.generate_one(prompt, args.tokens)[1] for _ in range(args.repeats)]
     return {"b1_decode_tok_s": statistics.median(decode_rate(t) for t in runs)}
 
 
@@ -243,7 +239,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--num-kv-blocks", type=int, default=2048)
     parser.add_argument(
         "--set", action="append", default=[], metavar="FIELD=VALUE",
-        help="an EngineConfig field for our engine, e.g. decode_dtype=float16 (repeatable; default: float32 like the baseline)",
+        help="an EngineConfig field for our engine, e.g. max_num_batched_tokens=256 (repeatable)",
     )
     parser.add_argument("--skip-hf", action="store_true", help="skip the transformers baseline")
     parser.add_argument("--profile", action="store_true", help="append a cProfile of a batch-1 generation")
@@ -254,15 +250,18 @@ def main(argv: list[str] | None = None) -> None:
         first_token_child(args.set)
         return
     results: dict = {"machine": machine_info(), "params": {k: v for k, v in vars(args).items() if k != "out"}}
-    stream_texts = [f"Tell me everything you know about {topic}." for topic in TOPICS[: args.streams]]
-    ours, prompts = measure_ours(args, "Write a long story about a lighthouse keeper and a storm.", stream_texts)
-    results["profile"] = ours.pop("profile")
-    print("edgerun: cold start in fresh processes...", file=sys.stderr)
-    ours["cold_start_s"], ours["cold_start_splits_s"] = measure_cold_start(args)
-    results["ours"] = ours
-    save(results, args.out)  # partial results survive a baseline that fails
-    results["transformers"] = {} if args.skip_hf else measure_transformers(args, prompts)
-    results["llama_cpp"] = measure_llama_cpp(args, prompts)
+    ours = Ours(EngineConfig(num_kv_blocks=args.num_kv_blocks, **engine_options(args.set)))
+    hf = None
+    if not args.skip_hf:
+        print("transformers: loading the GGUF...", file=sys.stderr)
+        hf = HFBaseline(smollm2_gguf_path())
+    results |= measure(args, ours, hf)
+    del ours, hf
+    save(results, args.out)  # partial results survive a later stage that fails
+    print("cold start in fresh processes...", file=sys.stderr)
+    results["ours"]["cold_start_s"], results["ours"]["cold_start_splits_s"] = measure_cold_start(args)
+    results["llama_cpp"] = measure_llama_cpp(args, results.pop("chat_prompt"))
+    results["machine"]["load_average_at_end"] = " ".join(f"{x:.1f}" for x in os.getloadavg())
     save(results, args.out)
     print(render(results))
 

@@ -74,7 +74,8 @@ def render(results: dict) -> str:
         "transformers float32, dequantised from the same GGUF"
         + (f" (load {h['load_s']:.1f} s)" if h else ""),
         f"Machine: {m['nproc']} CPUs ({m['cpu']}), torch {m['torch']} ({m['torch_threads']} threads), "
-        f"Python {m['python']}, load average at start {m['load_average_at_start']}",
+        f"Python {m['python']}; load average (1/5/15 min) at start {m['load_average_at_start']}, "
+        f"at end {m.get('load_average_at_end', '?')}",
         "Cold start split (last run, s): " + ", ".join(f"{k} {v:.2f}" for k, v in o["cold_start_splits_s"].items()),
     ]
     if "skipped" in results["llama_cpp"]:
