@@ -2,39 +2,16 @@
 
 Sources, highest first: constructor arguments (the CLI's flags), `EDGERUN_*` environment
 variables (nested with `__`, e.g. `EDGERUN_ENGINE__NUM_KV_BLOCKS=4096`), the TOML file named by
-`EDGERUN_CONFIG`, then the defaults here.
+`EDGERUN_CONFIG`, then the defaults here (the sources are backends/toml_settings.py's).
 """
 
 from __future__ import annotations
 
-import os
 from typing import Literal
 
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
-
+from backends.toml_settings import TomlSettings
 from engines.builtin.config import EngineConfig
 from engines.tensorrt_llm.config import TrtllmConfig
-
-
-class TomlSettings(BaseSettings):
-    """Base for edgerun's settings classes: env vars plus an optional TOML file."""
-
-    model_config = SettingsConfigDict(env_prefix="EDGERUN_", env_nested_delimiter="__", frozen=True, extra="ignore")
-
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
-        toml_file = os.environ.get("EDGERUN_CONFIG")
-        if toml_file:
-            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=toml_file))
-        return tuple(sources)
 
 
 class BackendSettings(TomlSettings):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from pydantic import Field, SecretStr
 
-from backends.settings import TomlSettings
+from backends.toml_settings import TomlSettings
 from gateway.billing.prices import default_prices
 from gateway.catalog import BackendSpec, ModelSpec, default_models
 

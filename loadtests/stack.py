@@ -8,81 +8,27 @@ dropped so the stack does not pick up the caller's settings. Each process logs t
 work directory; a process that dies before it is ready fails the start with its log's tail.
 
 Backends run with `OMP_NUM_THREADS` = (cores - 1) / backends, at least 1, leaving a core to the
-gateway and the load generator: on a small shared machine, oversubscribed OpenMP threads spin
-against each other (on a busy 2-core machine one thread per backend answered 5x sooner than two).
+gateway and the load generator (processes.threads_per_backend): on a small shared machine,
+oversubscribed OpenMP threads spin against each other (on a busy 2-core machine one thread per
+backend answered 5x sooner than two). The processes themselves are started and stopped by
+loadtests/processes.py.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import os
 import secrets
-import signal
-import socket
-import subprocess
-import sys
 import tempfile
-import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
+from loadtests.processes import ROOT, ChildProcess, threads_per_backend
 
-ROOT = Path(__file__).resolve().parents[1]
 READY_TIMEOUT_S = 300.0  # a first start converts the GGUF weights once
-
-
-class StackError(RuntimeError):
-    """A process of the stack failed to start."""
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@dataclass(slots=True)
-class Service:
-    """One child process listening on a loopback port."""
-
-    name: str
-    port: int
-    process: subprocess.Popen[bytes]
-    log_path: Path
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def log_tail(self, num_chars: int = 3000) -> str:
-        with contextlib.suppress(OSError):
-            return self.log_path.read_text(errors="replace")[-num_chars:]
-        return ""
-
-    def wait_ready(self, path: str, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            if self.process.poll() is not None:
-                raise StackError(f"{self.name} exited with {self.process.returncode}:\n{self.log_tail()}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(self.url + path, timeout=2.0).status_code == 200:
-                    return
-            if time.monotonic() > deadline:
-                raise StackError(f"{self.name} not ready within {timeout_s:.0f}s:\n{self.log_tail()}")
-            time.sleep(0.2)
-
-    def stop(self, timeout_s: float = 20.0) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+STOP_TIMEOUT_S = 20.0  # SIGTERM's grace before SIGKILL
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,8 +52,8 @@ class StackConfig:
 
 @dataclass(slots=True)
 class Stack:
-    gateway: Service
-    backends: list[Service]
+    gateway: ChildProcess
+    backends: list[ChildProcess]
     admin_token: str
     workdir: Path
     policy: str
@@ -117,22 +63,7 @@ class Stack:
         return self.gateway.url
 
 
-def child_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("EDGERUN_")}
-    env["EDGERUN_LOG_JSON"] = "false"
-    env.update(extra)
-    return env
-
-
-def spawn(name: str, args: Sequence[str], workdir: Path, port: int, env: dict[str, str]) -> Service:
-    log_path = workdir / f"{name}.log"
-    with log_path.open("wb") as log:
-        process = subprocess.Popen([sys.executable, "-m", "gateway.cli", *args], cwd=ROOT, env=env,
-                                   stdout=log, stderr=subprocess.STDOUT)
-    return Service(name, port, process, log_path)
-
-
-def gateway_toml(config: StackConfig, workdir: Path, backends: Sequence[Service], admin_token: str) -> str:
+def gateway_toml(config: StackConfig, workdir: Path, backends: Sequence[ChildProcess], admin_token: str) -> str:
     """The gateway's settings file (json.dumps quotes strings the way TOML basic strings want)."""
     lines = [
         f"sqlite_path = {json.dumps(str(workdir / 'gateway.sqlite3'))}",
@@ -148,35 +79,40 @@ def gateway_toml(config: StackConfig, workdir: Path, backends: Sequence[Service]
     return "\n".join(lines) + "\n"
 
 
-def start_backends(config: StackConfig, workdir: Path) -> list[Service]:
-    threads = config.threads_per_backend or max(1, ((os.cpu_count() or 1) - 1) // config.num_backends)
-    env = child_env(OMP_NUM_THREADS=str(threads))
-    started = []
+def spawn(name: str, command: str, args: Sequence[str], workdir: Path, port: int | None = None,
+          threads: int | None = None, **env: str) -> ChildProcess:
+    """A child logging to `<workdir>/<name>.log`, without the caller's EDGERUN_* variables."""
+    return ChildProcess.spawn(name, command, args, port=port, log_path=workdir / f"{name}.log",
+                              env={"EDGERUN_LOG_JSON": "false", **env}, threads=threads)
+
+
+def start_backends(config: StackConfig, workdir: Path) -> list[ChildProcess]:
+    threads = config.threads_per_backend or threads_per_backend(config.num_backends)
+    args = ["--model", "smollm2", "--region", "local", "--log-level", config.log_level, *config.backend_args]
+    started: list[ChildProcess] = []
     try:
         for i in range(config.num_backends):
-            port = free_port()
-            args = ["backend", "--model", "smollm2", "--port", str(port), "--region", "local",
-                    "--log-level", config.log_level, *config.backend_args]
-            started.append(spawn(f"b{i + 1}", args, workdir, port, env))
+            started.append(spawn(f"b{i + 1}", "backend", args, workdir, threads=threads))
         with ThreadPoolExecutor(len(started)) as pool:
             list(pool.map(lambda s: s.wait_ready("/health", config.ready_timeout_s), started))
     except BaseException:
         for service in started:
-            service.stop()
+            service.stop(STOP_TIMEOUT_S)
         raise
     return started
 
 
-def start_gateway(config: StackConfig, workdir: Path, backends: Sequence[Service], admin_token: str) -> Service:
+def start_gateway(
+    config: StackConfig, workdir: Path, backends: Sequence[ChildProcess], admin_token: str
+) -> ChildProcess:
     toml = workdir / "gateway.toml"
     toml.write_text(gateway_toml(config, workdir, backends, admin_token))
-    port = config.gateway_port or free_port()
-    env = child_env(EDGERUN_CONFIG=str(toml), EDGERUN_ROUTING_POLICY=config.policy)
-    gateway = spawn("gateway", ["serve", "--port", str(port)], workdir, port, env)
+    gateway = spawn("gateway", "serve", [], workdir, config.gateway_port,
+                    EDGERUN_CONFIG=str(toml), EDGERUN_ROUTING_POLICY=config.policy)
     try:
         gateway.wait_ready("/healthz", 60.0)
     except BaseException:
-        gateway.stop()
+        gateway.stop(STOP_TIMEOUT_S)
         raise
     return gateway
 
@@ -192,8 +128,8 @@ def running_stack(config: StackConfig) -> Iterator[Stack]:
             workdir.mkdir(parents=True, exist_ok=True)
         backends = start_backends(config, workdir)
         for backend in backends:
-            cleanup.callback(backend.stop)
+            cleanup.callback(backend.stop, STOP_TIMEOUT_S)
         admin_token = secrets.token_urlsafe(24)
         gateway = start_gateway(config, workdir, backends, admin_token)
-        cleanup.callback(gateway.stop)
+        cleanup.callback(gateway.stop, STOP_TIMEOUT_S)
         yield Stack(gateway, backends, admin_token, workdir, config.policy)

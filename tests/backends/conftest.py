@@ -3,42 +3,21 @@
 from __future__ import annotations
 
 import contextlib
-import os
-import signal
-import socket
-import subprocess
-import sys
-import tempfile
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Callable, Iterator
 
 import httpx
 
-ROOT = Path(__file__).resolve().parents[2]
+from loadtests.processes import ROOT, ChildProcess, free_port  # noqa: F401  (tests import them from here)
+
+READY_TIMEOUT_S = 120.0
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@dataclass
-class BackendProcess:
-    url: str
-    port: int
-    process: subprocess.Popen
-    log_path: Path
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
+class BackendProcess(ChildProcess):
     def load(self) -> dict:
         return httpx.get(f"{self.url}/load", timeout=5).json()
 
-    def wait_until(self, predicate, timeout_s: float = 10.0, interval_s: float = 0.05) -> dict:  # noqa: ANN001
+    def wait_until(self, predicate: Callable[[dict], bool], timeout_s: float = 10.0, interval_s: float = 0.05) -> dict:
         """Poll /load until predicate(load) holds; returns that load (fails the test on timeout)."""
         deadline = time.monotonic() + timeout_s
         load = self.load()
@@ -51,36 +30,18 @@ class BackendProcess:
 
 
 @contextlib.contextmanager
-def running_backend(*flags: str, ready_timeout_s: float = 120.0) -> Iterator[BackendProcess]:
-    """`python -m gateway.cli backend --port N *flags`, yielded once /health answers 200."""
-    port = free_port()
-    log_file = tempfile.NamedTemporaryFile(prefix=f"edgerun-backend-{port}-", suffix=".log", delete=False)
-    command = [sys.executable, "-m", "gateway.cli", "backend", "--port", str(port), *flags]
-    env = {**os.environ, "EDGERUN_LOG_JSON": "false"}
-    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log_file, stderr=subprocess.STDOUT)
-    backend = BackendProcess(f"http://127.0.0.1:{port}", port, process, Path(log_file.name))
+def running_backend(*flags: str, ready_timeout_s: float = READY_TIMEOUT_S) -> Iterator[BackendProcess]:
+    """`python -m gateway.cli backend --port N *flags`, yielded once /health answers 200.
+
+    One backend alone on the machine: torch's default threads (all cores) prefill fastest.
+    """
+    env = {"EDGERUN_LOG_JSON": "false"}
+    backend = BackendProcess.spawn("backend", "backend", flags, env=env, keep_edgerun_env=True)
     try:
-        deadline = time.monotonic() + ready_timeout_s
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"backend exited with {process.returncode}:\n{backend.log()[-3000:]}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{backend.url}/health", timeout=1).status_code == 200:
-                    break
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"backend not ready within {ready_timeout_s}s:\n{backend.log()[-3000:]}")
-            time.sleep(0.2)
+        backend.wait_ready("/health", ready_timeout_s)
         yield backend
     finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-        log_file.close()
-        os.unlink(log_file.name)
+        backend.stop()
 
 
 def long_prompt_ids(num_tokens: int, offset: int = 0) -> list[int]:

@@ -1,6 +1,7 @@
 """Real processes on loopback for the gateway's end-to-end tests.
 
-- `BackendProcess`: `python -m gateway.cli backend --model smollm2 ...` (the real model).
+- `BackendProcess`: `python -m gateway.cli backend --model smollm2 ...` (the real model), with its
+  share of the cores as torch threads (loadtests/processes.py starts and stops the processes).
 - `InProcessGateway`: the gateway app under uvicorn on a loopback port, in a thread with its own
   event loop (fast to start; the test can reach its store with `call`).
 - `GatewayProcess`: `python -m gateway.cli serve` as a subprocess (where processes are the point).
@@ -15,21 +16,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
-import signal
-import socket
-import subprocess
-import sys
-import tempfile
 import threading
 import time
-from collections.abc import Coroutine, Iterator
+from collections.abc import Container, Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-import httpx
 import pytest
 import structlog
 import uvicorn
@@ -38,98 +32,46 @@ from gateway.app import create_app
 from gateway.catalog import DEFAULT_MODEL_ID
 from gateway.settings import GatewaySettings
 from gateway.store import Store, open_store
+from loadtests.processes import ROOT, ChildProcess, free_port, threads_per_backend  # noqa: F401  (ROOT: for tests)
 
-ROOT = Path(__file__).resolve().parents[2]
 SINGLE_MODEL_ID = "@cf/test/smollm2-on-b1"  # the same weights, served by b1 only
 ADMIN_TOKEN = "test-admin-token"
 BACKEND_READY_TIMEOUT_S = 180.0
 T = TypeVar("T")
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @dataclass
-class BackendProcess:
-    id: str
-    region: str
-    port: int
-    process: subprocess.Popen[bytes]
-    log_path: Path
+class BackendProcess(ChildProcess):
+    """`python -m gateway.cli backend --model smollm2 ...`; `name` is its backend id."""
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+    region: str = "local"
 
     def spec(self, models: list[str] | None = None) -> dict[str, Any]:
-        return {"id": self.id, "base_url": self.url, "region": self.region, "models": models or [DEFAULT_MODEL_ID]}
+        return {"id": self.name, "base_url": self.url, "region": self.region, "models": models or [DEFAULT_MODEL_ID]}
 
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def wait_ready(self, timeout_s: float = BACKEND_READY_TIMEOUT_S) -> None:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"backend {self.id} exited with {self.process.returncode}:\n{self.log()[-3000:]}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:
-                    return
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"backend {self.id} not ready within {timeout_s}s:\n{self.log()[-3000:]}")
-            time.sleep(0.2)
-
-    def kill(self) -> None:
-        """SIGKILL: the process vanishes mid-whatever, as a crashed host would."""
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        with contextlib.suppress(OSError):
-            self.log_path.unlink()
+    def wait_ready(
+        self, path: str = "/health", timeout_s: float = BACKEND_READY_TIMEOUT_S, *, ok_statuses: Container[int] = (200,)
+    ) -> None:
+        super().wait_ready(path, timeout_s, ok_statuses=ok_statuses)
 
 
-def start_backend(backend_id: str, region: str = "local", *flags: str) -> BackendProcess:
-    """Spawn a real smollm2 backend (not yet ready: call `wait_ready`)."""
-    port = free_port()
-    log = tempfile.NamedTemporaryFile(prefix=f"edgerun-{backend_id}-", suffix=".log", delete=False)
-    command = [
-        sys.executable,
-        "-m",
-        "gateway.cli",
-        "backend",
-        "--model",
-        "smollm2",
-        "--port",
-        str(port),
-        "--region",
-        region,
-        "--log-level",
-        "warning",
-        *flags,
-    ]
-    process = subprocess.Popen(
-        command, cwd=ROOT, env={**os.environ, "EDGERUN_LOG_JSON": "false"}, stdout=log, stderr=subprocess.STDOUT
+def start_backend(backend_id: str, region: str = "local", *flags: str, threads: int | None = None) -> BackendProcess:
+    """Spawn a real smollm2 backend (not yet ready: call `wait_ready`).
+
+    threads: its torch threads; None: its share of the cores beside the two session backends.
+    """
+    args = ["--model", "smollm2", "--region", region, "--log-level", "warning", *flags]
+    return BackendProcess.spawn(
+        backend_id, "backend", args, env={"EDGERUN_LOG_JSON": "false"}, keep_edgerun_env=True,
+        threads=threads or threads_per_backend(3), region=region,
     )
-    log.close()
-    return BackendProcess(backend_id, region, port, process, Path(log.name))
 
 
 @contextlib.contextmanager
 def running_backends(*ids_and_regions: tuple[str, str]) -> Iterator[list[BackendProcess]]:
-    """Start several backends at once and wait for all; stop them at the end."""
-    started = [start_backend(backend_id, region) for backend_id, region in ids_and_regions]
+    """Start several backends at once (each with its share of the cores), wait for all; stop them at the end."""
+    threads = threads_per_backend(len(ids_and_regions))
+    started = [start_backend(backend_id, region, threads=threads) for backend_id, region in ids_and_regions]
     try:
         with ThreadPoolExecutor(len(started)) as pool:
             list(pool.map(lambda b: b.wait_ready(), started))
@@ -234,59 +176,19 @@ def gateway_settings(tmp: Path, backends: list[dict[str, Any]], **overrides: Any
     return GatewaySettings(**values)
 
 
-@dataclass
-class GatewayProcess:
+class GatewayProcess(ChildProcess):
     """`python -m gateway.cli serve` with settings passed as EDGERUN_* variables."""
 
-    port: int
-    process: subprocess.Popen[bytes]
-    log_path: Path
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def wait_ready(self, timeout_s: float = 30) -> None:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"gateway exited with {self.process.returncode}:\n{self.log()[-3000:]}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{self.url}/healthz", timeout=1).status_code < 500:
-                    return
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"gateway not ready within {timeout_s}s:\n{self.log()[-3000:]}")
-            time.sleep(0.1)
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        with contextlib.suppress(OSError):
-            self.log_path.unlink()
+    def wait_ready(
+        self, path: str = "/healthz", timeout_s: float = 30.0, *, ok_statuses: Container[int] = range(500)
+    ) -> None:
+        """Up once /healthz answers at all (503 too: a gateway whose backends are down is running)."""
+        super().wait_ready(path, timeout_s, ok_statuses=ok_statuses)
 
 
 def start_gateway_process(env_settings: dict[str, str]) -> GatewayProcess:
-    port = free_port()
-    log = tempfile.NamedTemporaryFile(prefix=f"edgerun-gateway-{port}-", suffix=".log", delete=False)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("EDGERUN_")}
-    env.update(env_settings)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "gateway.cli", "serve", "--port", str(port)],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    log.close()
-    return GatewayProcess(port, process, Path(log.name))
+    """Spawn `edgerun serve` with `env_settings` and none of this process's EDGERUN_* variables."""
+    return GatewayProcess.spawn("gateway", "serve", env=env_settings)
 
 
 # ---- session fixtures (registered in conftest.py) ----------------------------------------------

@@ -1,0 +1,34 @@
+"""`TomlSettings`: the base of edgerun's settings classes (the backend's and the gateway's).
+
+Sources, highest first: constructor arguments (a CLI's flags), `EDGERUN_*` environment variables
+(nested with `__`, e.g. `EDGERUN_ENGINE__NUM_KV_BLOCKS=4096`), the TOML file named by
+`EDGERUN_CONFIG`, then the subclass's defaults. The object is frozen: built once at start-up and
+passed down. This module imports no engine, so the gateway can build on it.
+"""
+
+from __future__ import annotations
+
+import os
+
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
+
+
+class TomlSettings(BaseSettings):
+    """Base for edgerun's settings classes: env vars plus an optional TOML file."""
+
+    model_config = SettingsConfigDict(env_prefix="EDGERUN_", env_nested_delimiter="__", frozen=True, extra="ignore")
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        toml_file = os.environ.get("EDGERUN_CONFIG")
+        if toml_file:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=toml_file))
+        return tuple(sources)
