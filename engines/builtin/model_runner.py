@@ -68,7 +68,7 @@ class ModelRunner:
         self.tokenizer: Tokenizer = loaded.tokenizer
         state = {name: t.to(device=self.device, dtype=self.dtype) for name, t in loaded.weights.items()}
         self.weights = LlamaWeights.from_state_dict(state, self.model_config)
-        if config.weight_dtype == "float16":
+        if config.linear_weight_dtype == "float16":
             self.weights.pack_fp16()
         mc = self.model_config
         self.kv_caches = allocate_kv_caches(mc.num_layers, config.num_kv_blocks, config.block_size, mc.num_kv_heads, mc.head_dim, self.dtype, self.device)
@@ -152,9 +152,9 @@ class ModelRunner:
         n, start = len(item.token_ids), item.start_pos
         context = start + n
         num_blocks = math.ceil(context / self.block_size)
-        # token t (position start + t) sees keys at positions <= start + t; rows ordered (g, t)
-        causal = torch.arange(context)[None, :] <= torch.arange(start, context)[:, None]  # [n, ctx]
-        mask = causal.repeat(self.model_config.num_queries_per_kv, 1).to(self.device)  # [G*n, ctx]
+        mask = None  # a chunk that starts the sequence is plain causal
+        if start:  # token t (position start + t) sees keys at positions <= start + t
+            mask = (torch.arange(context)[None, :] <= torch.arange(start, context)[:, None]).to(self.device)  # [n, ctx]
         return PrefillChunk(row, row + n, self.prepare_blocks(item.block_table[:num_blocks]), context, mask)
 
     def check_item(self, item: ForwardItem) -> None:

@@ -13,48 +13,60 @@ Every loader produces Hugging Face names and layout first; `hf_to_runtime` turns
 from __future__ import annotations
 
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from engines.builtin.model_config import ModelConfig
 
 
 @dataclass(slots=True, eq=False)
-class PackedFp16Linear:
-    """A [out, in] weight held as float16, prepacked for fbgemm's fp16 GEMM (CPU).
+class Fp16Linear:
+    """A [out, in] weight rounded to float16, for CPU matmuls with float32 activations.
 
     Decoding reads every weight once per token, so on a CPU it runs at memory bandwidth (SmolLM2-135M:
-    540 MB of float32 per token, ~20 tokens/s at 10 GB/s). fbgemm keeps the weight in float16 and
-    widens it to float32 in registers: activations and accumulation stay float32, so the only change
-    from the float32 model is the weights' rounding to float16 (relative 2^-11), and on AVX2 it is
-    faster than float32 BLAS at every batch size.
+    540 MB of float32 per token). fbgemm's float16 GEMM keeps the weight packed as float16 and widens
+    it to float32 in registers, so a decode step reads half the bytes while activations and sums stay
+    float32: the only change from the float32 model is the weights' rounding (relative 2^-11).
+
+    fbgemm's kernel is slower than float32 BLAS on tall inputs (a prefill chunk: ~1.7x at 512 rows),
+    where the arithmetic, not the weight reads, sets the pace. Those run through a float32 copy of
+    the same rounded values, so both paths compute with one set of weights and differ only in the
+    order of float32 sums. The copy costs memory (1.5x the float32 model in all): speed first here.
 
     It calls the ATen fbgemm ops (a few microseconds per call) rather than torch.ops.quantized's
     (~25 us: boxed custom-class dispatch). torch marks them deprecated; torch is pinned in pyproject.
     """
 
-    packed: Tensor  # opaque fbgemm handle
-    bias: Tensor  # [out] zeros: the op takes one
+    packed: Tensor  # opaque fbgemm handle: the float16 weight
+    dense: Tensor  # [out, in] float32, the same float16 values
+    bias: Tensor  # [out] zeros: the fbgemm op takes one
+
+    DENSE_FROM_ROWS = 96  # inputs with at least this many rows use the float32 copy
 
     @classmethod
-    def from_weight(cls, weight: Tensor) -> PackedFp16Linear:
+    def from_weight(cls, weight: Tensor) -> Fp16Linear:
         if "fbgemm" not in torch.backends.quantized.supported_engines:
             raise RuntimeError("weight_dtype='float16' needs a torch build with fbgemm (x86 CPU)")
+        dense = weight.to(torch.float16).float()
         with warnings.catch_warnings():  # the deprecation notice, once per process
             warnings.simplefilter("ignore", UserWarning)
-            packed = torch.fbgemm_pack_gemm_matrix_fp16(weight.float().contiguous())
-            out = cls(packed, torch.zeros(weight.shape[0]))
+            packed = torch.fbgemm_pack_gemm_matrix_fp16(dense)
+            out = cls(packed, dense, torch.zeros(weight.shape[0]))
             out(torch.zeros(1, weight.shape[1]))
         return out
 
     def __call__(self, x: Tensor) -> Tensor:
         # x: [T, in] float32 -> [T, out] float32
+        if x.shape[0] >= self.DENSE_FROM_ROWS:
+            return F.linear(x, self.dense)
         return torch.fbgemm_linear_fp16_weight(x.contiguous(), self.packed, self.bias)
 
 
-Linear = Tensor | PackedFp16Linear
+Linear = Tensor | Fp16Linear
 
 
 @dataclass(slots=True)
@@ -86,12 +98,16 @@ class LlamaWeights:
         return cls(embed=embed, layers=layers, norm=state["norm"], lm_head=lm_head)
 
     def pack_fp16(self) -> None:
-        """Hold every linear weight as fbgemm-packed float16 (see PackedFp16Linear); the embedding
-        lookup keeps its float32 table."""
-        for layer in self.layers:
-            for name in ("qkv", "o", "gate_up", "down"):
-                setattr(layer, name, PackedFp16Linear.from_weight(getattr(layer, name)))
-        self.lm_head = PackedFp16Linear.from_weight(self.lm_head)
+        """Hold every linear weight as float16 (see Fp16Linear); the embedding lookup keeps its
+        float32 table. Packing is slow scalar work (~1.5 s for SmolLM2 on one core) and releases
+        the GIL, so the weights are packed on as many threads as torch uses."""
+        names = [(layer, name) for layer in self.layers for name in ("qkv", "o", "gate_up", "down")]
+        with ThreadPoolExecutor(max_workers=max(1, torch.get_num_threads())) as pool:
+            lm_head = pool.submit(Fp16Linear.from_weight, self.lm_head)  # the largest, first
+            packed = list(pool.map(lambda item: Fp16Linear.from_weight(getattr(*item)), names))
+            self.lm_head = lm_head.result()
+        for (layer, name), linear in zip(names, packed):
+            setattr(layer, name, linear)
 
 
 HF_LAYER_NAMES = {

@@ -1,6 +1,7 @@
 """Model runners shared by every engine test: each is built once per test session.
 
-`smollm2_runner` is the real SmolLM2-135M-Instruct (float32, CPU), loaded through the converted-model
+`smollm2_runner` is the real SmolLM2-135M-Instruct (float32 weights exactly as loaded, CPU: the
+reference that matches transformers), loaded through the converted-model
 cache under the default cache directory, so only the first session on a machine pays for the GGUF
 conversion. `tiny_runner` is a seeded random 2-layer Llama with the byte-level tokenizer.
 """
@@ -17,9 +18,17 @@ NUM_KV_BLOCKS = 512  # x 16 tokens
 
 @pytest.fixture(scope="session")
 def smollm2_runner() -> ModelRunner:
-    return ModelRunner(EngineConfig(model="smollm2", num_kv_blocks=NUM_KV_BLOCKS))
+    return ModelRunner(EngineConfig(model="smollm2", num_kv_blocks=NUM_KV_BLOCKS, weight_dtype=None))
+
+
+@pytest.fixture(scope="session")
+def smollm2_fast_runner() -> ModelRunner:
+    """SmolLM2 as the engine runs it by default on a CPU: linear weights rounded to float16."""
+    runner = ModelRunner(EngineConfig(model="smollm2", num_kv_blocks=NUM_KV_BLOCKS))
+    assert runner.config.linear_weight_dtype == "float16"
+    return runner
 
 
 @pytest.fixture(scope="session")
 def tiny_runner() -> ModelRunner:
-    return ModelRunner(EngineConfig(model="random:tiny", num_kv_blocks=NUM_KV_BLOCKS))
+    return ModelRunner(EngineConfig(model="random:tiny", num_kv_blocks=NUM_KV_BLOCKS, weight_dtype=None))

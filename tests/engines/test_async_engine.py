@@ -52,14 +52,14 @@ async def wait_for(predicate: Callable[[], bool], timeout_s: float = 5.0) -> Non
         await asyncio.sleep(0.01)
 
 
-async def test_concurrent_requests_match_their_solo_runs(smollm2_runner: ModelRunner) -> None:
+async def test_concurrent_requests_match_their_solo_runs(smollm2_fast_runner: ModelRunner) -> None:
     # 12 requests, prompts of different lengths (1-3 sentences) and max_tokens 4..10.
     requests = [
-        greedy(f"r{i}", chat(smollm2_runner, f"Write about {topic}. " * (1 + i % 3)), max_tokens=4 + i % 7)
+        greedy(f"r{i}", chat(smollm2_fast_runner, f"Write about {topic}. " * (1 + i % 3)), max_tokens=4 + i % 7)
         for i, topic in enumerate(TOPICS)
     ]
-    expected = {r.request_id: alone(smollm2_runner, r) for r in requests}
-    engine = AsyncEngine(config(max_num_batched_tokens=128), smollm2_runner)
+    expected = {r.request_id: alone(smollm2_fast_runner, r) for r in requests}
+    engine = AsyncEngine(config(max_num_batched_tokens=128), smollm2_fast_runner)
     await engine.start()
     ticks: list[float] = []
 
@@ -83,10 +83,10 @@ async def test_concurrent_requests_match_their_solo_runs(smollm2_runner: ModelRu
     assert stats.num_generated_tokens == sum(4 + i % 7 for i in range(12))
 
 
-async def test_leaving_the_iteration_or_abort_frees_blocks(smollm2_runner: ModelRunner) -> None:
-    engine = AsyncEngine(config(), smollm2_runner)
+async def test_leaving_the_iteration_or_abort_frees_blocks(smollm2_fast_runner: ModelRunner) -> None:
+    engine = AsyncEngine(config(), smollm2_fast_runner)
     await engine.start()
-    prompt = chat(smollm2_runner, "Tell me a long story about a dragon.")
+    prompt = chat(smollm2_fast_runner, "Tell me a long story about a dragon.")
     try:
         async for output in engine.generate(greedy("leaver", prompt, max_tokens=200)):
             if output.num_generated_tokens == 2:
@@ -124,8 +124,8 @@ async def test_leaving_the_iteration_or_abort_frees_blocks(smollm2_runner: Model
         await engine.stop()
 
 
-async def test_errors_idle_and_stop(smollm2_runner: ModelRunner) -> None:
-    engine = AsyncEngine(config(num_kv_blocks=16), smollm2_runner)
+async def test_errors_idle_and_stop(smollm2_fast_runner: ModelRunner) -> None:
+    engine = AsyncEngine(config(num_kv_blocks=16), smollm2_fast_runner)
     with pytest.raises(EngineStopped):
         await collect(engine, greedy("early", [1, 2], max_tokens=2))
     await engine.start()
@@ -135,7 +135,7 @@ async def test_errors_idle_and_stop(smollm2_runner: ModelRunner) -> None:
     cpu_before = time.process_time()
     await asyncio.sleep(0.5)
     assert time.process_time() - cpu_before < 0.1
-    prompt = chat(smollm2_runner, "Tell me a long story about a dragon.")
+    prompt = chat(smollm2_fast_runner, "Tell me a long story about a dragon.")
     running = asyncio.create_task(collect(engine, greedy("long", prompt, max_tokens=150)))
     await wait_for(lambda: engine.stats().num_generated_tokens >= 1)
     started = time.monotonic()

@@ -1,4 +1,4 @@
-"""LLMEngine with the real SmolLM2 model (`smollm2_runner`, loaded once per session).
+"""LLMEngine with the real SmolLM2 model (`smollm2_fast_runner`, loaded once per session).
 
 Greedy outputs are compared between runs that differ only in what the engine does around the
 model (prefix cache, batching, preemption): they must produce exactly the same tokens.
@@ -55,9 +55,9 @@ def assert_no_leak(engine: LLMEngine) -> None:
 PROMPT = "Explain in two sentences why the sky is blue, and mention Rayleigh scattering."
 
 
-def test_prefix_cache_hit_yields_the_same_tokens_as_cold(smollm2_runner: ModelRunner) -> None:
-    engine = make_engine(smollm2_runner)
-    prompt = chat(smollm2_runner, PROMPT)
+def test_prefix_cache_hit_yields_the_same_tokens_as_cold(smollm2_fast_runner: ModelRunner) -> None:
+    engine = make_engine(smollm2_fast_runner)
+    prompt = chat(smollm2_fast_runner, PROMPT)
     assert len(prompt) > 2 * BLOCK_SIZE
     cold = run(engine, greedy("cold", prompt, salt="t1"))["cold"]
     warm = run(engine, greedy("warm", prompt, salt="t1"))["warm"]
@@ -75,8 +75,8 @@ def test_prefix_cache_hit_yields_the_same_tokens_as_cold(smollm2_runner: ModelRu
     assert_no_leak(engine)
 
 
-def test_kv_events_and_lru_eviction(smollm2_runner: ModelRunner) -> None:
-    tok = smollm2_runner.tokenizer
+def test_kv_events_and_lru_eviction(smollm2_fast_runner: ModelRunner) -> None:
+    tok = smollm2_fast_runner.tokenizer
     first = tok.encode("The history of the printing press begins in Mainz, where Johannes Gutenberg combined "
                        "movable metal type, oil-based ink and a wooden press around the year 1440.")
     second = tok.encode("Volcanoes form where magma from the mantle reaches the surface, often along the edges "
@@ -84,7 +84,7 @@ def test_kv_events_and_lru_eviction(smollm2_runner: ModelRunner) -> None:
     num_blocks = -(-(len(first) + 8) // BLOCK_SIZE)
     num_stored = (len(first) + 7) // BLOCK_SIZE  # full blocks whose KV gets computed
     # Just enough blocks for the first request: the second can only run by evicting its cache.
-    engine = make_engine(smollm2_runner, num_kv_blocks=num_blocks)
+    engine = make_engine(smollm2_fast_runner, num_kv_blocks=num_blocks)
     assert -(-len(second) // BLOCK_SIZE) > num_blocks - num_stored
     assert -(-(len(second) + 8) // BLOCK_SIZE) <= num_blocks
     run(engine, greedy("a", first, max_tokens=8))
@@ -101,13 +101,13 @@ def test_kv_events_and_lru_eviction(smollm2_runner: ModelRunner) -> None:
     assert_no_leak(engine)
 
 
-def test_preemption_under_kv_pressure_keeps_outputs_exact(smollm2_runner: ModelRunner) -> None:
+def test_preemption_under_kv_pressure_keeps_outputs_exact(smollm2_fast_runner: ModelRunner) -> None:
     texts = ["Name three fruits.", "What is 2 + 2?", "Say hello in French.", "Describe a cat briefly."]
-    prompts = [chat(smollm2_runner, t) for t in texts]
-    alone_engine = make_engine(smollm2_runner)
+    prompts = [chat(smollm2_fast_runner, t) for t in texts]
+    alone_engine = make_engine(smollm2_fast_runner)
     alone = {f"r{i}": tokens_of(run(alone_engine, greedy(f"r{i}", p, max_tokens=16))[f"r{i}"]) for i, p in enumerate(prompts)}
     # Each request ends with ~3 blocks; 4 requests need ~12 but only 7 exist.
-    tight = make_engine(smollm2_runner, num_kv_blocks=7, max_num_seqs=4, max_num_batched_tokens=64)
+    tight = make_engine(smollm2_fast_runner, num_kv_blocks=7, max_num_seqs=4, max_num_batched_tokens=64)
     for i, p in enumerate(prompts):
         tight.add_request(greedy(f"r{i}", p, max_tokens=16))
     together: dict[str, list[GenerationOutput]] = {f"r{i}": [] for i in range(len(prompts))}
@@ -126,9 +126,9 @@ def test_preemption_under_kv_pressure_keeps_outputs_exact(smollm2_runner: ModelR
     assert_no_leak(tight)
 
 
-def test_stop_string_spanning_tokens_and_eos(smollm2_runner: ModelRunner) -> None:
-    engine = make_engine(smollm2_runner)
-    prompt = chat(smollm2_runner, "Reply with one short sentence about the moon.")
+def test_stop_string_spanning_tokens_and_eos(smollm2_fast_runner: ModelRunner) -> None:
+    engine = make_engine(smollm2_fast_runner)
+    prompt = chat(smollm2_fast_runner, "Reply with one short sentence about the moon.")
     full = run(engine, greedy("full", prompt, max_tokens=24))["full"]
     text = "".join(o.new_text for o in full)
     pieces = [o.new_text for o in full]
@@ -140,13 +140,13 @@ def test_stop_string_spanning_tokens_and_eos(smollm2_runner: ModelRunner) -> Non
     # Without ignore_eos the model ends its short answer itself, and the EOS text is not emitted.
     natural = run(engine, GenerationRequest("eos", prompt, SamplingParams(max_tokens=64)))["eos"]
     assert natural[-1].finish_reason == "stop"
-    assert natural[-1].new_token_ids[-1] in smollm2_runner.tokenizer.eos_token_ids
+    assert natural[-1].new_token_ids[-1] in smollm2_fast_runner.tokenizer.eos_token_ids
     assert "<|im_end|>" not in "".join(o.new_text for o in natural)
     assert_no_leak(engine)
 
 
-def test_bad_requests_get_clear_errors(smollm2_runner: ModelRunner) -> None:
-    engine = make_engine(smollm2_runner, max_model_len=64)
+def test_bad_requests_get_clear_errors(smollm2_fast_runner: ModelRunner) -> None:
+    engine = make_engine(smollm2_fast_runner, max_model_len=64)
     with pytest.raises(InvalidRequest, match="empty"):
         engine.add_request(greedy("a", []))
     with pytest.raises(InvalidRequest, match="context"):
@@ -171,8 +171,8 @@ def test_bad_requests_get_clear_errors(smollm2_runner: ModelRunner) -> None:
     assert_no_leak(engine)
 
 
-def test_waiting_queue_is_bounded(smollm2_runner: ModelRunner) -> None:
-    engine = make_engine(smollm2_runner, max_waiting=2)
+def test_waiting_queue_is_bounded(smollm2_fast_runner: ModelRunner) -> None:
+    engine = make_engine(smollm2_fast_runner, max_waiting=2)
     engine.add_request(greedy("a", [1, 2]))
     engine.add_request(greedy("b", [1, 2]))
     with pytest.raises(EngineOverloaded, match="waiting"):
@@ -181,13 +181,13 @@ def test_waiting_queue_is_bounded(smollm2_runner: ModelRunner) -> None:
     engine.abort("b")
 
 
-def test_seeded_sampling_is_reproducible_in_any_batch(smollm2_runner: ModelRunner) -> None:
-    engine = make_engine(smollm2_runner)
-    prompt = chat(smollm2_runner, "Tell me a fun fact.")
+def test_seeded_sampling_is_reproducible_in_any_batch(smollm2_fast_runner: ModelRunner) -> None:
+    engine = make_engine(smollm2_fast_runner)
+    prompt = chat(smollm2_fast_runner, "Tell me a fun fact.")
 
     def sampled(request_id: str) -> GenerationRequest:
         return GenerationRequest(request_id, prompt, SamplingParams(max_tokens=10, temperature=1.0, seed=1234, ignore_eos=True))
 
     alone = tokens_of(run(engine, sampled("s1"))["s1"])
-    crowd = run(engine, greedy("g", chat(smollm2_runner, "Count to five."), max_tokens=10), sampled("s2"))
+    crowd = run(engine, greedy("g", chat(smollm2_fast_runner, "Count to five."), max_tokens=10), sampled("s2"))
     assert tokens_of(crowd["s2"]) == alone
