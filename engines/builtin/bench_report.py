@@ -70,7 +70,7 @@ def render(results: dict) -> str:
         *("| " + " | ".join(row) + " |" for row in rows),
         "",
         f"Command: `{m['command']}` (each number: median of {p['repeats']} runs; percentiles over all runs)",
-        f"Weights: edgerun float32{' with ' + ', '.join(p['set']) if p['set'] else ''}; "
+        f"Weights: edgerun {p.get('weights', 'float32')}{' (' + ', '.join(p['set']) + ')' if p['set'] else ''}; "
         "transformers float32, dequantised from the same GGUF"
         + (f" (load {h['load_s']:.1f} s)" if h else ""),
         f"Machine: {m['nproc']} CPUs ({m['cpu']}), torch {m['torch']} ({m['torch_threads']} threads), "
