@@ -90,8 +90,13 @@ class Renderer:
     def usage_chunk(self, last: GenerationOutput) -> dict[str, Any]:
         """The final `include_usage` chunk: no choices, only usage."""
         body = self._envelope(self.chunk_object, [])
-        body["usage"] = usage(last.num_prompt_tokens, last.num_generated_tokens, last.num_cached_tokens)
+        body["usage"] = self.usage_so_far(last)
         return body
+
+    @staticmethod
+    def usage_so_far(output: GenerationOutput) -> dict[str, Any]:
+        """Usage up to and including `output` (`continuous_usage_stats` puts it on every chunk)."""
+        return usage(output.num_prompt_tokens, output.num_generated_tokens, output.num_cached_tokens)
 
     def error_chunk(self, status: int, type_: str, message: str) -> dict[str, Any]:
         """An error after the stream began (the status line is already sent)."""

@@ -20,7 +20,9 @@ class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     include_usage: StrictBool = False
-    continuous_usage_stats: StrictBool = False  # accepted for vLLM compatibility; usage comes once, at the end
+    # vLLM's extension: with include_usage, every chunk also carries the usage so far (a proxy that
+    # loses the stream midway still knows the prompt's cached tokens and what was generated)
+    continuous_usage_stats: StrictBool = False
 
 
 class Message(BaseModel):
@@ -90,6 +92,10 @@ class SamplingFields(BaseModel):
     @property
     def include_usage(self) -> bool:
         return self.stream_options is not None and self.stream_options.include_usage
+
+    @property
+    def continuous_usage(self) -> bool:
+        return self.include_usage and self.stream_options.continuous_usage_stats
 
     def sampling_params(self, max_tokens: int) -> SamplingParams:
         """Engine sampling parameters (raises engines.errors.InvalidRequest on a bad combination)."""

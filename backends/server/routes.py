@@ -93,7 +93,9 @@ async def _generate(
     start = state.service.start(kind, renderer.request_id, prompt_ids, sampling, body.cache_salt)
     generation = await until_disconnect(request.receive, start)
     if body.stream:
-        return EventStream(_events(generation, renderer, body.include_usage), on_close=generation.close)
+        return EventStream(
+            _events(generation, renderer, body.include_usage, body.continuous_usage), on_close=generation.close
+        )
     try:
         completion = await until_disconnect(request.receive, generation.collect())
     finally:
@@ -101,11 +103,15 @@ async def _generate(
     return JSONResponse(renderer.answer(completion))
 
 
-async def _events(generation: Generation, renderer: Renderer, include_usage: bool) -> AsyncIterator[bytes]:
+async def _events(
+    generation: Generation, renderer: Renderer, include_usage: bool, continuous_usage: bool
+) -> AsyncIterator[bytes]:
     try:
         async for output in generation:
             chunk = renderer.chunk(output)
             if chunk is not None:
+                if continuous_usage:
+                    chunk["usage"] = renderer.usage_so_far(output)
                 yield sse(chunk)
     except APIError as exc:  # the status line is gone: report it in-band, as OpenAI servers do
         yield sse(renderer.error_chunk(exc.status, exc.type, exc.message))

@@ -113,6 +113,32 @@ def test_stream_include_usage_ends_with_usage_chunk(http: httpx.Client) -> None:
     assert usage_chunk["usage"]["completion_tokens"] == len(streamed_ids) == 7
 
 
+def test_continuous_usage_stats_put_the_usage_so_far_on_every_chunk(http: httpx.Client) -> None:
+    prompt = long_prompt_ids(40, offset=5)
+    body = {
+        "prompt": prompt,
+        "max_tokens": 6,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        "return_token_ids": True,
+        "cache_salt": "continuous",
+    }
+    http.post("/v1/completions", json={**body, "stream": False, "stream_options": None})  # caches the prompt
+    with http.stream("POST", "/v1/completions", json=body) as response:
+        events = sse_events(response.iter_lines())
+    assert events[-1] == "[DONE]"
+    chunks, final = events[:-2], events[-2]
+    received = 0
+    for chunk in chunks:  # a proxy that loses the stream after any chunk knows the usage so far
+        received += len(chunk["choices"][0]["token_ids"])
+        assert_usage(chunk["usage"])
+        assert chunk["usage"]["completion_tokens"] == received
+        assert chunk["usage"]["prompt_tokens"] == 40
+        assert chunk["usage"]["prompt_tokens_details"]["cached_tokens"] == 32  # two full blocks
+    assert received == 6 and final["choices"] == [] and final["usage"] == chunks[-1]["usage"]
+
+
 def test_chat_stream(http: httpx.Client) -> None:
     body = {"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 8, "stream": True}
     with http.stream("POST", "/v1/chat/completions", json=body) as response:
