@@ -26,11 +26,11 @@ class EngineConfig:
     max_model_len: int | None = None  # defaults to the model's context length
     max_waiting: int = 256  # queued requests beyond which submit refuses (EngineOverloaded)
     seed: int = 0  # for random weights
-    # How the linear weights are held. "float16": rounded to float16 and run by fbgemm's float16
-    # GEMM (CPU with dtype float32 only): activations and accumulation stay float32, decoding reads
-    # half the bytes (see weights.Fp16Linear). None: in `dtype`, exactly as loaded. "auto" (the
-    # default): "float16" where it applies (CPU, float32, a torch with fbgemm), else None.
-    weight_dtype: str | None = "auto"
+    # How the linear weights are held. "float16" (CPU with dtype float32 only): rounded to float16
+    # for fbgemm's float16 GEMM; activations and sums stay float32 and decoding reads half the
+    # bytes (see weights.Fp16Linear). The same value as `dtype`: exactly as loaded. "auto" (the
+    # default): "float16" where it applies (CPU, float32, a torch with fbgemm), else `dtype`.
+    weight_dtype: str = "auto"
     # torch intra-op CPU threads for this process (None: torch's default, one per core). One thread
     # is steadier when other busy processes share the cores: a parallel op waits for its slowest thread.
     num_threads: int | None = None
@@ -48,21 +48,22 @@ class EngineConfig:
             raise ValueError(f"dtype={self.dtype!r}: use float32, bfloat16 or float16")
         if self.num_threads is not None and self.num_threads < 1:
             raise ValueError("num_threads must be >= 1 (or None for torch's default)")
-        if self.weight_dtype not in (None, "float16", "auto"):
-            raise ValueError(f"weight_dtype={self.weight_dtype!r}: use 'auto', 'float16' or None")
-        if self.weight_dtype == "float16" and (self.device != "cpu" or self.dtype != "float32"):
-            raise ValueError("weight_dtype='float16' is for device='cpu' with dtype='float32' (on CUDA use dtype='bfloat16')")
+        if self.weight_dtype not in ("auto", self.dtype) and (self.weight_dtype, self.dtype) != ("float16", "float32"):
+            raise ValueError(
+                f"weight_dtype={self.weight_dtype!r}: use 'auto', the dtype ({self.dtype!r}), or 'float16' with dtype='float32'"
+            )
+        if self.weight_dtype == "float16" != self.dtype and self.device != "cpu":
+            raise ValueError("weight_dtype='float16' with dtype='float32' is for device='cpu' (on CUDA use dtype='bfloat16')")
         if not (self.device == "cpu" or self.device.startswith("cuda")):
             raise ValueError(f"device={self.device!r}: use cpu or cuda[:N]")
 
     @property
-    def linear_weight_dtype(self) -> str | None:
-        """`weight_dtype` with "auto" resolved: "float16" or None (linear weights in `dtype`)."""
-        if self.weight_dtype != "auto":
-            return self.weight_dtype
-        if self.device == "cpu" and self.dtype == "float32" and fp16_gemm_available():
-            return "float16"
-        return None
+    def fp16_linear_weights(self) -> bool:
+        """Whether linear weights are held as float16 for fbgemm ("float16" over float32, or "auto"
+        where that applies); otherwise they stay in `dtype`."""
+        if self.weight_dtype == "auto":
+            return self.device == "cpu" and self.dtype == "float32" and fp16_gemm_available()
+        return self.weight_dtype == "float16" != self.dtype
 
 
 def fp16_gemm_available() -> bool:

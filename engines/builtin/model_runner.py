@@ -68,7 +68,7 @@ class ModelRunner:
         self.tokenizer: Tokenizer = loaded.tokenizer
         state = {name: t.to(device=self.device, dtype=self.dtype) for name, t in loaded.weights.items()}
         self.weights = LlamaWeights.from_state_dict(state, self.model_config)
-        if config.linear_weight_dtype == "float16":
+        if config.fp16_linear_weights:
             self.weights.pack_fp16()
         mc = self.model_config
         self.kv_caches = allocate_kv_caches(mc.num_layers, config.num_kv_blocks, config.block_size, mc.num_kv_heads, mc.head_dim, self.dtype, self.device)

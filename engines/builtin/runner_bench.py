@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--model", default="smollm2")
     parser.add_argument("--dtype", default="float32")
-    parser.add_argument("--weight-dtype", default=None, help="float16: fbgemm float16 linear weights (CPU)")
+    parser.add_argument("--weight-dtype", default="auto", help="auto, float16 (fbgemm float16 linear weights, CPU) or the dtype")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--batch", type=int, nargs="+", default=[1, 16])
     parser.add_argument("--context", type=int, default=512)

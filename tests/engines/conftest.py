@@ -18,17 +18,17 @@ NUM_KV_BLOCKS = 512  # x 16 tokens
 
 @pytest.fixture(scope="session")
 def smollm2_runner() -> ModelRunner:
-    return ModelRunner(EngineConfig(model="smollm2", num_kv_blocks=NUM_KV_BLOCKS, weight_dtype=None))
+    return ModelRunner(EngineConfig(model="smollm2", num_kv_blocks=NUM_KV_BLOCKS, weight_dtype="float32"))
 
 
 @pytest.fixture(scope="session")
 def smollm2_fast_runner() -> ModelRunner:
     """SmolLM2 as the engine runs it by default on a CPU: linear weights rounded to float16."""
     runner = ModelRunner(EngineConfig(model="smollm2", num_kv_blocks=NUM_KV_BLOCKS))
-    assert runner.config.linear_weight_dtype == "float16"
+    assert runner.config.fp16_linear_weights
     return runner
 
 
 @pytest.fixture(scope="session")
 def tiny_runner() -> ModelRunner:
-    return ModelRunner(EngineConfig(model="random:tiny", num_kv_blocks=NUM_KV_BLOCKS, weight_dtype=None))
+    return ModelRunner(EngineConfig(model="random:tiny", num_kv_blocks=NUM_KV_BLOCKS, weight_dtype="float32"))

@@ -124,8 +124,8 @@ def test_gguf_is_converted_once_then_loaded_from_the_cache(tmp_path: Path, monke
 def test_gguf_and_safetensors_of_the_same_weights_give_the_same_logits(tmp_path: Path) -> None:
     """The GGUF's llama.cpp q/k layout is undone correctly: both sources compute the same model."""
     hf = tiny_hf_weights()
-    from_gguf = ModelRunner(EngineConfig(model=str(write_gguf(tmp_path / "t.gguf", hf)), cache_dir=tmp_path, num_kv_blocks=4, weight_dtype=None))
-    from_dir = ModelRunner(EngineConfig(model=str(write_hf_dir(tmp_path / "hf", hf)), num_kv_blocks=4, weight_dtype=None))
+    from_gguf = ModelRunner(EngineConfig(model=str(write_gguf(tmp_path / "t.gguf", hf)), cache_dir=tmp_path, num_kv_blocks=4, weight_dtype="float32"))
+    from_dir = ModelRunner(EngineConfig(model=str(write_hf_dir(tmp_path / "hf", hf)), num_kv_blocks=4, weight_dtype="float32"))
     assert from_gguf.model_config.tie_word_embeddings and from_gguf.model_config.eos_token_ids == (258,)
     torch.testing.assert_close(last_logits(from_gguf), last_logits(from_dir), atol=1e-5, rtol=1e-5)
 
@@ -133,7 +133,7 @@ def test_gguf_and_safetensors_of_the_same_weights_give_the_same_logits(tmp_path:
 def test_safetensors_directory_round_trip(tmp_path: Path, tiny_runner: ModelRunner) -> None:
     runtime = {name: t.clone() for name, t in random_weights(TINY, seed=0, device=torch.device("cpu"), dtype=torch.float32).items()}
     directory = write_hf_dir(tmp_path / "tiny-hf", runtime_to_hf(runtime, TINY))
-    runner = ModelRunner(EngineConfig(model=str(directory), num_kv_blocks=4, weight_dtype=None))
+    runner = ModelRunner(EngineConfig(model=str(directory), num_kv_blocks=4, weight_dtype="float32"))
     assert runner.model_name == "tiny-hf"
     # tiny_runner is random:tiny with seed 0 (bitwise equality is too strict: BLAS results depend on alignment)
     torch.testing.assert_close(last_logits(runner), last_logits(tiny_runner), atol=1e-6, rtol=1e-6)

@@ -206,8 +206,12 @@ def test_float16_weights_batch_like_float32(tiny_runner: ModelRunner) -> None:
 def test_weight_dtype_is_validated() -> None:
     with pytest.raises(ValueError, match="weight_dtype"):
         EngineConfig(weight_dtype="int4")
-    with pytest.raises(ValueError, match="device='cpu' with dtype='float32'"):
+    with pytest.raises(ValueError, match="'float16' with dtype='float32'"):
         EngineConfig(weight_dtype="float16", dtype="bfloat16")
+    with pytest.raises(ValueError, match="is for device='cpu'"):
+        EngineConfig(weight_dtype="float16", device="cuda")
+    assert not EngineConfig(device="cuda", dtype="bfloat16").fp16_linear_weights  # "auto" resolves to the dtype
+    assert not EngineConfig(weight_dtype="float32").fp16_linear_weights
     with pytest.raises(ValueError, match="num_threads"):
         EngineConfig(num_threads=0)
 
