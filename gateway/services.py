@@ -87,7 +87,7 @@ class Services:
         spool = spool_path(settings)
         metering = Metering(store, prices, metrics, LedgerSpool(spool) if spool is not None else None)
         router = Router(store, policy, regions, monitor, metrics)
-        tokenizers = TokenizerRegistry(settings.tokenizer_cache_dir)
+        tokenizers = TokenizerRegistry(settings.tokenizer_cache_dir, client)
         generator = Generator(catalog, tokenizers, auth, metering, router, monitor, client, metrics)
         return cls(
             settings,

@@ -5,8 +5,8 @@ Where a model's tokenizer comes from, first hit wins:
 2. a local Hugging Face tokenizer directory, when the catalog names one (`tokenizer_dir`), for
    third-party backends (trtllm-serve, vLLM) that do not serve ours;
 3. the file cache `<cache_dir>/<model>_<backend model>.json` written by an earlier fetch;
-4. `GET /edgerun/v1/tokenizer` on a backend serving the model, tried in the order given
-   (healthy ones first), then written to the file cache.
+4. `GET /edgerun/v1/tokenizer` on a backend serving the model (`BackendClient.tokenizer`),
+   tried in the order given (healthy ones first), then written to the file cache.
 
 The payload (written by `backends.server.tokenizer_route`) is JSON: `model`, `tokenizer_json`
 (a serialized `tokenizers.Tokenizer`), `chat_template`, `bos_token`, `eos_token`,
@@ -24,16 +24,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 from tokenizers import Tokenizer
 
-from backends.client import Endpoint
+from backends.client import BackendClient, BackendError, Endpoint
 from gateway.catalog import ModelSpec
 from gateway.chat_template import ChatTemplate
 from gateway.errors import InvalidInput, OutOfCapacity
 from gateway.schemas import Prompt
 
-TOKENIZER_PATH = "/edgerun/v1/tokenizer"
 OFFLOAD_CHARS = 16_384  # prompts longer than this are tokenized on a worker thread
 
 
@@ -110,30 +108,12 @@ def load_hf_dir(path: Path) -> dict[str, Any]:
     }
 
 
-async def fetch_payload(endpoint: Endpoint, timeout_s: float) -> dict[str, Any]:
-    """GET the tokenizer route of one backend (a start-up fetch, not on the request path).
-
-    TODO(backend client): move into `BackendClient.tokenizer()` so every backend call goes
-    through the client seam; until then httpx errors are converted here.
-    """
-    try:
-        async with httpx.AsyncClient(timeout=timeout_s) as http:
-            response = await http.get(endpoint.url(TOKENIZER_PATH))
-            response.raise_for_status()
-            payload = response.json()
-    except (httpx.HTTPError, ValueError) as exc:
-        raise OutOfCapacity(f"tokenizer of backend {endpoint.id} unavailable: {exc}") from exc
-    if not isinstance(payload, dict) or not isinstance(payload.get("tokenizer_json"), str):
-        raise OutOfCapacity(f"backend {endpoint.id} answered {TOKENIZER_PATH} without tokenizer_json")
-    return payload
-
-
 class TokenizerRegistry:
     """Builds each model's tokenizer once; concurrent first requests share one fetch."""
 
-    def __init__(self, cache_dir: Path | None, fetch_timeout_s: float = 10.0) -> None:
+    def __init__(self, cache_dir: Path | None, client: BackendClient) -> None:
         self._cache_dir = cache_dir
-        self._fetch_timeout_s = fetch_timeout_s
+        self._client = client
         self._loaded: dict[str, ModelTokenizer] = {}
         self._locks: dict[str, asyncio.Lock] = {}
 
@@ -168,8 +148,8 @@ class TokenizerRegistry:
         errors = []
         for endpoint in endpoints:
             try:
-                payload = await fetch_payload(endpoint, self._fetch_timeout_s)
-            except OutOfCapacity as exc:
+                payload = await self._client.tokenizer(endpoint)
+            except BackendError as exc:
                 errors.append(exc.message)
                 continue
             if cache_file is not None:

@@ -1,23 +1,25 @@
 """The one seam through which the gateway reaches any backend (ours, trtllm-serve, vLLM, SGLang).
 
-All upstream I/O goes through one `httpx.AsyncClient` (connection pooling, keep-alive), and
-every httpx exception is converted here into the tree in `backends.client.errors`.
+All upstream I/O goes through one `HTTPTransport` (`backends.client.http`: a keep-alive
+connection pool), and every transport error is converted here into the tree in
+`backends.client.errors`.
 
 Streams are async generators. A consumer that stops early should close the stream
 (`async with contextlib.aclosing(stream)` or `await stream.aclose()`); cancelling the consuming
 task closes it too. Closing drops the HTTP connection at once, so the backend sees the disconnect
-and aborts the generation. "First byte" means the first SSE event: until it arrives nothing has
-reached the caller, so `stream_with_failover` may still move to another endpoint.
+and aborts the generation. A stream read to its `[DONE]` reads the rest of the body too (briefly:
+see `_drain`), so its keep-alive connection goes back to the pool for the next request. "First
+byte" means the first SSE event: until it arrives nothing has reached the caller, so
+`stream_with_failover` may still move to another endpoint.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any, NoReturn
-
-import httpx
 
 from backends.client.errors import (
     BackendError,
@@ -27,8 +29,14 @@ from backends.client.errors import (
     BackendTimeout,
     BackendUnavailable,
 )
+from backends.client.http import HTTPTransport, Response, TransportError, TransportTimeout
 from backends.client.sse import iter_sse_data
 from backends.client.types import CompletionChunk, Endpoint, Usage
+
+TOKENIZER_PATH = "/edgerun/v1/tokenizer"
+# After [DONE] a well-behaved backend only ends the body; one that sends more or stalls is cut off.
+DRAIN_TIMEOUT_S = 0.25
+DRAIN_MAX_EVENTS = 8
 
 
 class BackendClient:
@@ -36,8 +44,9 @@ class BackendClient:
 
     `connect_timeout_s` bounds opening a connection; `first_byte_timeout_s` bounds the time from
     sending a streaming request to its first event; `read_timeout_s` bounds each later read (and
-    the whole wait for a non-streaming answer). `probe_timeout_s` bounds health, load and KV-event
-    polls. `transport` replaces the network (tests, or a custom transport).
+    each wait of a non-streaming answer). `probe_timeout_s` bounds each wait of health, load and
+    KV-event polls. `transport` replaces the network (tests, or a custom transport); it brings
+    its own connect timeout and connection limit.
     """
 
     def __init__(
@@ -47,16 +56,13 @@ class BackendClient:
         first_byte_timeout_s: float = 30.0,
         read_timeout_s: float = 60.0,
         max_connections: int = 256,
-        transport: httpx.AsyncBaseTransport | None = None,
+        transport: HTTPTransport | None = None,
         probe_timeout_s: float = 2.0,
     ) -> None:
         self.first_byte_timeout_s = first_byte_timeout_s
-        self._probe_timeout = httpx.Timeout(probe_timeout_s, connect=connect_timeout_s)
-        self._http = httpx.AsyncClient(
-            timeout=httpx.Timeout(read_timeout_s, connect=connect_timeout_s, pool=first_byte_timeout_s),
-            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
-            transport=transport,
-        )
+        self._read_timeout_s = read_timeout_s
+        self._probe_timeout_s = probe_timeout_s
+        self._http = transport or HTTPTransport(connect_timeout_s=connect_timeout_s, max_connections=max_connections)
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -74,32 +80,29 @@ class BackendClient:
         chunk, BackendStreamBroken after it.
         """
         stream_options = {**(body.get("stream_options") or {}), "include_usage": True}
-        payload = {**body, "stream": True, "stream_options": stream_options}
-        request = self._http.build_request("POST", endpoint.url("/v1/completions"), json=payload)
+        payload = _json_bytes({**body, "stream": True, "stream_options": stream_options})
         deadline = asyncio.get_running_loop().time() + self.first_byte_timeout_s
-        response = await self._send_before_first_byte(endpoint, request, deadline)
+        response = await self._send_before_first_byte(endpoint, "/v1/completions", payload, deadline)
+        events = iter_sse_data(response.iter_bytes())
         try:
-            events = iter_sse_data(response.aiter_lines())
             is_first = True
             while True:
                 data = await self._next_event(endpoint, events, deadline if is_first else None)
                 if data == "[DONE]":
+                    await _drain(events)
                     return
                 event = _parse_event(endpoint, data, is_first)
                 is_first = False
                 yield CompletionChunk.from_json(event)
         finally:
-            await response.aclose()
+            await events.aclose()
+            response.close()  # a no-op once drained; else it drops the connection
 
     async def complete(self, endpoint: Endpoint, body: dict[str, Any]) -> tuple[str, str | None, Usage]:
         """POST /v1/completions without streaming; returns (text, finish_reason, usage)."""
         payload = {key: value for key, value in body.items() if key != "stream_options"}
         payload["stream"] = False
-        try:
-            response = await self._http.post(endpoint.url("/v1/completions"), json=payload)
-        except httpx.HTTPError as exc:
-            _raise_transport_error(endpoint, exc)
-        await _raise_for_status(endpoint, response)
+        response = await self._exchange(endpoint, "POST", "/v1/completions", _json_bytes(payload), self._read_timeout_s)
         try:
             answer = response.json()
             choice = answer["choices"][0]
@@ -155,10 +158,10 @@ class BackendClient:
     async def health(self, endpoint: Endpoint) -> bool:
         """True when GET /health answers 200 within the probe timeout; never raises."""
         try:
-            response = await self._http.get(endpoint.url("/health"), timeout=self._probe_timeout)
-        except httpx.HTTPError:
+            response = await self._exchange(endpoint, "GET", "/health", None, self._probe_timeout_s)
+        except BackendError:
             return False
-        return response.status_code == 200
+        return response.status == 200
 
     async def load(self, endpoint: Endpoint) -> dict[str, Any]:
         """GET /load: our backend's cheap load snapshot (running, waiting, prefill/decode tokens, ...)."""
@@ -186,41 +189,61 @@ class BackendClient:
                 f"{endpoint.id} answered /v1/models with a malformed body", endpoint_id=endpoint.id
             ) from exc
 
+    # -- setup ------------------------------------------------------------------------------
+
+    async def tokenizer(self, endpoint: Endpoint) -> dict[str, Any]:
+        """GET /edgerun/v1/tokenizer: our backend's tokenizer payload (`tokenizer_json`,
+        `chat_template`, special tokens, `max_model_len`; see `gateway.tokenization`)."""
+        answer = await self._get_json(endpoint, "GET", TOKENIZER_PATH, self._read_timeout_s)
+        if not isinstance(answer, dict) or not isinstance(answer.get("tokenizer_json"), str):
+            message = f"{endpoint.id} answered {TOKENIZER_PATH} without tokenizer_json"
+            raise BackendUnavailable(message, endpoint_id=endpoint.id)
+        return answer
+
     # -- internals --------------------------------------------------------------------------
 
-    async def _get_json(self, endpoint: Endpoint, method: str, path: str) -> Any:
+    async def _exchange(
+        self, endpoint: Endpoint, method: str, path: str, body: bytes | None, timeout_s: float
+    ) -> Response:
+        """One whole request and answer (each wait bounded by `timeout_s`); raises on a 4xx/5xx."""
         try:
-            response = await self._http.request(method, endpoint.url(path), timeout=self._probe_timeout)
-        except httpx.HTTPError as exc:
+            response = await self._http.request(method, endpoint.url(path), body, timeout_s=timeout_s)
+            try:
+                await response.read()
+            finally:
+                response.close()
+        except TransportError as exc:
             _raise_transport_error(endpoint, exc)
-        await _raise_for_status(endpoint, response)
+        _raise_for_status(endpoint, response)
+        return response
+
+    async def _get_json(self, endpoint: Endpoint, method: str, path: str, timeout_s: float | None = None) -> Any:
+        response = await self._exchange(endpoint, method, path, None, timeout_s or self._probe_timeout_s)
         try:
             return response.json()
         except ValueError as exc:
             message = f"{endpoint.id} answered {path} with invalid JSON"
             raise BackendUnavailable(message, endpoint_id=endpoint.id) from exc
 
-    async def _send_before_first_byte(
-        self, endpoint: Endpoint, request: httpx.Request, deadline: float
-    ) -> httpx.Response:
+    async def _send_before_first_byte(self, endpoint: Endpoint, path: str, body: bytes, deadline: float) -> Response:
         try:
             async with asyncio.timeout_at(deadline):
-                response = await self._http.send(request, stream=True)
+                response = await self._http.request("POST", endpoint.url(path), body, timeout_s=self._read_timeout_s)
+        except TransportError as exc:
+            _raise_transport_error(endpoint, exc)
         except TimeoutError as exc:
             limit = self.first_byte_timeout_s
             message = f"{endpoint.id} sent no response headers within the first-byte timeout ({limit}s)"
             raise BackendTimeout(message, endpoint_id=endpoint.id) from exc
-        except httpx.HTTPError as exc:
-            _raise_transport_error(endpoint, exc)
-        if response.status_code >= 400:
+        if response.status >= 400:
             try:
                 async with asyncio.timeout_at(deadline):
-                    await response.aread()
-            except (TimeoutError, httpx.HTTPError):
+                    await response.read()
+            except (TimeoutError, TransportError):
                 pass  # the status alone says enough
             finally:
-                await response.aclose()
-            await _raise_for_status(endpoint, response)
+                response.close()
+            _raise_for_status(endpoint, response)
         return response
 
     async def _next_event(self, endpoint: Endpoint, events: AsyncIterator[str], deadline: float | None) -> str:
@@ -234,13 +257,26 @@ class BackendClient:
         except StopAsyncIteration as exc:
             error = BackendUnavailable if is_first else BackendStreamBroken
             raise error(f"{endpoint.id} ended the stream without [DONE]", endpoint_id=endpoint.id) from exc
-        except TimeoutError as exc:
-            message = f"{endpoint.id} sent no first chunk within the first-byte timeout ({self.first_byte_timeout_s}s)"
-            raise BackendTimeout(message, endpoint_id=endpoint.id) from exc
-        except httpx.HTTPError as exc:
+        except TransportError as exc:
             if is_first:
                 _raise_transport_error(endpoint, exc)
             raise BackendStreamBroken(f"{endpoint.id} stream broke: {_describe(exc)}", endpoint_id=endpoint.id) from exc
+        except TimeoutError as exc:
+            message = f"{endpoint.id} sent no first chunk within the first-byte timeout ({self.first_byte_timeout_s}s)"
+            raise BackendTimeout(message, endpoint_id=endpoint.id) from exc
+
+
+async def _drain(events: AsyncGenerator[str, None]) -> None:
+    """Read the body past [DONE] to its end, so the transport returns the connection to the pool.
+
+    Bounded in time and events; a backend that goes on sending, stalls or breaks here is left
+    alone, and closing the response then drops its connection (the answer was already complete).
+    """
+    with contextlib.suppress(TimeoutError, TransportError):
+        async with asyncio.timeout(DRAIN_TIMEOUT_S):
+            for _ in range(DRAIN_MAX_EVENTS):
+                if await anext(events, None) is None:
+                    return
 
 
 async def _prepend(
@@ -273,16 +309,20 @@ def _parse_event(endpoint: Endpoint, data: str, is_first: bool) -> dict[str, Any
     return event
 
 
-def _raise_transport_error(endpoint: Endpoint, exc: httpx.HTTPError) -> NoReturn:
-    if isinstance(exc, httpx.TimeoutException):
+def _json_bytes(payload: dict[str, Any]) -> bytes:
+    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _raise_transport_error(endpoint: Endpoint, exc: TransportError) -> NoReturn:
+    if isinstance(exc, TransportTimeout):
         raise BackendTimeout(f"{endpoint.id} timed out: {_describe(exc)}", endpoint_id=endpoint.id) from exc
     raise BackendUnavailable(f"{endpoint.id} unreachable: {_describe(exc)}", endpoint_id=endpoint.id) from exc
 
 
-async def _raise_for_status(endpoint: Endpoint, response: httpx.Response) -> None:
-    if response.status_code < 400:
+def _raise_for_status(endpoint: Endpoint, response: Response) -> None:
+    if response.status < 400:
         return
-    _raise_status(endpoint, response.status_code, _error_message(response), _retry_after(response))
+    _raise_status(endpoint, response.status, _error_message(response), _retry_after(response))
 
 
 def _raise_status(endpoint: Endpoint, status: int, message: str, retry_after_s: float | None) -> NoReturn:
@@ -294,15 +334,13 @@ def _raise_status(endpoint: Endpoint, status: int, message: str, retry_after_s: 
     raise BackendUnavailable(text, endpoint_id=endpoint.id)
 
 
-def _error_message(response: httpx.Response) -> str:
-    """The message of an OpenAI ({"error": {"message"}}) or trtllm-serve ({"message"}) error body."""
+def _error_message(response: Response) -> str:
+    """The message of an OpenAI ({"error": {"message"}}) or trtllm-serve ({"message"}) error body
+    (read, or empty when it could not be read)."""
     try:
         body = response.json()
-    except (ValueError, httpx.ResponseNotRead):
-        try:
-            return response.text[:500] or response.reason_phrase
-        except httpx.ResponseNotRead:
-            return response.reason_phrase
+    except ValueError:
+        return response.text[:500] or response.reason
     if isinstance(body, dict):
         error = body.get("error")
         if isinstance(error, dict) and error.get("message"):
@@ -313,7 +351,7 @@ def _error_message(response: httpx.Response) -> str:
     return str(body)[:500]
 
 
-def _retry_after(response: httpx.Response) -> float | None:
+def _retry_after(response: Response) -> float | None:
     try:
         return max(0.0, float(response.headers["retry-after"]))
     except (KeyError, ValueError):

@@ -9,9 +9,10 @@
     └── BackendStreamBroken   the stream failed after the first byte (error event, reset, read
                               timeout, or it ended without [DONE]); retrying would repeat output
 
-httpx's exceptions never leave the client: each is converted where it happens with
-`raise BackendX(...) from exc`, so callers see one tree and the cause stays in the traceback.
-Before the first byte every error except BackendRejected is a reason to try another endpoint.
+The transport's exceptions (`backends.client.http`) never leave the client: each is converted
+where it happens with `raise BackendX(...) from exc`, so callers see one tree and the cause stays
+in the traceback. Before the first byte every error except BackendRejected is a reason to try
+another endpoint.
 """
 
 from __future__ import annotations

@@ -1,28 +1,64 @@
-"""Server-sent events, read from a stream of lines: one `data` payload per event.
+"""Server-sent events, read from the bytes of a response body: one `data` payload per event.
 
 Only what OpenAI-compatible servers send is handled: `data:` lines (joined with newlines when
 an event has several), comment lines starting with ":" (keep-alives), and blank lines ending an
-event. `event:`, `id:` and `retry:` fields are ignored.
+event. `event:`, `id:` and `retry:` fields are ignored. Lines end with LF, CRLF or CR, and may
+be split anywhere between two reads (a UTF-8 character too: lines are decoded whole).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 
 
-async def iter_sse_data(lines: AsyncIterator[str]) -> AsyncIterator[str]:
-    """Yield the data of each event in `lines` (without their line endings)."""
-    data: list[str] = []
-    async for line in lines:
+class SSEDecoder:
+    """Feed it body bytes as they arrive; it returns the data of each event they complete."""
+
+    def __init__(self) -> None:
+        self._buffer = b""
+        self._data: list[str] = []
+
+    def feed(self, chunk: bytes) -> list[str]:
+        buffer = self._buffer + chunk
+        lines = buffer.splitlines(keepends=True)  # bytes split only on \n, \r\n and \r
+        if lines and not lines[-1].endswith((b"\n", b"\r")) or buffer.endswith(b"\r"):
+            self._buffer = lines.pop()  # unfinished (a lone \r may be the first half of \r\n)
+        else:
+            self._buffer = b""
+        found: list[str] = []
+        for raw in lines:
+            event = self._line(raw.rstrip(b"\r\n").decode("utf-8", errors="replace"))
+            if event is not None:
+                found.append(event)
+        return found
+
+    def end(self) -> list[str]:
+        """The body is over: the data of a last event the server did not end with a blank line."""
+        found = self.feed(b"\n") if self._buffer else []
+        if self._data:
+            found.append("\n".join(self._data))
+            self._data = []
+        return found
+
+    def _line(self, line: str) -> str | None:
         if not line:
-            if data:
-                yield "\n".join(data)
-                data = []
-            continue
+            if not self._data:
+                return None
+            event, self._data = "\n".join(self._data), []
+            return event
         if line.startswith(":"):
-            continue
+            return None
         field, _, value = line.partition(":")
         if field == "data":
-            data.append(value[1:] if value.startswith(" ") else value)
-    if data:  # a last event the server did not end with a blank line
-        yield "\n".join(data)
+            self._data.append(value[1:] if value.startswith(" ") else value)
+        return None
+
+
+async def iter_sse_data(chunks: AsyncIterator[bytes]) -> AsyncGenerator[str, None]:
+    """Yield the data of each event in a body read as `chunks`."""
+    decoder = SSEDecoder()
+    async for chunk in chunks:
+        for data in decoder.feed(chunk):
+            yield data
+    for data in decoder.end():
+        yield data

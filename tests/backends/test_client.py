@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import re
 import signal
+import time
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
@@ -19,6 +22,7 @@ from backends.client import (
     CompletionChunk,
     Endpoint,
 )
+from backends.client.client import DRAIN_TIMEOUT_S
 from tests.backends.conftest import BackendProcess, free_port, long_prompt_ids, running_backend
 
 pytestmark = pytest.mark.slow
@@ -64,6 +68,71 @@ async def silent_server() -> AsyncIterator[Endpoint]:
             writer.close()
         server.close()
         await server.wait_closed()
+
+
+class CountingSSEServer:
+    """A loopback HTTP/1.1 peer that answers every POST with a chunked SSE stream (two text events,
+    usage, [DONE]) and counts the TCP connections it accepts and sees closed.
+
+    `after_done`: "end" finishes the body (keep-alive), "stall" never sends the body's end;
+    `hold_after_first` sends one event, then waits for the client to go away.
+    """
+
+    def __init__(self, after_done: str = "end", hold_after_first: bool = False) -> None:
+        self.after_done = after_done
+        self.hold_after_first = hold_after_first
+        self.accepted = 0
+        self.closed = 0
+        self.port = 0
+        self._server: asyncio.Server | None = None
+
+    @property
+    def endpoint(self) -> Endpoint:
+        return Endpoint(id="counting", base_url=f"http://127.0.0.1:{self.port}", region="eu-west")
+
+    async def __aenter__(self) -> CountingSSEServer:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        await self._server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.accepted += 1
+
+        def send_event(data: str) -> None:
+            event = f"data: {data}\n\n".encode()
+            writer.write(b"%x\r\n%s\r\n" % (len(event), event))
+
+        usage = {"prompt_tokens": 3, "completion_tokens": 2, "prompt_tokens_details": {"cached_tokens": 0}}
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = re.search(rb"content-length: *(\d+)", head, re.IGNORECASE)
+                await reader.readexactly(int(length.group(1)) if length else 0)
+                writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+                send_event(json.dumps({"choices": [{"index": 0, "text": "a", "finish_reason": None}]}))
+                if self.hold_after_first:
+                    await writer.drain()
+                    await reader.read()  # until the client closes the connection
+                    return
+                send_event(json.dumps({"choices": [{"index": 0, "text": "b", "finish_reason": "length"}]}))
+                send_event(json.dumps({"choices": [], "usage": usage}))
+                send_event("[DONE]")
+                if self.after_done == "stall":
+                    await writer.drain()
+                    await reader.read()
+                    return
+                writer.write(b"0\r\n\r\n")
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            self.closed += 1
+            writer.close()
 
 
 def body(num_prompt_tokens: int = 24, max_tokens: int = 6, offset: int = 0, **extra: object) -> dict:
@@ -217,6 +286,13 @@ async def test_polling_endpoints(client: BackendClient, live: Endpoint, dead: En
         await client.load(dead)
 
 
+async def test_tokenizer_payload(client: BackendClient, live: Endpoint, dead: Endpoint) -> None:
+    payload = await client.tokenizer(live)
+    assert payload["tokenizer_json"].startswith("{") and payload["max_model_len"] > 0
+    with pytest.raises(BackendUnavailable, match="dead"):
+        await client.tokenizer(dead)
+
+
 async def test_a_backend_dying_mid_stream_breaks_the_stream(
     client: BackendClient, live: Endpoint, backend: BackendProcess
 ) -> None:
@@ -227,3 +303,35 @@ async def test_a_backend_dying_mid_stream_breaks_the_stream(
     with pytest.raises(BackendStreamBroken):
         async for _chunk in stream:
             pass
+
+
+async def test_streams_read_to_done_reuse_one_connection(client: BackendClient) -> None:
+    async with CountingSSEServer() as server:
+        for _ in range(3):
+            chunks = await collect(client.stream_completion(server.endpoint, body()))
+            assert [chunk.text for chunk in chunks] == ["a", "b", ""]
+            assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 2
+        endpoint, stream = await client.stream_with_failover([server.endpoint], body())
+        assert len(await collect(stream)) == 3
+        assert server.accepted == 1 and server.closed == 0
+
+
+async def test_a_backend_that_stalls_after_done_is_cut_off(client: BackendClient) -> None:
+    async with CountingSSEServer(after_done="stall") as server:
+        start = time.perf_counter()
+        chunks = await collect(client.stream_completion(server.endpoint, body()))
+        assert time.perf_counter() - start < DRAIN_TIMEOUT_S + 2.0
+        assert chunks[-1].usage is not None
+        await collect(client.stream_completion(server.endpoint, body()))
+        assert server.accepted == 2  # the stalled connection was not reused
+
+
+async def test_closing_a_stream_early_drops_its_connection(client: BackendClient) -> None:
+    async with CountingSSEServer(hold_after_first=True) as server:
+        stream = client.stream_completion(server.endpoint, body())
+        assert (await anext(stream)).text == "a"
+        await stream.aclose()
+        async with asyncio.timeout(5):
+            while server.closed == 0:  # the peer saw the disconnect
+                await asyncio.sleep(0.01)
+        assert server.accepted == 1

@@ -2,18 +2,34 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from backends.client.sse import iter_sse_data
+from backends.client.sse import SSEDecoder, iter_sse_data
 from backends.client.types import CompletionChunk, Usage
 
 
-async def lines(*items: str) -> AsyncIterator[str]:
+async def pieces(*items: bytes) -> AsyncIterator[bytes]:
     for item in items:
         yield item
 
 
 async def test_events_comments_and_multiline_data() -> None:
-    stream = lines(": keep-alive", "", "data: {\"a\": 1}", "", "event: x", "data: one", "data:two", "", "data: [DONE]")
-    assert [data async for data in iter_sse_data(stream)] == ['{"a": 1}', "one\ntwo", "[DONE]"]
+    body = b': keep-alive\n\ndata: {"a": 1}\n\nevent: x\ndata: one\ndata:two\n\ndata: [DONE]'
+    assert [data async for data in iter_sse_data(pieces(body))] == ['{"a": 1}', "one\ntwo", "[DONE]"]
+
+
+async def test_events_split_anywhere_between_reads() -> None:
+    body = 'data: {"t": "h\u00e9"}\r\n\r\ndata: x\rdata: y\r\rdata: [DONE]\n\n'.encode()
+    expected = ['{"t": "h\u00e9"}', "x\ny", "[DONE]"]
+    for size in (1, 2, 3, 7, len(body)):  # \r\n and the 2-byte character are cut in two at some sizes
+        split = [body[i : i + size] for i in range(0, len(body), size)]
+        assert [data async for data in iter_sse_data(pieces(*split))] == expected, size
+
+
+def test_decoder_returns_events_as_soon_as_they_end() -> None:
+    decoder = SSEDecoder()
+    assert decoder.feed(b"data: a\n") == []
+    assert decoder.feed(b"\ndata: b\n\nda") == ["a", "b"]
+    assert decoder.feed(b"ta: c") == []
+    assert decoder.end() == ["c"]
 
 
 def test_chunk_from_completion_chat_and_usage_payloads() -> None:

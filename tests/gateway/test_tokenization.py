@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer
 
-from backends.client import Endpoint
+from backends.client import BackendClient, Endpoint
 from gateway.catalog import ModelSpec
 from gateway.errors import InvalidInput, OutOfCapacity
 from gateway.schemas import Prompt
@@ -62,7 +62,8 @@ def test_hf_directory_round_trip(tmp_path: Path) -> None:
 
 
 async def test_registry_uses_the_file_cache_and_reports_missing_backends(tmp_path: Path) -> None:
-    registry = TokenizerRegistry(tmp_path)
+    client = BackendClient(connect_timeout_s=1.0)
+    registry = TokenizerRegistry(tmp_path, client)
     with pytest.raises(OutOfCapacity):
         await registry.get(MODEL, [])
     # an unreachable backend: still OutOfCapacity, naming the model
@@ -73,3 +74,4 @@ async def test_registry_uses_the_file_cache_and_reports_missing_backends(tmp_pat
     (tmp_path / "cf_test_tiny_tiny.json").write_text(json.dumps(payload()))
     first, second = await asyncio.gather(registry.get(MODEL, []), registry.get(MODEL, []))
     assert first is second and first.max_model_len == 64
+    await client.aclose()

@@ -11,10 +11,10 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Iterator
 
-import httpx
 import pytest
 
 from backends.client import BackendClient, Endpoint
+from backends.client.http import HTTPTransport, Response
 from tests.backends.conftest import BackendProcess, long_prompt_ids, running_backend
 
 pytestmark = pytest.mark.slow
@@ -38,20 +38,17 @@ TRTLLM_BODY = {
 }
 
 
-class RecordingTransport(httpx.AsyncBaseTransport):
-    """The real network transport, keeping each request body it sends."""
+class RecordingTransport(HTTPTransport):
+    """The real network transport, keeping each /v1/completions body it sends."""
 
     def __init__(self) -> None:
-        self.inner = httpx.AsyncHTTPTransport()
+        super().__init__()
         self.bodies: list[dict] = []
 
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        if request.method == "POST" and request.url.path == "/v1/completions":
-            self.bodies.append(json.loads(await request.aread()))
-        return await self.inner.handle_async_request(request)
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
+    async def request(self, method: str, url: str, body: bytes | None = None, *, timeout_s: float) -> Response:
+        if method == "POST" and url.endswith("/v1/completions"):
+            self.bodies.append(json.loads(body or b""))
+        return await super().request(method, url, body, timeout_s=timeout_s)
 
 
 @pytest.fixture(scope="module")
