@@ -6,9 +6,12 @@ memory only: after a restart they start empty, which costs at most one minute of
 history and some cache affinity. Budgets and the ledger are SQLite rows.
 
 All SQLite work runs, in call order, on one worker thread owned by the store; memory updates
-happen on the event loop without awaiting, which makes each check-and-change atomic. A second
-process may read the same file (the busy timeout makes it wait for the writer) but must not
-serve traffic from it: its memory would not see this one's revocations.
+happen on the event loop without awaiting, which makes each check-and-change atomic. Ledger
+appends are group-committed: records that arrive while a ledger transaction is being written go
+into the next one together (one commit for many requests under load), and each `append_usage`
+returns once its own record is committed, as before. A second process may read the same file
+(the busy timeout makes it wait for the writer) but must not serve traffic from it: its memory
+would not see this one's revocations.
 """
 
 from __future__ import annotations
@@ -61,6 +64,8 @@ class EmbeddedStore(Store):
         )
         self._prefixes = PrefixTable(settings.prefix_index_max_entries, settings.prefix_index_ttl_s, time.monotonic)
         self._inflight: dict[str, list[int]] = {}  # backend -> [prefill, decode]
+        self._ledger_queue: list[tuple[UsageRecord, asyncio.Future[bool]]] = []
+        self._ledger_writer: asyncio.Task[None] | None = None  # runs while the queue has records
         self._closed = False
 
     async def _run(self, fn: Callable[..., T], *args: object) -> T:
@@ -277,7 +282,49 @@ class EmbeddedStore(Store):
     async def append_usage(self, record: UsageRecord) -> bool:
         if not isinstance(record, UsageRecord):
             raise TypeError(f"append_usage takes a UsageRecord, got {type(record).__name__}")
-        return await self._run(self._db.insert_usage, record)
+        written: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._ledger_queue.append((record, written))
+        if self._ledger_writer is None:
+            self._ledger_writer = asyncio.create_task(self._write_ledger(), name="edgerun-ledger-writer")
+        return await written  # a cancelled caller's record is still written
+
+    async def _write_ledger(self) -> None:
+        """Commit queued records, one transaction per batch, until the queue is empty."""
+        batch: list[tuple[UsageRecord, asyncio.Future[bool]]] = []
+        try:
+            while self._ledger_queue:
+                batch, self._ledger_queue = self._ledger_queue, []
+                outcomes = await self._insert_usages([record for record, _ in batch])
+                for (_, written), outcome in zip(batch, outcomes):
+                    if written.done():
+                        continue
+                    if isinstance(outcome, BaseException):
+                        written.set_exception(outcome)
+                    else:
+                        written.set_result(outcome)
+        except asyncio.CancelledError:  # the loop is going away: nothing is known to be committed
+            for _, written in [*batch, *self._ledger_queue]:
+                if not written.done():
+                    written.set_exception(StoreUnavailable("the ledger writer was stopped"))
+            self._ledger_queue = []
+            raise
+        finally:
+            self._ledger_writer = None
+
+    async def _insert_usages(self, records: list[UsageRecord]) -> list[bool | BaseException]:
+        """Each record's outcome. A batch that fails for any other reason than the file (which
+        fails them all alike) is written again one record at a time, so one bad record fails alone."""
+        try:
+            return list(await self._run(self._db.insert_usages, records))
+        except StoreUnavailable as exc:
+            return [exc] * len(records)
+        except Exception as exc:
+            if len(records) == 1:
+                return [exc]
+        outcomes: list[bool | BaseException] = []
+        for record in records:
+            outcomes.extend(await self._insert_usages([record]))
+        return outcomes
 
     async def iter_usage(self, start: float, end: float, tenant_id: str | None = None) -> AsyncIterator[UsageRecord]:
         if tenant_id is not None:
@@ -298,6 +345,8 @@ class EmbeddedStore(Store):
         if self._closed:
             return
         self._closed = True
+        if self._ledger_writer is not None:  # what was queued is committed before the file closes
+            await asyncio.wait({self._ledger_writer})
         await self._run(self._db.close)
         self._worker.shutdown(wait=True)
 

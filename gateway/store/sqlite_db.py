@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Sequence
 from pathlib import Path
 
 from gateway.store.models import ApiKey, Tenant, UsageRecord
@@ -125,12 +126,19 @@ class Database:
 
     # --- ledger ---
 
-    def insert_usage(self, record: UsageRecord) -> bool:
-        cursor = self._conn.execute(
-            "INSERT OR IGNORE INTO usage VALUES (?, ?, ?, ?, ?)",
-            (record.request_id, record.tenant_id, record.ended_us, record.cost_micro, record.to_json()),
-        )
-        return cursor.rowcount == 1
+    def insert_usages(self, records: Sequence[UsageRecord]) -> list[bool]:
+        """Insert records in one transaction (one commit for all, or none on an error); for each,
+        True when written, False when its request id was already in the ledger."""
+        written = []
+        with self._conn:
+            self._conn.execute("BEGIN IMMEDIATE")
+            for record in records:
+                cursor = self._conn.execute(
+                    "INSERT OR IGNORE INTO usage VALUES (?, ?, ?, ?, ?)",
+                    (record.request_id, record.tenant_id, record.ended_us, record.cost_micro, record.to_json()),
+                )
+                written.append(cursor.rowcount == 1)
+        return written
 
     def usage_page(
         self, start_us: int, end_us: int, tenant_id: str | None, after: tuple[int, str] | None, limit: int

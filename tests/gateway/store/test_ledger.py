@@ -2,11 +2,14 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from gateway.settings import GatewaySettings
 from gateway.store import InvalidInput, Store, UsageRecord
+from gateway.store.embedded import EmbeddedStore
 from tests.gateway.store.conftest import OpenStore
 
 T0 = 1_780_000_000.0
@@ -85,3 +88,46 @@ async def test_ledger_survives_reopen(open_instance: OpenStore) -> None:
 def test_bad_records_are_refused(changes: dict[str, Any]) -> None:
     with pytest.raises(InvalidInput):
         dataclasses.replace(record("req-1", T0), **changes)
+
+
+async def test_concurrent_appends_each_learn_their_own_outcome(store: Store) -> None:
+    twins = [record("req-a", T0), record("req-a", T0, cost_micro=7)]  # one request id, at the same moment
+    results = await asyncio.gather(
+        *(store.append_usage(twin) for twin in twins),
+        *(store.append_usage(record(f"req-{i}", T0 + i)) for i in range(1, 40)),
+    )
+    assert sorted(results[:2]) == [False, True] and results[2:] == [True] * 39
+    assert (await store.get_usage("req-a")) == twins[results.index(True)]
+    assert len(await collect(store, T0 - 1, T0 + 50)) == 40
+
+
+async def test_a_record_sqlite_cannot_take_fails_alone(tmp_path: Path) -> None:
+    """Embedded only: appends that arrive together are committed together, but one record that
+    SQLite refuses (an integer past 64 bits) must not take the others down with it."""
+    store = EmbeddedStore(GatewaySettings(sqlite_path=str(tmp_path / "ledger.sqlite3")))
+    try:
+        results = await asyncio.gather(
+            store.append_usage(record("ok-1", T0)),
+            store.append_usage(record("too-big", T0, cost_micro=2**70)),
+            store.append_usage(record("ok-2", T0)),
+            return_exceptions=True,
+        )
+        assert results[0] is True and results[2] is True
+        assert isinstance(results[1], OverflowError)
+        assert [r.request_id for r in await collect(store, T0 - 1, T0 + 1)] == ["ok-1", "ok-2"]
+    finally:
+        await store.aclose()
+
+
+async def test_closing_the_store_commits_what_was_queued(tmp_path: Path) -> None:
+    path = str(tmp_path / "ledger.sqlite3")
+    store = EmbeddedStore(GatewaySettings(sqlite_path=path))
+    pending = [asyncio.create_task(store.append_usage(record(f"q-{i}", T0))) for i in range(5)]
+    await asyncio.sleep(0)  # the appends are queued, maybe not yet written
+    await store.aclose()
+    assert all(await asyncio.gather(*pending))
+    reopened = EmbeddedStore(GatewaySettings(sqlite_path=path))
+    try:
+        assert len(await collect(reopened, T0 - 1, T0 + 1)) == 5
+    finally:
+        await reopened.aclose()
