@@ -37,8 +37,11 @@ class TokenUsage:
         }
 
 
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))  # json.dumps would build one per call
+
+
 def dumps(obj: Any) -> bytes:
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
+    return _ENCODER.encode(obj).encode()
 
 
 class JSONBytes(Response):

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import random
 import secrets
-import string
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,8 +21,7 @@ from gateway.envelopes import TokenUsage, dumps
 from gateway.errors import GatewayError
 
 DONE = b"data: [DONE]\n\n"
-MAX_PADDING_CHARS = 32
-_PADDING_ALPHABET = string.ascii_letters + string.digits
+MAX_PADDING_CHARS = 32  # even: the padding is hex
 
 
 def event(payload: Any) -> bytes:
@@ -37,8 +35,8 @@ def padding_source() -> random.Random:
 
 
 def padding(rng: random.Random) -> str:
-    """A random string of random length (1..MAX_PADDING_CHARS characters)."""
-    return "".join(rng.choices(_PADDING_ALPHABET, k=rng.randint(1, MAX_PADDING_CHARS)))
+    """A random string (hex digits) of random length (1..MAX_PADDING_CHARS characters)."""
+    return rng.randbytes(MAX_PADDING_CHARS // 2).hex()[: rng.randint(1, MAX_PADDING_CHARS)]
 
 
 # ---- Workers AI -------------------------------------------------------------------------------
