@@ -91,11 +91,15 @@ async def wait_for_records(redis_url: str, prefix: str, ids: set[str], timeout_s
         await asyncio.sleep(0.2)
 
 
-async def kill_when_busy(victim: BackendProcess, started: asyncio.Event) -> None:
-    """SIGKILL the victim while it is generating for at least two requests."""
+async def kill_when_busy(victim: BackendProcess, started: asyncio.Event, doomed: Seen) -> None:
+    """SIGKILL the victim mid-stream: once the load has started and the doomed stream (served by
+    the victim alone) has its first tokens, preferably while it generates for two requests or more."""
     await started.wait()
     async with httpx.AsyncClient(timeout=2) as http:
         deadline = time.monotonic() + 60
+        while doomed.num_chunks == 0 and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        deadline = time.monotonic() + 3
         while time.monotonic() < deadline:
             load = (await http.get(f"{victim.url}/load")).json()
             if load.get("running", 0) >= 2:
@@ -156,9 +160,15 @@ async def drive_load(gateways: list[GatewayProcess], victim: BackendProcess, sec
                 started.set()
             return await task
 
-        killer = asyncio.create_task(kill_when_busy(victim, started))
+        # A long stream that only the victim serves: the kill always breaks it midway.
+        doomed = Seen("stream", 256, {"phase": "doomed"})
+        doomed_task = asyncio.ensure_future(run_request(
+            http, gateways[1].url, ACCOUNT, VICTIM_ONLY, secret, doomed, "Write a very long story about a lighthouse."
+        ))
+        killer = asyncio.create_task(kill_when_busy(victim, started, doomed))
         during = await asyncio.gather(*(one(i, kind) for i, kind in enumerate(plan)))
         await killer
+        await doomed_task
         # After the death: gateway B still routes this model to the victim (no health check says
         # otherwise), so the request reaches a dead backend before any token: a free record.
         after = [await run_request(http, gateways[1].url, ACCOUNT, VICTIM_ONLY, secret,
@@ -166,6 +176,7 @@ async def drive_load(gateways: list[GatewayProcess], victim: BackendProcess, sec
         misnamed = [await run_request(http, gateways[0].url, ACCOUNT, MISNAMED, secret,
                                       Seen("stream", 3, {"phase": "misnamed"}), "Say hi") for _ in range(2)]
     assert before.status_code == 200
+    assert doomed.status_code == 200 and doomed.broken and doomed.num_chunks > 0, doomed
     assert [s.status_code for s in after] == [429, 429], after
     assert [s.status_code for s in misnamed] == [500, 500], misnamed
     # Every request is answered, except a non-streaming one whose backend died under it (500).
@@ -173,7 +184,7 @@ async def drive_load(gateways: list[GatewayProcess], victim: BackendProcess, sec
     answered = [s.status_code == 200 or (s.kind == "whole" and broke in str(s.error)) for s in during]
     assert all(answered), [(s.kind, s.status_code, s.error) for s in during if s.error]
     assert sum(s.left for s in during) >= 3, "clients left mid-stream"
-    return [before, *during, *after, *misnamed]
+    return [before, doomed, *during, *after, *misnamed]
 
 
 def price(record: UsageRecord) -> int:
