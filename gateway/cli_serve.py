@@ -34,7 +34,8 @@ def logging_options(args: argparse.Namespace) -> dict[str, object]:
 
 
 def quiet_http_client_logs(level: str) -> None:
-    """httpx logs one INFO line per backend request: keep those for debugging only."""
+    """httpx (the admin CLI's and the tests' client, not the backend path's) logs one INFO line per
+    request: keep those for debugging only."""
     for name in ("httpx", "httpcore"):
         logging.getLogger(name).setLevel(logging.DEBUG if level.lower() == "debug" else logging.WARNING)
 

@@ -9,7 +9,8 @@ The returned `Generation` yields text deltas as the backend sends them. However 
 completed, cancelled because the client went away (the backend request is closed at once, so
 the backend aborts it), or broken mid-stream - its `finally` releases the in-flight tokens,
 reconciles the key's token count and writes exactly one usage record: a cancelled stream is
-billed for the tokens generated so far.
+billed for the tokens generated so far, its cached prompt tokens at the cached rate (the backend
+client asks for the usage so far on every chunk: `continuous_usage_stats`).
 """
 
 from __future__ import annotations

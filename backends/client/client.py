@@ -72,14 +72,16 @@ class BackendClient:
     async def stream_completion(
         self, endpoint: Endpoint, body: dict[str, Any]
     ) -> AsyncGenerator[CompletionChunk, None]:
-        """POST /v1/completions with `stream=True` and `stream_options.include_usage=True`.
+        """POST /v1/completions with `stream=True` and usage in `stream_options` (see below).
 
         `body` is the OpenAI request (prompt as token ids or text, sampling fields, cache_salt,
         ...). Yields text chunks, then a final usage-only chunk (`choices: []`). Raises
         BackendUnavailable / BackendTimeout / BackendOverloaded / BackendRejected before the first
         chunk, BackendStreamBroken after it.
         """
-        stream_options = {**(body.get("stream_options") or {}), "include_usage": True}
+        # continuous_usage_stats (vLLM's extension, also spoken by our backend): the usage so far
+        # rides on every chunk, so a stream that ends early still knows its cached prompt tokens
+        stream_options = {**(body.get("stream_options") or {}), "include_usage": True, "continuous_usage_stats": True}
         payload = _json_bytes({**body, "stream": True, "stream_options": stream_options})
         deadline = asyncio.get_running_loop().time() + self.first_byte_timeout_s
         response = await self._send_before_first_byte(endpoint, "/v1/completions", payload, deadline)

@@ -156,7 +156,9 @@ async def test_stream_completion_yields_text_then_usage(client: BackendClient, l
     assert usage_chunk.usage.completion_tokens == 6
     assert usage_chunk.usage.cached_tokens >= 0
     assert text_chunks[-1].finish_reason == "length"
-    assert all(chunk.usage is None for chunk in text_chunks)
+    # continuous usage: every text chunk carries the usage so far, ending where the final one does
+    assert all(chunk.usage is not None and chunk.usage.prompt_tokens == 24 for chunk in text_chunks)
+    assert text_chunks[-1].usage == usage_chunk.usage
     assert "".join(chunk.text for chunk in text_chunks)
 
 

@@ -295,11 +295,13 @@ def test_another_tenant_never_gets_the_cached_tokens(gateway: InProcessGateway, 
 # ---- cancellation and observability -----------------------------------------------------------
 
 
-def test_a_client_that_leaves_cancels_the_generation_and_is_billed_for_what_was_made(
+def test_a_client_that_leaves_cancels_the_generation_and_is_billed_for_what_was_made_and_cached(
     gateway: InProcessGateway, keys: dict[str, str]
 ) -> None:
+    prompt = LONG_PROMPT + " Now write a long story about the sea."
+    post(gateway, keys["a"], {"prompt": prompt, "max_tokens": 1}, model=SINGLE_MODEL_ID)  # caches the prompt
     body = {
-        "prompt": "Write a long story about the sea.",
+        "prompt": prompt,
         "max_tokens": 400,
         "stream": True,
         "temperature": 0.8,
@@ -319,6 +321,9 @@ def test_a_client_that_leaves_cancels_the_generation_and_is_billed_for_what_was_
     record = ledger(gateway, request_id)
     assert record.status == "cancelled"
     assert 3 <= record.completion_tokens < 400
+    # the backend reported usage on every chunk, so the cached part of the prompt is billed at the
+    # cached rate even though the stream never reached its final usage event
+    assert record.cached_tokens >= 16 and record.cached_tokens <= record.prompt_tokens
     # the backend stops generating: nothing stays running there
     deadline = time.monotonic() + 10
     while httpx.get(f"{gateway.settings.backends[0].base_url}/load", timeout=5).json()["running"] > 0:

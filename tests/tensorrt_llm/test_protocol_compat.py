@@ -72,7 +72,8 @@ async def test_stream_body_is_the_trtllm_shape(
     endpoint = Endpoint(id="ours", base_url=backend.url, region="local")
     chunks = [chunk async for chunk in client.stream_completion(endpoint, TRTLLM_BODY)]
     [sent] = transport.bodies
-    assert sent == {**TRTLLM_BODY, "stream": True, "stream_options": {"include_usage": True}}
+    # trtllm-serve's StreamOptions declares both fields (and forbids unknown ones)
+    assert sent == {**TRTLLM_BODY, "stream": True, "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
     usage = chunks[-1].usage
     assert usage is not None and usage.prompt_tokens == 48 and usage.completion_tokens == 6
 
