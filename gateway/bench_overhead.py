@@ -1,6 +1,6 @@
 """How much the gateway adds: throughput and latency through it vs calling the backend directly.
 
-    python -m gateway.bench_overhead [--concurrency 50] [--duration 10] [--chunks 8]
+    python -m gateway.bench_overhead [--concurrency 50] [--duration 10] [--chunks 8] [--rate R]
 
 Starts, as separate processes on loopback, a minimal stub backend that answers at once (a tiny
 Starlette app speaking the streaming /v1/completions protocol - used only by this benchmark) and
@@ -21,6 +21,7 @@ import asyncio
 import json
 import os
 import platform
+import random
 import shlex
 import socket
 import statistics
@@ -219,19 +220,28 @@ async def drive(
     concurrency: int,
     duration_s: float,
     watch_pid: int | None = None,
+    rate: float | None = None,
 ) -> Phase:
-    """`concurrency` closed-loop clients, each on its own keep-alive connection, for `duration_s`."""
+    """`concurrency` clients, each on its own keep-alive connection, for `duration_s`: closed loop
+    (each sends its next request as soon as the last one ends), or with `rate`, requests arriving
+    at `rate` per second in all (Poisson), each client taking the next arrival when it is free.
+    Latency counts from the arrival, not the send, so a client that falls behind shows it."""
     host, port, request = raw_request(url, body, headers)
     latencies: list[float] = []
     errors = 0
     deadline = time.perf_counter() + duration_s
+    arrivals = random.Random(0)
+    next_arrival = time.perf_counter()
 
     async def client() -> None:
-        nonlocal errors
+        nonlocal errors, next_arrival
         connection = RawConnection(host, port)
         try:
             while time.perf_counter() < deadline:
                 start = time.perf_counter()
+                if rate is not None:
+                    start = next_arrival = max(next_arrival, start - 1.0) + arrivals.expovariate(rate)
+                    await asyncio.sleep(max(0.0, start - time.perf_counter()))
                 try:
                     ok = await connection.post(request) == 200
                 except (OSError, asyncio.IncompleteReadError, ValueError):
@@ -276,6 +286,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=50)
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per phase")
     parser.add_argument("--chunks", type=int, default=8, help="text chunks the stub streams per request")
+    parser.add_argument(
+        "--rate", type=float, help="requests/s offered in all (Poisson arrivals) instead of a closed loop"
+    )
     parser.add_argument("--serve-stub", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve_stub:
@@ -327,8 +340,10 @@ def main(argv: list[str] | None = None) -> int:
             slice_s = args.duration / ROUNDS
             direct = through = None
             for _ in range(ROUNDS):
-                d = await drive("direct", direct_url, direct_body, {}, args.concurrency, slice_s)
-                g = await drive("gateway", gateway_url, gateway_body, auth, args.concurrency, slice_s, gateway.pid)
+                d = await drive("direct", direct_url, direct_body, {}, args.concurrency, slice_s, rate=args.rate)
+                g = await drive(
+                    "gateway", gateway_url, gateway_body, auth, args.concurrency, slice_s, gateway.pid, args.rate
+                )
                 direct, through = (d, g) if direct is None else (direct + d, through + g)  # type: ignore[operator]
             assert direct is not None and through is not None
             return direct, through
@@ -388,7 +403,9 @@ def report(direct: Phase, through: Phase, args: argparse.Namespace, command: str
     lines = [
         f"`{command}`  ",
         f"machine: {machine()}  ",
-        f"{args.concurrency} concurrent streaming clients (closed loop, keep-alive), {args.chunks} chunks per answer, "
+        f"{args.concurrency} concurrent streaming clients "
+        f"({'closed loop' if args.rate is None else f'{args.rate:g} requests/s offered, Poisson'}, keep-alive), "
+        f"{args.chunks} chunks per answer, "
         f"{args.duration:g}s through the gateway and {args.duration:g}s direct, alternating in {ROUNDS} rounds",
         "",
         "| metric | direct to stub | through gateway | added |",
