@@ -90,15 +90,8 @@ def read_trace(path: Path, limit: int | None) -> list[SimRequest]:
         for line_no, line in enumerate(f, 1):
             if limit is not None and len(records) >= limit:
                 break
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise TraceError(f"{path}:{line_no}: not JSON ({exc.msg})") from None
-            if not isinstance(record, dict):
-                raise TraceError(f"{path}:{line_no}: expected a JSON object")
-            records.append(TraceRequest.from_record(record, f"{path}:{line_no}"))
+            if line.strip():
+                records.append(TraceRequest.from_line(line, f"{path}:{line_no}"))
     if not records:
         raise TraceError(f"{path}: no requests")
     return prepare(records)

@@ -22,33 +22,28 @@ with the same ids share that prefix. The replay keeps that structure and shrinks
 
 from __future__ import annotations
 
-import json
 import math
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from loadtests.words import block_text
+from policies.sim import trace as sim_trace
+from policies.sim.trace import TraceRequest
 
 SOURCE_BLOCK_TOKENS = 512
 DEFAULT_TRACE = Path(__file__).resolve().parents[3] / "shared" / "data" / "mooncake_synthetic_trace.jsonl"
 
 
-class TraceError(ValueError):
-    """The trace file is missing or a line is not a Mooncake trace record."""
+class TraceError(sim_trace.TraceError):
+    """The trace file is missing or a line is not a Mooncake trace record (a ValueError, and the
+    simulator's TraceError, so either `except` catches it); the message names the file and line."""
 
 
-@dataclass(frozen=True, slots=True)
-class TraceRecord:
-    timestamp_ms: int
-    input_length: int
-    output_length: int
-    hash_ids: tuple[int, ...]
-
-    @property
-    def group(self) -> int:
-        return self.hash_ids[0]
+def group_of(record: TraceRequest) -> int:
+    """The record's group: its first hash id, shared by the requests that start with the same block."""
+    return record.hash_ids[0]
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,42 +72,32 @@ class ScaledRequest:
     max_tokens: int
 
 
-def read_trace(path: Path) -> list[TraceRecord]:
-    records = []
+def read_trace(path: Path) -> list[TraceRequest]:
+    """The trace's requests in file order (blank lines skipped), parsed by `TraceRequest.from_line`."""
     try:
         lines = path.read_text().splitlines()
     except OSError as exc:
         raise TraceError(f"cannot read the trace {path}: {exc}") from exc
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            raw = json.loads(line)
-            record = TraceRecord(int(raw["timestamp"]), int(raw["input_length"]), int(raw["output_length"]),
-                                 tuple(int(h) for h in raw["hash_ids"]))
-        except (ValueError, KeyError, TypeError) as exc:
-            shape = "{timestamp, input_length, output_length, hash_ids}"
-            raise TraceError(f"{path}:{number}: expected {shape}: {exc}") from exc
-        if not record.hash_ids or record.input_length < 1:
-            raise TraceError(f"{path}:{number}: a request needs input_length >= 1 and at least one hash id")
-        records.append(record)
-    return records
+    try:
+        return [TraceRequest.from_line(line, f"{path}:{n}") for n, line in enumerate(lines, 1) if line.strip()]
+    except sim_trace.TraceError as exc:  # the record's own checks, said as an error of this file
+        raise TraceError(str(exc)) from None
 
 
-def select(records: Sequence[TraceRecord], scale: TraceScale) -> list[TraceRecord]:
+def select(records: Sequence[TraceRequest], scale: TraceScale) -> list[TraceRequest]:
     """The requests of the first `num_groups` groups with at least `min_group_requests` requests."""
-    sizes = Counter(r.group for r in records)
+    sizes = Counter(group_of(r) for r in records)
     chosen: list[int] = []
     for record in records:
         if len(chosen) == scale.num_groups:
             break
-        if sizes[record.group] >= scale.min_group_requests and record.group not in chosen:
-            chosen.append(record.group)
+        if sizes[group_of(record)] >= scale.min_group_requests and group_of(record) not in chosen:
+            chosen.append(group_of(record))
     keep = set(chosen)
-    return [r for r in records if r.group in keep]
+    return [r for r in records if group_of(r) in keep]
 
 
-def scale_request(record: TraceRecord, scale: TraceScale, start_ms: int) -> ScaledRequest:
+def scale_request(record: TraceRequest, scale: TraceScale, start_ms: int) -> ScaledRequest:
     blocks = record.hash_ids[: scale.max_blocks]
     lengths = [scale.block_tokens] * len(blocks)
     if len(blocks) == len(record.hash_ids):  # the last block is the trace's partial one
@@ -121,10 +106,10 @@ def scale_request(record: TraceRecord, scale: TraceScale, start_ms: int) -> Scal
     prompt = "".join(block_text(h, n) for h, n in zip(blocks, lengths))
     max_tokens = max(2, min(scale.max_output_tokens, round(record.output_length * scale.output_scale)))
     arrival = (record.timestamp_ms - start_ms) / 1000 * scale.time_scale
-    return ScaledRequest(arrival, record.group, prompt, sum(lengths), max_tokens)
+    return ScaledRequest(arrival, group_of(record), prompt, sum(lengths), max_tokens)
 
 
-def scaled_trace(records: Sequence[TraceRecord], scale: TraceScale) -> list[ScaledRequest]:
+def scaled_trace(records: Sequence[TraceRequest], scale: TraceScale) -> list[ScaledRequest]:
     chosen = select(records, scale)
     if not chosen:
         raise TraceError(f"no group of the trace has {scale.min_group_requests} or more requests")
@@ -132,19 +117,14 @@ def scaled_trace(records: Sequence[TraceRecord], scale: TraceScale) -> list[Scal
     return [scale_request(r, scale, start) for r in chosen]
 
 
-def reusable_block_ratio(records: Sequence[TraceRecord], max_blocks: int | None = None) -> float:
-    """Share of blocks a single unlimited cache with longest-prefix reuse would serve (the ceiling)."""
-    seen: set[tuple[int, ...]] = set()
-    hits = total = 0
-    for record in records:
-        ids = record.hash_ids[:max_blocks]
-        prefixes = [ids[: i + 1] for i in range(len(ids))]
-        hit = 0
-        for prefix in prefixes:
-            if prefix not in seen:
-                break
-            hit += 1
-        hits += hit
-        total += len(ids)
-        seen.update(prefixes)
+def reusable_block_ratio(records: Sequence[TraceRequest], max_blocks: int | None = None) -> float:
+    """Share of blocks a single unlimited cache with longest-prefix reuse would serve (the ceiling).
+
+    This is the simulator's ceiling (`policies.sim.trace.ceiling_hits`) over the records cut to
+    their first `max_blocks` blocks: a block counts when an earlier request (in arrival order)
+    had the same ids up to and including it. The simulator names each such prefix by a chain hash
+    salted with a tenant that is itself the first id, so equal hashes are equal id prefixes.
+    """
+    cut = [replace(r, hash_ids=r.hash_ids[:max_blocks]) for r in records]
+    hits, total = sim_trace.ceiling_hits(sim_trace.prepare(cut))
     return hits / total if total else 0.0

@@ -10,6 +10,7 @@ first hash id: a group of requests that start with the same block is one tenant 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -47,6 +48,17 @@ class TraceRequest:
         if request.timestamp_ms < 0 or request.input_length < 1 or request.output_length < 0 or not request.hash_ids:
             raise TraceError(f"{where}: timestamp >= 0, input_length >= 1, output_length >= 0, hash_ids non-empty")
         return request
+
+    @classmethod
+    def from_line(cls, line: str, where: str = "line") -> TraceRequest:
+        """One JSONL line of a trace; the caller reads the file and names the place in `where`."""
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise TraceError(f"{where}: not JSON ({exc.msg})") from None
+        if not isinstance(record, dict):
+            raise TraceError(f"{where}: expected a JSON object")
+        return cls.from_record(record, where)
 
 
 def _as_int(value: object) -> int:

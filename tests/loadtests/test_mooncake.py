@@ -8,14 +8,16 @@ import pytest
 from loadtests.bench.mooncake import (
     DEFAULT_TRACE,
     TraceError,
-    TraceRecord,
     TraceScale,
+    group_of,
     read_trace,
     reusable_block_ratio,
     scale_request,
     scaled_trace,
     select,
 )
+from policies.sim import trace as sim_trace
+from policies.sim.trace import TraceRequest
 
 
 def test_the_full_trace_has_the_published_reuse_ceiling() -> None:
@@ -26,9 +28,9 @@ def test_the_full_trace_has_the_published_reuse_ceiling() -> None:
 
 def test_shared_hash_ids_become_a_shared_text_prefix() -> None:
     scale = TraceScale(block_tokens=4, max_blocks=3)
-    a = scale_request(TraceRecord(0, 3 * 512, 10, (1, 2, 3)), scale, 0)
-    b = scale_request(TraceRecord(2000, 3 * 512, 10, (1, 2, 9)), scale, 0)
-    c = scale_request(TraceRecord(0, 3 * 512, 10, (5, 2, 3)), scale, 0)
+    a = scale_request(TraceRequest(0, 3 * 512, 10, (1, 2, 3)), scale, 0)
+    b = scale_request(TraceRequest(2000, 3 * 512, 10, (1, 2, 9)), scale, 0)
+    c = scale_request(TraceRequest(0, 3 * 512, 10, (5, 2, 3)), scale, 0)
     shared = len(a.prompt.split()) * 2 // 3
     assert a.prompt.split()[:shared] == b.prompt.split()[:shared]
     assert a.prompt.split()[-4:] != b.prompt.split()[-4:]
@@ -38,11 +40,11 @@ def test_shared_hash_ids_become_a_shared_text_prefix() -> None:
 
 def test_lengths_are_scaled_and_capped() -> None:
     scale = TraceScale(block_tokens=16, max_blocks=4, output_scale=0.25, max_output_tokens=16)
-    short = scale_request(TraceRecord(0, 512 + 128, 20, (1, 2)), scale, 0)
+    short = scale_request(TraceRequest(0, 512 + 128, 20, (1, 2)), scale, 0)
     assert short.num_prompt_tokens == 16 + 4  # the last block is a quarter full
     assert len(short.prompt.split()) == short.num_prompt_tokens
     assert short.max_tokens == 5
-    long = scale_request(TraceRecord(0, 40 * 512, 900, tuple(range(40))), scale, 0)
+    long = scale_request(TraceRequest(0, 40 * 512, 900, tuple(range(40))), scale, 0)
     assert long.num_prompt_tokens == 4 * 16 and long.max_tokens == 16
 
 
@@ -58,10 +60,24 @@ def test_select_keeps_whole_groups_with_repeats(tmp_path: Path) -> None:
     assert [r.arrival_s for r in requests] == [0.0, 0.02, 0.03, 0.04]
 
 
+def test_the_ceiling_counts_leading_blocks_seen_before_within_max_blocks() -> None:
+    records = [TraceRequest(t, 512 * len(ids), 1, ids) for t, ids in
+               [(0, (1, 2, 3)), (1, (1, 2, 4)), (2, (1, 2, 3, 5)), (3, (6,)), (4, (7, 1, 2))]]
+    # 0 + 2 ([1, 2]) + 3 ([1, 2, 3]) + 0 + 0 (1, 2 again, but after 7), out of 3 + 3 + 4 + 1 + 3
+    assert reusable_block_ratio(records) == pytest.approx(5 / 14)
+    # cut to 2 blocks: 0 + 2 + 2 + 0 + 0 out of 2 + 2 + 2 + 1 + 2
+    assert reusable_block_ratio(records, max_blocks=2) == pytest.approx(4 / 9)
+    assert group_of(records[4]) == 7
+
+
 def test_bad_trace_lines_are_refused_with_their_line_number(tmp_path: Path) -> None:
+    good = '{"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": [1]}'
     path = tmp_path / "bad.jsonl"
-    path.write_text('{"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": [1]}\n{"timestamp": 1}\n')
-    with pytest.raises(TraceError, match="bad.jsonl:2"):
-        read_trace(path)
+    for bad, why in [('{"timestamp": 1}', "hash_ids"), ("{nope", "not JSON"), ("[1, 2]", "expected a JSON object"),
+                     ('{"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": []}', "non-empty")]:
+        path.write_text(f"{good}\n\n{bad}\n")
+        with pytest.raises(TraceError, match=f"bad.jsonl:3: .*{why}") as refused:
+            read_trace(path)
+        assert isinstance(refused.value, sim_trace.TraceError)  # the simulator's except catches it too
     with pytest.raises(TraceError, match="cannot read"):
         read_trace(tmp_path / "missing.jsonl")

@@ -28,6 +28,17 @@ def test_bad_records_are_refused_with_their_location(record: dict[str, object]) 
         TraceRequest.from_record(record, "line 7")
 
 
+@pytest.mark.parametrize(
+    ("line", "why"),
+    [("{nope", "not JSON"), ("[1]", "expected a JSON object"), ('{"timestamp": 0}', "needs integer timestamp")],
+)
+def test_from_line_parses_one_jsonl_line_or_says_where_it_is_bad(line: str, why: str) -> None:
+    good = '{"timestamp": 5, "input_length": 700, "output_length": 52, "hash_ids": [46, 47]}\n'
+    assert TraceRequest.from_line(good) == TraceRequest(5, 700, 52, (46, 47))
+    with pytest.raises(TraceError, match=f"t.jsonl:3: {why}"):
+        TraceRequest.from_line(line, "t.jsonl:3")
+
+
 def test_prepare_sorts_and_groups_sessions_by_first_block() -> None:
     prepared = prepare([req(2000, [1, 2, 3]), req(1000, [1, 2]), req(1500, [9])])
     assert [r.arrival_s for r in prepared] == [1.0, 1.5, 2.0]
