@@ -67,6 +67,6 @@ class EngineConfig:
 
 
 def fp16_gemm_available() -> bool:
-    import torch  # here, not at the top: the config is plain data that the gateway may import
+    import torch  # here, not at the top: reading settings must not pay for importing torch
 
     return "fbgemm" in torch.backends.quantized.supported_engines
