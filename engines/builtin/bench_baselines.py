@@ -75,7 +75,8 @@ class LlamaCppBaseline:
     def __init__(self, gguf_path: Path, n_ctx: int = 2048) -> None:
         from llama_cpp import Llama  # optional dependency
 
-        self.llm = Llama(model_path=str(gguf_path), n_ctx=n_ctx, verbose=False)
+        # as many threads as torch uses (llama.cpp's own default is half the cores)
+        self.llm = Llama(model_path=str(gguf_path), n_ctx=n_ctx, n_threads=torch.get_num_threads(), verbose=False)
 
     def generate_one(self, prompt: list[int], max_tokens: int) -> tuple[float, list[float]]:
         self.llm.reset()
