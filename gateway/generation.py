@@ -224,10 +224,7 @@ class Generator:
         self.metrics = metrics
 
     async def tokenizer(self, model: ModelSpec) -> ModelTokenizer:
-        loaded = self.tokenizers.cached(model.id)  # every request but the first: no backend list needed
-        if loaded is not None:
-            return loaded
-        return await self.tokenizers.get(model, self.monitor.healthy_first(self.catalog.endpoints(model.id)))
+        return await self.tokenizers.get(model, lambda: self.monitor.healthy_first(self.catalog.endpoints(model.id)))
 
     async def start(self, meta: RequestMeta, inp: GenerationInput) -> Generation:
         model = meta.model

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -117,17 +117,16 @@ class TokenizerRegistry:
         self._loaded: dict[str, ModelTokenizer] = {}
         self._locks: dict[str, asyncio.Lock] = {}
 
-    def cached(self, model_id: str) -> ModelTokenizer | None:
-        return self._loaded.get(model_id)
-
-    async def get(self, model: ModelSpec, endpoints: Sequence[Endpoint]) -> ModelTokenizer:
+    async def get(self, model: ModelSpec, endpoints: Callable[[], Sequence[Endpoint]]) -> ModelTokenizer:
+        """The model's tokenizer; `endpoints` (the backends to fetch it from, in order of
+        preference) is only called when it is not loaded yet, so the hot path skips it."""
         loaded = self._loaded.get(model.id)
         if loaded is not None:
             return loaded
         lock = self._locks.setdefault(model.id, asyncio.Lock())
         async with lock:
             if model.id not in self._loaded:
-                payload = await self._payload(model, endpoints)
+                payload = await self._payload(model, endpoints())
                 self._loaded[model.id] = ModelTokenizer.from_payload(model, payload)
         return self._loaded[model.id]
 

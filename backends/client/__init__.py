@@ -8,12 +8,13 @@ Public API: `Endpoint`, `BackendClient`, `CompletionChunk`, `Usage`, and the err
                                                                      "temperature": 0.6, "cache_salt": tenant_salt})
     async with contextlib.aclosing(stream):          # leaving early closes the connection: the backend aborts
         async for chunk in stream:
-            if chunk.usage is not None: ...          # the last chunk: prompt / completion / cached tokens
-            else: forward(chunk.text)
+            forward(chunk.text)                      # "" on the final usage-only chunk
+            usage = chunk.usage or usage             # prompt / completion / cached tokens so far
     await client.aclose()                            # at shutdown
 
-The body is sent as given (plus `stream` and `stream_options.include_usage`), so it must hold only
-fields the backend accepts: those of trtllm-serve's and vLLM's /v1/completions.
+The body is sent as given (plus `stream` and `stream_options` asking for `include_usage` and
+`continuous_usage_stats`, which vLLM and trtllm-serve declare), so it must hold only fields the
+backend accepts: those of trtllm-serve's and vLLM's /v1/completions.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import aiohttp
@@ -60,10 +60,7 @@ class Response:
         self._what = what
         self.status = response.status
         self.reason = response.reason or ""
-        self.headers: dict[str, str] = {}
-        for name, value in response.headers.items():
-            key = name.lower()
-            self.headers[key] = f"{self.headers[key]}, {value}" if key in self.headers else value
+        self.headers: Mapping[str, str] = response.headers  # case-insensitive
         self.content = b""  # the body, once `read()` has returned
         self._complete = False
         self._closed = False

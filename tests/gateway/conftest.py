@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import time
 import uuid
@@ -19,6 +18,8 @@ from collections.abc import Iterator
 import pytest
 import redis
 
+from loadtests.processes import free_port
+
 
 def _answers(url: str) -> bool:
     try:
@@ -26,12 +27,6 @@ def _answers(url: str) -> bool:
             return bool(client.ping())
     except redis.RedisError:
         return False
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="session")
@@ -45,7 +40,7 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         if os.environ.get("CI") == "true":
             pytest.fail(message + " (CI=true: the Redis store must be tested)")
         pytest.skip(message)
-    port = _free_port()
+    port = free_port()
     url = f"redis://127.0.0.1:{port}/0"
     workdir = tmp_path_factory.mktemp("redis")
     process = subprocess.Popen(

@@ -65,13 +65,13 @@ async def test_registry_uses_the_file_cache_and_reports_missing_backends(tmp_pat
     client = BackendClient(connect_timeout_s=1.0)
     registry = TokenizerRegistry(tmp_path, client)
     with pytest.raises(OutOfCapacity):
-        await registry.get(MODEL, [])
+        await registry.get(MODEL, lambda: [])
     # an unreachable backend: still OutOfCapacity, naming the model
     dead = Endpoint("dead", "http://127.0.0.1:9", "local")
     with pytest.raises(OutOfCapacity, match="tiny"):
-        await registry.get(MODEL, [dead])
+        await registry.get(MODEL, lambda: [dead])
     # a cached payload is used without any backend, and concurrent callers share one build
     (tmp_path / "cf_test_tiny_tiny.json").write_text(json.dumps(payload()))
-    first, second = await asyncio.gather(registry.get(MODEL, []), registry.get(MODEL, []))
+    first, second = await asyncio.gather(registry.get(MODEL, lambda: []), registry.get(MODEL, lambda: []))
     assert first is second and first.max_model_len == 64
     await client.aclose()
