@@ -9,6 +9,8 @@ STAMP  := $(VENV)/.installed
 .PHONY: run test bench clean
 
 $(STAMP): pyproject.toml Makefile
+	# redis-server: the Redis store's tests start their own servers (a full one, the shipped ACL set-up).
+	command -v redis-server >/dev/null || (apt-get update && apt-get install -y --no-install-recommends redis-server)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade pip
 	# CPU build of torch first, pinned, so nothing pulls the CUDA wheels.

@@ -11,6 +11,7 @@ import argparse
 import sys
 from typing import Any
 
+from backends.server.auth import InsecureBinding, check_exposure
 from backends.settings import BackendSettings
 
 # flag dest -> (settings section or None for top level, field name)
@@ -24,6 +25,7 @@ _OVERRIDES: dict[str, tuple[str | None, str]] = {
     "shutdown_timeout_s": (None, "shutdown_timeout_s"),
     "log_level": (None, "log_level"),
     "trtllm_in_process": (None, "trtllm_in_process"),
+    "allow_unauthenticated": (None, "allow_unauthenticated"),
     "device": ("engine", "device"),
     "dtype": ("engine", "dtype"),
     "block_size": ("engine", "block_size"),
@@ -41,7 +43,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--model", help='"smollm2", a .gguf file, a safetensors directory, "random:<preset>" (or a HF id for trtllm)')
     add("--region", help="region this backend serves (reported in /load and /metrics)")
     add("--role", choices=["mixed", "prefill", "decode"], help="disaggregation role (default mixed)")
-    add("--host", help="listen address (default 127.0.0.1)")
+    add("--host", help="listen address (default 127.0.0.1; any other needs EDGERUN_API_KEY, see SECURITY.md)")
+    add("--allow-unauthenticated", action="store_true", default=None,
+        help="listen beyond loopback without EDGERUN_API_KEY (only where the network authenticates callers)")
     add("--port", type=int, help="listen port (default 8100)")
     add("--max-queue", type=int, help="waiting requests beyond the running batch before answering 429")
     add("--shutdown-timeout", dest="shutdown_timeout_s", type=float, help="seconds in-flight requests get at shutdown")
@@ -82,7 +86,16 @@ def logging_options(args: argparse.Namespace) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     settings = build_settings(args)
-    if settings.engine_kind == "trtllm" and not settings.trtllm_in_process:
+    execs_trtllm_serve = settings.engine_kind == "trtllm" and not settings.trtllm_in_process
+    # trtllm-serve checks no key of its own: exposing it needs the explicit opt-out
+    api_key = None if execs_trtllm_serve or settings.api_key is None else settings.api_key.get_secret_value()
+    try:
+        check_exposure(settings.host, api_key, settings.allow_unauthenticated)
+    except InsecureBinding as exc:
+        hint = " (trtllm-serve checks no API key: use --trtllm-in-process to have ours check it)"
+        print(f"edgerun backend: {exc}{hint if execs_trtllm_serve else ''}", file=sys.stderr)
+        return 2
+    if execs_trtllm_serve:
         from engines.tensorrt_llm.launcher import TrtllmServeMissing, launch
 
         try:

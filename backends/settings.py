@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from backends.toml_settings import TomlSettings
+from pydantic import Field, SecretStr, field_validator
+
+from backends.toml_settings import TomlSettings, check_secret
 from engines.builtin.config import EngineConfig
 from engines.tensorrt_llm.config import TrtllmConfig
 
@@ -23,9 +25,29 @@ class BackendSettings(TomlSettings):
     trtllm_in_process: bool = False
     region: str = "local"
     role: Literal["mixed", "prefill", "decode"] = "mixed"
-    host: str = "127.0.0.1"
+    host: str = "127.0.0.1"  # loopback unless a deployment must be reached from other hosts
     port: int = 8100
     max_queue: int = 64  # waiting requests beyond which the server answers 429
     shutdown_timeout_s: float = 10.0
     log_level: str = "info"
     log_json: bool = True
+
+    # --- who may call (backends/server/auth.py; SECURITY.md) ---
+    # The gateway's shared secret (its backend_api_key), required as `Authorization: Bearer <key>` on
+    # every route but GET /health. Without one the backend refuses to listen beyond loopback unless
+    # allow_unauthenticated says the network authenticates callers itself (e.g. mTLS in a mesh).
+    api_key: SecretStr | None = None
+    allow_unauthenticated: bool = False
+
+    # --- POST /kv_cache_events (backends/server/kv_feed.py) ---
+    # Token ids in stored blocks reveal the prompts; only block hashes are sent unless enabled here
+    # (for a router that re-hashes tokens itself: edgerun's gateway does not need them).
+    kv_events_include_tokens: bool = False
+    kv_events_capacity: int = Field(default=10_000, ge=1)  # events kept until every consumer has read them
+    kv_events_max_consumers: int = Field(default=16, ge=1)  # readers with their own cursor (gateway replicas)
+    kv_events_consumer_ttl_s: float = Field(default=300.0, gt=0)  # a reader silent this long is forgotten
+
+    @field_validator("api_key")
+    @classmethod
+    def _long_enough(cls, value: SecretStr | None) -> SecretStr | None:
+        return check_secret(value, "api_key (EDGERUN_API_KEY)")

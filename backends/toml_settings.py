@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 
+from pydantic import SecretStr
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
 
@@ -32,3 +33,15 @@ class TomlSettings(BaseSettings):
         if toml_file:
             sources.append(TomlConfigSettingsSource(settings_cls, toml_file=toml_file))
         return tuple(sources)
+
+
+MIN_SECRET_CHARS = 16
+
+
+def check_secret(value: SecretStr | None, name: str) -> SecretStr | None:
+    """A configured secret must be long enough to resist guessing; None (not set) passes."""
+    if value is not None and len(value.get_secret_value()) < MIN_SECRET_CHARS:
+        raise ValueError(
+            f"{name} must be at least {MIN_SECRET_CHARS} characters: generate one with `openssl rand -hex 32`"
+        )
+    return value

@@ -35,6 +35,7 @@ def tenant_json(tenant: Tenant) -> dict[str, Any]:
         "account_ids": list(tenant.account_ids),
         "allowed_models": sorted(tenant.allowed_models) if tenant.allowed_models is not None else None,
         "monthly_budget_micro": tenant.monthly_budget_micro,
+        "max_concurrent_requests": tenant.max_concurrent_requests,
         "created_at": tenant.created_at,
     }
 
@@ -71,6 +72,7 @@ class AdminService:
         allowed_models: Sequence[str] | None = None,
         monthly_budget_micro: int | None = None,
         tenant_id: str | None = None,
+        max_concurrent_requests: int | None = None,
     ) -> dict[str, Any]:
         with _store_errors():
             tenant = await self.store.create_tenant(
@@ -79,6 +81,7 @@ class AdminService:
                 allowed_models=allowed_models,
                 monthly_budget_micro=monthly_budget_micro,
                 tenant_id=tenant_id,
+                max_concurrent_requests=max_concurrent_requests,
             )
         return tenant_json(tenant)
 

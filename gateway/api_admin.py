@@ -1,6 +1,7 @@
 """Admin HTTP API (`/admin/v1/...`), guarded by `Authorization: Bearer <admin_token>`.
 
-    POST   /admin/v1/tenants                     {name, account_ids, allowed_models?, monthly_budget_micro?, id?}
+    POST   /admin/v1/tenants                     {name, account_ids, allowed_models?, monthly_budget_micro?, id?,
+                                                  max_concurrent_requests?}
     GET    /admin/v1/tenants
     POST   /admin/v1/tenants/{tenant_id}/keys    {allowed_models?, rpm?, tpm?}  -> the key and its secret, once
     GET    /admin/v1/tenants/{tenant_id}/keys
@@ -23,6 +24,9 @@ from gateway.errors import InvalidInput
 from gateway.services import Services
 
 
+MAX_ADMIN_INT = 2**63  # SQLite INTEGER and Redis counters are signed 64-bit
+
+
 def _admin(request: Request) -> Services:
     g: Services = request.app.state.services
     token = g.settings.admin_token
@@ -41,8 +45,8 @@ def _strings(body: dict[str, Any], name: str, *, required: bool = False) -> list
 
 def _optional_int(body: dict[str, Any], name: str) -> int | None:
     value = body.get(name)
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-        raise InvalidInput(f"{name} must be an integer", param=name)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < MAX_ADMIN_INT):
+        raise InvalidInput(f"{name} must be an integer from 0 to 2^63 - 1", param=name)
     return value
 
 
@@ -65,6 +69,7 @@ async def create_tenant(request: Request) -> Response:
         allowed_models=_strings(body, "allowed_models"),
         monthly_budget_micro=_optional_int(body, "monthly_budget_micro"),
         tenant_id=_optional_str(body, "id"),
+        max_concurrent_requests=_optional_int(body, "max_concurrent_requests"),
     )
     return JSONBytes(workers_ai_success(tenant), status_code=201)
 

@@ -6,7 +6,6 @@ handlers registered in `gateway.app` (Workers AI envelope, or OpenAI's shape und
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
@@ -19,13 +18,19 @@ from gateway.body import read_json_object
 from gateway.catalog import ModelSpec
 from gateway.envelopes import JSONBytes
 from gateway.errors import InvalidInput
-from gateway.generation import RequestMeta
+from gateway.generation import Generation, RequestMeta
+from gateway.routing import EXPLAIN_REQUEST_HEADER, explanation_headers
 from gateway.schemas import openai_model, parse_chat_completions, parse_completions, parse_workers_ai
 from gateway.services import Services
+from gateway.strict_json import JSONRejected, loads_strict
 
 SESSION_HEADER = "x-session-affinity"
 METADATA_HEADER = "cf-aig-metadata"
 MAX_METADATA_ENTRIES = 5
+MAX_METADATA_BYTES = 2048
+MAX_METADATA_KEY = 64
+MAX_METADATA_VALUE = 256
+MAX_METADATA_INT = 2**53
 
 
 def services(request: Request) -> Services:
@@ -42,27 +47,47 @@ def session_id(request: Request) -> str | None:
 
 
 def metadata(request: Request) -> dict[str, Any]:
-    """`cf-aig-metadata` (a JSON object of up to 5 scalar entries, as AI Gateway takes it) + our ids."""
+    """`cf-aig-metadata` + our ids.
+
+    AI Gateway takes a JSON object of up to 5 entries whose values are strings, numbers or
+    booleans. It documents no size, so ours are bounded too: the header at most
+    MAX_METADATA_BYTES, keys at most MAX_METADATA_KEY chars, strings at most MAX_METADATA_VALUE,
+    integers within +-2^53 (exact in every JSON reader). Everything else is a 400, never stored.
+    """
     found: dict[str, Any] = {}
     raw = request.headers.get(METADATA_HEADER)
     if raw is not None:
-        try:
-            found = json.loads(raw)
-        except ValueError:
-            found = None  # type: ignore[assignment]
-        if (
-            not isinstance(found, dict)
-            or len(found) > MAX_METADATA_ENTRIES
-            or not all(isinstance(v, (str, int, float, bool)) for v in found.values())
-        ):
-            raise InvalidInput(
-                f"{METADATA_HEADER} must be a JSON object of at most {MAX_METADATA_ENTRIES} "
-                "string, number or boolean values",
-                param=METADATA_HEADER,
-            )
+        found = parse_metadata(raw)
     client_request_id = request.state.client_request_id
     if client_request_id is not None:
         found = {**found, "client_request_id": client_request_id}
+    return found
+
+
+def parse_metadata(raw: str) -> dict[str, Any]:
+    """The header's object, or InvalidInput saying what to fix."""
+    hint = f"send a flat JSON object of at most {MAX_METADATA_ENTRIES} string, number or boolean values"
+
+    def refuse(problem: str) -> InvalidInput:
+        return InvalidInput(f"{METADATA_HEADER}: {problem}", param=METADATA_HEADER)
+
+    if len(raw) > MAX_METADATA_BYTES:
+        raise refuse(f"the header may be at most {MAX_METADATA_BYTES} bytes")
+    try:
+        found = loads_strict(raw, max_depth=1)
+    except JSONRejected as exc:
+        raise refuse(f"{exc}; {hint}") from None
+    if not isinstance(found, dict) or len(found) > MAX_METADATA_ENTRIES:
+        raise refuse(hint)
+    for key, value in found.items():
+        if len(key) > MAX_METADATA_KEY:
+            raise refuse(f"keys may be at most {MAX_METADATA_KEY} characters")
+        if not isinstance(value, (str, int, float, bool)):
+            raise refuse(f"values must be strings, numbers or booleans: {hint}")
+        if isinstance(value, str) and len(value) > MAX_METADATA_VALUE:
+            raise refuse(f"string values may be at most {MAX_METADATA_VALUE} characters")
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_METADATA_INT:
+            raise refuse("integers must lie within +-2^53")
     return found
 
 
@@ -104,7 +129,7 @@ async def run_model(request: Request) -> Response:
     inp = parse_workers_ai(await read_json_object(request, g.settings.max_body_bytes))
     generation = await g.generator.start(_meta(request, principal, model), inp)
     request.state.backend = generation.endpoint.id
-    return await render.workers_ai_response(generation, inp.stream)
+    return _explained(request, generation, await render.workers_ai_response(generation, inp.stream, request.receive))
 
 
 async def _openai(request: Request, *, chat: bool) -> Response:
@@ -115,7 +140,18 @@ async def _openai(request: Request, *, chat: bool) -> Response:
     inp = parse_chat_completions(body) if chat else parse_completions(body)
     generation = await g.generator.start(_meta(request, principal, model), inp)
     request.state.backend = generation.endpoint.id
-    return await render.openai_response(generation, chat=chat, stream=inp.stream, include_usage=inp.include_usage)
+    response = await render.openai_response(
+        generation, request.receive, chat=chat, stream=inp.stream, include_usage=inp.include_usage
+    )
+    return _explained(request, generation, response)
+
+
+def _explained(request: Request, generation: Generation, response: Response) -> Response:
+    """The routing decision in a response header, for an admin who asks (gateway/routing.py)."""
+    token = services(request).settings.admin_token
+    secret = token.get_secret_value() if token is not None else None
+    response.headers.update(explanation_headers(generation.flight, secret, request.headers.get(EXPLAIN_REQUEST_HEADER)))
+    return response
 
 
 async def chat_completions(request: Request) -> Response:

@@ -37,7 +37,11 @@ async def render_gateway_error(request: Request, exc: Exception) -> Response:
 
 
 async def render_store_unavailable(request: Request, exc: Exception) -> Response:
-    error = StoreUnavailable("the gateway's shared store is unreachable; retry shortly", retry_after_s=1.0)
+    if isinstance(exc, store_errors.StoreFull):  # Redis at maxmemory: the operator must free memory
+        message = "the gateway's shared store is full and refuses writes; retry later"
+        error = StoreUnavailable(message, retry_after_s=5.0)
+    else:
+        error = StoreUnavailable("the gateway's shared store is unreachable; retry shortly", retry_after_s=1.0)
     return error_response(error, openai=is_openai_path(request.url.path))
 
 

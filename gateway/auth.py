@@ -3,13 +3,13 @@
 `Authenticator.authenticate` turns the `Authorization: Bearer <key>` header into a `Principal`
 (key + tenant) and checks the tenant owns the account in the URL. `authorize_model` applies the
 tenant's and the key's model allow-lists. `admit` counts the request against the key's
-requests- and tokens-per-minute limits in the shared store (atomic across gateway replicas) and
-refuses with 429 + Retry-After when either is used up.
+requests- and tokens-per-minute limits in the shared store (atomic across gateway replicas, on
+the store's clock, so replicas whose clocks disagree still share one window) and refuses with
+429 + Retry-After when either is used up.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 from gateway.errors import AccountMismatch, AuthenticationFailed, ModelNotAllowed, RateLimited, RequestTooLarge
@@ -61,7 +61,7 @@ class Authenticator:
         if key.rpm is None and key.tpm is None:
             return
         try:
-            decision = await self.store.check_and_consume(key.id, key.rpm, key.tpm, tokens_estimate, time.time())
+            decision = await self.store.check_and_consume(key.id, key.rpm, key.tpm, tokens_estimate)
         except TokensOverLimit as exc:
             raise RequestTooLarge(str(exc), param="max_tokens") from exc
         if not decision.allowed:
@@ -74,4 +74,4 @@ class Authenticator:
     async def reconcile(self, principal: Principal, estimate: int, actual: int) -> None:
         """Replace the token estimate counted at admission with what the request really used."""
         if principal.key.tpm is not None and estimate != actual:
-            await self.store.reconcile_tokens(principal.key.id, estimate, actual, time.time())
+            await self.store.reconcile_tokens(principal.key.id, estimate, actual)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from starlette.requests import Request
 
 from gateway.errors import IncompleteRequest, InvalidInput, RequestTooLarge
+from gateway.strict_json import JSONRejected, loads_strict
 
 
 def _too_large(max_bytes: int) -> RequestTooLarge:
@@ -35,11 +35,9 @@ async def read_json_object(request: Request, max_bytes: int, *, allow_empty: boo
             return {}
         raise IncompleteRequest("Request is missing headers or body: send a JSON object body")
     try:
-        body = json.loads(b"".join(chunks))
-    except UnicodeDecodeError:
-        raise InvalidInput("the body must be UTF-8 encoded JSON") from None
-    except ValueError as exc:
-        raise InvalidInput(f"the body is not valid JSON: {exc}") from None
+        body = loads_strict(b"".join(chunks))
+    except JSONRejected as exc:
+        raise InvalidInput(f"the body is rejected: {exc}") from None
     if not isinstance(body, dict):
         raise InvalidInput(f"the body must be a JSON object, got {type(body).__name__}")
     return body

@@ -1,15 +1,16 @@
 """`edgerun tenants ...` and `edgerun keys ...`: tenant and API key administration.
 
     edgerun tenants create --name NAME --account ACCOUNT [--account ...] [--model M ...] [--budget-micro N] [--id ID]
+                           [--max-concurrent N]
     edgerun tenants list
     edgerun keys create --tenant TENANT [--model M ...] [--rpm N] [--tpm N]
     edgerun keys list --tenant TENANT
     edgerun keys revoke KEY_ID
 
 With `--gateway URL` the command goes through a running gateway's admin API (admin token from
-`--admin-token` or EDGERUN_ADMIN_TOKEN): use that for a gateway on the embedded store, whose
-memory would not see changes written to its SQLite file by another process. Without it the
-command opens the configured store itself (Redis, or the SQLite file of a stopped gateway).
+`--admin-token` or EDGERUN_ADMIN_TOKEN). Without it the command opens the configured store
+itself: Redis (every replica sees the change at once), or the SQLite file of the embedded store,
+whose running gateway takes the change in within `sqlite_refresh_s` (0.5 s).
 Output is JSON; a new key's secret is printed once and never again.
 """
 
@@ -50,6 +51,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         )
         create.add_argument("--budget-micro", type=int, help="monthly budget in micro-units (default unlimited)")
         create.add_argument("--id", dest="tenant_id", help="tenant id (default random)")
+        create.add_argument(
+            "--max-concurrent", type=int, help="requests in flight at once (default: the gateway's setting)"
+        )
         action("list", "list tenants")
     else:
         create = action("create", "create an API key (its secret is printed once)")
@@ -79,6 +83,7 @@ async def _via_store(args: argparse.Namespace, settings: GatewaySettings) -> Any
                     allowed_models=args.models,
                     monthly_budget_micro=args.budget_micro,
                     tenant_id=args.tenant_id,
+                    max_concurrent_requests=args.max_concurrent,
                 )
             case ("tenants", "list"):
                 return await admin.list_tenants()
@@ -105,6 +110,7 @@ def _via_gateway(args: argparse.Namespace, token: str | None) -> Any:
                 "allowed_models": args.models,
                 "monthly_budget_micro": args.budget_micro,
                 "id": args.tenant_id,
+                "max_concurrent_requests": args.max_concurrent,
             }
             method, url, payload = "POST", f"{base}/tenants", body
         case ("tenants", "list"):

@@ -1,7 +1,9 @@
 """`edgerun dev` (what `make run` starts): one backend and one gateway on this machine.
 
 1. spawns `edgerun backend --model smollm2` as a child process on a free loopback port and waits
-   until its /health answers 200 (the model loads in a few seconds once converted);
+   until its /health answers 200 (the model loads in a few seconds once converted); a random
+   backend API key made for this run (passed in the child's environment, never on its command
+   line) is the one the gateway sends, so only this gateway can use the backend;
 2. opens the embedded store (its own SQLite file under ~/.local/share/edgerun), makes sure a
    development tenant owning account "dev" exists and creates a fresh API key for it;
 3. starts the gateway in this process, in front of that backend, and prints a curl command that
@@ -15,6 +17,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import secrets
 import shlex
 import signal
@@ -26,6 +29,7 @@ from pathlib import Path
 
 import httpx
 import uvicorn
+from pydantic import SecretStr
 
 from gateway.app import create_app
 from gateway.catalog import DEFAULT_MODEL_ID
@@ -52,7 +56,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def spawn_backend(args: argparse.Namespace, port: int) -> subprocess.Popen[bytes]:
+def spawn_backend(args: argparse.Namespace, port: int, api_key: str) -> subprocess.Popen[bytes]:
     command = [
         sys.executable,
         "-m",
@@ -67,7 +71,7 @@ def spawn_backend(args: argparse.Namespace, port: int) -> subprocess.Popen[bytes
         "--log-level",
         args.log_level,
     ]
-    return subprocess.Popen(command)
+    return subprocess.Popen(command, env={**os.environ, "EDGERUN_API_KEY": api_key})
 
 
 async def wait_healthy(url: str, process: subprocess.Popen[bytes], timeout_s: float) -> None:
@@ -98,7 +102,8 @@ def curl_line(port: int, secret: str) -> str:
 
 async def serve_dev(args: argparse.Namespace) -> int:
     backend_port = args.backend_port or free_port()
-    backend = spawn_backend(args, backend_port)
+    backend_key = secrets.token_urlsafe(32)
+    backend = spawn_backend(args, backend_port, backend_key)
     try:
         print(f"starting the backend ({args.model}) on 127.0.0.1:{backend_port} ...", flush=True)
         await wait_healthy(f"http://127.0.0.1:{backend_port}/health", backend, BACKEND_START_TIMEOUT_S)
@@ -108,6 +113,7 @@ async def serve_dev(args: argparse.Namespace) -> int:
             sqlite_path=args.sqlite_path,
             redis_url=None,
             admin_token=secrets.token_urlsafe(24),
+            backend_api_key=SecretStr(backend_key),
             backends=[{"id": "local-1", "base_url": f"http://127.0.0.1:{backend_port}", "region": "local"}],
             log_level=args.log_level,
         )

@@ -53,6 +53,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=defaults.decode_tokens_per_s,
         help=f"decode speed of one request (default {defaults.decode_tokens_per_s:g})",
     )
+    parser.add_argument(
+        "--replicas",
+        type=int,
+        default=None,
+        help="simulate N independent gateway replicas fed by delayed KV events and loads "
+        "(default: one gateway with an exact view of every cache)",
+    )
+    parser.add_argument(
+        "--poll-interval-s",
+        type=float,
+        default=defaults.poll_interval_s,
+        help=f"with --replicas: how often each replica reads KV events and loads (default {defaults.poll_interval_s:g})",
+    )
     parser.add_argument("--json", type=Path, default=None, metavar="FILE", help="also write results as JSON")
 
 
@@ -67,6 +80,8 @@ def run(args: argparse.Namespace) -> int:
             block_size=args.block_size,
             prefill_tokens_per_s=args.prefill_tokens_per_s,
             decode_tokens_per_s=args.decode_tokens_per_s,
+            replicas=args.replicas,
+            poll_interval_s=args.poll_interval_s,
         )
         names = policy_names() if args.policy == "all" else [args.policy]
         results = [simulate(requests, PolicyConfig(name, params.get(name, {})), config) for name in names]
@@ -76,7 +91,9 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"trace {args.trace}: {len(requests)} requests; {config.num_backends} backends x "
         f"{config.kv_blocks_per_backend} KV blocks of {config.block_size} tokens; prefill "
-        f"{config.prefill_tokens_per_s:g} tok/s per backend, decode {config.decode_tokens_per_s:g} tok/s per request\n"
+        f"{config.prefill_tokens_per_s:g} tok/s per backend, decode {config.decode_tokens_per_s:g} tok/s per request; "
+        + ("one gateway, exact view\n" if config.replicas is None else
+           f"{config.replicas} gateway replicas polling every {config.poll_interval_s:g} s\n")
     )
     print(markdown_table(results))
     if args.json is not None:
@@ -117,6 +134,8 @@ def as_json(args: argparse.Namespace, config: SimConfig, results: list[SimResult
             "block_size": config.block_size,
             "prefill_tokens_per_s": config.prefill_tokens_per_s,
             "decode_tokens_per_s": config.decode_tokens_per_s,
+            "replicas": config.replicas,
+            "poll_interval_s": config.poll_interval_s,
         },
         "results": [r.as_dict() for r in results],
     }

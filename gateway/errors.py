@@ -11,7 +11,9 @@
     ├── RequestTooLarge        3006  413  the body is over the configured limit
     ├── RateLimited            3040  429  the key's requests/tokens per minute are used up (Retry-After)
     ├── BudgetExhausted        3036  429  the tenant's monthly budget is spent
-    ├── OutOfCapacity          3040  429  no backend could take the request (all down or overloaded)
+    ├── OutOfCapacity          3040  429  no backend could take the request (all down or overloaded,
+    │                                     or this gateway's backend_max_connections are all open)
+    ├── ConcurrencyLimited     3040  429  the tenant's requests in flight are at its limit (Retry-After)
     ├── NoRoute                7000  404  no such path (405: the path exists, not with this method)
     ├── InternalError          3043  500  a bug or an upstream answer we cannot interpret
     └── StoreUnavailable       3043  503  the shared store (Redis) cannot be reached; retry later
@@ -81,6 +83,10 @@ class BudgetExhausted(GatewayError):
 
 
 class OutOfCapacity(GatewayError):
+    code, status, openai_type = 3040, 429, "rate_limit_error"
+
+
+class ConcurrencyLimited(GatewayError):
     code, status, openai_type = 3040, 429, "rate_limit_error"
 
 

@@ -1,6 +1,7 @@
 """One text generation, from parsed input to a backend stream, with its accounting settled once.
 
-`Generator.start` runs the request path in order: tokenize once (chat template + tokenizer),
+`Generator.start` runs the request path in order: take one of the tenant's concurrency slots
+(`gateway.concurrency`), tokenize once (chat template + tokenizer),
 check the context length, admit against the key's limits, reserve budget, route, and open the
 backend stream with failover before the first byte. Anything that fails before the stream opens
 undoes what was counted and raises a `GatewayError`, so the client gets a proper status.
@@ -31,12 +32,14 @@ from backends.client import (
     BackendRejected,
     BackendStreamBroken,
     BackendTimeout,
+    ClientAtCapacity,
     CompletionChunk,
     Endpoint,
     Usage,
 )
 from gateway.auth import Authenticator, Principal
 from gateway.catalog import Catalog, ModelSpec
+from gateway.concurrency import Slot, TenantSlots
 from gateway.envelopes import TokenUsage
 from gateway.errors import GatewayError, InternalError, InvalidInput, OutOfCapacity, RequestTimeout
 from gateway.metering import MeteredRequest, Metering
@@ -65,6 +68,12 @@ class RequestMeta:
 
 def backend_error_to_gateway(exc: BackendError) -> GatewayError:
     """The client-facing error for a backend failure before the first byte (no internal URLs leak)."""
+    if isinstance(exc, ClientAtCapacity):
+        return OutOfCapacity(
+            "Out of capacity: this gateway has all its backend connections open (backend_max_connections); "
+            "retry shortly",
+            retry_after_s=exc.retry_after_s,
+        )
     if isinstance(exc, BackendOverloaded):
         return OutOfCapacity(
             "Out of capacity: every backend for this model is busy; retry shortly",
@@ -108,6 +117,7 @@ class Generation:
         self._backend_usage: Usage | None = None
         self.finish_reason: str | None = None
         self.usage: TokenUsage | None = None  # set once the stream is over
+        self.slot: Slot | None = None  # the tenant's concurrency slot, given back when it is settled
         self.created = int(time.time())
 
     @property
@@ -190,6 +200,8 @@ class Generation:
         g.metrics.tokens.labels(model, "prompt").inc(usage.prompt_tokens)
         g.metrics.tokens.labels(model, "completion").inc(usage.completion_tokens)
         g.metrics.cached_tokens.labels(model).inc(usage.cached_tokens)
+        if self.slot is not None:
+            await self.slot.release()
         try:
             await g.router.finished(self.flight, success=status == "ok")
             await g.auth.reconcile(self.meta.principal, self.metered.tokens_estimate, usage.total_tokens)
@@ -213,6 +225,7 @@ class Generator:
         monitor: BackendMonitor,
         client: BackendClient,
         metrics: GatewayMetrics,
+        slots: TenantSlots,
     ) -> None:
         self.catalog = catalog
         self.tokenizers = tokenizers
@@ -222,11 +235,25 @@ class Generator:
         self.monitor = monitor
         self.client = client
         self.metrics = metrics
+        self.slots = slots
 
     async def tokenizer(self, model: ModelSpec) -> ModelTokenizer:
         return await self.tokenizers.get(model, lambda: self.monitor.healthy_first(self.catalog.endpoints(model.id)))
 
     async def start(self, meta: RequestMeta, inp: GenerationInput) -> Generation:
+        """Admit the request within its tenant's concurrency (429 at once when full), then `_start`
+        it; the slot is given back when the generation is settled, or at once if it never opens."""
+        slot = await self.slots.acquire(meta.principal.tenant, meta.request_id)
+        try:
+            generation = await self._start(meta, inp)
+        except BaseException:
+            if slot is not None:
+                await slot.release()
+            raise
+        generation.slot = slot
+        return generation
+
+    async def _start(self, meta: RequestMeta, inp: GenerationInput) -> Generation:
         model = meta.model
         tokenizer = await self.tokenizer(model)
         prompt_ids = await tokenizer.encode(inp.prompt)
@@ -265,7 +292,7 @@ class Generator:
                 "model": model.backend_model,
                 "prompt": prompt_ids,
                 **inp.sampling.backend_fields(),
-                "cache_salt": meta.principal.tenant.id,
+                "cache_salt": flight.cache_salt,  # HMAC of the tenant id: not guessable (gateway/tenant_salt.py)
                 "user": meta.request_id,
             }
             if model.return_token_ids:

@@ -2,12 +2,18 @@
 
 Backends report their KV blocks in TensorRT-LLM's event shape (`stored` blocks with their
 parent hash and tokens, `removed` block hashes). The built-in engine hashes blocks exactly as
-`policies.prefix` does, with the `cache_salt` the gateway sends (the tenant id) as the salt, so
-its hashes *are* the gateway's and go into the index as they are. Each stored block is checked
-first: its hash must equal `hash_block(parent, tokens)`. Blocks from a backend with another
-hash scheme (trtllm-serve, vLLM) fail that check and are skipped (counted in `num_skipped`): the
-index then relies on what the router recorded when it routed. Removed hashes are removed as
-given (a foreign hash is simply not in the index).
+`policies.prefix` does, with the `cache_salt` the gateway sends (the tenant's derived salt,
+`gateway.tenant_salt`) as the salt, so its hashes *are* the gateway's and go into the index as
+they are.
+
+Our backends send no token ids by default (they would reveal prompts to whoever reads the
+events): such blocks are recorded as reported, which is safe because the backend is
+authenticated and a hash of any other scheme simply never matches a prompt's chain. A block
+that does carry tokens (trtllm-serve sends them, and ours when `kv_events_include_tokens` is
+on) is checked first: its hash must equal `hash_block(parent, tokens)`. Blocks from a backend
+with another hash scheme fail that check and are skipped (counted in `num_skipped`): the index
+then relies on what the router recorded when it routed. Removed hashes are removed as given (a
+foreign hash is simply not in the index).
 """
 
 from __future__ import annotations
@@ -17,6 +23,8 @@ from typing import Any
 
 from gateway.store.base import Store
 from policies.prefix import hash_block
+
+_INT64 = (-(2**63), 2**63 - 1)  # what the index stores
 
 
 class KVEventIndexer:
@@ -35,7 +43,8 @@ class KVEventIndexer:
             if data["type"] == "stored":
                 hashes = self._verified(data)
             else:
-                hashes = [h for h in data.get("block_hashes") or [] if isinstance(h, int)]
+                reported = data.get("block_hashes") or []
+                hashes = [h for h in reported if isinstance(h, int) and _INT64[0] <= h <= _INT64[1]]
             if not hashes:
                 continue
             if runs and runs[-1][0] == data["type"]:
@@ -49,19 +58,26 @@ class KVEventIndexer:
                 await self.store.remove_prefix(backend_id, hashes)
 
     def _verified(self, data: dict[str, Any]) -> list[int]:
-        """The stored blocks whose hashes follow our chain (stops at the first that does not)."""
+        """The stored blocks whose hashes follow our chain (stops at the first that does not);
+        blocks reported without tokens are taken as they are."""
         parent = data.get("parent_hash")
         hashes: list[int] = []
         for block in data.get("blocks") or []:
             tokens = [t.get("token_id") for t in block.get("tokens") or []]
             claimed = block.get("block_hash")
-            ok = (
-                isinstance(parent, int)
-                and isinstance(claimed, int)
-                and len(tokens) == self.block_size
-                and all(isinstance(t, int) for t in tokens)
-            )
-            if not ok or hash_block(parent, struct.pack(f"<{len(tokens)}i", *tokens)) != claimed:
+            if not isinstance(claimed, int) or isinstance(claimed, bool) or not _INT64[0] <= claimed <= _INT64[1]:
+                self.num_skipped += 1
+                break
+            if not tokens:  # hashes only
+                hashes.append(claimed)
+                parent = claimed
+                continue
+            if (
+                not isinstance(parent, int)
+                or len(tokens) != self.block_size
+                or not all(isinstance(t, int) for t in tokens)
+                or hash_block(parent, struct.pack(f"<{len(tokens)}i", *tokens)) != claimed
+            ):
                 self.num_skipped += 1
                 break
             hashes.append(claimed)

@@ -7,8 +7,9 @@ Three asyncio loops, started and cancelled by the app's lifespan:
 - load: `GET /load` on healthy backends each `load_interval_s`; the backend's own prefill/decode
   token counts correct the store's in-flight counters (which drift when a replica dies with
   requests in flight). Backends without /load (third-party servers) are skipped quietly.
-- KV events: `POST /kv_cache_events` each `kv_events_interval_s`, fed to a `KVEventSink`
-  (the prefix index updater in `gateway.kv_index`).
+- KV events: `POST /kv_cache_events?consumer=<replica id>` each `kv_events_interval_s`, fed to
+  a `KVEventSink` (the prefix index updater in `gateway.kv_index`). The consumer id gives this
+  replica its own cursor on our backends, so replicas do not take each other's events.
 Backends start out healthy (optimistic) so a gateway can serve before its first check finishes.
 """
 
@@ -59,7 +60,9 @@ class BackendMonitor:
         metrics: GatewayMetrics,
         intervals: MonitorIntervals,
         kv_sink: KVEventSink | None = None,
+        kv_consumer: str | None = None,
     ) -> None:
+        self.kv_consumer = kv_consumer  # our cursor's name on each backend (the replica id)
         self.states = {e.id: BackendState(e) for e in endpoints}
         self.client = client
         self.store = store
@@ -122,7 +125,7 @@ class BackendMonitor:
 
         async def one(state: BackendState) -> None:
             try:
-                events = await self.client.kv_cache_events(state.endpoint)
+                events = await self.client.kv_cache_events(state.endpoint, self.kv_consumer)
             except BackendError as exc:
                 if isinstance(exc, BackendRejected) and exc.status in (404, 405):
                     state.has_kv_events_route = False

@@ -2,11 +2,15 @@
 
 Streams are forwarded chunk by chunk as the backend sends them. The generation's text iterator is
 always closed (`aclosing`), so a client that goes away - Starlette then cancels this iterator -
-closes the backend stream and settles the accounting at once.
+closes the backend stream and settles the accounting at once. A whole (non-streamed) answer is
+collected while the client's connection is watched (`collect_or_cancel`): a client that leaves
+first cancels it the same way, and it is billed as `cancelled` for what was generated.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 
@@ -19,6 +23,32 @@ from gateway.errors import GatewayError
 from gateway.generation import Generation
 
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+CLIENT_CLOSED_REQUEST = 499  # nginx's status for a client that left; nobody reads it, the logs do
+
+
+async def _disconnected(receive: Receive) -> None:
+    """Returns once the client has gone (the request body was read already)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def collect_or_cancel(generation: Generation, receive: Receive) -> str | None:
+    """The whole text, or None when the client disconnected first: the generation is then
+    cancelled (its backend stream closed, so the backend aborts) and settled as `cancelled`."""
+    collecting = asyncio.ensure_future(generation.collect())
+    watching = asyncio.ensure_future(_disconnected(receive))
+    try:
+        await asyncio.wait({collecting, watching}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (watching, collecting):
+            if not task.done():
+                task.cancel()
+        await asyncio.gather(watching, return_exceptions=True)
+    if collecting.cancelled() or not collecting.done():
+        with contextlib.suppress(asyncio.CancelledError):
+            await collecting  # its texts() settle the accounting as `cancelled`
+        return None
+    return collecting.result()
 
 
 class GenerationStream(StreamingResponse):
@@ -59,10 +89,12 @@ async def workers_ai_events(generation: Generation) -> AsyncIterator[bytes]:
     yield sse.DONE
 
 
-async def workers_ai_response(generation: Generation, stream: bool) -> Response:
+async def workers_ai_response(generation: Generation, stream: bool, receive: Receive) -> Response:
     if stream:
         return GenerationStream(workers_ai_events(generation), generation)
-    text = await generation.collect()
+    text = await collect_or_cancel(generation, receive)
+    if text is None:
+        return Response(status_code=CLIENT_CLOSED_REQUEST)
     return JSONBytes(envelopes.workers_ai_success(envelopes.workers_ai_text_result(text, _usage(generation))))
 
 
@@ -91,13 +123,17 @@ async def openai_events(generation: Generation, stream: sse.OpenAIStream) -> Asy
     yield sse.DONE
 
 
-async def openai_response(generation: Generation, *, chat: bool, stream: bool, include_usage: bool) -> Response:
+async def openai_response(
+    generation: Generation, receive: Receive, *, chat: bool, stream: bool, include_usage: bool
+) -> Response:
     completion_id = _completion_id(generation, chat)
     model = generation.meta.model.id
     if stream:
         encoder = sse.OpenAIStream(completion_id, generation.created, model, chat=chat, include_usage=include_usage)
         return GenerationStream(openai_events(generation, encoder), generation)
-    text = await generation.collect()
+    text = await collect_or_cancel(generation, receive)
+    if text is None:
+        return Response(status_code=CLIENT_CLOSED_REQUEST)
     build = envelopes.chat_completion if chat else envelopes.text_completion
     return JSONBytes(
         build(completion_id, generation.created, model, text, generation.finish_reason, _usage(generation))

@@ -1,6 +1,7 @@
 """Routing: a prompt's tokens -> an ordered list of backends to try, and the bookkeeping around it.
 
-`Router.route` hashes the prompt into tenant-salted blocks (`policies.prefix`), asks the store
+`Router.route` hashes the prompt into blocks salted with the tenant's cache salt
+(`gateway.tenant_salt`, the same salt the backend gets as `cache_salt`; `policies.prefix`), asks the store
 which backends hold how many of those blocks, what is in flight to each and where the session
 went last, builds one `policies.base.Candidate` per backend serving the model, picks the region
 (`policies.regions`: own first, then by distance, unhealthy skipped) and lets the configured
@@ -12,11 +13,18 @@ once, so concurrent requests on any replica see them.
 may differ after failover: counts move, the session is pinned and the prefix recorded there),
 `first_token` (its prefill is done: those tokens leave the count) and `finished` (the rest
 leaves). Each step is idempotent, so the counts are released exactly once.
+
+Every decision is explainable: a debug log line "routing decision" lists each candidate's cached
+tokens, load and the policy's score (`Policy.score_of`, lower wins; None for policies without
+one), and `Flight.explanation` carries the same in one line (`explain`). A request that
+presents the admin token in `x-edgerun-explain` gets it back in the response header
+`x-edgerun-routing` (`explanation_headers`); nobody else does (it names backends and loads).
 """
 
 from __future__ import annotations
 
 import asyncio
+import hmac
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,11 +37,15 @@ from gateway.errors import OutOfCapacity
 from gateway.metrics import GatewayMetrics
 from gateway.monitor import BackendMonitor
 from gateway.store.base import Store
+from gateway.tenant_salt import TenantSalts
 from policies.base import Candidate, Policy, RouteInfo
 from policies.prefix import block_hashes
 from policies.regions import RegionPreference, choose_region
 
 log = structlog.get_logger("edgerun.gateway.routing")
+
+EXPLAIN_REQUEST_HEADER = "x-edgerun-explain"  # its value: the gateway's admin token
+EXPLAIN_RESPONSE_HEADER = "x-edgerun-routing"
 
 
 @dataclass(slots=True)
@@ -45,9 +57,11 @@ class Flight:
     hashes: list[int]
     policy: str
     expected_cached_tokens: int  # what the prefix index predicted for the chosen backend
+    cache_salt: str  # the tenant's derived salt: the backend request's `cache_salt`
     backend_id: str  # where the tokens are counted now
     prefill_tokens: int  # still counted
     decode_tokens: int
+    explanation: str = ""  # `explain(...)`: each candidate's cached tokens, load and score
     started: bool = False
     finished: bool = False
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -65,7 +79,9 @@ class Router:
         regions: RegionPreference,
         monitor: BackendMonitor,
         metrics: GatewayMetrics,
+        salts: TenantSalts,
     ) -> None:
+        self.salts = salts
         self.store = store
         self.policy = policy
         self.regions = regions
@@ -84,7 +100,8 @@ class Router:
         max_tokens: int,
     ) -> Flight:
         """Choose backends for one request and count its tokens in flight on the first choice."""
-        hashes = block_hashes(prompt_ids, model.block_size, tenant_id)
+        cache_salt = await self.salts.salt(tenant_id)
+        hashes = block_hashes(prompt_ids, model.block_size, cache_salt)
         # The lookups are independent: on Redis they run concurrently (one round trip of latency).
         lookups: list[Awaitable[Any]] = [self.store.loads()]
         if hashes:
@@ -121,6 +138,8 @@ class Router:
             raise OutOfCapacity(f"No more data centers to forward the request to: no healthy backend serves {model.id}")
         by_id = {e.id: e for e in endpoints}
         first = ordered[0]
+        explanation = explain(self.policy, first, candidates, info)
+        log.debug("routing decision", request_id=request_id, policy=self.policy.name, explanation=explanation)
         prefill = len(prompt_ids) - first.cached_prefix_tokens
         await self.store.add_inflight(first.id, prefill, max_tokens)
         self.metrics.routing_decisions.labels(self.policy.name, first.id).inc()
@@ -130,6 +149,8 @@ class Router:
             hashes=hashes,
             policy=self.policy.name,
             expected_cached_tokens=first.cached_prefix_tokens,
+            cache_salt=cache_salt,
+            explanation=explanation,
             backend_id=first.id,
             prefill_tokens=prefill,
             decode_tokens=max_tokens,
@@ -186,6 +207,25 @@ class Router:
             flight.prefill_tokens = flight.decode_tokens = 0
             await self.store.release_inflight(flight.backend_id, prefill, decode)
         self.policy.on_complete(flight.backend_id, flight.info, success=success)
+
+
+def explain(policy: Policy, chosen: Candidate, candidates: list[Candidate], info: RouteInfo) -> str:
+    """One line: `chosen=b1 b0:cached=0,load=1200,score=5200 b1:cached=4096,...` (unhealthy marked)."""
+    parts = [f"chosen={chosen.id}"]
+    for c in candidates:
+        score = policy.score_of(c, info) if c.healthy else None
+        text = f"{c.id}:cached={c.cached_prefix_tokens},load={c.load():g}"
+        text += f",score={score:g}" if score is not None else ""
+        parts.append(text if c.healthy else f"{text},unhealthy")
+    return " ".join(parts)
+
+
+def explanation_headers(flight: Flight, admin_token: str | None, presented: str | None) -> dict[str, str]:
+    """`{x-edgerun-routing: explanation}` when `presented` (the request's x-edgerun-explain) is the
+    admin token, compared in constant time; otherwise (or with no admin token configured) nothing."""
+    if not admin_token or not presented or not hmac.compare_digest(admin_token.encode(), presented.encode()):
+        return {}
+    return {EXPLAIN_RESPONSE_HEADER: flight.explanation}
 
 
 async def _gather(awaitables: list[Awaitable[Any]]) -> list[Any]:

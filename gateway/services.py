@@ -16,8 +16,10 @@ import structlog
 from backends.client import BackendClient
 from gateway.admin import AdminService
 from gateway.auth import Authenticator
+from gateway.billing.retention import archive_forever
 from gateway.billing.spool import LedgerSpool, replay_forever, spool_path
 from gateway.catalog import Catalog
+from gateway.concurrency import TenantSlots
 from gateway.errors import GatewayError
 from gateway.generation import Generator
 from gateway.kv_index import KVEventIndexer
@@ -27,6 +29,8 @@ from gateway.monitor import BackendMonitor, MonitorIntervals
 from gateway.routing import Router
 from gateway.settings import GatewaySettings
 from gateway.store.base import Store
+from gateway.store.redis_store import default_replica_id
+from gateway.tenant_salt import TenantSalts
 from gateway.tokenization import TokenizerRegistry
 from policies.factory import PolicyConfig, build_policy
 from policies.pricing import PriceTable
@@ -69,10 +73,13 @@ class Services:
 
             store = open_store(settings)
         owns_client = client is None
+        backend_key = settings.backend_api_key
         client = client or BackendClient(
             connect_timeout_s=settings.backend_connect_timeout_s,
             first_byte_timeout_s=settings.backend_first_byte_timeout_s,
             read_timeout_s=settings.backend_read_timeout_s,
+            api_key=backend_key.get_secret_value() if backend_key is not None else None,
+            max_connections=settings.backend_max_connections,
         )
         block_sizes = {m.block_size for m in catalog.models}
         monitor = BackendMonitor(
@@ -82,13 +89,17 @@ class Services:
             metrics,
             MonitorIntervals(settings.health_interval_s, settings.load_interval_s, settings.kv_events_interval_s),
             kv_sink=KVEventIndexer(store, block_size=block_sizes.pop()) if len(block_sizes) == 1 else None,
+            kv_consumer=settings.replica_id or default_replica_id(),
         )
         auth = Authenticator(store)
         spool = spool_path(settings)
         metering = Metering(store, prices, metrics, LedgerSpool(spool) if spool is not None else None)
-        router = Router(store, policy, regions, monitor, metrics)
+        salt_secret = settings.cache_salt_secret
+        salts = TenantSalts(store, salt_secret.get_secret_value() if salt_secret is not None else None)
+        router = Router(store, policy, regions, monitor, metrics, salts)
         tokenizers = TokenizerRegistry(settings.tokenizer_cache_dir, client)
-        generator = Generator(catalog, tokenizers, auth, metering, router, monitor, client, metrics)
+        slots = TenantSlots(store, settings.tenant_max_concurrent_requests)
+        generator = Generator(catalog, tokenizers, auth, metering, router, monitor, client, metrics, slots)
         return cls(
             settings,
             metrics,
@@ -110,6 +121,10 @@ class Services:
         if spool is not None:  # replays records spooled while the ledger was down, now and periodically
             interval = self.settings.ledger_spool_replay_interval_s
             self._tasks.append(asyncio.create_task(replay_forever(spool, self.store, interval), name="ledger-replay"))
+        s = self.settings
+        if s.redis_url and s.ledger_archive_path:  # bounds the ledger's memory in Redis
+            archiving = archive_forever(self.store, s.ledger_retention_s, s.ledger_archive_interval_s)
+            self._tasks.append(asyncio.create_task(archiving, name="ledger-archive"))
 
     async def warm_tokenizers(self) -> None:
         """Fetch every model's tokenizer now rather than on its first request (best effort)."""

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
 
-from backends.toml_settings import TomlSettings
+from backends.toml_settings import TomlSettings, check_secret
 from gateway.billing.prices import default_prices
 from gateway.catalog import BackendSpec, ModelSpec, default_models
 
@@ -23,6 +23,9 @@ class GatewaySettings(TomlSettings):
     redis_timeout_s: float = Field(default=2.0, gt=0)  # connect and per-command socket timeout
     # SQLite file of the embedded store (tenants, key hashes, budgets, ledger); ":memory:" for tests.
     sqlite_path: str = str(Path.home() / ".local" / "share" / "edgerun" / "gateway.sqlite3")
+    # The embedded store re-reads tenants and keys that another process (`edgerun keys revoke` on the
+    # same file) committed, at most this long after the last check: the staleness of a CLI revocation.
+    sqlite_refresh_s: float = Field(default=0.5, gt=0, le=1.0)
     key_prefix: str = Field(default="edgerun:", min_length=1)  # namespace of every Redis key
     replica_id: str | None = None  # names this replica's in-flight counters; None: host-pid-random
     session_ttl_s: float = Field(default=1800.0, gt=0)  # x-session-affinity -> backend stickiness
@@ -36,7 +39,7 @@ class GatewaySettings(TomlSettings):
     port: int = Field(default=8080, ge=0, le=65535)
     region: str = Field(default="local", min_length=1)  # this gateway's region: tried first
     region_fallbacks: list[str] = Field(default_factory=list)  # other regions, nearest first
-    routing_policy: str = "cache_aware"  # round_robin, least_tokens, session_hash, cache_aware
+    routing_policy: str = "cache_aware"  # round_robin, least_tokens, session_hash, prefix_threshold, cache_aware
     routing_params: dict[str, float] = Field(default_factory=dict)  # e.g. {"load_weight": 1.0}
     models: list[ModelSpec] = Field(default_factory=default_models)
     backends: list[BackendSpec] = Field(default_factory=list)
@@ -51,9 +54,26 @@ class GatewaySettings(TomlSettings):
     health_interval_s: float = Field(default=2.0, gt=0)  # GET /health of every backend
     load_interval_s: float = Field(default=1.0, gt=0)  # GET /load: corrects the in-flight counters
     kv_events_interval_s: float = Field(default=1.0, gt=0)  # POST /kv_cache_events -> prefix index
+    # Generation requests open to backends at once from this process; one more is answered 429 / 3040
+    # at once (Retry-After), never queued. Health, load and KV-event polls are not counted.
+    backend_max_connections: int = Field(default=256, ge=1)
+    # Requests of one tenant in flight at once over all replicas, unless the tenant sets its own
+    # (`max_concurrent_requests`); None: no default limit. Keeps one tenant from taking every connection.
+    tenant_max_concurrent_requests: int | None = Field(default=128, ge=1)
     backend_connect_timeout_s: float = Field(default=2.0, gt=0)
     backend_first_byte_timeout_s: float = Field(default=30.0, gt=0)
     backend_read_timeout_s: float = Field(default=60.0, gt=0)
+    # Sent as `Authorization: Bearer <key>` on every backend request: the backends' EDGERUN_API_KEY
+    # (vLLM's and SGLang's --api-key alike). None sends nothing (backends on loopback only).
+    backend_api_key: SecretStr | None = None
+    # Keys the per-tenant cache_salt sent to backends (HMAC-SHA256 of the tenant id, gateway/tenant_salt.py).
+    # None: one is generated on first use and kept in the store, shared by every replica.
+    cache_salt_secret: SecretStr | None = None
+
+    @field_validator("backend_api_key", "cache_salt_secret")
+    @classmethod
+    def _long_enough(cls, value: SecretStr | None, info: ValidationInfo) -> SecretStr | None:
+        return check_secret(value, f"{info.field_name} (EDGERUN_{str(info.field_name).upper()})")
     log_level: str = "info"
     log_json: bool = True
 
@@ -65,3 +85,20 @@ class GatewaySettings(TomlSettings):
     # back; None: named after the store, next to sqlite_path (gateway/billing/spool.py).
     ledger_spool_path: str | None = None
     ledger_spool_replay_interval_s: float = Field(default=5.0, gt=0)  # how often pending records are retried
+    # Redis store: the SQLite file that ledger records move to once older than ledger_retention_s, which
+    # bounds the ledger's memory in Redis (exports read both). None: Redis keeps the whole ledger.
+    ledger_archive_path: str | None = None
+    ledger_retention_s: float = Field(default=86_400.0, gt=0)  # how long records stay in Redis
+    ledger_archive_interval_s: float = Field(default=300.0, gt=0)  # how often old records are moved
+    # How long a usage record's idempotency key lives in Redis: longer than any retry (spool replays
+    # after an outage, a crashed request's retry) and than the retention above.
+    ledger_idempotency_ttl_s: float = Field(default=2 * 86_400.0, gt=0)
+
+    @model_validator(mode="after")
+    def _idempotency_outlives_retention(self) -> GatewaySettings:
+        if self.ledger_idempotency_ttl_s <= self.ledger_retention_s:
+            raise ValueError(
+                f"ledger_idempotency_ttl_s ({self.ledger_idempotency_ttl_s}) must exceed ledger_retention_s "
+                f"({self.ledger_retention_s}): a retried record must still be recognised while Redis holds it"
+            )
+        return self

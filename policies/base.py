@@ -10,7 +10,7 @@ A `Policy` has a `name` and `select(candidates, info) -> Candidate | None`. `sel
 healthy candidates once (`healthy_candidates`) and hands them to the policy's `choose`; it
 returns None only when no candidate is healthy. A policy returns a choice and nothing else: the
 caller records metrics and bumps in-flight counts. The hooks `on_complete` and `update_loads`
-do nothing unless a policy needs them.
+do nothing unless a policy needs them; `score_of` explains a decision where a policy has a score.
 """
 
 from __future__ import annotations
@@ -75,6 +75,16 @@ class RouteInfo:
         return f"{self.tenant}\x00p\x00{first}"
 
 
+    @property
+    def spread_key(self) -> str:
+        """A per-request key for tie-breaks that should spread requests: the request, else the
+        session, else the prefix. (Tie-breaking by session would send every tie of a client that
+        uses one session id for everything to the same backend.)"""
+        if self.request_id is not None:
+            return f"{self.tenant}\x00r\x00{self.request_id}"
+        return self.routing_key
+
+
 def healthy_candidates(candidates: Sequence[Candidate]) -> list[Candidate]:
     """The healthy ones, in the given order; ids must be unique."""
     if len({c.id for c in candidates}) != len(candidates):
@@ -106,6 +116,11 @@ class Policy(ABC):
     @abstractmethod
     def choose(self, healthy: list[Candidate], info: RouteInfo) -> Candidate:
         """Pick one of `healthy` (never empty)."""
+
+    def score_of(self, candidate: Candidate, info: RouteInfo) -> float | None:
+        """The policy's score for one candidate (lower is better), for explaining decisions; None
+        for policies that do not rank by a score."""
+        return None
 
     def on_complete(self, backend_id: str, info: RouteInfo, *, success: bool = True) -> None:
         """Called by the caller when a routed request finishes; nothing by default."""

@@ -16,12 +16,13 @@ from policies.base import Policy
 from policies.cache_aware import CacheAware
 from policies.errors import PolicyConfigError
 from policies.least_tokens import LeastTokens
+from policies.prefix_threshold import PrefixThreshold
 from policies.round_robin import RoundRobin
 from policies.session_hash import SessionHash
 
 DEFAULT_POLICY = CacheAware.name
 POLICIES: Mapping[str, type[Policy]] = MappingProxyType(
-    {cls.name: cls for cls in (RoundRobin, LeastTokens, SessionHash, CacheAware)}
+    {cls.name: cls for cls in (RoundRobin, LeastTokens, SessionHash, PrefixThreshold, CacheAware)}
 )
 
 

@@ -21,5 +21,5 @@ class LeastTokens(Policy):
         self.decode_weight = decode_weight
 
     def choose(self, healthy: list[Candidate], info: RouteInfo) -> Candidate:
-        key = info.routing_key
+        key = info.spread_key
         return min(healthy, key=lambda c: (c.load(self.decode_weight), stable_hash(key, c.id)))

@@ -27,6 +27,7 @@ from backends.client.errors import (
     BackendStreamBroken,
     BackendTimeout,
     BackendUnavailable,
+    ClientAtCapacity,
 )
 from backends.client.types import CompletionChunk, Endpoint, Usage
 
@@ -38,6 +39,7 @@ __all__ = [
     "BackendStreamBroken",
     "BackendTimeout",
     "BackendUnavailable",
+    "ClientAtCapacity",
     "CompletionChunk",
     "Endpoint",
     "Usage",

@@ -18,8 +18,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from typing import Any, NoReturn
+from urllib.parse import urlencode
 
 from backends.client.errors import (
     BackendError,
@@ -28,6 +29,7 @@ from backends.client.errors import (
     BackendStreamBroken,
     BackendTimeout,
     BackendUnavailable,
+    ClientAtCapacity,
 )
 from backends.client.http import HTTPTransport, Response, TransportError, TransportTimeout
 from backends.client.sse import iter_sse_data
@@ -37,6 +39,7 @@ TOKENIZER_PATH = "/edgerun/v1/tokenizer"
 # After [DONE] a well-behaved backend only ends the body; one that sends more or stalls is cut off.
 DRAIN_TIMEOUT_S = 0.25
 DRAIN_MAX_EVENTS = 8
+AT_CAPACITY_RETRY_AFTER_S = 1.0
 
 
 class BackendClient:
@@ -45,8 +48,14 @@ class BackendClient:
     `connect_timeout_s` bounds opening a connection; `first_byte_timeout_s` bounds the time from
     sending a streaming request to its first event; `read_timeout_s` bounds each later read (and
     each wait of a non-streaming answer). `probe_timeout_s` bounds each wait of health, load and
-    KV-event polls. `transport` replaces the network (tests, or a custom transport); it brings
-    its own connect timeout and connection limit.
+    KV-event polls. At most `max_connections` generation requests (streams and `complete`) are
+    open at once: one more raises ClientAtCapacity at once, before anything is sent, rather than
+    queueing for a connection; polls are not counted (they are few, one per endpoint and loop),
+    so a full client still sees its backends' health. `api_key` is sent as
+    `Authorization: Bearer <api_key>` with every request (generation and polls alike), as vLLM's,
+    SGLang's and our backends' `--api-key` expect. `transport` replaces the network (tests, or a
+    custom transport); it brings its own connect timeout and headers, so it cannot be combined
+    with `api_key`.
     """
 
     def __init__(
@@ -58,11 +67,18 @@ class BackendClient:
         max_connections: int = 256,
         transport: HTTPTransport | None = None,
         probe_timeout_s: float = 2.0,
+        api_key: str | None = None,
     ) -> None:
+        if transport is not None and api_key is not None:
+            raise ValueError("pass the API key to the transport's headers, or no transport: not both")
         self.first_byte_timeout_s = first_byte_timeout_s
         self._read_timeout_s = read_timeout_s
         self._probe_timeout_s = probe_timeout_s
-        self._http = transport or HTTPTransport(connect_timeout_s=connect_timeout_s, max_connections=max_connections)
+        self.max_connections = max_connections
+        self._num_open = 0  # generation requests open now
+        headers = {"authorization": f"Bearer {api_key}"} if api_key else None
+        # The cap is ours (above); the pool itself never makes a request wait.
+        self._http = transport or HTTPTransport(connect_timeout_s=connect_timeout_s, max_connections=0, headers=headers)
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -83,28 +99,32 @@ class BackendClient:
         # rides on every chunk, so a stream that ends early still knows its cached prompt tokens
         stream_options = {**(body.get("stream_options") or {}), "include_usage": True, "continuous_usage_stats": True}
         payload = _json_bytes({**body, "stream": True, "stream_options": stream_options})
-        deadline = asyncio.get_running_loop().time() + self.first_byte_timeout_s
-        response = await self._send_before_first_byte(endpoint, "/v1/completions", payload, deadline)
-        events = iter_sse_data(response.iter_bytes())
-        try:
-            is_first = True
-            while True:
-                data = await self._next_event(endpoint, events, deadline if is_first else None)
-                if data == "[DONE]":
-                    await _drain(events)
-                    return
-                event = _parse_event(endpoint, data, is_first)
-                is_first = False
-                yield CompletionChunk.from_json(event)
-        finally:
-            await events.aclose()
-            response.close()  # a no-op once drained; else it drops the connection
+        with self._open_slot():
+            deadline = asyncio.get_running_loop().time() + self.first_byte_timeout_s
+            response = await self._send_before_first_byte(endpoint, "/v1/completions", payload, deadline)
+            events = iter_sse_data(response.iter_bytes())
+            try:
+                is_first = True
+                while True:
+                    data = await self._next_event(endpoint, events, deadline if is_first else None)
+                    if data == "[DONE]":
+                        await _drain(events)
+                        return
+                    event = _parse_event(endpoint, data, is_first)
+                    is_first = False
+                    yield CompletionChunk.from_json(event)
+            finally:
+                await events.aclose()
+                response.close()  # a no-op once drained; else it drops the connection
 
     async def complete(self, endpoint: Endpoint, body: dict[str, Any]) -> tuple[str, str | None, Usage]:
         """POST /v1/completions without streaming; returns (text, finish_reason, usage)."""
         payload = {key: value for key, value in body.items() if key != "stream_options"}
         payload["stream"] = False
-        response = await self._exchange(endpoint, "POST", "/v1/completions", _json_bytes(payload), self._read_timeout_s)
+        with self._open_slot():
+            response = await self._exchange(
+                endpoint, "POST", "/v1/completions", _json_bytes(payload), self._read_timeout_s
+            )
         try:
             answer = response.json()
             choice = answer["choices"][0]
@@ -172,9 +192,14 @@ class BackendClient:
             raise BackendUnavailable(f"{endpoint.id} answered /load with a non-object", endpoint_id=endpoint.id)
         return answer
 
-    async def kv_cache_events(self, endpoint: Endpoint) -> list[dict[str, Any]]:
-        """POST /kv_cache_events: the KV events since the last poll, in TensorRT-LLM's shape."""
-        answer = await self._get_json(endpoint, "POST", "/kv_cache_events")
+    async def kv_cache_events(self, endpoint: Endpoint, consumer: str | None = None) -> list[dict[str, Any]]:
+        """POST /kv_cache_events: the KV events since the last poll, in TensorRT-LLM's shape.
+
+        `consumer` (e.g. the gateway's replica id) names this reader, so our backends keep a cursor
+        for it and other readers' polls do not take its events; trtllm-serve ignores it and drains.
+        """
+        path = "/kv_cache_events" if consumer is None else f"/kv_cache_events?{urlencode({'consumer': consumer})}"
+        answer = await self._get_json(endpoint, "POST", path)
         if not isinstance(answer, list):
             raise BackendUnavailable(
                 f"{endpoint.id} answered /kv_cache_events with a non-list", endpoint_id=endpoint.id
@@ -203,6 +228,21 @@ class BackendClient:
         return answer
 
     # -- internals --------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _open_slot(self) -> Iterator[None]:
+        """Count one open generation request, or raise ClientAtCapacity (nothing counted)."""
+        if self._num_open >= self.max_connections:
+            raise ClientAtCapacity(
+                f"this gateway already has {self._num_open} requests open to backends (max_connections="
+                f"{self.max_connections}: the gateway's backend_max_connections); retry shortly",
+                retry_after_s=AT_CAPACITY_RETRY_AFTER_S,
+            )
+        self._num_open += 1
+        try:
+            yield
+        finally:
+            self._num_open -= 1
 
     async def _exchange(
         self, endpoint: Endpoint, method: str, path: str, body: bytes | None, timeout_s: float

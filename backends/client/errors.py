@@ -6,8 +6,10 @@
     │                         first_byte_timeout_s (non-streaming: no answer within read_timeout_s)
     ├── BackendOverloaded     429: the backend has no room now; carries retry_after_s
     ├── BackendRejected       any other 4xx: the request itself is wrong; carries status and message
-    └── BackendStreamBroken   the stream failed after the first byte (error event, reset, read
-                              timeout, or it ended without [DONE]); retrying would repeat output
+    ├── BackendStreamBroken   the stream failed after the first byte (error event, reset, read
+    │                         timeout, or it ended without [DONE]); retrying would repeat output
+    └── ClientAtCapacity      this client already has `max_connections` generation requests open;
+                              nothing was sent (no endpoint_id), retry after retry_after_s
 
 The transport's exceptions (`backends.client.http`) never leave the client: each is converted
 where it happens with `raise BackendX(...) from exc`, so callers see one tree and the cause stays
@@ -49,3 +51,11 @@ class BackendRejected(BackendError):
 
 class BackendStreamBroken(BackendError):
     pass
+
+
+class ClientAtCapacity(BackendError):
+    """Raised before anything is sent: the caller's own cap, not a backend's answer."""
+
+    def __init__(self, message: str, *, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s

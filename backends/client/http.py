@@ -105,13 +105,21 @@ class HTTPTransport:
     """A pool of keep-alive HTTP/1.1 connections, shared by every request of one process.
 
     At most `max_connections` requests are in progress at once (more wait, within their
-    timeout); connecting is bounded by `connect_timeout_s`; idle connections are closed after
-    `keepalive_expiry_s`, before a server drops them (uvicorn does after 5 s).
+    timeout; 0: no limit, for a caller that caps requests itself); connecting is bounded by
+    `connect_timeout_s`; idle connections are closed after `keepalive_expiry_s`, before a server
+    drops them (uvicorn does after 5 s). `headers` go with every request (the backend client's
+    `Authorization`).
     """
 
     def __init__(
-        self, *, connect_timeout_s: float = 2.0, max_connections: int = 256, keepalive_expiry_s: float = 4.0
+        self,
+        *,
+        connect_timeout_s: float = 2.0,
+        max_connections: int = 256,
+        keepalive_expiry_s: float = 4.0,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
+        self._headers = {"user-agent": "edgerun-gateway", **(headers or {})}
         self._connect_timeout_s = connect_timeout_s
         self._max_connections = max_connections
         self._keepalive_expiry_s = keepalive_expiry_s
@@ -127,7 +135,7 @@ class HTTPTransport:
                 connector=connector,
                 auto_decompress=True,
                 skip_auto_headers=("User-Agent",),
-                headers={"user-agent": "edgerun-gateway"},
+                headers=self._headers,
             )
         return self._session
 

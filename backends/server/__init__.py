@@ -6,5 +6,6 @@
     generation.py admission -> engine -> cleanup   admission.py  bounded admission, lifecycle
     disconnect.py cancel work when the client leaves
     metrics.py    Prometheus series (per-app registry)   kv_events.py  TensorRT-LLM event JSON
+    auth.py       the bearer check on every route but GET /health   kv_feed.py  one cursor per event reader
     serve.py      uvicorn with a graceful drain on SIGTERM
 """

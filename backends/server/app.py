@@ -18,10 +18,12 @@ import logging
 from collections.abc import AsyncIterator
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 
 from backends.server.admission import Admission, Phase
+from backends.server.auth import BearerAuth
 from backends.server.disconnect import ClientGone
 from backends.server.engine_factory import build_engine, engine_concurrency
 from backends.server.errors import EXCEPTION_HANDLERS
@@ -54,8 +56,12 @@ def create_app(settings: BackendSettings, engine: Engine | None = None) -> Starl
                     await loader
             await drain_and_stop(state)
 
+    api_key = settings.api_key.get_secret_value() if settings.api_key is not None else None
     app = Starlette(
-        routes=ROUTES, lifespan=lifespan, exception_handlers={**EXCEPTION_HANDLERS, ClientGone: _client_gone}
+        routes=ROUTES,
+        lifespan=lifespan,
+        exception_handlers={**EXCEPTION_HANDLERS, ClientGone: _client_gone},
+        middleware=[Middleware(BearerAuth, api_key=api_key)],  # every route but GET /health
     )
     app.state.backend = state
     return app

@@ -7,7 +7,10 @@ TensorRT-LLM serialises each event (tensorrt_llm/_utils.py, KVCacheEventSerializ
                     "tokens": [{"type": "unique_token", "token_id": T, "token_extra_id": 0}, ...]}]}}
     {"event_id": N, "window_size": W, "data": {"type": "removed", "block_hashes": [H, ...]}}
 
-so a router written for trtllm-serve reads ours unchanged. The engine has one KV pool on one
+so a router written for trtllm-serve reads ours unchanged. Token ids, though, would hand the
+prompts of every tenant to whoever reads the events, and edgerun's gateway does not need them
+(it takes the hashes as they are): each block's `tokens` is an empty list unless the backend
+setting `kv_events_include_tokens` asks for them. The engine has one KV pool on one
 cache level: `cache_level` is 0, `priority` TensorRT-LLM's default retention priority (35), and
 `window_size` the engine's context length (full attention).
 """
@@ -21,11 +24,12 @@ from engines.base import KVCacheEvent
 DEFAULT_PRIORITY = 35
 
 
-def to_trtllm_json(event: KVCacheEvent, window_size: int) -> dict[str, Any]:
+def to_trtllm_json(event: KVCacheEvent, window_size: int, *, include_tokens: bool = False) -> dict[str, Any]:
     if event.kind == "removed":
         data: dict[str, Any] = {"type": "removed", "block_hashes": list(event.block_hashes)}
     else:
-        token_ids = event.token_ids or [[] for _ in event.block_hashes]
+        no_tokens: list[list[int]] = [[] for _ in event.block_hashes]
+        token_ids = (event.token_ids or no_tokens) if include_tokens else no_tokens
         data = {
             "type": "stored",
             "parent_hash": event.parent_hash,

@@ -77,6 +77,12 @@ class BackendMetrics:
             buckets=LATENCY_BUCKETS,
             registry=self.registry,
         )
+        # events the KV event ring dropped before every consumer had read them (kv_feed.py)
+        self.kv_events_dropped = Counter(
+            f"{PREFIX}_kv_events_dropped",
+            "KV cache events dropped from the full event ring before every consumer had read them.",
+            registry=self.registry,
+        )
         self.ttft = Histogram(
             f"{PREFIX}_time_to_first_token_seconds",
             "Time from admission to the first generated token.",

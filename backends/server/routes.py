@@ -16,7 +16,7 @@ from starlette.types import Receive, Scope, Send
 from backends.server.disconnect import until_disconnect
 from backends.server.errors import APIError, BadRequest, NotImplementedFeature
 from backends.server.generation import Generation
-from backends.server.kv_events import to_trtllm_json
+from backends.server.kv_feed import InvalidConsumer
 from backends.server.openai import DONE, Kind, Renderer, sse
 from backends.server.protocol import ChatCompletionRequest, CompletionRequest, SamplingFields
 from backends.server.state import BackendState
@@ -145,11 +145,12 @@ async def metrics(request: Request) -> Response:
 
 
 async def kv_cache_events(request: Request) -> Response:
-    """TensorRT-LLM's poll: the events since the last call (drained, so each is returned once)."""
-    engine = backend(request).engine
-    if engine is None:
-        return JSONResponse([])
-    return JSONResponse([to_trtllm_json(event, engine.max_model_len) for event in engine.drain_kv_events()])
+    """TensorRT-LLM's poll: the events this consumer has not read yet (`?consumer=<id>`; a poll
+    without one is a consumer of its own, so trtllm's plain drain keeps working)."""
+    try:
+        return JSONResponse(backend(request).kv_events(request.query_params.get("consumer")))
+    except InvalidConsumer as exc:
+        raise BadRequest(str(exc), param="consumer") from exc
 
 
 async def load(request: Request) -> Response:

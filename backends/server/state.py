@@ -11,6 +11,8 @@ from typing import Any
 from backends.server.admission import Admission
 from backends.server.errors import ModelNotFound, Unavailable
 from backends.server.generation import GenerationService
+from backends.server.kv_events import to_trtllm_json
+from backends.server.kv_feed import KVEventFeed
 from backends.server.metrics import BackendMetrics
 from backends.settings import BackendSettings
 from engines.base import Engine, EngineStats
@@ -21,6 +23,7 @@ class BackendState:
     settings: BackendSettings
     admission: Admission
     metrics: BackendMetrics = field(init=False)
+    kv_feed: KVEventFeed = field(init=False)
     engine: Engine | None = None
     generation: GenerationService | None = None
     load_error: str | None = None
@@ -31,6 +34,10 @@ class BackendState:
     def __post_init__(self) -> None:
         labels = {"model": self.model_name, "region": self.settings.region, "role": self.settings.role}
         self.metrics = BackendMetrics(self.engine_stats, **labels)
+        settings = self.settings
+        self.kv_feed = KVEventFeed(
+            settings.kv_events_capacity, settings.kv_events_max_consumers, settings.kv_events_consumer_ttl_s
+        )
 
     def engine_stats(self) -> EngineStats | None:
         return self.engine.stats() if self.engine is not None else None
@@ -72,6 +79,16 @@ class BackendState:
             return
         message = f"model {model!r} is not served here; this backend serves {self.model_name!r}"
         raise ModelNotFound(message, param="model")
+
+    def kv_events(self, consumer: str | None) -> list[dict[str, Any]]:
+        """The KV events `consumer` has not read yet, in TensorRT-LLM's JSON (see kv_feed.py)."""
+        if self.engine is None:
+            return []
+        dropped = self.kv_feed.num_dropped
+        events = self.kv_feed.read(consumer, self.engine.drain_kv_events())
+        self.metrics.kv_events_dropped.inc(self.kv_feed.num_dropped - dropped)
+        include_tokens = self.settings.kv_events_include_tokens
+        return [to_trtllm_json(e, self.engine.max_model_len, include_tokens=include_tokens) for e in events]
 
     def load(self) -> dict[str, Any]:
         """The cheap snapshot the gateway polls (GET /load)."""

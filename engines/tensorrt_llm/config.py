@@ -75,7 +75,7 @@ class TrtllmConfig:
     max_tokens_in_buffer: int = 8192
     context_servers: tuple[str, ...] = ()
     generation_servers: tuple[str, ...] = ()
-    disaggregated_host: str = "0.0.0.0"
+    disaggregated_host: str = "127.0.0.1"  # trtllm-serve checks no credentials: expose it deliberately
     disaggregated_port: int = 8000
 
     def __post_init__(self) -> None:

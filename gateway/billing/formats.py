@@ -2,7 +2,11 @@
 
 Every writer takes the columns in a fixed order and rows as dicts of str, int or None, and adds
 nothing that depends on when or where it runs:
-- csv: RFC 4180 quoting where needed, "\\n" line ends, a header line, None as an empty field;
+- csv: RFC 4180 quoting where needed (a field holding a comma, a quote, CR or LF), "\\n" line ends,
+  a header line, None as an empty field; a text cell that a spreadsheet would run as a formula
+  (it starts with =, +, -, @, tab or CR: OWASP's CSV injection rule) gets a leading "'", which
+  `read_rows` removes again (a cell that already starts with "'" before such a character gets one
+  more, so the escape reads back exactly);
 - jsonl: one JSON object per line, keys in column order, None as null, UTF-8;
 - parquet (pyarrow): a fixed schema (strings and int64, all nullable), zstd level 3, no
   dictionary encoding, statistics on, format 2.6, data pages v1, row groups of 65,536 rows.
@@ -15,6 +19,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from collections.abc import Sequence
 from typing import Any, BinaryIO, Literal, Protocol
 
@@ -36,19 +41,37 @@ class RowWriter(Protocol):
         """Finish the file (the underlying stream stays open)."""
 
 
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+_NEEDS_QUOTES = re.compile(r'[,"\r\n]')
+
+
+def escape_formula(text: str) -> str:
+    """`text` with a leading "'" when a spreadsheet would read it as a formula (see the module doc)."""
+    return "'" + text if text.lstrip("'").startswith(FORMULA_STARTS) else text
+
+
+def unescape_formula(text: str) -> str:
+    """The inverse of `escape_formula`."""
+    return text[1:] if text.startswith("'") and text.lstrip("'").startswith(FORMULA_STARTS) else text
+
+
+def _csv_cell(value: str | int | None) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, int):
+        return str(value)
+    text = escape_formula(value)
+    return '"' + text.replace('"', '""') + '"' if _NEEDS_QUOTES.search(text) else text
+
+
 class CsvWriter:
     def __init__(self, out: BinaryIO, columns: Sequence[str]) -> None:
         self._out = out
         self._columns = tuple(columns)
-        self._buffer = io.StringIO()
-        self._csv = csv.writer(self._buffer, lineterminator="\n", quoting=csv.QUOTE_MINIMAL)
         self._emit(self._columns)
 
     def _emit(self, values: Sequence[str | int | None]) -> None:
-        self._csv.writerow(["" if v is None else v for v in values])
-        self._out.write(self._buffer.getvalue().encode())
-        self._buffer.seek(0)
-        self._buffer.truncate()
+        self._out.write((",".join(_csv_cell(v) for v in values) + "\n").encode())
 
     def write(self, row: Row) -> None:
         self._emit([row[c] for c in self._columns])
@@ -121,9 +144,10 @@ def open_writer(fmt: Format, out: BinaryIO, columns: Sequence[str], int_columns:
 def read_rows(fmt: Format, data: bytes, int_columns: frozenset[str]) -> list[Row]:
     """Read an export back into rows (for checks and tests): the inverse of the writers."""
     if fmt == "csv":
-        reader = csv.DictReader(io.StringIO(data.decode()))
+        reader = csv.DictReader(io.StringIO(data.decode(), newline=""))
         return [
-            {k: (None if v == "" else int(v) if k in int_columns else v) for k, v in row.items()} for row in reader
+            {k: (None if v == "" else int(v) if k in int_columns else unescape_formula(v)) for k, v in row.items()}
+            for row in reader
         ]
     if fmt == "jsonl":
         return [json.loads(line) for line in data.decode().splitlines() if line]

@@ -8,7 +8,8 @@ Rules that hold for both:
 - every check-and-change is atomic across all replicas sharing the store (N replicas never
   allow N x a limit or a budget);
 - every collection is bounded (size cap, TTL or both) except the ledger, which is the record
-  of money and is only ever appended to;
+  of money and is only ever appended to (the Redis store moves old records to a durable archive
+  rather than deleting them: `archive_ledger`);
 - bad arguments raise `InvalidInput` (a ValueError) naming the argument; an unreachable Redis
   raises `StoreUnavailable`; nothing else escapes (see `gateway.store.errors`).
 """
@@ -33,6 +34,7 @@ class Store(ABC):
         allowed_models: Iterable[str] | None = None,
         monthly_budget_micro: int | None = None,
         tenant_id: str | None = None,
+        max_concurrent_requests: int | None = None,
     ) -> Tenant:
         """Create a tenant owning `account_ids` (a random id unless `tenant_id` is given).
 
@@ -74,8 +76,10 @@ class Store(ABC):
         """The key a presented secret belongs to, or None if unknown or revoked.
 
         Found by hash and confirmed with a constant-time comparison. A revocation is seen by every
-        replica within one second; in fact at once (the embedded store serves one process, and
-        the Redis store reads keys from Redis on every lookup).
+        replica within one second: the Redis store reads keys from Redis on every lookup; the
+        embedded store sees its own revocations at once and another process's (the CLI on the
+        same SQLite file) within `sqlite_refresh_s`. Requests admitted before a revocation run to
+        their end (SECURITY.md, "Key revocation").
         """
 
     @abstractmethod
@@ -94,9 +98,13 @@ class Store(ABC):
 
     @abstractmethod
     async def check_and_consume(
-        self, key_id: str, rpm: int | None, tpm: int | None, tokens_estimate: int, now: float
+        self, key_id: str, rpm: int | None, tpm: int | None, tokens_estimate: int, now: float | None = None
     ) -> LimitDecision:
         """Atomically decide one request against the key's per-minute limits and count it if allowed.
+
+        `now` (epoch seconds) is for tests; None, what the gateway passes, is the store's own clock:
+        Redis's `TIME` (read inside the script, so replicas with skewed clocks share one window) or
+        the embedded store's clock.
 
         `rpm`/`tpm` None means unlimited. A refused request counts nothing; `retry_after_s` is when
         the same request would first fit and `which` names the refusing limit (the one that frees
@@ -104,12 +112,26 @@ class Store(ABC):
         """
 
     @abstractmethod
-    async def reconcile_tokens(self, key_id: str, estimate: int, actual: int, now: float) -> None:
+    async def reconcile_tokens(self, key_id: str, estimate: int, actual: int, now: float | None = None) -> None:
         """After the response, replace the estimate counted by `check_and_consume` with the actual tokens.
 
         The difference is applied to the current minute's window (a refund larger than it spills into
         the previous window); counters never go below zero. A no-op when they are equal.
         """
+
+    # --- requests in flight per tenant ---
+
+    @abstractmethod
+    async def acquire_request_slot(self, tenant_id: str, request_id: str, limit: int) -> bool:
+        """Atomically count `request_id` as in flight for the tenant if fewer than `limit` are; False
+        (nothing counted) when the tenant is at its limit. Acquiring a slot already held is True.
+
+        A replica that stops without releasing (a crash) frees its slots within `inflight_lease_s`.
+        """
+
+    @abstractmethod
+    async def release_request_slot(self, tenant_id: str, request_id: str) -> None:
+        """Free the request's slot (any replica may; releasing twice is a no-op)."""
 
     # --- monthly budgets ---
 
@@ -205,6 +227,23 @@ class Store(ABC):
     @abstractmethod
     async def get_usage(self, request_id: str) -> UsageRecord | None:
         """One record by request id, or None."""
+
+    # --- server-side secrets ---
+
+    @abstractmethod
+    async def get_or_create_secret(self, name: str, candidate: str) -> str:
+        """The secret stored under `name`; if there is none yet, `candidate` is stored and returned.
+
+        Atomic set-if-absent: replicas racing at first start all get the one value that won, and
+        it survives restarts (SQLite file, Redis key without TTL), so every gateway derives the
+        same values from it without configuration (e.g. the tenant cache salt, gateway/tenant_salt.py).
+        """
+
+    async def archive_ledger(self, older_than: float) -> int:
+        """Move ledger records that ended before `older_than` from memory to durable storage, where
+        reads still find them; returns how many moved. The embedded store's ledger is on disk
+        already (0); the Redis store's is `redis_ledger`'s retention."""
+        return 0
 
     # --- lifecycle ---
 

@@ -1,7 +1,12 @@
 """The embedded store: one gateway process, no server. The default.
 
 Tenants and keys are read from SQLite at start and kept in memory (written through on change),
-so lookups never touch the disk. Limits, sessions, the prefix index and in-flight counters are
+so lookups never touch the disk. What another process commits to the file (`edgerun tenants|keys
+...` without `--gateway`, on the file of a running gateway) is taken in on the first call at least
+`sqlite_refresh_s` (0.5 s) after the last check: one `PRAGMA data_version` on the worker thread
+tells whether anything changed; if so, tenants and keys are read again and merged (tenants and
+keys are only ever added, and a revocation only ever set, so merging never undoes a change made
+here meanwhile). A CLI revocation thus holds within that period plus one read. Limits, sessions, the prefix index and in-flight counters are
 memory only: after a restart they start empty, which costs at most one minute of rate-limit
 history and some cache affinity. Budgets and the ledger are SQLite rows.
 
@@ -10,8 +15,8 @@ happen on the event loop without awaiting, which makes each check-and-change ato
 appends are group-committed: records that arrive while a ledger transaction is being written go
 into the next one together (one commit for many requests under load), and each `append_usage`
 returns once its own record is committed, as before. A second process may read the same file
-(the busy timeout makes it wait for the writer) but must not serve traffic from it: its memory
-would not see this one's revocations.
+(the busy timeout makes it wait for the writer) but must not serve traffic from it: limits,
+budgets and in-flight counts live in each process's memory, so two would allow twice the limits.
 """
 
 from __future__ import annotations
@@ -64,9 +69,48 @@ class EmbeddedStore(Store):
         )
         self._prefixes = PrefixTable(settings.prefix_index_max_entries, settings.prefix_index_ttl_s, time.monotonic)
         self._inflight: dict[str, list[int]] = {}  # backend -> [prefill, decode]
+        self._slots: dict[str, set[str]] = {}  # tenant -> request ids in flight
         self._ledger_queue: list[tuple[UsageRecord, asyncio.Future[bool]]] = []
         self._ledger_writer: asyncio.Task[None] | None = None  # runs while the queue has records
+        self._refresh_s = settings.sqlite_refresh_s
+        self._is_file = settings.sqlite_path != ":memory:"  # nobody else can write to a memory database
+        self._data_version = self._db.data_version()
+        self._checked_at = time.monotonic()
+        self._refreshing: asyncio.Task[None] | None = None
         self._closed = False
+
+    async def _may_refresh(self) -> None:
+        """Take in tenants and keys another process committed, once the last check is
+        `sqlite_refresh_s` old (callers meanwhile wait for the same check)."""
+        if not self._is_file or time.monotonic() - self._checked_at < self._refresh_s:
+            return
+        if self._refreshing is None:
+            self._refreshing = asyncio.create_task(self._refresh(), name="edgerun-sqlite-refresh")
+        await asyncio.shield(self._refreshing)
+
+    async def _refresh(self) -> None:
+        started = time.monotonic()
+        try:
+            if await self._run(self._db.data_version) != self._data_version:
+                version, tenants, keys = await self._run(self._db.load_tenants_and_keys)
+                self._merge(tenants, keys)
+                self._data_version = version
+            self._checked_at = started
+        finally:
+            self._refreshing = None
+
+    def _merge(self, tenants: list[Tenant], keys: list[tuple[ApiKey, str]]) -> None:
+        for tenant in tenants:
+            if tenant.id not in self._tenants:
+                self._tenants[tenant.id] = tenant
+                for account in tenant.account_ids:
+                    self._accounts.setdefault(account, tenant.id)
+        for key, key_hash in keys:
+            known = self._keys.get(key.id)
+            if known is None:
+                self._remember_key(key, key_hash)
+            elif known.revoked_at is None and key.revoked_at is not None:
+                known.revoked_at = key.revoked_at
 
     async def _run(self, fn: Callable[..., T], *args: object) -> T:
         try:
@@ -84,8 +128,13 @@ class EmbeddedStore(Store):
         allowed_models: Iterable[str] | None = None,
         monthly_budget_micro: int | None = None,
         tenant_id: str | None = None,
+        max_concurrent_requests: int | None = None,
     ) -> Tenant:
-        tenant = new_tenant(name, account_ids, allowed_models, monthly_budget_micro, tenant_id, now=self._clock())
+        await self._may_refresh()
+        tenant = new_tenant(
+            name, account_ids, allowed_models, monthly_budget_micro, tenant_id, now=self._clock(),
+            max_concurrent_requests=max_concurrent_requests,
+        )
         if tenant.id in self._tenants:
             raise Conflict(f"tenant {tenant.id!r} already exists")
         for account in tenant.account_ids:
@@ -96,22 +145,27 @@ class EmbeddedStore(Store):
         self._accounts.update((a, tenant.id) for a in tenant.account_ids)
         try:
             await self._run(self._db.insert_tenant, tenant)
-        except BaseException:
+        except BaseException as exc:
             del self._tenants[tenant.id]
             for account in tenant.account_ids:
                 del self._accounts[account]
+            if isinstance(exc, sqlite3.IntegrityError):  # another process took the id or an account just now
+                raise Conflict(f"tenant {tenant.id!r} or one of its accounts was just created elsewhere") from exc
             raise
         return replace(tenant)
 
     async def get_tenant(self, tenant_id: str) -> Tenant | None:
+        await self._may_refresh()
         tenant = self._tenants.get(tenant_id)
         return None if tenant is None else replace(tenant)
 
     async def get_tenant_by_account(self, account_id: str) -> Tenant | None:
+        await self._may_refresh()
         tenant_id = self._accounts.get(account_id)
         return None if tenant_id is None else replace(self._tenants[tenant_id])
 
     async def list_tenants(self) -> list[Tenant]:
+        await self._may_refresh()
         return sorted((replace(t) for t in self._tenants.values()), key=lambda t: (t.created_at, t.id))
 
     # --- API keys ---
@@ -129,6 +183,7 @@ class EmbeddedStore(Store):
         rpm: int | None = None,
         tpm: int | None = None,
     ) -> tuple[ApiKey, str]:
+        await self._may_refresh()
         if tenant_id not in self._tenants:
             raise NotFound(f"tenant {tenant_id!r} does not exist")
         secret = apikeys.new_secret()
@@ -143,6 +198,7 @@ class EmbeddedStore(Store):
         return replace(key), secret
 
     async def lookup_key(self, secret: str) -> ApiKey | None:
+        await self._may_refresh()
         presented = apikeys.hash_secret(secret)
         if presented is None:
             return None
@@ -153,14 +209,17 @@ class EmbeddedStore(Store):
         return None if key.is_revoked else replace(key)
 
     async def get_key(self, key_id: str) -> ApiKey | None:
+        await self._may_refresh()
         key = self._keys.get(key_id)
         return None if key is None else replace(key)
 
     async def list_keys(self, tenant_id: str) -> list[ApiKey]:
+        await self._may_refresh()
         keys = [replace(k) for k in self._keys.values() if k.tenant_id == tenant_id]
         return sorted(keys, key=lambda k: (k.created_at, k.id))
 
     async def revoke_key(self, key_id: str) -> bool:
+        await self._may_refresh()
         key = self._keys.get(key_id)
         if key is None:
             return False
@@ -172,10 +231,10 @@ class EmbeddedStore(Store):
     # --- rate limits ---
 
     async def check_and_consume(
-        self, key_id: str, rpm: int | None, tpm: int | None, tokens_estimate: int, now: float
+        self, key_id: str, rpm: int | None, tpm: int | None, tokens_estimate: int, now: float | None = None
     ) -> LimitDecision:
         check_limit_args(key_id, rpm, tpm, tokens_estimate)
-        now_ms = to_ms(now)
+        now_ms = to_ms(self._clock() if now is None else now)
         retry: dict[str, int | None] = {"rpm": None, "tpm": None}
         for which, limit, cost in (("rpm", rpm, 1), ("tpm", tpm, tokens_estimate)):
             if limit is not None:
@@ -191,12 +250,31 @@ class EmbeddedStore(Store):
             self._windows.add(f"{key_id}:tpm", now_ms, tokens_estimate)
         return ALLOWED
 
-    async def reconcile_tokens(self, key_id: str, estimate: int, actual: int, now: float) -> None:
+    async def reconcile_tokens(self, key_id: str, estimate: int, actual: int, now: float | None = None) -> None:
         check_id("key id", key_id)
         check_count("estimate", estimate)
         check_count("actual", actual)
         if actual != estimate:
-            self._windows.add(f"{key_id}:tpm", to_ms(now), actual - estimate)
+            self._windows.add(f"{key_id}:tpm", to_ms(self._clock() if now is None else now), actual - estimate)
+
+    # --- requests in flight per tenant (one process: no lease needed) ---
+
+    async def acquire_request_slot(self, tenant_id: str, request_id: str, limit: int) -> bool:
+        check_id("tenant id", tenant_id)
+        check_text("request id", request_id)
+        check_count("limit", limit, positive=True)
+        held = self._slots.setdefault(tenant_id, set())
+        if request_id not in held and len(held) >= limit:
+            return False
+        held.add(request_id)
+        return True
+
+    async def release_request_slot(self, tenant_id: str, request_id: str) -> None:
+        held = self._slots.get(tenant_id)
+        if held is not None:
+            held.discard(request_id)
+            if not held:
+                del self._slots[tenant_id]
 
     # --- budgets ---
 
@@ -277,6 +355,11 @@ class EmbeddedStore(Store):
     async def loads(self) -> dict[str, tuple[int, int]]:
         return {b: (p, d) for b, (p, d) in self._inflight.items()}
 
+    # --- server-side secrets ---
+
+    async def get_or_create_secret(self, name: str, candidate: str) -> str:
+        return await self._run(self._db.get_or_create_secret, check_id("secret name", name), candidate)
+
     # --- ledger ---
 
     async def append_usage(self, record: UsageRecord) -> bool:
@@ -345,6 +428,8 @@ class EmbeddedStore(Store):
         if self._closed:
             return
         self._closed = True
+        if self._refreshing is not None:
+            await asyncio.wait({self._refreshing})
         if self._ledger_writer is not None:  # what was queued is committed before the file closes
             await asyncio.wait({self._ledger_writer})
         await self._run(self._db.close)

@@ -6,6 +6,7 @@
     ├── Conflict                           tenant id or account id already taken -> 409
     ├── NotFound                           the tenant or key named does not exist -> 404
     └── StoreUnavailable                   Redis unreachable or timing out -> 503
+        └── StoreFull                      Redis refuses writes: maxmemory reached (OOM) -> 503
 """
 
 from __future__ import annotations
@@ -41,3 +42,8 @@ class NotFound(StoreError):
 
 class StoreUnavailable(StoreError):
     """The shared store (Redis) cannot be reached; the request may be retried later."""
+
+
+class StoreFull(StoreUnavailable):
+    """Redis is at `maxmemory` and refuses writes (OOM); reads still work. Retry later; operators
+    must free memory (ledger retention, SECURITY.md) or raise maxmemory."""

@@ -26,6 +26,9 @@ class Tenant:
     allowed_models: frozenset[str] | None  # None: every model
     monthly_budget_micro: int | None  # None: unlimited
     created_at: float
+    # Requests in flight at once for the tenant, over all replicas; None: the gateway's default
+    # (`tenant_max_concurrent_requests`).
+    max_concurrent_requests: int | None = None
 
     def __post_init__(self) -> None:
         check_id("tenant id", self.id)
@@ -33,6 +36,7 @@ class Tenant:
         self.account_ids = check_accounts(self.account_ids)
         self.allowed_models = check_models(self.allowed_models)
         check_count("monthly_budget_micro", self.monthly_budget_micro, allow_none=True)
+        check_count("max_concurrent_requests", self.max_concurrent_requests, allow_none=True, positive=True)
 
     def allows_model(self, model: str) -> bool:
         return self.allowed_models is None or model in self.allowed_models
@@ -46,12 +50,13 @@ def new_tenant(
     tenant_id: str | None,
     *,
     now: float,
+    max_concurrent_requests: int | None = None,
 ) -> Tenant:
     """A validated tenant, with a fresh id unless `tenant_id` is given (both stores create them so)."""
     return Tenant(
         id=tenant_id if tenant_id is not None else new_id("ten"), name=name,
         account_ids=check_accounts(account_ids), allowed_models=check_models(allowed_models),
-        monthly_budget_micro=monthly_budget_micro, created_at=now,
+        monthly_budget_micro=monthly_budget_micro, created_at=now, max_concurrent_requests=max_concurrent_requests,
     )
 
 

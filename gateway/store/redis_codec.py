@@ -16,9 +16,13 @@ things share a name:
     {p}prefix_lru                   zset    block hash -> last recorded µs (the size cap)
     {p}inflight:{replica}:prefill   hash    backend -> tokens (PX lease), also :decode
     {p}inflight_replicas            set     replica ids that may hold counts
-    {p}ledger                       stream  usage records (XADD, never trimmed by the store)
-    {p}ledger_req:{request_id}      string  stream id of that request's record (the idempotency key)
-    {p}ledger_by_time[:{tenant}]    zset    "{ended_us:016d}:{request_id}", all score 0 (read BYLEX)
+    {p}slots:{tenant_id}            zset    request id -> lease end (ms, Redis clock): requests in flight
+    {p}ledger                       stream  usage records (XADD; archived ones XDEL'd, see redis_ledger)
+    {p}ledger_req:{request_id}      string  stream id of that request's record (the idempotency key, PX ttl)
+    {p}ledger_by_time[:{tenant}]    zset    "{ended_us:016d}:{request_id}\\0{stream id}", all score 0 (BYLEX)
+    {p}ledger_archived_before       string  µs: records that ended before may be in the archive only
+    {p}ledger_archive_id            string  the id of the one archive file this ledger moves records to
+    {p}ledger_archive_lock          string  replica id of the archiver at work (PX)
 """
 
 from __future__ import annotations
@@ -56,6 +60,9 @@ class KeyNames:
     def budget(self, tenant_id: str, month: str) -> str:
         return f"{self.p}budget:{tenant_id}:{month}"
 
+    def secret(self, name: str) -> str:
+        return f"{self.p}secret:{name}"
+
     def session(self, tenant_id: str, session_id: str) -> str:
         return f"{self.p}session:{tenant_id}:{session_id}"
 
@@ -68,6 +75,9 @@ class KeyNames:
     def inflight(self, replica_id: str = "", kind: str = "") -> str:
         return f"{self.p}inflight:{replica_id}:{kind}" if kind else f"{self.p}inflight:"
 
+    def request_slots(self, tenant_id: str) -> str:
+        return f"{self.p}slots:{tenant_id}"
+
     def inflight_replicas(self) -> str:
         return f"{self.p}inflight_replicas"
 
@@ -77,12 +87,24 @@ class KeyNames:
     def ledger_request(self, request_id: str) -> str:
         return f"{self.p}ledger_req:{request_id}"
 
+    def ledger_archive(self, what: str) -> str:
+        """"archived_before", "archive_id" or "archive_lock"."""
+        return f"{self.p}ledger_{what}"
+
     def ledger_by_time(self, tenant_id: str | None = None) -> str:
         return f"{self.p}ledger_by_time" if tenant_id is None else f"{self.p}ledger_by_time:{tenant_id}"
 
 
 def ledger_member(ended_us: int, request_id: str) -> str:
+    """The time index's ordering part of a member (the stream id follows after a NUL)."""
     return f"{ended_us:016d}:{request_id}"
+
+
+def parse_member(member: str) -> tuple[int, str, str | None]:
+    """(ended_us, request_id, stream id or None for members written before it was kept there)."""
+    ended, _, rest = member.partition(":")
+    request_id, sep, stream_id = rest.partition("\0")
+    return int(ended), request_id, stream_id if sep else None
 
 
 def _models_out(models: frozenset[str] | None) -> dict[str, str]:
@@ -100,8 +122,9 @@ def _int_in(fields: dict[str, str], name: str) -> int | None:
 
 def encode_tenant(tenant: Tenant) -> dict[str, str]:
     fields = {"name": tenant.name, "account_ids": json.dumps(tenant.account_ids), "created_at": repr(tenant.created_at)}
-    if tenant.monthly_budget_micro is not None:
-        fields["monthly_budget_micro"] = str(tenant.monthly_budget_micro)
+    for name in ("monthly_budget_micro", "max_concurrent_requests"):
+        if getattr(tenant, name) is not None:
+            fields[name] = str(getattr(tenant, name))
     return fields | _models_out(tenant.allowed_models)
 
 
@@ -109,7 +132,7 @@ def decode_tenant(tenant_id: str, fields: dict[str, str]) -> Tenant:
     return Tenant(
         id=tenant_id, name=fields["name"], account_ids=tuple(json.loads(fields["account_ids"])),
         allowed_models=_models_in(fields), monthly_budget_micro=_int_in(fields, "monthly_budget_micro"),
-        created_at=float(fields["created_at"]),
+        created_at=float(fields["created_at"]), max_concurrent_requests=_int_in(fields, "max_concurrent_requests"),
     )
 
 

@@ -32,39 +32,61 @@ local function sliding_window(prev, count, cost, limit, w, now_ms)
 end
 """
 
-# KEYS: rpm previous, rpm current, tpm previous, tpm current window counters
-# ARGV: now_ms, window_ms, rpm ('' = none), tpm ('' = none), tokens, counter ttl_ms
+# The store's clock, in ms: every replica reads the same one (their own clocks may be skewed).
+_NOW_MS = """
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+"""
+
+# policies.limits.window_key / previous_window_key / key_ttl_ms (sliding) for a scope at now_ms:
+# -> previous counter, current counter, current counter's ttl_ms
+_WINDOW_KEYS = """
+local function window_keys(scope, now, w)
+  local index = math.floor(now / w)
+  local base = scope .. ':' .. int(w) .. ':'
+  return base .. int(index - 1), base .. int(index), int((index + 2) * w - now)
+end
+"""
+
+# No KEYS: the window counters are named here from the time, Redis's own (TIME) unless given.
+# ARGV: now_ms ('' = Redis's clock), window_ms, rpm ('' = none), tpm ('' = none), tokens, rpm scope, tpm scope
 # -> {rpm retry ms, tpm retry ms}; both 0 means allowed and counted.
-CHECK_AND_CONSUME = _INT + SLIDING_WINDOW_LUA + """
-local now_ms, w = tonumber(ARGV[1]), tonumber(ARGV[2])
+CHECK_AND_CONSUME = _INT + _NOW_MS + _WINDOW_KEYS + SLIDING_WINDOW_LUA + """
+local w = tonumber(ARGV[2])
+local now = tonumber(ARGV[1]) or now_ms()
 local rpm, tpm, cost = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local rpm_prev, rpm_cur, ttl = window_keys(ARGV[6], now, w)
+local tpm_prev, tpm_cur = window_keys(ARGV[7], now, w)
 local rpm_retry, tpm_retry = 0, 0
-if rpm then rpm_retry = sliding_window(num(KEYS[1]), num(KEYS[2]), 1, rpm, w, now_ms) end
-if tpm then tpm_retry = sliding_window(num(KEYS[3]), num(KEYS[4]), cost, tpm, w, now_ms) end
+if rpm then rpm_retry = sliding_window(num(rpm_prev), num(rpm_cur), 1, rpm, w, now) end
+if tpm then tpm_retry = sliding_window(num(tpm_prev), num(tpm_cur), cost, tpm, w, now) end
 if rpm_retry ~= 0 or tpm_retry ~= 0 then return {rpm_retry, tpm_retry} end
 if rpm then
-  redis.call('INCR', KEYS[2])
-  redis.call('PEXPIRE', KEYS[2], ARGV[6])
+  redis.call('INCR', rpm_cur)
+  redis.call('PEXPIRE', rpm_cur, ttl)
 end
 if tpm and cost > 0 then
-  redis.call('INCRBY', KEYS[4], ARGV[5])
-  redis.call('PEXPIRE', KEYS[4], ARGV[6])
+  redis.call('INCRBY', tpm_cur, ARGV[5])
+  redis.call('PEXPIRE', tpm_cur, ttl)
 end
 return {0, 0}
 """
 
-# KEYS: tpm previous, tpm current; ARGV: actual - estimate, counter ttl_ms
-RECONCILE_TOKENS = _INT + """
+# No KEYS (as above); ARGV: actual - estimate, now_ms ('' = Redis's clock), window_ms, tpm scope
+RECONCILE_TOKENS = _INT + _NOW_MS + _WINDOW_KEYS + """
 local delta = tonumber(ARGV[1])
+local prev, cur, ttl = window_keys(ARGV[4], tonumber(ARGV[2]) or now_ms(), tonumber(ARGV[3]))
 if delta > 0 then
-  redis.call('INCRBY', KEYS[2], ARGV[1])
-  redis.call('PEXPIRE', KEYS[2], ARGV[2])
+  redis.call('INCRBY', cur, ARGV[1])
+  redis.call('PEXPIRE', cur, ttl)
   return
 end
-local take = math.min(num(KEYS[2]), -delta)
-if take > 0 then redis.call('DECRBY', KEYS[2], int(take)) end
-local rest = math.min(num(KEYS[1]), -delta - take)
-if rest > 0 then redis.call('DECRBY', KEYS[1], int(rest)) end
+local take = math.min(num(cur), -delta)
+if take > 0 then redis.call('DECRBY', cur, int(take)) end
+local rest = math.min(num(prev), -delta - take)
+if rest > 0 then redis.call('DECRBY', prev, int(rest)) end
 """
 
 # KEYS: spend counter; ARGV: amount, budget ('' = unlimited), ttl_s -> {allowed 0/1, spent}
@@ -190,15 +212,61 @@ PRUNE_REPLICA = """
 if redis.call('EXISTS', KEYS[2], KEYS[3]) == 0 then redis.call('SREM', KEYS[1], ARGV[1]) end
 """
 
-# KEYS: idempotency key, ledger stream, time index, tenant's time index
-# ARGV: index member ("<ended_us:016d>:<request_id>"), request_id, record JSON -> 1 written, 0 duplicate
-APPEND_USAGE = """
-if not redis.call('SET', KEYS[1], '', 'NX') then return 0 end
-local id = redis.call('XADD', KEYS[2], '*', 'request_id', ARGV[2], 'record', ARGV[3])
-redis.call('SET', KEYS[1], id)
-redis.call('ZADD', KEYS[3], 0, ARGV[1])
-redis.call('ZADD', KEYS[4], 0, ARGV[1])
+# KEYS: a tenant's slot zset (request id -> lease end ms); ARGV: request id, limit, lease_ms -> 1 granted, 0 full
+# Slots whose lease ran out (a crashed replica's) do not count. The first write is the ZADD, so a
+# Redis at maxmemory refuses the script (a script that wrote once may go on writing past it).
+ACQUIRE_SLOT = _INT + _NOW_MS + """
+local now = now_ms()
+local held = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not held and redis.call('ZCOUNT', KEYS[1], '(' .. int(now), '+inf') >= tonumber(ARGV[2]) then return 0 end
+redis.call('ZADD', KEYS[1], int(now + tonumber(ARGV[3])), ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', int(now))
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return 1
+"""
+
+# KEYS: a tenant's slot zset; ARGV: lease_ms, then the request ids this replica still holds.
+# Renewing adds nothing, so it runs when Redis is full too: running requests keep their slots.
+RENEW_SLOTS = "#!lua flags=allow-oom\n" + _INT + _NOW_MS + """
+local lease_end = int(now_ms() + tonumber(ARGV[1]))
+for i = 2, #ARGV do redis.call('ZADD', KEYS[1], 'XX', lease_end, ARGV[i]) end
+if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
+"""
+
+# KEYS: idempotency key, ledger stream, time index, tenant's time index
+# ARGV: "<ended_us:016d>:<request_id>", request_id, record JSON, idempotency ttl_ms -> 1 written, 0 duplicate
+# A duplicate is one whose idempotency key is still there or, once it expired, whose record the time
+# index still holds (members "<ended_us:016d>:<request_id>\0<stream id>"; older ones lack the \0 part).
+APPEND_USAGE = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+if redis.call('ZSCORE', KEYS[3], ARGV[1]) then return 0 end
+if #redis.call('ZRANGEBYLEX', KEYS[3], '[' .. ARGV[1] .. '\\0', '(' .. ARGV[1] .. '\\1', 'LIMIT', 0, 1) > 0 then
+  return 0
+end
+local id = redis.call('XADD', KEYS[2], '*', 'request_id', ARGV[2], 'record', ARGV[3])
+redis.call('SET', KEYS[1], id, 'PX', ARGV[4])
+redis.call('ZADD', KEYS[3], 0, ARGV[1] .. '\\0' .. id)
+redis.call('ZADD', KEYS[4], 0, ARGV[1] .. '\\0' .. id)
+return 1
+"""
+
+# Forget archived records (their idempotency keys stay until they expire, refusing late duplicates).
+# Runs when Redis is full too (allow-oom): that is when it matters most.
+# KEYS: stream, time index, watermark, then per record its tenant's time index
+# ARGV: new watermark (us), then per record: index member, stream id ('' = unknown)
+TRIM_LEDGER = """#!lua flags=allow-oom
+for i = 1, (#ARGV - 1) / 2 do
+  local member, id = ARGV[2 * i], ARGV[2 * i + 1]
+  redis.call('ZREM', KEYS[2], member)
+  redis.call('ZREM', KEYS[3 + i], member)
+  if id ~= '' then redis.call('XDEL', KEYS[1], id) end
+end
+if tonumber(ARGV[1]) > tonumber(redis.call('GET', KEYS[3]) or '0') then redis.call('SET', KEYS[3], ARGV[1]) end
+"""
+
+# KEYS: a lock; ARGV: its holder -> deleted if still held by it
+RELEASE_LOCK = """#!lua flags=allow-oom
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
 """
 
 # KEYS: tenant hash, tenant set, then one key per account; ARGV: tenant id, then field/value pairs

@@ -8,7 +8,9 @@ In-flight counts are kept per replica, in hashes `{p}inflight:{replica}:prefill|
 expire `inflight_lease_s` after the replica's last touch. A background task owned by the store
 (started on first use, cancelled by `aclose`) renews the lease every third of it, so a live
 replica's long requests stay counted while a crashed replica's counts vanish within the lease.
-`loads()` sums the live replicas; `aclose()` deletes this replica's counts at once.
+`loads()` sums the live replicas; `aclose()` deletes this replica's counts at once. The same
+lease keeps the per-tenant request slots (`{p}slots:{tenant}`, request id -> lease end on
+Redis's clock) of this replica's requests alive.
 
 Redis connection failures and timeouts become `StoreUnavailable`.
 """
@@ -27,23 +29,32 @@ from typing import Any, ParamSpec, TypeVar
 
 import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import OutOfMemoryError, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
-
-from policies.limits import key_ttl_ms, previous_window_key, window_key
 
 from gateway.settings import GatewaySettings
 from gateway.store import apikeys, redis_scripts
 from gateway.store.base import Store
 from gateway.store.checks import check_count, check_hashes, check_id, check_models, check_month, check_text
-from gateway.store.errors import Conflict, InvalidInput, NotFound, StoreUnavailable
+from gateway.store.errors import Conflict, InvalidInput, NotFound, StoreFull, StoreUnavailable
 from gateway.store.limits import ALLOWED, WINDOW_MS, check_limit_args, refused, to_ms
 from gateway.store.models import ApiKey, BudgetDecision, LimitDecision, Tenant, UsageRecord, new_tenant, to_us
-from gateway.store.redis_codec import KeyNames, decode_key, decode_tenant, encode_key, encode_tenant, ledger_member
+from gateway.store.redis_codec import KeyNames, decode_key, decode_tenant, encode_key, encode_tenant
+from gateway.store.redis_ledger import RedisLedger
 
 P = ParamSpec("P")
 R = TypeVar("R")
-_PAGE = 500
 _BUDGET_TTL_S = 45 * 24 * 3600  # a month's counter outlives the month
+_SET_IF_ABSENT_THEN_GET = "redis.call('SET', KEYS[1], ARGV[1], 'NX') return redis.call('GET', KEYS[1])"
+
+
+def _store_error(exc: RedisError) -> StoreUnavailable | None:
+    """The store's error for a Redis failure that is not a bug (None: let it show as one)."""
+    if isinstance(exc, OutOfMemoryError):
+        return StoreFull(f"Redis is full (maxmemory reached: {exc}); free memory or raise maxmemory")
+    if isinstance(exc, RedisConnectionError | RedisTimeoutError):
+        return StoreUnavailable(f"Redis is unreachable ({exc}); check EDGERUN_REDIS_URL and the server")
+    return None
 
 
 def _redis_errors(fn: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, Coroutine[Any, Any, R]]:
@@ -51,8 +62,11 @@ def _redis_errors(fn: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, Corout
     async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return await fn(*args, **kwargs)
-        except (RedisConnectionError, RedisTimeoutError) as exc:
-            raise StoreUnavailable(f"Redis is unreachable ({exc}); check EDGERUN_REDIS_URL and the server") from exc
+        except RedisError as exc:
+            converted = _store_error(exc)
+            if converted is None:
+                raise
+            raise converted from exc
 
     return wrapper
 
@@ -80,9 +94,12 @@ class RedisStore(Store):
             name: self._redis.register_script(getattr(redis_scripts, name))
             for name in ("CHECK_AND_CONSUME", "RECONCILE_TOKENS", "RESERVE_BUDGET", "SETTLE_BUDGET",
                          "RECORD_PREFIX", "REMOVE_PREFIX", "MATCH_PREFIX", "CHANGE_INFLIGHT",
-                         "CORRECT_INFLIGHT", "PRUNE_REPLICA", "APPEND_USAGE", "CREATE_TENANT")
+                         "CORRECT_INFLIGHT", "PRUNE_REPLICA", "CREATE_TENANT",
+                         "ACQUIRE_SLOT", "RENEW_SLOTS")
         }
+        self._ledger = RedisLedger(self._redis, self._names, settings, self._replica)
         self._lease_task: asyncio.Task[None] | None = None
+        self._slots: dict[str, set[str]] = {}  # tenant -> request ids this replica holds (their lease is renewed)
         self._closed = False
 
     # --- tenants ---
@@ -96,8 +113,12 @@ class RedisStore(Store):
         allowed_models: Iterable[str] | None = None,
         monthly_budget_micro: int | None = None,
         tenant_id: str | None = None,
+        max_concurrent_requests: int | None = None,
     ) -> Tenant:
-        tenant = new_tenant(name, account_ids, allowed_models, monthly_budget_micro, tenant_id, now=self._clock())
+        tenant = new_tenant(
+            name, account_ids, allowed_models, monthly_budget_micro, tenant_id, now=self._clock(),
+            max_concurrent_requests=max_concurrent_requests,
+        )
         n = self._names
         fields = [x for pair in encode_tenant(tenant).items() for x in pair]
         status = await self._scripts["CREATE_TENANT"](
@@ -198,36 +219,59 @@ class RedisStore(Store):
 
     @_redis_errors
     async def check_and_consume(
-        self, key_id: str, rpm: int | None, tpm: int | None, tokens_estimate: int, now: float
+        self, key_id: str, rpm: int | None, tpm: int | None, tokens_estimate: int, now: float | None = None
     ) -> LimitDecision:
         check_limit_args(key_id, rpm, tpm, tokens_estimate)
         if rpm is None and tpm is None:
             return ALLOWED
-        now_ms = to_ms(now)
-        rpm_scope, tpm_scope = self._names.limit_scope(key_id, "rpm"), self._names.limit_scope(key_id, "tpm")
+        # The script names the window counters itself, from Redis's clock unless a time is given.
         rpm_retry, tpm_retry = await self._scripts["CHECK_AND_CONSUME"](
-            keys=[previous_window_key(rpm_scope, now_ms, WINDOW_MS), window_key(rpm_scope, now_ms, WINDOW_MS),
-                  previous_window_key(tpm_scope, now_ms, WINDOW_MS), window_key(tpm_scope, now_ms, WINDOW_MS)],
-            args=[now_ms, WINDOW_MS, "" if rpm is None else rpm, "" if tpm is None else tpm, tokens_estimate,
-                  key_ttl_ms(now_ms, WINDOW_MS, sliding=True)],
+            keys=[],
+            args=["" if now is None else to_ms(now), WINDOW_MS, "" if rpm is None else rpm,
+                  "" if tpm is None else tpm, tokens_estimate, self._names.limit_scope(key_id, "rpm"),
+                  self._names.limit_scope(key_id, "tpm")],
         )
         if rpm_retry == 0 and tpm_retry == 0:
             return ALLOWED
         return refused(rpm_retry or None, tpm_retry or None)
 
     @_redis_errors
-    async def reconcile_tokens(self, key_id: str, estimate: int, actual: int, now: float) -> None:
+    async def reconcile_tokens(self, key_id: str, estimate: int, actual: int, now: float | None = None) -> None:
         check_id("key id", key_id)
         check_count("estimate", estimate)
         check_count("actual", actual)
         if actual == estimate:
             return
-        now_ms = to_ms(now)
-        scope = self._names.limit_scope(key_id, "tpm")
         await self._scripts["RECONCILE_TOKENS"](
-            keys=[previous_window_key(scope, now_ms, WINDOW_MS), window_key(scope, now_ms, WINDOW_MS)],
-            args=[actual - estimate, key_ttl_ms(now_ms, WINDOW_MS, sliding=True)],
+            keys=[],
+            args=[actual - estimate, "" if now is None else to_ms(now), WINDOW_MS,
+                  self._names.limit_scope(key_id, "tpm")],
         )
+
+    # --- requests in flight per tenant ---
+
+    @_redis_errors
+    async def acquire_request_slot(self, tenant_id: str, request_id: str, limit: int) -> bool:
+        check_id("tenant id", tenant_id)
+        check_text("request id", request_id)
+        check_count("limit", limit, positive=True)
+        self._may_start_lease()
+        granted = await self._scripts["ACQUIRE_SLOT"](
+            keys=[self._names.request_slots(tenant_id)], args=[request_id, limit, self._lease_ms()]
+        )
+        if granted:
+            self._slots.setdefault(tenant_id, set()).add(request_id)
+        return bool(granted)
+
+    @_redis_errors
+    async def release_request_slot(self, tenant_id: str, request_id: str) -> None:
+        check_id("tenant id", tenant_id)
+        held = self._slots.get(tenant_id)
+        if held is not None:
+            held.discard(request_id)
+            if not held:
+                del self._slots[tenant_id]
+        await self._redis.zrem(self._names.request_slots(tenant_id), request_id)
 
     # --- budgets ---
 
@@ -382,8 +426,20 @@ class RedisStore(Store):
                     pipe.pexpire(n.inflight(self._replica, "decode"), self._lease_ms())
                     pipe.sadd(n.inflight_replicas(), self._replica)
                     await pipe.execute()
-            except (RedisConnectionError, RedisTimeoutError):
-                continue  # Redis is down for everyone; try again next period
+                for tenant_id, held in list(self._slots.items()):
+                    await self._scripts["RENEW_SLOTS"](
+                        keys=[n.request_slots(tenant_id)], args=[self._lease_ms(), *held]
+                    )
+            except RedisError:
+                continue  # Redis is down (or full) for everyone; try again next period
+
+    # --- server-side secrets ---
+
+    @_redis_errors
+    async def get_or_create_secret(self, name: str, candidate: str) -> str:
+        key = self._names.secret(check_id("secret name", name))
+        # one atomic script: set if absent (no TTL: it outlives every replica), then read what won
+        return str(await self._redis.eval(_SET_IF_ABSENT_THEN_GET, 1, key, candidate))
 
     # --- ledger ---
 
@@ -391,44 +447,25 @@ class RedisStore(Store):
     async def append_usage(self, record: UsageRecord) -> bool:
         if not isinstance(record, UsageRecord):
             raise TypeError(f"append_usage takes a UsageRecord, got {type(record).__name__}")
-        n = self._names
-        written = await self._scripts["APPEND_USAGE"](
-            keys=[n.ledger_request(record.request_id), n.ledger(), n.ledger_by_time(), n.ledger_by_time(record.tenant_id)],
-            args=[ledger_member(record.ended_us, record.request_id), record.request_id, record.to_json()],
-        )
-        return written == 1
+        return await self._ledger.append(record)
 
     async def iter_usage(self, start: float, end: float, tenant_id: str | None = None) -> AsyncIterator[UsageRecord]:
-        index = self._names.ledger_by_time(None if tenant_id is None else check_id("tenant id", tenant_id))
-        low = "[" + ledger_member(to_us(start), "")
-        high = "(" + ledger_member(to_us(end), "")
-        while True:
-            members, records = await self._usage_page(index, low, high)
-            for record in records:
+        try:
+            async for record in self._ledger.iter_usage(start, end, tenant_id):
                 yield record
-            if len(members) < _PAGE:
-                return
-            low = "(" + members[-1]
-
-    @_redis_errors
-    async def _usage_page(self, index: str, low: str, high: str) -> tuple[list[str], list[UsageRecord]]:
-        members = await self._redis.zrangebylex(index, low, high, start=0, num=_PAGE)
-        request_ids = [m.split(":", 1)[1] for m in members]
-        stream_ids = await self._redis.mget([self._names.ledger_request(r) for r in request_ids]) if members else []
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for stream_id in stream_ids:
-                pipe.xrange(self._names.ledger(), stream_id, stream_id, count=1)
-            entries = await pipe.execute()
-        # An entry an exporter already trimmed from the stream is skipped (it was archived).
-        return members, [UsageRecord.from_json(e[0][1]["record"]) for e in entries if e]
+        except RedisError as exc:
+            converted = _store_error(exc)
+            if converted is None:
+                raise
+            raise converted from exc
 
     @_redis_errors
     async def get_usage(self, request_id: str) -> UsageRecord | None:
-        stream_id = await self._redis.get(self._names.ledger_request(request_id))
-        if not stream_id:
-            return None
-        entries = await self._redis.xrange(self._names.ledger(), stream_id, stream_id, count=1)
-        return UsageRecord.from_json(entries[0][1]["record"]) if entries else None
+        return await self._ledger.get_usage(request_id)
+
+    @_redis_errors
+    async def archive_ledger(self, older_than: float) -> int:
+        return await self._ledger.archive_before(older_than)
 
     # --- lifecycle ---
 
@@ -442,8 +479,11 @@ class RedisStore(Store):
         try:  # our in-flight requests end with us
             await self._redis.delete(*self._inflight_keys()[:2])
             await self._redis.srem(self._names.inflight_replicas(), self._replica)
-        except (RedisConnectionError, RedisTimeoutError):
+            for tenant_id, held in self._slots.items():
+                await self._redis.zrem(self._names.request_slots(tenant_id), *held)
+        except RedisError:
             pass  # the lease drops them anyway
+        await self._ledger.aclose()
         await self._redis.aclose()
 
 

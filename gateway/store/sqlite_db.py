@@ -8,6 +8,7 @@ lose the last few), and a busy timeout so a second process reading the file wait
 from __future__ import annotations
 
 import json
+import secrets
 import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
@@ -32,6 +33,7 @@ CREATE TABLE IF NOT EXISTS usage (
     cost_micro INTEGER NOT NULL, record TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS usage_by_time ON usage (ended_us, request_id);
 CREATE INDEX IF NOT EXISTS usage_by_tenant_time ON usage (tenant_id, ended_us, request_id);
+CREATE TABLE IF NOT EXISTS secrets (name TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 
 
@@ -44,19 +46,41 @@ def _models_from(text: str | None) -> frozenset[str] | None:
 
 
 class Database:
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, *, synchronous: str = "NORMAL") -> None:
+        """Open (creating) the file; `synchronous="FULL"` makes each commit survive an OS crash too."""
         if path != ":memory:":
             Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
             path = str(Path(path).expanduser())
         # Opened here, then used only by the store's single worker thread.
         self._conn = sqlite3.connect(path, timeout=5.0, isolation_level=None, check_same_thread=False)
         self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute("PRAGMA synchronous=NORMAL")
+        self._conn.execute(f"PRAGMA synchronous={'FULL' if synchronous == 'FULL' else 'NORMAL'}")
         self._conn.execute("PRAGMA foreign_keys=ON")
         self._conn.executescript(_SCHEMA)
+        columns = {row[1] for row in self._conn.execute("PRAGMA table_info(tenants)")}
+        if "max_concurrent_requests" not in columns:  # a file from before the column existed
+            self._conn.execute("ALTER TABLE tenants ADD COLUMN max_concurrent_requests INTEGER")
 
     def close(self) -> None:
         self._conn.close()
+
+    def identity(self) -> str:
+        """A random id made once per file, so processes can tell whether they share it."""
+        with self._conn:
+            self._conn.execute("BEGIN IMMEDIATE")
+            self._conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            self._conn.execute("INSERT OR IGNORE INTO meta VALUES ('id', ?)", (secrets.token_hex(8),))
+        return str(self._conn.execute("SELECT value FROM meta WHERE key = 'id'").fetchone()[0])
+
+    def data_version(self) -> int:
+        """Changes whenever another connection (another process: the CLI) committed to the file."""
+        return int(self._conn.execute("PRAGMA data_version").fetchone()[0])
+
+    def load_tenants_and_keys(self) -> tuple[int, list[Tenant], list[tuple[ApiKey, str]]]:
+        """One consistent snapshot of tenants and keys, with the data version it was read at."""
+        with self._conn:
+            self._conn.execute("BEGIN")
+            return self.data_version(), self.load_tenants(), self.load_keys()
 
     # --- tenants and keys: loaded whole at start, then written through ---
 
@@ -67,21 +91,23 @@ class Database:
         ):
             accounts.setdefault(tenant_id, []).append(account_id)
         rows = self._conn.execute(
-            "SELECT id, name, allowed_models, monthly_budget_micro, created_at FROM tenants ORDER BY created_at, id"
+            "SELECT id, name, allowed_models, monthly_budget_micro, created_at, max_concurrent_requests"
+            " FROM tenants ORDER BY created_at, id"
         )
         return [
             Tenant(id=i, name=n, account_ids=tuple(accounts[i]), allowed_models=_models_from(m),
-                   monthly_budget_micro=b, created_at=c)
-            for i, n, m, b, c in rows
+                   monthly_budget_micro=b, created_at=c, max_concurrent_requests=mc)
+            for i, n, m, b, c, mc in rows
         ]
 
     def insert_tenant(self, tenant: Tenant) -> None:
         with self._conn:
             self._conn.execute("BEGIN IMMEDIATE")
             self._conn.execute(
-                "INSERT INTO tenants VALUES (?, ?, ?, ?, ?)",
+                "INSERT INTO tenants (id, name, allowed_models, monthly_budget_micro, created_at,"
+                " max_concurrent_requests) VALUES (?, ?, ?, ?, ?, ?)",
                 (tenant.id, tenant.name, _models_json(tenant.allowed_models), tenant.monthly_budget_micro,
-                 tenant.created_at),
+                 tenant.created_at, tenant.max_concurrent_requests),
             )
             self._conn.executemany(
                 "INSERT INTO tenant_accounts VALUES (?, ?, ?)",
@@ -123,6 +149,15 @@ class Database:
             " ON CONFLICT (tenant_id, month) DO UPDATE SET spent_micro = excluded.spent_micro",
             (tenant_id, month, spent_micro),
         )
+
+    # --- server-side secrets ---
+
+    def get_or_create_secret(self, name: str, candidate: str) -> str:
+        with self._conn:
+            self._conn.execute("BEGIN IMMEDIATE")
+            self._conn.execute("INSERT OR IGNORE INTO secrets VALUES (?, ?)", (name, candidate))
+            (value,) = self._conn.execute("SELECT value FROM secrets WHERE name = ?", (name,)).fetchone()
+        return str(value)
 
     # --- ledger ---
 

@@ -1,6 +1,6 @@
 """`python -m loadtests.bench` / `edgerun bench`: the serving benchmark and routing-policy comparison.
 
-    python -m loadtests.bench --policies cache_aware,round_robin,least_tokens,session_hash \\
+    python -m loadtests.bench --policies cache_aware,prefix_threshold,round_robin,least_tokens,session_hash \\
         --backends 2 --agent-load concurrency:2,concurrency:4 --trace-load trace:1 --out reports/bench
 
 writes results.md (table + verdict), results.json, requests.jsonl, latency_vs_load.png and

@@ -1,6 +1,6 @@
 """The Mooncake trace, scaled down to a small CPU backend with its prefix sharing kept.
 
-The trace (../shared/data/mooncake_synthetic_trace.jsonl) gives each request an arrival time,
+The trace (data/mooncake_synthetic_trace.jsonl) gives each request an arrival time,
 input and output lengths, and one hash id per 512-token block of its prompt; requests that start
 with the same ids share that prefix. The replay keeps that structure and shrinks everything else:
 
@@ -33,7 +33,7 @@ from policies.sim import trace as sim_trace
 from policies.sim.trace import TraceRequest
 
 SOURCE_BLOCK_TOKENS = 512
-DEFAULT_TRACE = Path(__file__).resolve().parents[3] / "shared" / "data" / "mooncake_synthetic_trace.jsonl"
+DEFAULT_TRACE = Path(__file__).resolve().parents[2] / "data" / "mooncake_synthetic_trace.jsonl"
 
 
 class TraceError(sim_trace.TraceError):

@@ -44,7 +44,7 @@ from loadtests.stack import Stack, StackConfig, running_stack
 from loadtests.tenants import DEFAULT_TENANTS, parse_tenants, provision
 from loadtests.workers_ai import MODEL_ID
 
-ALL_POLICIES = ("cache_aware", "round_robin", "least_tokens", "session_hash")
+ALL_POLICIES = ("cache_aware", "prefix_threshold", "round_robin", "least_tokens", "session_hash")  # prefix_threshold: the reference
 WORKLOADS = ("agent", "mooncake")
 
 

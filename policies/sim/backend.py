@@ -27,6 +27,7 @@ class _Running:
     decode_end: float
     num_prefill: int
     num_decode: int
+    owner: int  # the gateway replica that sent it
 
 
 @dataclass(slots=True)
@@ -47,11 +48,14 @@ class SimBackend:
     def work_tokens(self) -> int:
         return self.num_prefilled_tokens + self.num_decoded_tokens
 
-    def in_flight(self, now: float) -> tuple[int, int]:
-        """(prefill tokens, decode tokens) still to do at `now`; forgets finished requests."""
+    def in_flight(self, now: float, owner: int | None = None) -> tuple[int, int]:
+        """(prefill tokens, decode tokens) still to do at `now`, of one replica's requests if
+        `owner` is given; forgets finished requests (so `now` must not go back in time)."""
         self.running = [r for r in self.running if r.decode_end > now]
         prefill = decode = 0.0
         for r in self.running:
+            if owner is not None and r.owner != owner:
+                continue
             if now < r.prefill_end:
                 share = 1.0 if now <= r.prefill_start else (r.prefill_end - now) / (r.prefill_end - r.prefill_start)
                 prefill += r.num_prefill * share
@@ -60,13 +64,13 @@ class SimBackend:
                 decode += r.num_decode * (r.decode_end - now) / (r.decode_end - r.prefill_end)
         return round(prefill), round(decode)
 
-    def admit(self, now: float, num_prefill: int, num_decode: int) -> float:
+    def admit(self, now: float, num_prefill: int, num_decode: int, owner: int = 0) -> float:
         """Queue a request; returns its time to first token in seconds."""
         start = max(now, self.prefill_free_at)
         end = start + num_prefill / self.prefill_tokens_per_s
         decode_end = end + num_decode / self.decode_tokens_per_s
         self.prefill_free_at = end
-        self.running.append(_Running(start, end, decode_end, num_prefill, num_decode))
+        self.running.append(_Running(start, end, decode_end, num_prefill, num_decode, owner))
         self.num_requests += 1
         self.num_prefilled_tokens += num_prefill
         self.num_decoded_tokens += num_decode
@@ -75,3 +79,7 @@ class SimBackend:
         self.in_flight_token_seconds += num_decode * ((end - now) + (decode_end - end) / 2)
         self.peak_in_flight_tokens = max(self.peak_in_flight_tokens, sum(self.in_flight(now)))
         return end - now
+
+    def finish_time(self) -> float:
+        """When the request admitted last ends its decode."""
+        return self.running[-1].decode_end

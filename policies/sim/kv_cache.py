@@ -3,6 +3,10 @@
 `insert` touches a request's blocks from last to first, so its first blocks are the most
 recent and eviction eats a prefix from its tail (as vLLM's free-block queue does); evicting a
 head first would orphan every block after it.
+
+With `keep_events`, the cache also logs what a backend's `/kv_cache_events` would report: one
+`(time, stored, block hash)` per block newly stored (`stored` True) or evicted (False), in order.
+Gateways in the replay read that log with a delay (replicas.py).
 """
 
 from __future__ import annotations
@@ -11,13 +15,17 @@ from collections import OrderedDict
 
 from policies.sim.trace import leading_hits
 
+KVEvent = tuple[float, bool, int]  # (time, stored, block hash)
+
 
 class LRUBlockCache:
-    def __init__(self, capacity_blocks: int) -> None:
+    def __init__(self, capacity_blocks: int, keep_events: bool = False) -> None:
         assert capacity_blocks >= 1
         self.capacity_blocks = capacity_blocks
         self._blocks: OrderedDict[int, None] = OrderedDict()  # least recent first
         self.num_evicted = 0
+        self.keep_events = keep_events
+        self.events: list[KVEvent] = []
 
     def __len__(self) -> int:
         return len(self._blocks)
@@ -29,13 +37,17 @@ class LRUBlockCache:
         """How many leading blocks are cached (no touch: looking is not using)."""
         return leading_hits(block_hashes, self._blocks)
 
-    def insert(self, block_hashes: tuple[int, ...]) -> None:
+    def insert(self, block_hashes: tuple[int, ...], now: float = 0.0) -> None:
         blocks = self._blocks
         for h in reversed(block_hashes):
             if h in blocks:
                 blocks.move_to_end(h)
             else:
                 blocks[h] = None
+                if self.keep_events:
+                    self.events.append((now, True, h))
         while len(blocks) > self.capacity_blocks:
-            blocks.popitem(last=False)
+            evicted, _ = blocks.popitem(last=False)
             self.num_evicted += 1
+            if self.keep_events:
+                self.events.append((now, False, evicted))

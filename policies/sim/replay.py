@@ -1,12 +1,17 @@
 """Replay prepared requests through one routing policy built by the real factory.
 
-For each request, in arrival order: every backend becomes a `Candidate` with its exact
-in-flight tokens at that instant and the exact number of this request's leading tokens in its
-cache (what a router fed by KV events would know); the router remembers each session's last
-backend. The policy picks a backend; the request's hit blocks are counted there, its blocks go
-into that backend's LRU cache at once (a later request may reuse them even while this one is
-still prefilling), and its prefill and decode are queued (see backend.py). Every block of the
-trace counts, the last, partial one included, as the trace's hash ids do.
+For each request, in arrival order: every backend becomes a `Candidate` with the in-flight
+tokens and the number of this request's leading tokens cached there *as the routing gateway
+sees them* (views.py): with `replicas=None` one gateway with an exact view (an ideal prefix
+index), with `replicas=N` one of N independent gateway replicas fed by the backends' KV events
+and loads with a polling delay, plus its own decisions. A request goes to replica
+`stable_hash(conversation) % N` (a user reaches the nearest edge location, every turn the same).
+Each gateway has its own policy instance and remembers its own sessions' last backends; a
+policy's `on_complete` is called when a request ends. The policy picks a backend; the request's
+blocks that are really cached there are counted as hits, its blocks go into that backend's LRU
+cache at once (a later request may reuse them even while this one is still prefilling), and its
+prefill and decode are queued (see backend.py). Every block of the trace counts, the last,
+partial one included, as the trace's hash ids do.
 
 Metrics:
 - hit ratio = prompt blocks served from the chosen backend's cache / all prompt blocks, and
@@ -22,13 +27,17 @@ Metrics:
 
 from __future__ import annotations
 
+import heapq
+import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass
 
-from policies.base import Candidate, RouteInfo
+from policies.base import Policy, RouteInfo, stable_hash
 from policies.factory import PolicyConfig, build_policy
 from policies.sim.backend import SimBackend
 from policies.sim.kv_cache import LRUBlockCache
 from policies.sim.trace import SimRequest, ceiling_hits
+from policies.sim.views import ExactView, ReplicaView, View, candidates
 
 
 @dataclass(slots=True, frozen=True)
@@ -38,10 +47,16 @@ class SimConfig:
     block_size: int = 512  # tokens per trace hash id
     prefill_tokens_per_s: float = 16_000.0
     decode_tokens_per_s: float = 40.0  # per request: 25 ms between tokens
+    replicas: int | None = None  # None: one gateway with an exact view; N: N replicas (views.py)
+    poll_interval_s: float = 1.0  # how often a replica reads KV events and loads
 
     def __post_init__(self) -> None:
         if self.num_backends < 1 or self.kv_blocks_per_backend < 1 or self.block_size < 1:
             raise ValueError("num_backends, kv_blocks_per_backend and block_size must be >= 1")
+        if self.replicas is not None and self.replicas < 1:
+            raise ValueError(f"replicas={self.replicas} must be >= 1 (or None for one exact view)")
+        if self.poll_interval_s <= 0:
+            raise ValueError("poll_interval_s must be > 0")
         if self.prefill_tokens_per_s <= 0 or self.decode_tokens_per_s <= 0:
             raise ValueError("prefill_tokens_per_s and decode_tokens_per_s must be > 0")
 
@@ -49,6 +64,7 @@ class SimConfig:
 @dataclass(slots=True, frozen=True)
 class SimResult:
     policy: str
+    replicas: int | None
     num_requests: int
     hit_blocks: int
     total_blocks: int
@@ -87,6 +103,7 @@ class SimResult:
     def as_dict(self) -> dict[str, object]:
         return {
             "policy": self.policy,
+            "replicas": self.replicas,
             "num_requests": self.num_requests,
             "hit_blocks": self.hit_blocks,
             "total_blocks": self.total_blocks,
@@ -106,34 +123,38 @@ class SimResult:
 
 
 def simulate(requests: list[SimRequest], policy: PolicyConfig, config: SimConfig) -> SimResult:
-    router = build_policy(policy)
+    keep_events = config.replicas is not None
     backends = [
         SimBackend(
             f"backend-{i}",
-            LRUBlockCache(config.kv_blocks_per_backend),
+            LRUBlockCache(config.kv_blocks_per_backend, keep_events),
             config.prefill_tokens_per_s,
             config.decode_tokens_per_s,
         )
         for i in range(config.num_backends)
     ]
     by_id = {b.id: b for b in backends}
-    last_backend: dict[str, str] = {}
+    views: list[View]
+    if config.replicas is None:
+        views = [ExactView(backends)]
+    else:
+        views = [ReplicaView(backends, i) for i in range(config.replicas)]
+    routers: list[Policy] = [build_policy(policy) for _ in views]
+    polls: Iterator[tuple[float, int]] = _poll_times(len(views), config.poll_interval_s) if keep_events else iter(())
+    next_poll = next(polls, None)
+    endings: list[tuple[float, int, int, str, RouteInfo]] = []  # (end, seq, replica, backend, info)
     hit_blocks = 0
     ttfts = []
     for r in requests:
-        cached_blocks = {b.id: b.cache.cached_prefix_blocks(r.block_hashes) for b in backends}
-        candidates = []
-        for b in backends:
-            prefill, decode = b.in_flight(r.arrival_s)
-            cached_tokens = min(cached_blocks[b.id] * config.block_size, r.num_prompt_tokens)
-            candidates.append(
-                Candidate(
-                    b.id,
-                    in_flight_prefill_tokens=prefill,
-                    in_flight_decode_tokens=decode,
-                    cached_prefix_tokens=cached_tokens,
-                )
-            )
+        now = r.arrival_s
+        while endings and endings[0][0] <= now:
+            _, _, replica, backend_id, done = heapq.heappop(endings)
+            routers[replica].on_complete(backend_id, done)
+        while next_poll is not None and next_poll[0] <= now:
+            views[next_poll[1]].poll(next_poll[0])
+            next_poll = next(polls, None)
+        replica = stable_hash("replica", r.conversation) % len(views)
+        view, router = views[replica], routers[replica]
         info = RouteInfo(
             tenant=r.tenant,
             session_id=r.session_id,
@@ -141,21 +162,25 @@ def simulate(requests: list[SimRequest], policy: PolicyConfig, config: SimConfig
             num_prompt_tokens=r.num_prompt_tokens,
             block_hashes=r.block_hashes,
             num_output_tokens=r.num_output_tokens,
-            previous_backend_id=last_backend.get(r.session_id),
+            previous_backend_id=view.sessions.get(r.session_id),
         )
-        choice = router.select(candidates, info)
+        choice = router.select(candidates(view, r, now, config.block_size), info)
         assert choice is not None  # every simulated backend is healthy
         backend = by_id[choice.id]
-        hit_blocks += cached_blocks[backend.id]
-        uncached = r.num_prompt_tokens - choice.cached_prefix_tokens
-        backend.cache.insert(r.block_hashes)
-        ttfts.append(backend.admit(r.arrival_s, uncached, r.num_output_tokens))
-        last_backend[r.session_id] = backend.id
+        cached_blocks = backend.cache.cached_prefix_blocks(r.block_hashes)  # the truth, whatever the view
+        hit_blocks += cached_blocks
+        uncached = r.num_prompt_tokens - min(cached_blocks * config.block_size, r.num_prompt_tokens)
+        backend.cache.insert(r.block_hashes, now)
+        view.record(backend, r)
+        ttfts.append(backend.admit(now, uncached, r.num_output_tokens, owner=replica))
+        heapq.heappush(endings, (backend.finish_time(), r.index, replica, backend.id, info))
+        view.sessions[r.session_id] = backend.id
     ceiling, total = ceiling_hits(requests)
     duration = max(requests[-1].arrival_s - requests[0].arrival_s, 1.0) if requests else 1.0
     ttfts.sort()
     return SimResult(
-        policy=router.name,
+        policy=routers[0].name,
+        replicas=config.replicas,
         num_requests=len(requests),
         hit_blocks=hit_blocks,
         total_blocks=total,
@@ -167,6 +192,11 @@ def simulate(requests: list[SimRequest], policy: PolicyConfig, config: SimConfig
         mean_ttft_s=sum(ttfts) / len(ttfts) if ttfts else 0.0,
         p99_ttft_s=ttfts[min(len(ttfts) - 1, int(0.99 * len(ttfts)))] if ttfts else 0.0,
     )
+
+
+def _poll_times(num_replicas: int, interval_s: float) -> Iterator[tuple[float, int]]:
+    """(time, replica) of every poll in time order: replica i polls at (k + i / N) x interval."""
+    return ((k * interval_s + i * interval_s / num_replicas, i) for k in itertools.count() for i in range(num_replicas))
 
 
 def _max_over_mean(values: tuple[float, ...]) -> float:

@@ -30,12 +30,15 @@ class BackendProcess(ChildProcess):
 
 
 @contextlib.contextmanager
-def running_backend(*flags: str, ready_timeout_s: float = READY_TIMEOUT_S) -> Iterator[BackendProcess]:
+def running_backend(
+    *flags: str, ready_timeout_s: float = READY_TIMEOUT_S, env: dict[str, str] | None = None
+) -> Iterator[BackendProcess]:
     """`python -m gateway.cli backend --port N *flags`, yielded once /health answers 200.
 
     One backend alone on the machine: torch's default threads (all cores) prefill fastest.
+    `env`: more EDGERUN_* settings (e.g. EDGERUN_API_KEY).
     """
-    env = {"EDGERUN_LOG_JSON": "false"}
+    env = {"EDGERUN_LOG_JSON": "false", **(env or {})}
     backend = BackendProcess.spawn("backend", "backend", flags, env=env, keep_edgerun_env=True)
     try:
         backend.wait_ready("/health", ready_timeout_s)

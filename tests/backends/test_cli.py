@@ -50,3 +50,15 @@ def test_a_model_that_cannot_load_exits_non_zero(tmp_path: Path) -> None:
     )
     assert result.returncode == 1
     assert "the engine failed to load" in result.stderr
+
+
+def test_exposing_trtllm_serve_needs_the_explicit_opt_out(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """trtllm-serve checks no key, so even with EDGERUN_API_KEY set it may not leave loopback silently."""
+    from backends.cli import run
+
+    monkeypatch.setenv("EDGERUN_API_KEY", "a-key-trtllm-serve-would-ignore")
+    assert run(parse("--engine", "trtllm", "--host", "0.0.0.0")) == 2
+    assert "trtllm-serve checks no API key" in capsys.readouterr().err
+    assert build_settings(parse("--allow-unauthenticated")).allow_unauthenticated is True

@@ -19,6 +19,7 @@ from backends.client import (
     BackendStreamBroken,
     BackendTimeout,
     BackendUnavailable,
+    ClientAtCapacity,
     CompletionChunk,
     Endpoint,
 )
@@ -337,3 +338,25 @@ async def test_closing_a_stream_early_drops_its_connection(client: BackendClient
             while server.closed == 0:  # the peer saw the disconnect
                 await asyncio.sleep(0.01)
         assert server.accepted == 1
+
+
+async def test_past_max_connections_a_request_is_refused_at_once_and_sends_nothing() -> None:
+    client = BackendClient(max_connections=1, first_byte_timeout_s=30.0)
+    try:
+        async with CountingSSEServer(hold_after_first=True) as server:
+            held = client.stream_completion(server.endpoint, body())
+            assert (await anext(held)).text == "a"
+            started = time.perf_counter()
+            with pytest.raises(ClientAtCapacity, match="max_connections") as caught:
+                await client.stream_with_failover([server.endpoint], body())
+            with pytest.raises(ClientAtCapacity):
+                await client.complete(server.endpoint, body())
+            assert time.perf_counter() - started < 1.0  # no wait for a free connection
+            assert caught.value.endpoint_id is None and caught.value.retry_after_s is not None
+            assert server.accepted == 1  # nothing reached the backend
+            await held.aclose()
+            again = client.stream_completion(server.endpoint, body())  # the slot is free again
+            assert (await anext(again)).text == "a"
+            await again.aclose()
+    finally:
+        await client.aclose()

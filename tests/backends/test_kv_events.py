@@ -6,7 +6,8 @@ from engines.base import KVCacheEvent
 
 def test_stored_event_in_trtllm_shape() -> None:
     event = KVCacheEvent(event_id=7, kind="stored", block_hashes=[11, 12], parent_hash=10, token_ids=[[1, 2], [3, 4]])
-    assert to_trtllm_json(event, window_size=8192) == {
+    # with kv_events_include_tokens on; by default each block's "tokens" is [] (test_kv_feed.py)
+    assert to_trtllm_json(event, window_size=8192, include_tokens=True) == {
         "event_id": 7,
         "window_size": 8192,
         "data": {

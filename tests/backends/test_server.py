@@ -263,9 +263,9 @@ def test_kv_cache_events_after_a_request(http: httpx.Client) -> None:
     assert len(blocks) >= 4  # 64 prompt tokens = 4 full blocks of 16
     first = blocks[0]
     assert isinstance(first["block_hash"], int)
-    assert [token["token_id"] for token in first["tokens"]] == prompt[:16]
+    assert first["tokens"] == []  # hashes only: token ids would reveal the prompt
     assert all(set(event) >= {"event_id", "data"} for event in events)
-    assert http.post("/kv_cache_events").json() == []  # drained: each event is returned once
+    assert http.post("/kv_cache_events").json() == []  # a plain poll drains: each event is returned once
 
 
 def test_disconnect_mid_stream_cancels(backend: BackendProcess, http: httpx.Client) -> None:

@@ -52,3 +52,26 @@ def test_admin_input_errors(gateway: InProcessGateway) -> None:
     assert bad_id.status_code == 400
     unknown = httpx.post(f"{base}/tenants/nobody/keys", json={}, headers=ADMIN, timeout=10)
     assert unknown.status_code == 404
+
+
+@pytest.mark.parametrize("field", ["rpm", "tpm"])
+def test_admin_integers_beyond_64_bits_get_400(gateway: InProcessGateway, field: str) -> None:
+    base = f"{gateway.url}/admin/v1"
+    httpx.post(f"{base}/tenants", json={"name": "Big", "account_ids": ["acc-big"], "id": "big"}, headers=ADMIN, timeout=10)
+    for value in (2**63, 2**70, -1):
+        response = httpx.post(f"{base}/tenants/big/keys", json={field: value}, headers=ADMIN, timeout=10)
+        assert response.status_code == 400, response.text
+        assert field in response.json()["errors"][0]["message"]
+    response = httpx.post(
+        f"{base}/tenants", json={"name": "Big", "account_ids": ["acc-big2"], "id": "big2", "monthly_budget_micro": 2**64},
+        headers=ADMIN, timeout=10,
+    )
+    assert response.status_code == 400 and "monthly_budget_micro" in response.json()["errors"][0]["message"]
+
+
+def test_admin_json_with_nan_gets_400(gateway: InProcessGateway) -> None:
+    response = httpx.post(
+        f"{gateway.url}/admin/v1/tenants", content=b'{"name": "n", "account_ids": ["a"], "rpm": NaN}',
+        headers=ADMIN, timeout=10,
+    )
+    assert response.status_code == 400 and "NaN" in response.json()["errors"][0]["message"]

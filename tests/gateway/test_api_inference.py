@@ -12,7 +12,7 @@ import pytest
 
 from gateway.catalog import DEFAULT_MODEL_ID
 from gateway.store.models import UsageRecord
-from tests.gateway.fixtures_e2e import SINGLE_MODEL_ID, InProcessGateway
+from tests.gateway.fixtures_e2e import ADMIN_TOKEN, SINGLE_MODEL_ID, InProcessGateway
 
 pytestmark = pytest.mark.slow
 LONG_PROMPT = (
@@ -253,6 +253,47 @@ def test_oversized_bodies_get_413_without_being_read(gateway: InProcessGateway, 
     assert response.status_code == 413 and response.json()["errors"][0]["code"] == 3006
 
 
+@pytest.mark.parametrize(
+    ("content", "why"),
+    [
+        (b'{"prompt": "x", "temperature": NaN}', "NaN"),
+        (b'{"prompt": "x", "top_p": Infinity}', "Infinity"),
+        (b'{"prompt": "x\\ud800"}', "surrogate"),
+        (b'{"messages": [{"role": "user", "content": "\\udfff"}]}', "surrogate"),
+        (b'{"prompt": "x", "extra": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "nests"),
+    ],
+)
+def test_json_nothing_downstream_can_use_gets_5004_not_500(
+    gateway: InProcessGateway, keys: dict[str, str], content: bytes, why: str
+) -> None:
+    response = httpx.post(run_url(gateway), content=content, headers=auth(keys["a"]), timeout=30)
+    assert response.status_code == 400, response.text
+    error = response.json()["errors"][0]
+    assert error["code"] == 5004 and why in error["message"]
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        '{"a": NaN}',
+        '{"a": {"b": 1}}',
+        '{"a": [1]}',
+        '{"a": null}',
+        "[" * 50_000 + "]" * 50_000,
+        '{"a": "\\ud800"}',
+        '{"a": "' + "x" * 300 + '"}',
+        '{"k": "' + "x" * 3000 + '"}',
+        '{"a": 1, "b": 2, "c": 3, "d": 4, "e": 5, "f": 6}',
+        '{"a": 123456789012345678901234567890}',
+    ],
+)
+def test_custom_metadata_is_bounded_and_flat(gateway: InProcessGateway, keys: dict[str, str], value: str) -> None:
+    headers = {**auth(keys["a"]), "cf-aig-metadata": value}
+    response = httpx.post(run_url(gateway), json={"prompt": "x", "max_tokens": 1}, headers=headers, timeout=30)
+    assert response.status_code == 400, response.text
+    assert response.json()["errors"][0]["code"] == 5004
+
+
 # ---- routing: affinity and prefix cache -------------------------------------------------------
 
 
@@ -268,6 +309,22 @@ def test_session_affinity_holds_across_requests(gateway: InProcessGateway, keys:
         assert response.status_code == 200
         backends.add(ledger(gateway, response.headers["cf-ray"]).backend_id)
     assert len(backends) == 1
+
+
+def test_the_routing_decision_is_explained_to_admins_only(gateway: InProcessGateway, keys: dict[str, str]) -> None:
+    body = {"prompt": "Explain yourself.", "max_tokens": 2}
+    asked = httpx.post(
+        run_url(gateway), json=body, headers={**auth(keys["a"]), "x-edgerun-explain": ADMIN_TOKEN}, timeout=60
+    )
+    explanation = asked.headers["x-edgerun-routing"]
+    backend = ledger(gateway, asked.headers["cf-ray"]).backend_id
+    assert explanation.startswith(f"chosen={backend} ") and ",score=" in explanation
+    assert {"b1:cached=", "b2:cached="} <= {part.split(":")[0] + ":cached=" for part in explanation.split()[1:]}
+    for wrong in ("not-the-token", ""):
+        refused = httpx.post(
+            run_url(gateway), json=body, headers={**auth(keys["a"]), "x-edgerun-explain": wrong}, timeout=60
+        )
+        assert refused.status_code == 200 and "x-edgerun-routing" not in refused.headers
 
 
 def test_a_repeated_prefix_returns_to_its_backend_and_hits_the_cache(
@@ -329,6 +386,32 @@ def test_a_client_that_leaves_cancels_the_generation_and_is_billed_for_what_was_
     while httpx.get(f"{gateway.settings.backends[0].base_url}/load", timeout=5).json()["running"] > 0:
         assert time.monotonic() < deadline, "the backend kept generating after the client left"
         time.sleep(0.1)
+
+
+def test_a_whole_answer_whose_client_leaves_is_cancelled_and_billed_as_cancelled(gateway: InProcessGateway) -> None:
+    secret = gateway.new_key("t-leaver", "acc-leaver")
+    body = {"prompt": "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,", "raw": True, "max_tokens": 1500, "temperature": 0.0}
+    started = time.time()
+    with pytest.raises(httpx.ReadTimeout):  # the client gives up and closes its connection
+        httpx.post(run_url(gateway, model=SINGLE_MODEL_ID, account="acc-leaver"), json=body, headers=auth(secret),
+                   timeout=httpx.Timeout(60, read=2.0))
+    assert gateway.store is not None
+    store = gateway.store
+    deadline = time.monotonic() + 10
+    while not (records := gateway.call(_records(store, "t-leaver", started))):
+        assert time.monotonic() < deadline, "no ledger record for the request whose client left"
+        time.sleep(0.1)
+    [record] = records
+    assert record.status == "cancelled" and 0 < record.completion_tokens < 1500
+    assert record.ended_at - started < 8  # settled when the client left, not when 1500 tokens were done
+    deadline = time.monotonic() + 10  # and the backend stopped generating
+    while httpx.get(f"{gateway.settings.backends[0].base_url}/load", timeout=5).json()["running"] > 0:
+        assert time.monotonic() < deadline, "the backend kept generating after the client left"
+        time.sleep(0.1)
+
+
+async def _records(store: Any, tenant: str, since: float) -> list[UsageRecord]:
+    return [r async for r in store.iter_usage(since - 1, time.time() + 60, tenant)]
 
 
 def test_metrics_and_healthz(gateway: InProcessGateway, keys: dict[str, str]) -> None:

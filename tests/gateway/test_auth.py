@@ -128,3 +128,48 @@ def test_rpm_holds_across_two_gateway_processes(backend_pair, redis_url: str, re
     finally:
         for gw in gateways:
             gw.stop()
+
+
+# ---- the window is on the store's clock: replicas with skewed clocks share one ------------------
+
+
+class SkewedTime:
+    """Stands in for the `time` module of gateway.auth: the calling replica's clock, `offset_s` off."""
+
+    def __init__(self) -> None:
+        self.offset_s = 0.0
+
+    def time(self) -> float:
+        import time
+
+        return time.time() + self.offset_s
+
+
+async def test_two_replicas_with_skewed_clocks_share_one_window(
+    redis_url: str, redis_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gateway.settings import GatewaySettings
+    from gateway.store.redis_store import RedisStore
+
+    clock = SkewedTime()
+    monkeypatch.setattr("gateway.auth.time", clock, raising=False)  # the gateway's clock, if it reads one
+    settings = GatewaySettings(redis_url=redis_url, key_prefix=redis_prefix)
+    replicas = [RedisStore(settings, clock=clock.time) for _ in range(2)]  # and each replica's own
+    try:
+        await replicas[0].create_tenant("Skew", ["acc-s"], tenant_id="ts")
+        _, secret = await replicas[0].create_key("ts", rpm=2, tpm=1000)
+        auths = [Authenticator(r) for r in replicas]
+        principal = await auths[0].authenticate(f"Bearer {secret}", "acc-s")
+        clock.offset_s = +150.0  # replica 0 runs 2.5 minutes fast
+        await auths[0].admit(principal, 100)
+        await auths[0].admit(principal, 100)
+        clock.offset_s = -150.0  # replica 1 as slow: on its own clock it would start a fresh window
+        with pytest.raises(RateLimited):
+            await auths[1].admit(principal, 100)
+        await auths[1].reconcile(principal, 100, 500)  # counted in the same window too
+        clock.offset_s = +150.0
+        with pytest.raises(RateLimited):
+            await auths[0].admit(principal, 1)
+    finally:
+        for r in replicas:
+            await r.aclose()

@@ -52,6 +52,9 @@ def test_make_run_prints_a_curl_that_works_and_ctrl_c_stops_both(tmp_path: Path)
         body = json.loads(answer.stdout)
         assert body["success"] is True and body["result"]["response"]
         assert body["result"]["usage"]["completion_tokens"] > 0
+        # the backend answers only its gateway: a random secret shared by the two for this run
+        assert httpx.get(f"{backend_url.group(1)}/v1/models", timeout=5).status_code == 401
+        assert httpx.get(f"{backend_url.group(1)}/health", timeout=5).status_code == 200
 
         dev.send_signal(signal.SIGINT)
         code = dev.wait(timeout=60)

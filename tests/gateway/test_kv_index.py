@@ -6,6 +6,7 @@ from engines.builtin.prefix_hash import chain_hashes as engine_chain  # tests ma
 from engines.builtin.prefix_hash import salt_root
 from gateway.kv_index import KVEventIndexer
 from gateway.store import Store
+from gateway.tenant_salt import derive_cache_salt
 from policies.prefix import block_hashes
 from tests.gateway.fixtures_store import store  # noqa: F401
 
@@ -35,6 +36,18 @@ async def test_stored_chains_are_recorded_and_removals_applied(store: Store) -> 
     assert await store.match_prefix(hashes) == {"b1": 3}
     await indexer.apply("b1", [{"event_id": 2, "data": {"type": "removed", "block_hashes": [hashes[2]]}}])
     assert await store.match_prefix(hashes) == {"b1": 2}
+    assert indexer.num_skipped == 0
+
+
+async def test_hash_only_events_are_recorded_as_reported(store: Store) -> None:  # noqa: F811
+    """Our backends send no token ids (they would reveal prompts): the hashes are taken as they are."""
+    salt = derive_cache_salt(b"secret", "tenant-a")
+    tokens = list(range(100, 112))
+    hashes = engine_chain(tokens, BLOCK, salt)
+    assert hashes == block_hashes(tokens, BLOCK, salt)  # the gateway's chain with the derived salt
+    indexer = KVEventIndexer(store, block_size=BLOCK)
+    await indexer.apply("b1", [stored_event(0, salt_root(salt), hashes, [[], [], []])])
+    assert await store.match_prefix(hashes) == {"b1": 3}
     assert indexer.num_skipped == 0
 
 

@@ -13,6 +13,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.monitor import BackendMonitor, MonitorIntervals
 from gateway.routing import Router
 from gateway.store import Store
+from gateway.tenant_salt import TenantSalts, derive_cache_salt
 from policies.factory import build_policy
 from policies.prefix import block_hashes
 from policies.regions import RegionPreference
@@ -25,6 +26,8 @@ ENDPOINTS = [
     Endpoint("far-1", "http://127.0.0.1:3", "far"),
 ]
 PROMPT = list(range(20))  # five full blocks
+SALT_SECRET = "routing-test-salt-secret"
+T1_SALT = derive_cache_salt(SALT_SECRET.encode(), "t1")
 
 
 @pytest.fixture
@@ -32,7 +35,8 @@ async def router(store: Store) -> AsyncIterator[Router]:  # noqa: F811
     client = BackendClient()
     metrics = GatewayMetrics()
     monitor = BackendMonitor(ENDPOINTS, client, store, metrics, MonitorIntervals())
-    yield Router(store, build_policy("cache_aware"), RegionPreference("near", ("far",)), monitor, metrics)
+    salts = TenantSalts(store, SALT_SECRET)
+    yield Router(store, build_policy("cache_aware"), RegionPreference("near", ("far",)), monitor, metrics, salts)
     await client.aclose()
 
 
@@ -58,14 +62,25 @@ async def test_own_region_first_then_the_rest(router: Router, store: Store) -> N
 
 
 async def test_a_cached_prefix_attracts_the_request_and_lowers_its_prefill(router: Router, store: Store) -> None:  # noqa: F811
-    await store.record_prefix("near-2", block_hashes(PROMPT, 4, "t1")[:4])
+    await store.record_prefix("near-2", block_hashes(PROMPT, 4, T1_SALT)[:4])
     flight = await route(router)
     assert flight.chosen.id == "near-2"
     assert flight.expected_cached_tokens == 16
     assert flight.prefill_tokens == 4
+    # the decision explains itself: near-2's 16 cached tokens make its cost 4 (+ no load)
+    assert flight.explanation.startswith("chosen=near-2 ")
+    assert "near-2:cached=16,load=0,score=4" in flight.explanation
     # another tenant's identical prompt hashes differently: no cache credit
     other = await route(router, tenant="t2")
     assert other.expected_cached_tokens == 0
+
+
+async def test_the_cache_salt_is_a_keyed_hash_of_the_tenant(router: Router, store: Store) -> None:  # noqa: F811
+    flight = await route(router)
+    assert flight.cache_salt == T1_SALT != "t1" and len(T1_SALT) == 64  # HMAC-SHA256, hex
+    assert flight.hashes == block_hashes(PROMPT, 4, T1_SALT)  # the chain the backend's events report
+    assert flight.hashes != block_hashes(PROMPT, 4, "t1")  # knowing the tenant id is not enough
+    await router.finished(flight, success=True)
 
 
 async def test_prefill_leaves_at_first_token_decode_at_the_end(router: Router, store: Store) -> None:  # noqa: F811
@@ -76,7 +91,7 @@ async def test_prefill_leaves_at_first_token_decode_at_the_end(router: Router, s
     await router.finished(flight, success=True)
     assert await store.loads() == {}
     # started recorded the prompt's blocks on the backend that answered
-    assert await store.match_prefix(block_hashes(PROMPT, 4, "t1")) == {flight.chosen.id: 5}
+    assert await store.match_prefix(block_hashes(PROMPT, 4, T1_SALT)) == {flight.chosen.id: 5}
 
 
 async def test_failover_moves_the_counts_and_pins_the_session(router: Router, store: Store) -> None:  # noqa: F811

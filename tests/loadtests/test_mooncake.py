@@ -23,7 +23,7 @@ from policies.sim.trace import TraceRequest
 def test_the_full_trace_has_the_published_reuse_ceiling() -> None:
     records = read_trace(DEFAULT_TRACE)
     assert len(records) == 3993
-    assert reusable_block_ratio(records) == pytest.approx(0.640, abs=0.0005)  # ../shared/data/README.md
+    assert reusable_block_ratio(records) == pytest.approx(0.640, abs=0.0005)  # data/README.md
 
 
 def test_shared_hash_ids_become_a_shared_text_prefix() -> None:

@@ -33,10 +33,74 @@ def test_load_outweighs_a_small_cached_prefix() -> None:
 
 
 def test_session_sticks_to_previous_backend_within_the_bound() -> None:
-    # b2 is the previous backend: a bit busier than the others and the index has lost its cache
-    cands = [cand("b0", load=1000), cand("b1", load=1000, cached=4000), cand("b2", load=1200)]
+    # b2 is the previous backend: a bit busier than the others, and the index has lost its cache
+    # (it reports b1 holding one 512-token block, a tenth of the prompt: not markedly more)
+    cands = [cand("b0", load=1000), cand("b1", load=1000, cached=512), cand("b2", load=1200)]
     info = RouteInfo("t", session_id="s", num_prompt_tokens=5000, previous_backend_id="b2")
     assert pick(CacheAware(eps=0.25), cands, info) == "b2"
+
+
+def test_previous_backend_loses_to_a_markedly_longer_prefix() -> None:
+    # b0 (previous) holds only the shared first block; b1 holds the whole conversation
+    cands = [cand("b0", load=1000, cached=512), cand("b1", load=1500, cached=7680), cand("b2", load=1000)]
+    info = RouteInfo("t", session_id="s", num_prompt_tokens=8000, previous_backend_id="b0")
+    assert pick(CacheAware(), cands, info) == "b1"
+
+
+def test_previous_backend_wins_when_the_index_knows_nothing() -> None:
+    cands = [cand("b0", load=1000), cand("b1", load=900), cand("b2", load=1100)]
+    info = RouteInfo("t", session_id="s", num_prompt_tokens=8000, previous_backend_id="b2")
+    assert pick(CacheAware(), cands, info) == "b2"
+
+
+def test_previous_backend_wins_over_a_slightly_longer_prefix() -> None:
+    # the index says b1 holds one block more (of 16): not marked, the session's backend stays
+    cands = [cand("b0", load=1100, cached=7168), cand("b1", load=900, cached=7680)]
+    info = RouteInfo("t", session_id="s", num_prompt_tokens=8192, previous_backend_id="b0")
+    assert pick(CacheAware(), cands, info) == "b0"
+    assert pick(CacheAware(sticky_margin=0), cands, info) == "b1"
+
+
+def test_one_session_id_for_everything_cannot_pin_a_backend() -> None:
+    """A client sends session id "all" for 400 unrelated conversations, 32 in flight at a time.
+
+    Nothing is cached anywhere (the index knows nothing), so only the per-key bound keeps the
+    previous backend from taking everything while it stays under (1 + eps) x the mean."""
+    policy = CacheAware()
+    ids = [f"b{i}" for i in range(4)]
+    in_flight = dict.fromkeys(ids, 0)
+    running: deque[tuple[str, RouteInfo]] = deque()
+    counts: Counter[str] = Counter()
+    previous = None
+    for n in range(400):
+        info = RouteInfo("acme", session_id="all", request_id=str(n), num_prompt_tokens=1000, previous_backend_id=previous)
+        choice = pick(policy, [cand(b, load=in_flight[b]) for b in ids], info)
+        counts[choice] += 1
+        in_flight[choice] += 1000
+        running.append((choice, info))
+        previous = choice
+        if len(running) > 32:
+            done, done_info = running.popleft()
+            in_flight[done] -= 1000
+            policy.on_complete(done, done_info)
+    assert max(counts.values()) <= 0.3 * 400  # a fair share is 25%
+    while running:
+        done, done_info = running.popleft()
+        policy.on_complete(done, done_info)
+    assert policy._session_tokens == {} and policy._total_tokens == 0  # nothing leaks
+
+
+def test_a_session_with_nothing_else_in_flight_still_sticks() -> None:
+    policy = CacheAware()
+    busy = RouteInfo("t", session_id="other", num_prompt_tokens=50_000)
+    pick(policy, [cand("b0"), cand("b1")], busy)  # another key's traffic is in flight
+    info = RouteInfo("t", session_id="s", num_prompt_tokens=1000, previous_backend_id="b1")
+    assert pick(policy, [cand("b0", load=1000), cand("b1", load=1100)], info) == "b1"
+
+
+def test_score_of_is_the_cost() -> None:
+    info = RouteInfo("t", num_prompt_tokens=4000)
+    assert CacheAware().score_of(cand("b0", load=500, cached=1000), info) == 3000 + 500
 
 
 def test_overloaded_previous_backend_loses_stickiness() -> None:
@@ -99,6 +163,7 @@ def test_shared_system_prompt_does_not_pin_all_sessions() -> None:
     counts: Counter[str] = Counter()
     for s in range(200):
         cands = [cand(b, load=in_flight[b], cached=2048 if b in holds_prompt else 0) for b in ids]
+        # every new session has its own id; the shared prompt is not a session
         choice = policy.select(cands, RouteInfo("acme", session_id=f"s{s}", num_prompt_tokens=2560))
         assert choice is not None
         counts[choice.id] += 1

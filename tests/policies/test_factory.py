@@ -8,8 +8,8 @@ from policies.factory import DEFAULT_POLICY, PolicyConfig, build_policy, policy_
 from policies.session_hash import SessionHash
 
 
-def test_all_four_policies_are_registered_and_cache_aware_is_default() -> None:
-    assert policy_names() == ["round_robin", "least_tokens", "session_hash", "cache_aware"]
+def test_all_policies_are_registered_and_cache_aware_is_default() -> None:
+    assert policy_names() == ["round_robin", "least_tokens", "session_hash", "prefix_threshold", "cache_aware"]
     assert DEFAULT_POLICY == "cache_aware"
     for name in policy_names():
         assert build_policy(name).name == name

@@ -18,10 +18,11 @@ def test_simulate_prints_a_table_and_writes_json(
     assert main(argv) == 0
     printed = capsys.readouterr().out
     assert "400 requests; 4 backends x" in printed
-    for name in ("round_robin", "least_tokens", "session_hash", "cache_aware"):
-        assert f"| {name} |" in printed
+    names = ["round_robin", "least_tokens", "session_hash", "prefix_threshold", "cache_aware"]
+    for name in names:
+        assert f"| {name} | exact |" in printed
     data = json.loads(out.read_text())
-    assert [r["policy"] for r in data["results"]] == ["round_robin", "least_tokens", "session_hash", "cache_aware"]
+    assert [r["policy"] for r in data["results"]] == names
     assert data["config"]["num_backends"] == 4
     assert all(r["num_requests"] == 400 for r in data["results"])
 
@@ -32,6 +33,15 @@ def test_one_policy_with_a_parameter(trace_path: Path, capsys: pytest.CaptureFix
     assert main(argv) == 0
     printed = capsys.readouterr().out
     assert "| cache_aware |" in printed and "| round_robin |" not in printed
+
+
+def test_replicas_are_simulated(trace_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["simulate", "--trace", str(trace_path), "--limit", "200", "--policy", "cache_aware", "--replicas", "4"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "4 gateway replicas polling every 1 s" in printed and "| cache_aware | 4 |" in printed
+    assert main([*argv[:-1], "0"]) == 2
+    assert "replicas=0 must be >= 1" in capsys.readouterr().err
 
 
 def test_bad_inputs_exit_2_with_a_message(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

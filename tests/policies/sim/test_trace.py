@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from policies.sim.trace import TraceError, TraceRequest, ceiling_hits, num_distinct_blocks, prepare
@@ -39,12 +41,25 @@ def test_from_line_parses_one_jsonl_line_or_says_where_it_is_bad(line: str, why:
         TraceRequest.from_line(line, "t.jsonl:3")
 
 
-def test_prepare_sorts_and_groups_sessions_by_first_block() -> None:
+def test_prepare_sorts_and_derives_sessions_from_conversations() -> None:
     prepared = prepare([req(2000, [1, 2, 3]), req(1000, [1, 2]), req(1500, [9])])
     assert [r.arrival_s for r in prepared] == [1.0, 1.5, 2.0]
     assert prepared[0].session_id == prepared[2].session_id != prepared[1].session_id
-    assert prepared[0].tenant == prepared[2].tenant != prepared[1].tenant
+    assert prepared[0].conversation == prepared[0].session_id
+    assert {r.tenant for r in prepared} == {"trace"}
     assert prepared[2].block_hashes[:2] == prepared[0].block_hashes  # same leading ids, same hashes
+
+
+def test_tenant_and_session_fields_are_optional_and_kept() -> None:
+    record = {"timestamp": 5, "input_length": 700, "output_length": 52, "hash_ids": [46, 47]}
+    plain = TraceRequest.from_record(record)
+    tagged = TraceRequest.from_record({**record, "tenant": "acme", "session_id": "everything"})
+    assert (plain.tenant, plain.session_id) == ("trace", None)
+    assert TraceRequest.from_record(tagged.to_record()) == tagged and plain.to_record() == record
+    a, b = prepare([tagged, dataclasses.replace(tagged, timestamp_ms=9, hash_ids=(1,))])
+    assert a.session_id == b.session_id == "everything" and a.conversation != b.conversation
+    with pytest.raises(TraceError, match="tenant"):
+        TraceRequest.from_record({**record, "tenant": ""})
 
 
 def test_same_ids_in_other_positions_do_not_share_hashes() -> None:

@@ -1,0 +1,1 @@
+"""Benchmark scripts: `python -m benchmarks.<name>`; results and commands in BENCHMARKS.md."""

@@ -1,0 +1,127 @@
+"""A full Redis (maxmemory reached, noeviction) gives clear 503s, never 500s, and usage records go
+to the spool. Runs its own redis-server with a tiny maxmemory: the shared one is never filled."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from starlette.testclient import TestClient
+
+from gateway.app import create_app
+from gateway.auth import Principal
+from gateway.billing.spool import LedgerSpool
+from gateway.catalog import DEFAULT_MODEL_ID
+from gateway.envelopes import TokenUsage
+from gateway.metering import MeteredRequest, Metering
+from gateway.metrics import GatewayMetrics
+from gateway.settings import GatewaySettings
+from gateway.store import StoreUnavailable
+from gateway.store.redis_store import RedisStore
+from loadtests.processes import free_port
+from policies.pricing import PriceTable
+
+PREFIX = "edgerun-full:"
+
+
+@pytest.fixture
+def small_redis(tmp_path: Path) -> Iterator[str]:
+    binary = shutil.which("redis-server")
+    if binary is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("redis-server is not installed (CI=true: `make test` installs it)")
+        pytest.skip("redis-server is not installed")
+    port = free_port()
+    process = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+         "--dir", str(tmp_path), "--maxmemory", "8mb", "--maxmemory-policy", "noeviction"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    url = f"redis://127.0.0.1:{port}/0"
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                with redis.Redis.from_url(url) as client:
+                    client.ping()
+                break
+            except redis.ConnectionError:
+                assert process.poll() is None and time.monotonic() < deadline, "redis-server did not start"
+                time.sleep(0.05)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def fill(url: str) -> None:
+    """Write 3 MB, then lower maxmemory below that: Redis is well past full (its own server)."""
+    with redis.Redis.from_url(url) as client:
+        for i in range(12):
+            client.set(f"filler:{i}", b"x" * 256_000)
+        client.config_set("maxmemory", "1mb")
+        with pytest.raises(redis.exceptions.OutOfMemoryError):
+            client.set("one-more", "x")
+
+
+def empty(url: str) -> None:
+    with redis.Redis.from_url(url) as client:
+        client.delete(*client.keys("filler:*"))
+        client.config_set("maxmemory", "8mb")
+
+
+def settings(url: str, tmp_path: Path) -> GatewaySettings:
+    return GatewaySettings(
+        redis_url=url, key_prefix=PREFIX, sqlite_path=str(tmp_path / "unused.sqlite3"), admin_token="admin-secret",
+        tokenizer_cache_dir=None, ledger_spool_path=str(tmp_path / "spool.jsonl"),
+    )
+
+
+async def test_a_full_redis_answers_503_in_the_envelope(small_redis: str, tmp_path: Path) -> None:
+    store = RedisStore(settings(small_redis, tmp_path))
+    await store.create_tenant("Acme", ["acc"], tenant_id="acme")
+    _, secret = await store.create_key("acme")
+    await store.aclose()
+    fill(small_redis)
+    with TestClient(create_app(settings(small_redis, tmp_path))) as client:
+        admin = client.post("/admin/v1/tenants", json={"name": "B", "account_ids": ["b"]},
+                            headers={"authorization": "Bearer admin-secret"})
+        run = client.post(f"/client/v4/accounts/acc/ai/run/{DEFAULT_MODEL_ID}", json={"prompt": "hi"},
+                          headers={"authorization": f"Bearer {secret}"})
+    for answer in (admin, run):
+        assert answer.status_code == 503, answer.text
+        body = answer.json()
+        assert body["success"] is False and body["result"] is None
+        assert body["errors"][0]["code"] == 3043 and "full" in body["errors"][0]["message"]
+        assert answer.headers["retry-after"]
+
+
+async def test_usage_records_go_to_the_spool_while_redis_is_full(small_redis: str, tmp_path: Path) -> None:
+    store = RedisStore(settings(small_redis, tmp_path))
+    try:
+        tenant = await store.create_tenant("Acme", ["acc"], tenant_id="acme")
+        key, _ = await store.create_key("acme")
+        fill(small_redis)
+        spool = LedgerSpool(tmp_path / "spool.jsonl")
+        metering = Metering(store, PriceTable.from_config({}), GatewayMetrics(), spool)
+        request = MeteredRequest(
+            request_id="req-full", principal=Principal(key, tenant, "acc"), model_id=DEFAULT_MODEL_ID,
+            session_id=None, started_at=time.time(), prompt_tokens=5, tokens_estimate=10,
+        )
+        with pytest.raises(StoreUnavailable, match="full"):
+            await store.check_and_consume("key_x", 1, None, 0)
+        assert await metering.settle(request, TokenUsage(5, 3, 0), status="ok", backend_id="b1", region="local")
+        assert spool.pending() and await store.get_usage("req-full") is None
+        empty(small_redis)
+        result = await spool.replay(store)
+        assert result.written == 1 and result.complete
+        record = await store.get_usage("req-full")
+        assert record is not None and record.completion_tokens == 3
+    finally:
+        await store.aclose()

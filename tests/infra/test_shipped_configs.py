@@ -1,0 +1,51 @@
+"""The shipped deployment files keep backends closed: a backend listening beyond loopback has a
+key, every gateway sends it, and no backend port is published to the host."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+INFRA = Path(__file__).resolve().parents[2] / "infra"
+
+
+def is_backend(command: list[str]) -> bool:
+    return command[:2] == ["edgerun", "backend"]
+
+
+def listens_beyond_loopback(command: list[str]) -> bool:
+    return "--host" in command and command[command.index("--host") + 1] not in ("127.0.0.1", "localhost", "::1")
+
+
+def test_compose_backends_need_the_key_the_gateways_send() -> None:
+    services: dict[str, Any] = yaml.safe_load((INFRA / "compose.yaml").read_text())["services"]
+    backends = {n: s for n, s in services.items() if is_backend(s.get("command", []))}
+    gateways = {n: s for n, s in services.items() if s.get("command", [])[:2] == ["edgerun", "serve"]}
+    assert backends and gateways
+    for name, service in backends.items():
+        assert listens_beyond_loopback(service["command"]), name  # reached by the gateways' containers
+        assert service["environment"]["EDGERUN_API_KEY"].startswith("${EDGERUN_BACKEND_API_KEY:?"), name
+        assert "ports" not in service, name  # never published on the host
+    for name, service in gateways.items():
+        assert service["environment"]["EDGERUN_BACKEND_API_KEY"].startswith("${EDGERUN_BACKEND_API_KEY:?"), name
+
+
+def k8s_documents(manifest: str) -> list[dict[str, Any]]:
+    return list(yaml.safe_load_all((INFRA / "k8s" / manifest).read_text()))
+
+
+def k8s_env(manifest: str) -> dict[str, Any]:
+    [deployment, *_] = [d for d in k8s_documents(manifest) if "template" in d["spec"]]
+    [container] = deployment["spec"]["template"]["spec"]["containers"]
+    return {e["name"]: e for e in container["env"]}
+
+
+def test_k8s_backends_and_gateways_share_the_key_from_one_secret() -> None:
+    backend = k8s_env("backend.yaml")["EDGERUN_API_KEY"]["valueFrom"]["secretKeyRef"]
+    gateway = k8s_env("gateway.yaml")["EDGERUN_BACKEND_API_KEY"]["valueFrom"]["secretKeyRef"]
+    assert backend == gateway == {"name": "edgerun-backend", "key": "key"}
+    policies = [d for d in k8s_documents("backend.yaml") if d["kind"] == "NetworkPolicy"]
+    [ingress] = policies[0]["spec"]["ingress"]
+    assert ingress["from"] == [{"podSelector": {"matchLabels": {"app": "edgerun-gateway"}}}]
