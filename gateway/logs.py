@@ -8,6 +8,20 @@ import sys
 import structlog
 
 
+class _Stderr:
+    """Whatever `sys.stderr` is when a line is written, not when logging was configured.
+
+    A file object bound at configure time outlives its stream wherever stderr is swapped
+    (test runners' capture, daemonizing wrappers) and every later line fails on a closed file.
+    """
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
 def configure_logging(level: str = "info", json: bool = True) -> None:
     """Route structlog and stdlib logging (uvicorn, httpx) through one renderer on stderr."""
     renderer = structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer(colors=False)
@@ -19,10 +33,10 @@ def configure_logging(level: str = "info", json: bool = True) -> None:
     structlog.configure(
         processors=[*shared, structlog.processors.format_exc_info, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(file=_Stderr()),
         cache_logger_on_first_use=True,
     )
-    handler = logging.StreamHandler(sys.stderr)
+    handler = logging.StreamHandler(_Stderr())
     handler.setFormatter(structlog.stdlib.ProcessorFormatter(foreign_pre_chain=shared, processor=renderer))
     root = logging.getLogger()
     root.handlers[:] = [handler]
