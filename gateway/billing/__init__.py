@@ -8,6 +8,6 @@
     formats.py     writing rows as CSV, JSONL or Parquet with fixed settings
     api.py         GET /admin/v1/billing/export
 
-`edgerun billing export` (gateway/cli_billing.py) is the command-line face of `export.py`;
+`edgerun billing export` (cli/billing.py) is the command-line face of `export.py`;
 benchmarks/ledger.py measures ledger write throughput and metering cost per request.
 """
