@@ -13,8 +13,7 @@ from typing import Any
 
 from gateway.errors import AuthenticationFailed, GatewayError, InvalidInput
 from gateway.store.base import Store
-from gateway.store.errors import Conflict, NotFound
-from gateway.store.errors import InvalidArgument
+from gateway.store.errors import Conflict, InvalidArgument, NotFound
 from gateway.store.models import ApiKey, Tenant
 
 

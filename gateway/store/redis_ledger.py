@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import AsyncIterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from gateway.settings import GatewaySettings
@@ -115,7 +115,7 @@ class RedisLedger:
         if self.archive is not None and (owner is None or owner == self.archive.id):
             return self.archive
         if watermark is not None and to_us(start) < int(watermark):
-            moved = datetime.fromtimestamp(int(watermark) / 1e6, timezone.utc).isoformat()
+            moved = datetime.fromtimestamp(int(watermark) / 1e6, UTC).isoformat()
             raise InvalidArgument(
                 f"records that ended before {moved} were moved to the ledger archive, which this gateway does "
                 "not have: read this range where ledger_archive_path is set, or export the archive file itself"
