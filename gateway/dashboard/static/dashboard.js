@@ -13,6 +13,13 @@
   const int = (n) => (n === null || n === undefined ? dash : String(n));
   const usd = (micro) => (micro === null || micro === undefined ? dash : "$" + (micro / 1e6).toFixed(6));
   const pct = (ratio) => (ratio === null || ratio === undefined ? dash : (ratio * 100).toFixed(1) + "%");
+  const compact = (n) => {
+    const a = Math.abs(n);
+    if (a >= 1e9) return +(n / 1e9).toPrecision(3) + "G";
+    if (a >= 1e6) return +(n / 1e6).toPrecision(3) + "M";
+    if (a >= 1e3) return +(n / 1e3).toPrecision(3) + "k";
+    return String(+n.toPrecision(3));
+  };
   const ms = (s) => (s === null || s === undefined ? dash : (s * 1000).toFixed(1) + " ms");
 
   // ---- the API ---------------------------------------------------------------------------------
@@ -198,7 +205,7 @@
       height: 200,
       scales: { x: { time: true } },
       series: [{}, ...lines.map(([label, , stroke]) => ({ label, stroke, width: 2, points: { show: false } }))],
-      axes: [{}, { size: 70 }],
+      axes: [{}, { size: 60, values: (u, splits) => splits.map(compact) }],
     }, data, target);
     made._names = lines.map((l) => l[0]).join();
     state.charts[name] = made;

@@ -85,7 +85,8 @@ def browser() -> Iterator[Any]:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        launched = p.chromium.launch(executable_path=path, headless=True, args=["--no-sandbox"])
+        args = ["--no-sandbox", "--disable-dev-shm-usage"]  # root in a container: no sandbox, a small /dev/shm
+        launched = p.chromium.launch(executable_path=path, headless=True, args=args)
         yield launched
         launched.close()
 
