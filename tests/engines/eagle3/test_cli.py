@@ -1,6 +1,6 @@
 import pytest
 
-from gateway.cli import main
+from cli.main import main
 
 
 def test_draft_help_lists_train_and_eval(capsys):
