@@ -33,7 +33,7 @@ from pydantic import SecretStr
 
 from gateway.app import create_app
 from gateway.catalog import DEFAULT_MODEL_ID
-from gateway.cli_serve import quiet_http_client_logs
+from cli.serve import quiet_http_client_logs
 from gateway.settings import GatewaySettings
 from gateway.store.base import Store
 
@@ -60,7 +60,7 @@ def spawn_backend(args: argparse.Namespace, port: int, api_key: str) -> subproce
     command = [
         sys.executable,
         "-m",
-        "gateway.cli",
+        "cli",
         "backend",
         "--model",
         args.model,
@@ -167,7 +167,7 @@ def stop_backend(process: subprocess.Popen[bytes], timeout_s: float = 15.0) -> N
 
 
 def logging_options(args: argparse.Namespace) -> dict[str, object]:
-    """Console logs at --log-level (see gateway/cli.py)."""
+    """Console logs at --log-level (see cli/main.py)."""
     return {"level": args.log_level, "json": False}
 
 
