@@ -7,7 +7,7 @@
 2. opens the embedded store (its own SQLite file under ~/.local/share/edgerun), makes sure a
    development tenant owning account "dev" exists and creates a fresh API key for it;
 3. starts the gateway in this process, in front of that backend, and prints a curl command that
-   works as printed;
+   works as printed, the admin token and the usage dashboard's URL;
 4. on Ctrl-C (or SIGTERM) stops the gateway, then the backend, and waits for both.
 """
 
@@ -113,7 +113,9 @@ async def serve_dev(args: argparse.Namespace) -> int:
             print(
                 f"\nedgerun is running: gateway http://127.0.0.1:{args.port} -> backend http://127.0.0.1:{backend_port}\n"
                 f"development key (tenant {DEV_TENANT!r}, account {DEV_ACCOUNT!r}): {secret}\n"
-                f"admin token: {settings.admin_token.get_secret_value()}\n\n"
+                f"admin token: {settings.admin_token.get_secret_value()}\n"
+                f"usage dashboard: http://127.0.0.1:{args.port}/dashboard (log in with the admin token, "
+                "or the development key for its tenant alone)\n\n"
                 f"try:\n\n  {curl_line(args.port, secret)}\n\n"
                 '(add "stream": true for server-sent events; OpenAI clients use base URL '
                 f"http://127.0.0.1:{args.port}/client/v4/accounts/{DEV_ACCOUNT}/ai/v1)\n"
