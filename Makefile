@@ -11,6 +11,8 @@ STAMP  := $(VENV)/.installed
 $(STAMP): pyproject.toml Makefile
 	# redis-server: the Redis store's tests start their own servers (a full one, the shipped ACL set-up).
 	command -v redis-server >/dev/null || (apt-get update && apt-get install -y --no-install-recommends redis-server)
+	# chromium: the dashboard's browser tests drive it with Playwright (which cannot download its own here).
+	command -v chromium >/dev/null || (apt-get update && apt-get install -y --no-install-recommends chromium)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade pip
 	# CPU build of torch first, pinned, so nothing pulls the CUDA wheels.
@@ -24,10 +26,12 @@ run: $(STAMP)
 	$(BIN)/edgerun dev
 
 test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/mypy
 	$(BIN)/python -m pytest
 
 bench: $(STAMP)
-	$(BIN)/python -m engines.builtin.bench
+	$(BIN)/python -m benchmarks.engine
 
 # Locust, headless and bounded, against a backend and a gateway it starts (reports/locust/).
 .PHONY: loadtest

@@ -25,6 +25,18 @@ class GenerationRequest:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     # Tenant isolation of the prefix cache: only requests with the same salt share cached blocks.
     cache_salt: str | None = None
+    # Disaggregated serving's context step: when the request stops at its token budget, its KV
+    # blocks are pinned (not freed) for a decode backend to pull; the final output carries the pin.
+    pin_kv_on_finish: bool = False
+
+
+@dataclass(slots=True)
+class KVPin:
+    """KV blocks kept after a context step: `block_ids` hold positions [0, num_tokens)."""
+
+    pin_id: int
+    block_ids: list[int]
+    num_tokens: int
 
 
 @dataclass(slots=True)
@@ -42,6 +54,7 @@ class GenerationOutput:
     num_draft_tokens: int = 0
     num_accepted_draft_tokens: int = 0
     num_verify_steps: int = 0
+    kv_pin: KVPin | None = None  # set on the final output of a `pin_kv_on_finish` request that pinned
 
     @property
     def is_finished(self) -> bool:
@@ -64,6 +77,7 @@ class EngineStats:
     num_preemptions: int = 0  # cumulative sequences preempted (KV blocks ran out) and recomputed
     num_draft_tokens: int = 0  # cumulative speculative drafts verified
     num_accepted_draft_tokens: int = 0  # cumulative drafts the target accepted
+    num_kv_blocks_pinned: int = 0  # blocks held for decode backends to pull (disaggregated serving)
 
 
 @dataclass(slots=True)

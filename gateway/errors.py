@@ -6,6 +6,7 @@
     ├── NoSuchModel            5007  400  the model id is not in the catalog
     ├── AuthenticationFailed  10000  401  missing, unknown or revoked API key
     ├── AccountMismatch       10000  403  the key's tenant does not own the account in the URL
+    ├── TenantForbidden       10000  403  a tenant's key asked for another tenant's figures (dashboard)
     ├── ModelNotAllowed        5018  403  the tenant or key may not use this model
     ├── RequestTimeout         3007  408  the backend did not answer in time
     ├── RequestTooLarge        3006  413  the body is over the configured limit
@@ -16,7 +17,7 @@
     ├── ConcurrencyLimited     3040  429  the tenant's requests in flight are at its limit (Retry-After)
     ├── NoRoute                7000  404  no such path (405: the path exists, not with this method)
     ├── InternalError          3043  500  a bug or an upstream answer we cannot interpret
-    └── StoreUnavailable       3043  503  the shared store (Redis) cannot be reached; retry later
+    └── ServiceUnavailable     3043  503  the shared store (Redis) cannot be reached; retry later
 
 Codes and statuses follow the public Workers AI error table
 (https://developers.cloudflare.com/workers-ai/platform/errors/); 10000 is the Cloudflare API's
@@ -62,6 +63,10 @@ class AccountMismatch(GatewayError):
     code, status, openai_type = 10000, 403, "permission_error"
 
 
+class TenantForbidden(GatewayError):
+    code, status, openai_type = 10000, 403, "permission_error"
+
+
 class ModelNotAllowed(GatewayError):
     code, status, openai_type = 5018, 403, "permission_error"
 
@@ -94,7 +99,7 @@ class InternalError(GatewayError):
     code, status, openai_type = 3043, 500, "server_error"
 
 
-class StoreUnavailable(GatewayError):
+class ServiceUnavailable(GatewayError):
     code, status, openai_type = 3043, 503, "server_error"
 
 

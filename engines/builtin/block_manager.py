@@ -107,31 +107,31 @@ class BlockManager:
         return True
 
     def deallocate(self, seq: Sequence) -> None:
-        # Tail first, so the LRU evicts a chain's last blocks before its shared head.
-        for block_id in reversed(seq.block_table):
-            self._release(block_id)
+        self.release(seq.block_table)
         seq.block_table = []
         seq.block_hashes = []
         seq.num_computed_tokens = 0
+
+    def release(self, block_ids: list[int]) -> None:
+        """Drop one reference to each block (a sequence's table, or a KV pin's blocks)."""
+        # Tail first, so the LRU evicts a chain's last blocks before its shared head.
+        for block_id in reversed(block_ids):
+            block = self.blocks[block_id]
+            block.ref_count -= 1
+            assert block.ref_count >= 0, f"block {block_id} released twice"
+            if block.ref_count == 0:
+                if block.hash is not None:
+                    self.evictable[block_id] = None
+                else:
+                    self.free_block_ids.append(block_id)
 
     def trim(self, seq: Sequence, num_tokens: int) -> None:
         """Release the blocks of `seq` beyond those covering positions [0, num_tokens): the slots
         of rejected draft tokens. Never a registered block: those hold computed tokens only."""
         keep = self.num_blocks_for(num_tokens)
         assert keep >= len(seq.block_hashes), f"{seq.request_id}: trimming a registered block"
-        for block_id in reversed(seq.block_table[keep:]):
-            self._release(block_id)
+        self.release(seq.block_table[keep:])
         del seq.block_table[keep:]
-
-    def _release(self, block_id: int) -> None:
-        block = self.blocks[block_id]
-        block.ref_count -= 1
-        assert block.ref_count >= 0, f"block {block_id} released twice"
-        if block.ref_count == 0:
-            if block.hash is not None:
-                self.evictable[block_id] = None
-            else:
-                self.free_block_ids.append(block_id)
 
     # ---- registering computed blocks -------------------------------------------------------
 

@@ -55,9 +55,6 @@ class Scheduler:
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
 
-    def has_unfinished(self) -> bool:
-        return bool(self.waiting or self.running)
-
     def schedule(self) -> list[ScheduledChunk]:
         budget = self.max_num_batched_tokens
         chunks: list[ScheduledChunk] = []
@@ -152,6 +149,8 @@ class Scheduler:
             self.block_manager.deallocate(seq)
         elif seq.status is SequenceStatus.WAITING:
             self.waiting.remove(seq)
+        elif seq.status is SequenceStatus.IMPORTING:
+            self.block_manager.deallocate(seq)
         seq.status = SequenceStatus.FINISHED
         seq.finish_reason = reason
 

@@ -13,8 +13,7 @@ from engines.builtin.config import EngineConfig
 from engines.builtin.loader import smollm2_gguf_path
 from engines.builtin.loader.random import PRESETS, random_weights
 from engines.builtin.model_runner import ForwardItem, ModelRunner
-from engines.builtin.weights import Fp16Linear
-from engines.builtin.weights import hf_to_runtime, runtime_to_hf
+from engines.builtin.weights import Fp16Linear, hf_to_runtime, runtime_to_hf
 
 PROMPTS = [
     "What is the capital of France?",
@@ -217,7 +216,7 @@ def test_weight_dtype_is_validated() -> None:
 
 
 def test_runner_bench_measures_decode(tiny_runner: ModelRunner) -> None:
-    from engines.builtin.runner_bench import measure_decode
+    from benchmarks.runner import measure_decode
 
     result = measure_decode(tiny_runner, batch_size=3, context_len=20, num_steps=4, first_block=480)
     assert len(result.step_seconds) == 4 and result.tokens_per_s > 0

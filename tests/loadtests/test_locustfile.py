@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from cli.processes import ROOT
 from loadtests import run_locust
-from loadtests.stack import ROOT, Stack
+from loadtests.stack import Stack
 
 pytestmark = pytest.mark.slow
 LOCUSTFILE = str(ROOT / "loadtests" / "locustfile.py")

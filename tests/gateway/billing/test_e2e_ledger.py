@@ -19,6 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from cli.processes import ROOT
 from gateway.billing.export import INT_COLUMNS, SUMMED
 from gateway.billing.formats import read_rows
 from gateway.billing.prices import PriceHistory
@@ -29,7 +30,11 @@ from gateway.store import open_store
 from gateway.store.models import UsageRecord
 from tests.gateway.billing.clients import Seen, run_request
 from tests.gateway.fixtures_e2e import (
-    ADMIN_TOKEN, ROOT, BackendProcess, GatewayProcess, start_backend, start_gateway_process,
+    ADMIN_TOKEN,
+    BackendProcess,
+    GatewayProcess,
+    start_backend,
+    start_gateway_process,
 )
 
 pytestmark = pytest.mark.slow
@@ -245,7 +250,7 @@ async def check_exports(
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("EDGERUN_")},
            "EDGERUN_REDIS_URL": redis_url, "EDGERUN_KEY_PREFIX": prefix}
     out = tmp / "bill.csv"
-    command = [sys.executable, "-m", "gateway.cli", "billing", "export", "--from", span["from"], "--to", span["to"],
+    command = [sys.executable, "-m", "cli", "billing", "export", "--from", span["from"], "--to", span["to"],
                "--tenant", TENANT, "--format", "csv", "--out", str(out)]
     done = await asyncio.to_thread(subprocess.run, command, cwd=ROOT, env=env, capture_output=True, timeout=60)
     assert done.returncode == 0, done.stderr

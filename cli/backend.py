@@ -1,0 +1,135 @@
+"""`edgerun backend`: run one regional backend (built-in engine, or TensorRT-LLM).
+
+Flags override the matching BackendSettings fields (which also come from EDGERUN_* variables and
+the TOML file named by EDGERUN_CONFIG). With `--engine trtllm` the process execs trtllm-serve
+(see engines/tensorrt_llm/launcher.py) unless `--trtllm-in-process` is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from backends.server.auth import InsecureBinding, check_exposure
+from backends.settings import BackendSettings
+
+# flag dest -> (settings section or None for top level, field name)
+_OVERRIDES: dict[str, tuple[str | None, str]] = {
+    "engine_kind": (None, "engine_kind"),
+    "region": (None, "region"),
+    "role": (None, "role"),
+    "host": (None, "host"),
+    "port": (None, "port"),
+    "max_queue": (None, "max_queue"),
+    "shutdown_timeout_s": (None, "shutdown_timeout_s"),
+    "log_level": (None, "log_level"),
+    "trtllm_in_process": (None, "trtllm_in_process"),
+    "allow_unauthenticated": (None, "allow_unauthenticated"),
+    "device": ("engine", "device"),
+    "dtype": ("engine", "dtype"),
+    "block_size": ("engine", "block_size"),
+    "num_kv_blocks": ("engine", "num_kv_blocks"),
+    "max_num_seqs": ("engine", "max_num_seqs"),
+    "max_num_batched_tokens": ("engine", "max_num_batched_tokens"),
+    "max_model_len": ("engine", "max_model_len"),
+    "trtllm_version": ("trtllm", "trtllm_version"),
+    "kv_transport": (None, "kv_transport"),
+    "kv_port": (None, "kv_port"),
+    "kv_pin_ttl_s": (None, "kv_pin_ttl_s"),
+}
+# flags that set the same field of both engines' sections (speculative decoding is configured one way)
+_BOTH_ENGINES = ("speculative", "num_speculative_tokens", "speculative_model", "prompt_lookup_max",
+                 "speculative_max_concurrency")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add = parser.add_argument
+    add("--engine", dest="engine_kind", choices=["builtin", "trtllm"], help="which engine to host (default builtin)")
+    add("--model", help='"smollm2", a .gguf file, a safetensors directory, "random:<preset>" (or a HF id for trtllm)')
+    add("--region", help="region this backend serves (reported in /load and /metrics)")
+    add("--role", choices=["mixed", "prefill", "decode"], help="disaggregation role (default mixed)")
+    add("--host", help="listen address (default 127.0.0.1; any other needs EDGERUN_API_KEY, see SECURITY.md)")
+    add("--allow-unauthenticated", action="store_true", default=None,
+        help="listen beyond loopback without EDGERUN_API_KEY (only where the network authenticates callers)")
+    add("--port", type=int, help="listen port (default 8100)")
+    add("--kv-transport", choices=["tcp", "mooncake"], help="how decode backends pull KV (default tcp)")
+    add("--kv-port", type=int, help="KV exporter port of prefill/mixed backends (default 0: any free port)")
+    add("--kv-pin-ttl", dest="kv_pin_ttl_s", type=float, help="seconds a context step's KV waits to be pulled")
+    add("--max-queue", type=int, help="waiting requests beyond the running batch before answering 429")
+    add("--shutdown-timeout", dest="shutdown_timeout_s", type=float, help="seconds in-flight requests get at shutdown")
+    add("--log-level", help="debug, info, warning or error")
+    add("--device", help="cpu or cuda[:N] (built-in engine)")
+    add("--dtype", choices=["float32", "bfloat16", "float16"], help="weights and KV cache dtype (built-in engine)")
+    add("--block-size", type=int, help="tokens per KV block (built-in engine)")
+    add("--num-kv-blocks", type=int, help="KV cache capacity in blocks (built-in engine)")
+    add("--max-num-seqs", type=int, help="requests running at once (built-in engine)")
+    add("--max-num-batched-tokens", type=int, help="tokens per engine step (built-in engine)")
+    add("--max-model-len", type=int, help="context length cap")
+    add("--speculative", choices=["none", "ngram", "eagle3"], help="speculative decoding: n-gram lookup or an EAGLE-3 head")
+    add("--num-speculative-tokens", type=int, help="drafted tokens verified per step (default 4 built-in, 3 trtllm)")
+    add("--speculative-model", help="the EAGLE-3 head's directory (config.json + safetensors)")
+    add("--prompt-lookup-max", type=int, help="longest n-gram matched by --speculative ngram")
+    add("--prompt-lookup-min", type=int, help="shortest n-gram matched by --speculative ngram (built-in engine)")
+    add("--speculative-max-concurrency", type=int, help="no speculation with more running requests than this")
+    add("--trtllm-version", help="installed TensorRT-LLM version (picks the EAGLE-3 decoding_type)")
+    add("--trtllm-in-process", action="store_true", default=None, help="host tensorrt_llm.LLM in our server")
+
+
+def build_settings(args: argparse.Namespace) -> BackendSettings:
+    """BackendSettings with every given flag applied on top of env vars / TOML / defaults."""
+    overrides: dict[str, Any] = {}
+    for dest, (section, name) in _OVERRIDES.items():
+        value = getattr(args, dest, None)
+        if value is None:
+            continue
+        if section is None:
+            overrides[name] = value
+        else:
+            overrides.setdefault(section, {})[name] = value
+    for name in _BOTH_ENGINES:
+        if getattr(args, name, None) is not None:
+            overrides.setdefault("engine", {})[name] = getattr(args, name)
+            overrides.setdefault("trtllm", {})[name] = getattr(args, name)
+    if getattr(args, "prompt_lookup_min", None) is not None:
+        overrides.setdefault("engine", {})["prompt_lookup_min"] = args.prompt_lookup_min
+    if getattr(args, "model", None):
+        overrides.setdefault("engine", {})["model"] = args.model
+        overrides.setdefault("trtllm", {})["model"] = args.model
+    return BackendSettings(**overrides)
+
+
+def logging_options(args: argparse.Namespace) -> dict[str, Any]:
+    """How the dispatcher should configure logging for this command."""
+    settings = build_settings(args)
+    return {"level": settings.log_level, "json": settings.log_json}
+
+
+def run(args: argparse.Namespace) -> int:
+    settings = build_settings(args)
+    execs_trtllm_serve = settings.engine_kind == "trtllm" and not settings.trtllm_in_process
+    # trtllm-serve checks no key of its own: exposing it needs the explicit opt-out
+    api_key = None if execs_trtllm_serve or settings.api_key is None else settings.api_key.get_secret_value()
+    try:
+        check_exposure(settings.host, api_key, settings.allow_unauthenticated)
+    except InsecureBinding as exc:
+        hint = " (trtllm-serve checks no API key: use --trtllm-in-process to have ours check it)"
+        print(f"edgerun backend: {exc}{hint if execs_trtllm_serve else ''}", file=sys.stderr)
+        return 2
+    if execs_trtllm_serve:
+        from engines.tensorrt_llm.launcher import TrtllmServeMissing, launch
+
+        try:
+            launch(
+                settings.trtllm,
+                role=settings.role,
+                host=settings.host,
+                port=settings.port,
+                work_dir=settings.engine.cache_dir / "trtllm",
+            )
+        except TrtllmServeMissing as exc:
+            print(f"edgerun backend: {exc}", file=sys.stderr)
+            return 2
+    from backends.server.serve import serve
+
+    return serve(settings)

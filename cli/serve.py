@@ -1,0 +1,57 @@
+"""`edgerun serve`: run the gateway (settings from EDGERUN_* variables and the EDGERUN_CONFIG TOML)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+import uvicorn
+
+from gateway.app import create_app
+from gateway.settings import GatewaySettings
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", help="interface to listen on (default: settings.host, 127.0.0.1)")
+    parser.add_argument("--port", type=int, help="port to listen on (default: settings.port, 8080)")
+    parser.add_argument("--region", help="this gateway's region (default: settings.region)")
+    parser.add_argument("--log-level", help="debug, info, warning, error")
+
+
+def settings_from_args(args: argparse.Namespace) -> GatewaySettings:
+    overrides = {
+        name: getattr(args, name)
+        for name in ("host", "port", "region", "log_level")
+        if getattr(args, name, None) is not None
+    }
+    return GatewaySettings(**overrides)
+
+
+def logging_options(args: argparse.Namespace) -> dict[str, object]:
+    """How `edgerun` configures logging before `run` (see cli/main.py)."""
+    settings = settings_from_args(args)
+    return {"level": settings.log_level, "json": settings.log_json}
+
+
+def quiet_http_client_logs(level: str) -> None:
+    """httpx (the admin CLI's and the tests' client, not the backend path's) logs one INFO line per
+    request: keep those for debugging only."""
+    for name in ("httpx", "httpcore"):
+        logging.getLogger(name).setLevel(logging.DEBUG if level.lower() == "debug" else logging.WARNING)
+
+
+def serve(settings: GatewaySettings) -> None:
+    quiet_http_client_logs(settings.log_level)
+    uvicorn.run(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_config=None,  # keep our structured logging
+        access_log=False,  # the gateway's middleware logs each request with its request id
+        timeout_graceful_shutdown=10,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    serve(settings_from_args(args))
+    return 0
