@@ -19,7 +19,7 @@ from gateway.catalog import ModelSpec
 from gateway.envelopes import JSONBytes
 from gateway.errors import InvalidInput
 from gateway.generation import Generation, RequestMeta
-from gateway.routing import EXPLAIN_REQUEST_HEADER, explanation_headers
+from gateway.routing import EXPLAIN_REQUEST_HEADER, EXPLAIN_RESPONSE_HEADER
 from gateway.schemas import openai_model, parse_chat_completions, parse_completions, parse_workers_ai
 from gateway.services import Services
 from gateway.strict_json import JSONRejected, loads_strict
@@ -147,10 +147,11 @@ async def _openai(request: Request, *, chat: bool) -> Response:
 
 
 def _explained(request: Request, generation: Generation, response: Response) -> Response:
-    """The routing decision in a response header, for an admin who asks (gateway/routing.py)."""
-    token = services(request).settings.admin_token
-    secret = token.get_secret_value() if token is not None else None
-    response.headers.update(explanation_headers(generation.flight, secret, request.headers.get(EXPLAIN_REQUEST_HEADER)))
+    """The routing decision in a response header, for an admin who asks (gateway/routing.py): the
+    request's x-edgerun-explain must be the admin token (a wrong one counts as a failed admin attempt)."""
+    client = request.client.host if request.client is not None else None
+    if services(request).admin_guard.matches(request.headers.get(EXPLAIN_REQUEST_HEADER), client):
+        response.headers[EXPLAIN_RESPONSE_HEADER] = generation.flight.explanation
     return response
 
 

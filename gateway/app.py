@@ -7,20 +7,22 @@ own store (which then stays theirs to close).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
 from backends.client import BackendClient
 from gateway import api_admin, api_inference
+from gateway.admin_guard import presented_bearer, token_matches
 from gateway.billing import api as api_billing
 from gateway.envelopes import JSONBytes, error_response
-from gateway.errors import GatewayError, NoRoute, StoreUnavailable
+from gateway.errors import AuthenticationFailed, GatewayError, NoRoute, StoreUnavailable
+from gateway.listeners import ADMIN, ListenerGate, listener_of
 from gateway.metrics import GatewayMetrics
 from gateway.middleware import RequestContextMiddleware, is_openai_path
 from gateway.services import Services
@@ -65,7 +67,15 @@ async def healthz(request: Request) -> Response:
 
 
 async def metrics(request: Request) -> Response:
+    """Prometheus text: open on the admin listener; on a lone public listener it needs
+    `Authorization: Bearer <metrics_token>` unless `metrics_public` (gateway/listeners.py)."""
     g: Services = request.app.state.services
+    s = g.settings
+    if listener_of(request.scope) != ADMIN and not s.metrics_public:
+        expected = s.metrics_token.get_secret_value() if s.metrics_token is not None else None
+        if not token_matches(expected, presented_bearer(request.headers.get("authorization"))):
+            hint = "'Authorization: Bearer <metrics_token>'" if expected else "metrics_token, metrics_public or admin_port"
+            raise AuthenticationFailed(f"Authentication error: /metrics needs {hint}")
     return PlainTextResponse(g.metrics.render(), media_type=g.metrics.content_type)
 
 
@@ -87,8 +97,14 @@ def routes() -> list[Route]:
 
 
 def create_app(
-    settings: GatewaySettings, *, store: Store | None = None, client: BackendClient | None = None
+    settings: GatewaySettings,
+    *,
+    store: Store | None = None,
+    client: BackendClient | None = None,
+    extra_routes: Sequence[BaseRoute] = (),
 ) -> Starlette:
+    """The gateway app; `extra_routes` (e.g. a dashboard) are served on both listeners, and decide
+    themselves what they accept where (`gateway.listeners.accepts_admin_token`)."""
     app_metrics = GatewayMetrics()
 
     @asynccontextmanager
@@ -102,7 +118,7 @@ def create_app(
             await services.aclose()
 
     app = Starlette(
-        routes=routes(),
+        routes=[*routes(), *extra_routes],
         lifespan=lifespan,
         exception_handlers={
             GatewayError: render_gateway_error,
@@ -110,5 +126,6 @@ def create_app(
             HTTPException: render_http_exception,
         },
     )
+    app.add_middleware(ListenerGate, split=settings.admin_port is not None)
     app.add_middleware(RequestContextMiddleware, metrics=app_metrics)
     return app

@@ -297,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
 
     python = sys.executable
     stub_port, gateway_port = free_port(), free_port()
-    admin_token = "bench-admin-token"
+    admin_token = "bench-admin-token-0123456789abcdefghij"
     workdir = Path(tempfile.mkdtemp(prefix="edgerun-bench-"))
     env = {
         **os.environ,

@@ -15,6 +15,7 @@ import structlog
 
 from backends.client import BackendClient
 from gateway.admin import AdminService
+from gateway.admin_guard import AdminGuard
 from gateway.auth import Authenticator
 from gateway.billing.retention import archive_forever
 from gateway.billing.spool import LedgerSpool, replay_forever, spool_path
@@ -50,6 +51,7 @@ class Services:
     auth: Authenticator
     generator: Generator
     admin: AdminService
+    admin_guard: AdminGuard
     owns_store: bool
     owns_client: bool
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
@@ -110,6 +112,11 @@ class Services:
             auth,
             generator,
             AdminService(store),
+            AdminGuard(
+                settings.admin_token.get_secret_value() if settings.admin_token is not None else None,
+                max_failures=settings.admin_max_failures,
+                window_s=settings.admin_failure_window_s,
+            ),
             owns_store,
             owns_client,
         )

@@ -194,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         wait_http(f"http://127.0.0.1:{stub_port}/health")
         base_env = {k: v for k, v in os.environ.items() if not k.startswith("EDGERUN_")}
         base_env.update({
-            "EDGERUN_ADMIN_TOKEN": "bench-admin-token",
+            "EDGERUN_ADMIN_TOKEN": "bench-admin-token-0123456789abcdefghij",
             "EDGERUN_TOKENIZER_CACHE_DIR": str(workdir / "tokenizers"),
             "EDGERUN_LOG_LEVEL": "warning",
             "EDGERUN_MODELS": json.dumps([{"id": MODEL_ID, "backend_model": "stub", "block_size": 16}]),
