@@ -27,7 +27,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest
 
 bench: $(STAMP)
-	$(BIN)/python -m engines.builtin.bench
+	$(BIN)/python -m benchmarks.engine
 
 # Locust, headless and bounded, against a backend and a gateway it starts (reports/locust/).
 .PHONY: loadtest

@@ -1,50 +1,14 @@
-"""The `edgerun` command: a thin dispatcher.
+"""`python -m gateway.cli` still starts `edgerun` while work begun before the move to cli/ lands.
 
-Each subcommand's parser and handler live next to the part they drive and are imported only
-when that subcommand runs, so `edgerun` never loads torch unless it must (and the gateway never
-imports an engine).
+Temporary (issue 17, phase 1): the command line lives in the top-level `cli` package; new code
+spawns `python -m cli` and imports `cli.main`. Delete this file once nothing names it.
 """
 
-from __future__ import annotations
-
-import argparse
-import importlib
 import sys
 
-from gateway.logs import configure_logging
+from cli.main import main
 
-# subcommand -> module exposing `add_arguments(parser)` and `run(args) -> int`
-COMMANDS: dict[str, tuple[str, str]] = {
-    "chat": ("backends.cli_chat", "talk to the built-in engine in the terminal (or one-shot with --prompt)"),
-    "backend": ("backends.cli", "run a regional backend: one engine behind the OpenAI-compatible backend protocol"),
-    "simulate": ("gateway.cli_simulate", "replay a request trace through the routing policies and compare them"),
-    "serve": ("gateway.cli_serve", "run the edge gateway (Workers AI + OpenAI-compatible API) in front of backends"),
-    "dev": ("gateway.cli_dev", "start a backend and a gateway on this machine with a development key"),
-    "tenants": ("gateway.cli_admin", "create and list tenants"),
-    "keys": ("gateway.cli_admin", "create, list and revoke API keys"),
-    "billing": ("gateway.cli_billing", "export the billing ledger (csv, jsonl, parquet), recompute bills, replay the spool"),
-    "bench": ("loadtests.bench.cli", "benchmark a gateway: replay workloads at fixed load and compare routing policies"),
-}
-
-
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    parser = argparse.ArgumentParser(prog="edgerun", description="Self-hostable LLM inference edge platform.")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    chosen = argv[0] if argv and argv[0] in COMMANDS else None
-    for name, (module, help_text) in COMMANDS.items():
-        command_parser = sub.add_parser(name, help=help_text)
-        if name == chosen:  # only the command that runs pays for its imports
-            importlib.import_module(module).add_arguments(command_parser)
-    args, rest = parser.parse_known_args(argv)
-    if rest:
-        parser.error(f"unrecognized arguments: {' '.join(rest)}")
-    command = importlib.import_module(COMMANDS[args.command][0])
-    # A command may say how it wants logs (`logging_options(args) -> dict`); backends cannot import gateway.
-    options = command.logging_options(args) if hasattr(command, "logging_options") else {}
-    configure_logging(**options)
-    return int(command.run(args) or 0)
-
+__all__ = ["main"]
 
 if __name__ == "__main__":
     sys.exit(main())

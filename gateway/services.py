@@ -27,6 +27,7 @@ from gateway.kv_index import KVEventIndexer
 from gateway.metering import Metering
 from gateway.metrics import GatewayMetrics
 from gateway.monitor import BackendMonitor, MonitorIntervals
+from gateway.offload import Offload
 from gateway.routing import Router
 from gateway.settings import GatewaySettings
 from gateway.store.base import Store
@@ -52,6 +53,7 @@ class Services:
     generator: Generator
     admin: AdminService
     admin_guard: AdminGuard
+    offload: Offload
     owns_store: bool
     owns_client: bool
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
@@ -101,7 +103,8 @@ class Services:
         router = Router(store, policy, regions, monitor, metrics, salts)
         tokenizers = TokenizerRegistry(settings.tokenizer_cache_dir, client)
         slots = TenantSlots(store, settings.tenant_max_concurrent_requests)
-        generator = Generator(catalog, tokenizers, auth, metering, router, monitor, client, metrics, slots)
+        offload = Offload(settings.offload_threads, settings.offload_max_pending)
+        generator = Generator(catalog, tokenizers, auth, metering, router, monitor, client, metrics, slots, offload)
         return cls(
             settings,
             metrics,
@@ -117,6 +120,7 @@ class Services:
                 max_failures=settings.admin_max_failures,
                 window_s=settings.admin_failure_window_s,
             ),
+            offload,
             owns_store,
             owns_client,
         )
@@ -149,6 +153,7 @@ class Services:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await self.monitor.stop()
+        self.offload.close()
         if self.owns_client:
             await self.client.aclose()
         if self.owns_store:

@@ -73,6 +73,10 @@ class GatewaySettings(TomlSettings):
     admin_max_failures: int = Field(default=10, ge=1)
     admin_failure_window_s: float = Field(default=60.0, gt=0)
     max_body_bytes: int = Field(default=1 << 20, ge=1024)  # larger bodies get 413 / code 3006
+    # Large bodies are parsed, and large prompts templated and tokenized, on this many worker threads
+    # (gateway/offload.py); with offload_max_pending jobs waiting or running, more get 429 / 3040.
+    offload_threads: int = Field(default=2, ge=1)
+    offload_max_pending: int = Field(default=64, ge=1)
     tokenizer_cache_dir: Path | None = Path.home() / ".cache" / "edgerun" / "tokenizers"
     health_interval_s: float = Field(default=2.0, gt=0)  # GET /health of every backend
     load_interval_s: float = Field(default=1.0, gt=0)  # GET /load: corrects the in-flight counters

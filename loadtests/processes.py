@@ -1,4 +1,4 @@
-"""edgerun child processes on loopback: spawn `python -m gateway.cli <command> --port N ...`, wait
+"""edgerun child processes on loopback: spawn `python -m cli <command> --port N ...`, wait
 until it answers over HTTP, stop it (SIGTERM, then SIGKILL after a grace period).
 
 The load-test stack (stack.py) and the end-to-end test fixtures start their backends and
@@ -79,7 +79,7 @@ class ChildProcess:
         threads: int | None = None,
         **fields: Any,
     ) -> Self:
-        """Start `python -m gateway.cli <command> --port <port> <args>` (not yet ready: call `wait_ready`).
+        """Start `python -m cli <command> --port <port> <args>` (not yet ready: call `wait_ready`).
 
         port: None picks a free one. log_path: None logs to a temporary file that `stop` deletes.
         env: variables added to this process's environment, whose EDGERUN_* variables are dropped
@@ -87,12 +87,30 @@ class ChildProcess:
         fields: a subclass's own fields.
         """
         port = port or free_port()
+        argv = [sys.executable, "-m", "cli", command, "--port", str(port), *args]
+        return cls.launch(
+            name, argv, port, log_path=log_path, env=env, keep_edgerun_env=keep_edgerun_env, threads=threads, **fields
+        )
+
+    @classmethod
+    def launch(
+        cls,
+        name: str,
+        argv: Sequence[str],
+        port: int,
+        *,
+        log_path: Path | None = None,
+        env: Mapping[str, str] | None = None,
+        keep_edgerun_env: bool = False,
+        threads: int | None = None,
+        **fields: Any,
+    ) -> Self:
+        """Start any `argv` that will listen on `port` (the options as for `spawn`)."""
         delete_log = log_path is None
         if log_path is None:
             with tempfile.NamedTemporaryFile(prefix=f"edgerun-{name}-{port}-", suffix=".log", delete=False) as tmp:
                 log_path = Path(tmp.name)
         full_env = child_env(env or {}, keep_edgerun=keep_edgerun_env, threads=threads)
-        argv = [sys.executable, "-m", "gateway.cli", command, "--port", str(port), *args]
         with log_path.open("wb") as log:
             process = subprocess.Popen(argv, cwd=ROOT, env=full_env, stdout=log, stderr=subprocess.STDOUT)
         return cls(name, port, process, log_path, delete_log, **fields)

@@ -7,7 +7,7 @@
     export.py      ledger -> one row per request + a summary per (tenant, model), deterministic
     formats.py     writing rows as CSV, JSONL or Parquet with fixed settings
     api.py         GET /admin/v1/billing/export
-    bench_ledger.py  ledger write throughput and metering cost per request
 
-`edgerun billing export` (gateway/cli_billing.py) is the command-line face of `export.py`.
+`edgerun billing export` (cli/billing.py) is the command-line face of `export.py`;
+benchmarks/ledger.py measures ledger write throughput and metering cost per request.
 """

@@ -33,7 +33,7 @@ class BackendProcess(ChildProcess):
 def running_backend(
     *flags: str, ready_timeout_s: float = READY_TIMEOUT_S, env: dict[str, str] | None = None
 ) -> Iterator[BackendProcess]:
-    """`python -m gateway.cli backend --port N *flags`, yielded once /health answers 200.
+    """`python -m cli backend --port N *flags`, yielded once /health answers 200.
 
     One backend alone on the machine: torch's default threads (all cores) prefill fastest.
     `env`: more EDGERUN_* settings (e.g. EDGERUN_API_KEY).

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from backends.cli import add_arguments, build_settings
+from cli.backend import add_arguments, build_settings
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -45,7 +45,7 @@ def test_a_model_that_cannot_load_exits_non_zero(tmp_path: Path) -> None:
 
     missing = tmp_path / "missing.gguf"
     result = subprocess.run(
-        [sys.executable, "-m", "gateway.cli", "backend", "--port", str(free_port()), "--model", str(missing)],
+        [sys.executable, "-m", "cli", "backend", "--port", str(free_port()), "--model", str(missing)],
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )
     assert result.returncode == 1
@@ -56,7 +56,7 @@ def test_exposing_trtllm_serve_needs_the_explicit_opt_out(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """trtllm-serve checks no key, so even with EDGERUN_API_KEY set it may not leave loopback silently."""
-    from backends.cli import run
+    from cli.backend import run
 
     monkeypatch.setenv("EDGERUN_API_KEY", "a-key-trtllm-serve-would-ignore")
     assert run(parse("--engine", "trtllm", "--host", "0.0.0.0")) == 2

@@ -12,7 +12,7 @@ import pytest
 from tests.backends.conftest import ROOT
 
 pytestmark = pytest.mark.slow
-CHAT = [sys.executable, "-m", "gateway.cli", "chat", "--temperature", "0", "--max-tokens", "12"]
+CHAT = [sys.executable, "-m", "cli", "chat", "--temperature", "0", "--max-tokens", "12"]
 
 
 def test_one_shot_prompt_streams_the_answer() -> None:

@@ -88,7 +88,7 @@ def test_a_full_event_ring_drops_the_oldest_and_counts_them(http: httpx.Client) 
 
 
 def test_a_backend_refuses_to_listen_beyond_loopback_without_a_key() -> None:
-    command = [sys.executable, "-m", "gateway.cli", "backend", "--model", "random:tiny", "--host", "0.0.0.0"]
+    command = [sys.executable, "-m", "cli", "backend", "--model", "random:tiny", "--host", "0.0.0.0"]
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "EDGERUN_LOG_JSON": "false"}
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2, done.stderr

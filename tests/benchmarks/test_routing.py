@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.routing import DEFAULT_TRACE, main
-from gateway.cli import main as edgerun
+from cli.main import main as edgerun
 
 
 def test_table_and_written_traces(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -217,7 +217,7 @@ def test_weight_dtype_is_validated() -> None:
 
 
 def test_runner_bench_measures_decode(tiny_runner: ModelRunner) -> None:
-    from engines.builtin.runner_bench import measure_decode
+    from benchmarks.runner import measure_decode
 
     result = measure_decode(tiny_runner, batch_size=3, context_len=20, num_steps=4, first_block=480)
     assert len(result.step_seconds) == 4 and result.tokens_per_s > 0

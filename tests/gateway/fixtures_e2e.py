@@ -1,10 +1,10 @@
 """Real processes on loopback for the gateway's end-to-end tests.
 
-- `BackendProcess`: `python -m gateway.cli backend --model smollm2 ...` (the real model), with its
+- `BackendProcess`: `python -m cli backend --model smollm2 ...` (the real model), with its
   share of the cores as torch threads (loadtests/processes.py starts and stops the processes).
 - `InProcessGateway`: the gateway app under uvicorn on a loopback port, in a thread with its own
   event loop (fast to start; the test can reach its store with `call`).
-- `GatewayProcess`: `python -m gateway.cli serve` as a subprocess (where processes are the point).
+- `GatewayProcess`: `python -m cli serve` as a subprocess (where processes are the point).
 
 Session fixtures (registered in tests/gateway/conftest.py): two backends `b1`, `b2` in region
 "local", and one in-process gateway in front of them with the catalog model served by both and
@@ -42,7 +42,7 @@ T = TypeVar("T")
 
 @dataclass
 class BackendProcess(ChildProcess):
-    """`python -m gateway.cli backend --model smollm2 ...`; `name` is its backend id."""
+    """`python -m cli backend --model smollm2 ...`; `name` is its backend id."""
 
     region: str = "local"
 
@@ -179,7 +179,7 @@ def gateway_settings(tmp: Path, backends: list[dict[str, Any]], **overrides: Any
 
 
 class GatewayProcess(ChildProcess):
-    """`python -m gateway.cli serve` with settings passed as EDGERUN_* variables."""
+    """`python -m cli serve` with settings passed as EDGERUN_* variables."""
 
     def wait_ready(
         self, path: str = "/healthz", timeout_s: float = 30.0, *, ok_statuses: Container[int] = range(500)

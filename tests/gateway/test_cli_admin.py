@@ -9,14 +9,14 @@ import httpx
 import pytest
 
 from gateway.catalog import DEFAULT_MODEL_ID
-from gateway.cli import main
+from cli.main import main
 from tests.gateway.fixtures_e2e import ADMIN_TOKEN, InProcessGateway
 
 
 @pytest.fixture(autouse=True)
 def keep_test_logging(monkeypatch: pytest.MonkeyPatch) -> None:
     """main() configures process-wide logging onto the (temporary) captured stderr: not in tests."""
-    monkeypatch.setattr("gateway.cli.configure_logging", lambda **options: None)
+    monkeypatch.setattr("cli.main.configure_logging", lambda **options: None)
 
 
 def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> object:

@@ -24,7 +24,7 @@ def test_make_run_prints_a_curl_that_works_and_ctrl_c_stops_both(tmp_path: Path)
     command = [
         sys.executable,
         "-m",
-        "gateway.cli",
+        "cli",
         "dev",
         "--port",
         str(port),

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.slow
 def edgerun(env: dict[str, str], *argv: str) -> Any:
     """The real CLI in its own process, on the gateway's SQLite file."""
     done = subprocess.run(
-        [sys.executable, "-m", "gateway.cli", *argv], cwd=ROOT, env={**os.environ, **env},
+        [sys.executable, "-m", "cli", *argv], cwd=ROOT, env={**os.environ, **env},
         capture_output=True, text=True, timeout=60,
     )
     assert done.returncode == 0, done.stderr

@@ -24,7 +24,7 @@ def test_importing_the_adapter_does_not_import_tensorrt_llm() -> None:
 def test_in_process_backend_without_tensorrt_llm_exits_with_the_hint() -> None:
     from tests.backends.conftest import ROOT, free_port
 
-    command = [sys.executable, "-m", "gateway.cli", "backend", "--engine", "trtllm", "--trtllm-in-process",
+    command = [sys.executable, "-m", "cli", "backend", "--engine", "trtllm", "--trtllm-in-process",
                "--port", str(free_port())]
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 1

@@ -52,7 +52,7 @@ def test_launch_writes_options_and_execs_trtllm_serve(tmp_path: Path) -> None:
 def test_cli_exits_non_zero_with_a_clear_message(tmp_path: Path) -> None:
     env = {**os.environ, "PATH": str(tmp_path), "HOME": str(tmp_path)}  # nothing on PATH
     result = subprocess.run(
-        [sys.executable, "-m", "gateway.cli", "backend", "--engine", "trtllm", "--port", "8199"],
+        [sys.executable, "-m", "cli", "backend", "--engine", "trtllm", "--port", "8199"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
     )
     assert result.returncode != 0

@@ -245,7 +245,7 @@ async def check_exports(
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("EDGERUN_")},
            "EDGERUN_REDIS_URL": redis_url, "EDGERUN_KEY_PREFIX": prefix}
     out = tmp / "bill.csv"
-    command = [sys.executable, "-m", "gateway.cli", "billing", "export", "--from", span["from"], "--to", span["to"],
+    command = [sys.executable, "-m", "cli", "billing", "export", "--from", span["from"], "--to", span["to"],
                "--tenant", TENANT, "--format", "csv", "--out", str(out)]
     done = await asyncio.to_thread(subprocess.run, command, cwd=ROOT, env=env, capture_output=True, timeout=60)
     assert done.returncode == 0, done.stderr

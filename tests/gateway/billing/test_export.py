@@ -14,7 +14,7 @@ import structlog
 
 from gateway.billing.export import INT_COLUMNS, ROW_COLUMNS, SUMMED, ExportQuery, record_row, write_export
 from gateway.billing.formats import FORMATS, Format, read_rows
-from gateway.cli import main
+from cli.main import main
 from gateway.settings import GatewaySettings
 from gateway.store import Store, open_store
 from tests.gateway.billing.ledger_data import CURRENT, HISTORY, OLD, T0, fill, records

@@ -1,4 +1,4 @@
-"""`edgerun simulate` (gateway/cli_simulate.py) through the real `edgerun` dispatcher."""
+"""`edgerun simulate` (cli/simulate.py) through the real `edgerun` dispatcher."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.cli import main
+from cli.main import main
 
 
 def test_simulate_prints_a_table_and_writes_json(

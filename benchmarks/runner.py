@@ -1,9 +1,9 @@
 """Measure the model runner alone: decode tokens/s at a batch size and context length, cold start,
 and transformers' greedy generate on the same weights as the baseline.
 
-    python -m engines.builtin.runner_bench --batch 1 16 --context 512 --hf [--weight-dtype float16] [--threads 1]
+    python -m benchmarks.runner --batch 1 16 --context 512 --hf [--weight-dtype float16] [--threads 1]
 
-The functions are what `bench.py` (the whole engine) reuses; this module's `main` is for quick runs.
+The functions are what tests and quick runs use (benchmarks/engine.py measures the whole engine); this module's `main` is for quick runs.
 """
 
 from __future__ import annotations

@@ -1,13 +1,13 @@
 """Ledger write throughput per store, and what metering costs a request next to the gateway's overhead.
 
-    python -m gateway.billing.bench_ledger [--records 2000] [--writers 32] [--requests 300] [--duration 6]
+    python -m benchmarks.ledger [--records 2000] [--writers 32] [--requests 300] [--duration 6]
 
 For each store (embedded SQLite, Redis at --redis-url, under a fresh key prefix deleted at the end):
 - ledger appends/s: `append_usage` of distinct records, one writer, then `--writers` concurrent;
 - metering per request: `Metering.reserve` + `settle` (a priced model, a tenant with a budget, so
   both touch the store), sequential, wall and CPU time per request;
 - the gateway's own per-request overhead on the same store: `edgerun serve` in front of
-  `gateway.bench_overhead`'s stub backend, one client at a time, streaming; overhead = mean latency
+  the stub backend (benchmarks/stub_backend.py), one client at a time, streaming; overhead = mean latency
   through the gateway minus mean latency straight to the stub, and the gateway's CPU per request.
 The last columns give metering as a share of that overhead (wall, CPU).
 """
@@ -17,10 +17,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import shlex
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -28,16 +26,19 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
-
+from benchmarks.gateway_overhead import create_key, start_gateway, start_stub
+from benchmarks.interleave import interleave
+from benchmarks.machine import machine
+from benchmarks.raw_load import drive
+from benchmarks.stub_backend import MODEL_ID, PROMPT
 from gateway.auth import Principal
-from gateway.bench_overhead import MODEL_ID, PROMPT, drive, free_port, machine, wait_http
 from gateway.envelopes import TokenUsage
 from gateway.metering import MeteredRequest, Metering
 from gateway.metrics import GatewayMetrics
 from gateway.settings import GatewaySettings
 from gateway.store import Store, open_store
 from gateway.store.models import UsageRecord
+from loadtests.processes import ChildProcess
 from policies.pricing import PriceTable
 
 PRICE = {"version": "bench", "input": "0.027", "cached_input": "0.0045", "output": "0.201"}
@@ -90,44 +91,33 @@ async def metering_per_request(store: Store, n: int) -> tuple[float, float]:
     return (time.perf_counter() - wall) / n * 1000, (time.process_time() - cpu) / n * 1000
 
 
-def gateway_overhead(env: dict[str, str], stub_port: int, duration_s: float) -> tuple[float, float]:
+def gateway_overhead(env: dict[str, str], stub: ChildProcess, workdir: Path, duration_s: float) -> tuple[float, float]:
     """(added latency ms, gateway CPU ms) per request, one streaming client at a time."""
-    port = free_port()
-    gateway = subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve", "--port", str(port)], env=env)
+    gateway = start_gateway(stub.port, workdir, env)
     try:
-        base = f"http://127.0.0.1:{port}"
-        wait_http(f"{base}/healthz")
-        admin = {"authorization": f"Bearer {env['EDGERUN_ADMIN_TOKEN']}"}
         account = "bench-" + uuid.uuid4().hex[:8]
-        tenant = httpx.post(
-            f"{base}/admin/v1/tenants",
-            json={"name": "bench", "account_ids": [account], "monthly_budget_micro": 10**15},
-            headers=admin,
-        ).json()["result"]
-        key = httpx.post(f"{base}/admin/v1/tenants/{tenant['id']}/keys", json={}, headers=admin).json()["result"]
-        auth = {"authorization": f"Bearer {key['secret']}"}
-        direct_url = f"http://127.0.0.1:{stub_port}/v1/completions"
+        auth = {"authorization": f"Bearer {create_key(gateway.url, account, monthly_budget_micro=10**15)}"}
+        direct_url = f"{stub.url}/v1/completions"
         direct_body = {"model": "stub", "prompt": list(range(40)), "max_tokens": 8, "stream": True}
-        url = f"{base}/client/v4/accounts/{account}/ai/run/{MODEL_ID}"
+        url = f"{gateway.url}/client/v4/accounts/{account}/ai/run/{MODEL_ID}"
         body = {"prompt": PROMPT, "max_tokens": 8, "stream": True}
+        pid = gateway.process.pid
 
         async def run() -> tuple[float, float]:
             await drive("warm-up", url, body, auth, 1, 1.0)
-            direct_s = through_s = cpu_s = 0.0
-            count_direct = count_through = 0
-            for _ in range(3):  # alternate, so both see the same machine
-                d = await drive("direct", direct_url, direct_body, {}, 1, duration_s / 3)
-                g = await drive("gateway", url, body, auth, 1, duration_s / 3, gateway.pid)
-                direct_s, count_direct = direct_s + sum(d.latencies_s), count_direct + len(d.latencies_s)
-                through_s, count_through = through_s + sum(g.latencies_s), count_through + len(g.latencies_s)
-                cpu_s += g.cpu_s
-            added = (through_s / count_through - direct_s / count_direct) * 1000
-            return added, cpu_s / count_through * 1000
+            paired = await interleave(
+                lambda: drive("direct", direct_url, direct_body, {}, 1, duration_s / 3),
+                lambda: drive("gateway", url, body, auth, 1, duration_s / 3, pid),
+                3,
+            )
+            direct = [s for phase in paired.baseline for s in phase.latencies_s]
+            through = [s for phase in paired.subject for s in phase.latencies_s]
+            added = (sum(through) / len(through) - sum(direct) / len(direct)) * 1000
+            return added, sum(phase.cpu_s for phase in paired.subject) / len(through) * 1000
 
         return asyncio.run(run())
     finally:
-        gateway.terminate()
-        gateway.wait(timeout=15)
+        gateway.stop(timeout_s=15)
 
 
 async def measure_store(name: str, settings: GatewaySettings, args: argparse.Namespace) -> Result:
@@ -144,14 +134,14 @@ async def measure_store(name: str, settings: GatewaySettings, args: argparse.Nam
 
 
 def run_store(
-    name: str, settings: GatewaySettings, args: argparse.Namespace, env: dict[str, str], stub_port: int
+    name: str, settings: GatewaySettings, args: argparse.Namespace, env: dict[str, str], stub: ChildProcess, workdir: Path
 ) -> Result:
     """Every measurement on one store; a Redis store's keys are deleted afterwards."""
     if settings.redis_url:
         env = {**env, "EDGERUN_REDIS_URL": settings.redis_url, "EDGERUN_KEY_PREFIX": settings.key_prefix}
     try:
         result = asyncio.run(measure_store(name, settings, args))
-        result.gateway_added_ms, result.gateway_cpu_ms = gateway_overhead(env, stub_port, args.duration)
+        result.gateway_added_ms, result.gateway_cpu_ms = gateway_overhead(env, stub, workdir, args.duration)
         return result
     finally:
         if settings.redis_url:
@@ -171,7 +161,7 @@ async def drop_prefix(url: str, prefix: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m gateway.billing.bench_ledger", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.ledger", description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=2000, help="ledger appends per measurement")
     parser.add_argument("--writers", type=int, default=32, help="concurrent writers for the second measurement")
     parser.add_argument("--requests", type=int, default=300, help="metered requests (reserve + settle)")
@@ -185,12 +175,10 @@ def main(argv: list[str] | None = None) -> int:
         "embedded (SQLite)": GatewaySettings(redis_url=None, sqlite_path=str(workdir / "ledger.sqlite3")),
         "Redis": GatewaySettings(redis_url=args.redis_url, key_prefix=prefix),
     }
-    stub_port = free_port()
-    stub = subprocess.Popen(
-        [sys.executable, "-m", "gateway.bench_overhead", "--serve-stub", str(stub_port), "--chunks", "8"]
-    )
+    stub = start_stub(8)
     results = []
     try:
+<<<<<<< HEAD:gateway/billing/bench_ledger.py
         wait_http(f"http://127.0.0.1:{stub_port}/health")
         base_env = {k: v for k, v in os.environ.items() if not k.startswith("EDGERUN_")}
         base_env.update({
@@ -203,14 +191,16 @@ def main(argv: list[str] | None = None) -> int:
             ),
             "EDGERUN_PRICES": json.dumps({MODEL_ID: PRICE}),
         })
+=======
+        base_env = {"EDGERUN_PRICES": json.dumps({MODEL_ID: PRICE})}
+>>>>>>> main:benchmarks/ledger.py
         for i, (name, settings) in enumerate(stores.items()):
             env = {**base_env, "EDGERUN_SQLITE_PATH": str(workdir / f"gateway-{i}.sqlite3")}
-            results.append(run_store(name, settings, args, env, stub_port))
+            results.append(run_store(name, settings, args, env, stub, workdir))
     finally:
-        stub.terminate()
-        stub.wait(timeout=15)
+        stub.stop(timeout_s=15)
         shutil.rmtree(workdir, ignore_errors=True)
-    command = "python -m gateway.billing.bench_ledger " + " ".join(
+    command = "python -m benchmarks.ledger " + " ".join(
         shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])
     )
     print(report(results, args, command.strip()))

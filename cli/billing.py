@@ -125,7 +125,7 @@ async def _replay(settings: GatewaySettings) -> dict[str, Any]:
 
 
 def logging_options(args: argparse.Namespace) -> dict[str, object]:
-    """Warnings only: the output is a JSON report (see gateway/cli.py)."""
+    """Warnings only: the output is a JSON report (see cli/main.py)."""
     return {"level": "warning", "json": False}
 
 

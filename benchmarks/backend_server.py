@@ -1,10 +1,10 @@
 """What the HTTP server costs: the same streams through the backend server vs the engine in-process.
 
-    python -m backends.bench_server [--model smollm2] [--device cpu] [--concurrency 1 16]
+    python -m benchmarks.backend_server [--model smollm2] [--device cpu] [--concurrency 1 16]
 
 Loads the engine in this process (AsyncEngine) and starts a backend server process with the
 same engine settings, then, for each concurrency level, runs the same prompts through both, in
-alternating rounds: in-process (`engine.generate`) and over HTTP (BackendClient, streaming, SSE).
+interleaved rounds: in-process (`engine.generate`) and over HTTP (BackendClient, streaming, SSE).
 Every request generates exactly `--max-tokens` tokens (greedy, ignore_eos); each round uses a
 fresh cache_salt so neither side reuses the other's prefix cache. Prints a markdown table:
 throughput (generated tokens/s over the round's wall time), mean TTFT, CPU time per generated
@@ -17,26 +17,24 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import platform
+import functools
 import random
 import shlex
 import signal
-import socket
 import statistics
-import subprocess
 import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-import httpx
-
 from backends.client import BackendClient, Endpoint
+from benchmarks.interleave import interleave
+from benchmarks.machine import machine, process_cpu_s
 from engines.base import GenerationRequest
 from engines.builtin.config import EngineConfig
 from engines.sampling_params import SamplingParams
+from loadtests.processes import ChildProcess
 
 
 @dataclass(slots=True)
@@ -71,13 +69,6 @@ class Summary:
 
 
 OneRequest = Callable[[list[int], str], Awaitable[tuple[int, float]]]  # prompt, salt -> (tokens, ttft)
-
-
-def process_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of another process (Linux /proc)."""
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def run_round(
@@ -130,63 +121,18 @@ def over_http(client: BackendClient, endpoint: Endpoint, sampling: SamplingParam
     return one
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def start_server(args: argparse.Namespace, port: int) -> subprocess.Popen:
-    command = [
-        sys.executable, "-m", "gateway.cli", "backend", "--port", str(port), "--model", args.model,
-        "--device", args.device, "--dtype", args.dtype, "--num-kv-blocks", str(args.num_kv_blocks),
+def start_server(args: argparse.Namespace) -> ChildProcess:
+    options = [
+        "--model", args.model, "--device", args.device, "--dtype", args.dtype, "--num-kv-blocks", str(args.num_kv_blocks),
         "--max-num-seqs", str(max(args.concurrency)), "--max-queue", "64", "--log-level", "warning",
     ]
-    env = dict(os.environ)
-    if args.threads:  # the server's torch reads it at import
-        env["OMP_NUM_THREADS"] = str(args.threads)
-    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-
-
-async def wait_ready(url: str, process: subprocess.Popen, timeout_s: float = 600) -> None:
-    deadline = time.monotonic() + timeout_s
-    async with httpx.AsyncClient() as http:
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                raise RuntimeError(f"the backend server exited with {process.returncode}")
-            try:
-                if (await http.get(f"{url}/health", timeout=1)).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            await asyncio.sleep(0.25)
-    raise RuntimeError("the backend server did not become ready")
-
-
-def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as info:
-            cpu = next(line.split(":", 1)[1].strip() for line in info if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    text = f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs ({cpu})"
-    text += f", Python {platform.python_version()}"
-    try:
-        import torch
-
-        text += f", torch {torch.__version__}"
-        if torch.cuda.is_available():
-            text += f", {torch.cuda.get_device_name(0)}"
-    except ImportError:
-        pass
-    return text
+    return ChildProcess.spawn("backend", "backend", options, keep_edgerun_env=True, threads=args.threads)
 
 
 def print_header(args: argparse.Namespace) -> None:
-    print(f"Command: `python -m backends.bench_server {shlex.join(sys.argv[1:])}`")
+    print(f"Command: `python -m benchmarks.backend_server {shlex.join(sys.argv[1:])}`")
     threads = f", torch threads per engine: {args.threads}" if args.threads else ""
-    print(f"Machine: {machine()}{threads}")
+    print(f"Machine: {machine(with_torch=True)}{threads}")
     print(f"Workload: {args.prompt_tokens}-token prompts, {args.max_tokens} generated tokens each (greedy, "
           f"ignore_eos), {args.requests_per_stream} requests per stream, median of {args.rounds} alternating rounds\n")
     print("| streams | in-process tok/s | server tok/s | server/in-process | in-process TTFT ms | server TTFT ms "
@@ -216,41 +162,40 @@ async def main(args: argparse.Namespace) -> int:
     config = EngineConfig(model=args.model, device=args.device, dtype=args.dtype, num_kv_blocks=args.num_kv_blocks,
                           max_num_seqs=max(args.concurrency))
 
-    port = free_port()
-    server = start_server(args, port)
+    server = start_server(args)
     client = BackendClient(read_timeout_s=600, first_byte_timeout_s=600)
-    endpoint = Endpoint(id="bench", base_url=f"http://127.0.0.1:{port}", region="local")
+    endpoint = Endpoint(id="bench", base_url=server.url, region="local")
     engine = None
     try:
         engine = AsyncEngine(config)
         await engine.start()
-        await wait_ready(endpoint.base_url, server)
+        server.wait_ready("/health", timeout_s=600)
         local, remote = in_process(engine, sampling), over_http(client, endpoint, sampling)
 
         def remote_cpu() -> float:
-            return process_cpu_s(server.pid) + time.process_time()
+            return process_cpu_s(server.process.pid) + time.process_time()
 
         for one in (local, remote):  # warm-up: first forwards, allocator, connections
             await run_round(one, prompts[: max(args.concurrency)], max(args.concurrency))
         print_header(args)
         for concurrency in args.concurrency:
             batch = prompts[: concurrency * args.requests_per_stream]
-            local_rounds, remote_rounds = [], []
-            for _ in range(args.rounds):
-                local_rounds.append(await run_round(local, batch, concurrency))
-                remote_rounds.append(await run_round(remote, batch, concurrency, remote_cpu))
-            print_row(concurrency, Summary.of(local_rounds), Summary.of(remote_rounds))
+            paired = await interleave(
+                functools.partial(run_round, local, batch, concurrency),
+                functools.partial(run_round, remote, batch, concurrency, remote_cpu),
+                args.rounds,
+            )
+            print_row(concurrency, Summary.of(paired.baseline), Summary.of(paired.subject))
     finally:
-        server.send_signal(signal.SIGTERM)
+        server.stop(timeout_s=60)
         await client.aclose()
         if engine is not None:
             await engine.stop()
-        server.wait(timeout=60)
     return 0
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m backends.bench_server", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.backend_server", description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])

@@ -32,8 +32,12 @@ from pydantic import SecretStr
 
 from gateway.app import create_app
 from gateway.catalog import DEFAULT_MODEL_ID
+<<<<<<< HEAD:gateway/cli_dev.py
 from gateway.cli_serve import quiet_http_client_logs
 from gateway.listeners import Listeners, listener_configs
+=======
+from cli.serve import quiet_http_client_logs
+>>>>>>> main:cli/dev.py
 from gateway.settings import GatewaySettings
 from gateway.store.base import Store
 
@@ -61,7 +65,7 @@ def spawn_backend(args: argparse.Namespace, port: int, api_key: str) -> subproce
     command = [
         sys.executable,
         "-m",
-        "gateway.cli",
+        "cli",
         "backend",
         "--model",
         args.model,
@@ -162,7 +166,7 @@ def stop_backend(process: subprocess.Popen[bytes], timeout_s: float = 15.0) -> N
 
 
 def logging_options(args: argparse.Namespace) -> dict[str, object]:
-    """Console logs at --log-level (see gateway/cli.py)."""
+    """Console logs at --log-level (see cli/main.py)."""
     return {"level": args.log_level, "json": False}
 
 

@@ -1,4 +1,4 @@
-"""Numbers -> the markdown table `bench.py` prints (and the machine facts that go with it)."""
+"""Numbers -> the markdown table `benchmarks/engine.py` prints (and the machine facts that go with it)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def machine_info() -> dict[str, str]:
     if cpuinfo.is_file():
         cpu = next((line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines() if line.startswith("model name")), cpu)
     return {
-        "command": " ".join(["python", "-m", "engines.builtin.bench", *sys.argv[1:]]),
+        "command": " ".join(["python", "-m", "benchmarks.engine", *sys.argv[1:]]),
         "nproc": str(os.cpu_count()),
         "cpu": cpu,
         "torch": torch.__version__,

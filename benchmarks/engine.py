@@ -1,6 +1,6 @@
 """Benchmark the built-in engine against Hugging Face transformers (and llama.cpp if installed).
 
-    python -m engines.builtin.bench [--repeats 3] [--out results.json] [--profile] [--set FIELD=VALUE]
+    python -m benchmarks.engine [--repeats 3] [--out results.json] [--profile] [--set FIELD=VALUE]
 
 Same GGUF weights (SmolLM2-135M-Instruct), greedy decoding, on the CPU. Measures: batch-1 decode
 tokens/s; aggregate tokens/s of 16 concurrent 128-token streams (ours through AsyncEngine,
@@ -27,8 +27,8 @@ from pathlib import Path
 
 from engines.base import GenerationRequest
 from engines.builtin.async_engine import AsyncEngine
-from engines.builtin.bench_baselines import HFBaseline, LlamaCppBaseline, llama_cpp_available
-from engines.builtin.bench_report import machine_info, percentile, render
+from benchmarks.engine_baselines import HFBaseline, LlamaCppBaseline, llama_cpp_available
+from benchmarks.engine_report import machine_info, percentile, render
 from engines.builtin.config import EngineConfig
 from engines.builtin.llm_engine import LLMEngine
 from engines.builtin.loader import smollm2_gguf_path
@@ -208,12 +208,12 @@ def measure_llama_cpp(args: argparse.Namespace, prompt: list[int]) -> dict:
 def measure_cold_start(args: argparse.Namespace) -> tuple[float, dict[str, float]]:
     """Median wall time from spawning a fresh interpreter to its first generated token."""
     walls, splits = [], {}
-    command = [sys.executable, "-m", "engines.builtin.bench", "--first-token-child"]
+    command = [sys.executable, "-m", "benchmarks.engine", "--first-token-child"]
     for option in args.set:
         command += ["--set", option]
     for _ in range(args.repeats):
         started = time.perf_counter()
-        proc = subprocess.run(command, capture_output=True, text=True, check=True, cwd=Path(__file__).resolve().parents[2])
+        proc = subprocess.run(command, capture_output=True, text=True, check=True, cwd=Path(__file__).resolve().parents[1])
         walls.append(time.perf_counter() - started)
         splits = json.loads(proc.stdout.strip().splitlines()[-1])
         splits = {"interpreter_and_imports": walls[-1] - sum(splits.values()), **splits}
@@ -232,7 +232,7 @@ def first_token_child(options: list[str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m engines.builtin.bench", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.engine", description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--tokens", type=int, default=128, help="tokens per generation")
     parser.add_argument("--streams", type=int, default=16, help=f"concurrent streams (at most {len(TOPICS)})")

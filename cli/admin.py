@@ -134,7 +134,7 @@ def _via_gateway(args: argparse.Namespace, token: str | None) -> Any:
 
 
 def logging_options(args: argparse.Namespace) -> dict[str, object]:
-    """Warnings only: the output is the JSON result (see gateway/cli.py)."""
+    """Warnings only: the output is the JSON result (see cli/main.py)."""
     return {"level": "warning", "json": False}
 
 

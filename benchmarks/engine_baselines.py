@@ -1,4 +1,4 @@
-"""The baselines `bench.py` compares against, on the same GGUF weights: Hugging Face transformers
+"""The baselines `benchmarks/engine.py` compares against, on the same GGUF weights: Hugging Face transformers
 (float32, eager) and, when importable, llama-cpp-python. Each returns plain timings."""
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ def settings_from_args(args: argparse.Namespace) -> GatewaySettings:
 
 
 def logging_options(args: argparse.Namespace) -> dict[str, object]:
-    """How `edgerun` configures logging before `run` (see gateway/cli.py)."""
+    """How `edgerun` configures logging before `run` (see cli/main.py)."""
     settings = settings_from_args(args)
     return {"level": settings.log_level, "json": settings.log_json}
 

@@ -1,0 +1,137 @@
+"""Load generation with a lean raw HTTP/1.1 client, so the load generator steals little CPU from
+what it measures: keep-alive connections, closed-loop or Poisson arrivals, latencies per phase."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from benchmarks.machine import process_cpu_s
+
+
+class RawConnection:
+    """One keep-alive HTTP/1.1 connection; reads chunked or sized bodies to the end."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def post(self, request: bytes) -> int:
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+        assert self.reader is not None
+        self.writer.write(request)
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        status = int(head.split(b" ", 2)[1])
+        lowered = head.lower()
+        if b"transfer-encoding: chunked" in lowered:
+            while True:
+                size = int((await self.reader.readuntil(b"\r\n")).strip(), 16)
+                await self.reader.readexactly(size + 2)
+                if size == 0:
+                    break
+        else:
+            length = int(lowered.split(b"content-length: ", 1)[1].split(b"\r\n", 1)[0])
+            await self.reader.readexactly(length)
+        return status
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+def raw_request(url: str, body: dict[str, Any], headers: dict[str, str]) -> tuple[str, int, bytes]:
+    parsed = httpx.URL(url)
+    payload = json.dumps(body).encode()
+    lines = [
+        f"POST {parsed.raw_path.decode()} HTTP/1.1",
+        f"host: {parsed.host}:{parsed.port}",
+        "content-type: application/json",
+        f"content-length: {len(payload)}",
+        *(f"{k}: {v}" for k, v in headers.items()),
+    ]
+    return parsed.host, int(parsed.port or 80), ("\r\n".join(lines) + "\r\n\r\n").encode() + payload
+
+
+@dataclass
+class Phase:
+    name: str
+    latencies_s: list[float]
+    errors: int
+    elapsed_s: float
+    cpu_s: float = 0.0  # CPU time the gateway process used during the phase
+
+    @property
+    def rps(self) -> float:
+        return len(self.latencies_s) / self.elapsed_s
+
+    def pct(self, q: float) -> float:
+        ordered = sorted(self.latencies_s)
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
+
+    def __add__(self, other: Phase) -> Phase:
+        return Phase(
+            self.name,
+            self.latencies_s + other.latencies_s,
+            self.errors + other.errors,
+            self.elapsed_s + other.elapsed_s,
+            self.cpu_s + other.cpu_s,
+        )
+
+
+async def drive(
+    name: str,
+    url: str,
+    body: dict[str, Any],
+    headers: dict[str, str],
+    concurrency: int,
+    duration_s: float,
+    watch_pid: int | None = None,
+    rate: float | None = None,
+) -> Phase:
+    """`concurrency` clients, each on its own keep-alive connection, for `duration_s`: closed loop
+    (each sends its next request as soon as the last one ends), or with `rate`, requests arriving
+    at `rate` per second in all (Poisson), each client taking the next arrival when it is free.
+    Latency counts from the arrival, not the send, so a client that falls behind shows it."""
+    host, port, request = raw_request(url, body, headers)
+    latencies: list[float] = []
+    errors = 0
+    deadline = time.perf_counter() + duration_s
+    arrivals = random.Random(0)
+    next_arrival = time.perf_counter()
+
+    async def client() -> None:
+        nonlocal errors, next_arrival
+        connection = RawConnection(host, port)
+        try:
+            while time.perf_counter() < deadline:
+                start = time.perf_counter()
+                if rate is not None:
+                    start = next_arrival = max(next_arrival, start - 1.0) + arrivals.expovariate(rate)
+                    await asyncio.sleep(max(0.0, start - time.perf_counter()))
+                try:
+                    ok = await connection.post(request) == 200
+                except (OSError, asyncio.IncompleteReadError, ValueError):
+                    ok = False
+                    connection.close()
+                    connection = RawConnection(host, port)
+                if ok:
+                    latencies.append(time.perf_counter() - start)
+                else:
+                    errors += 1
+        finally:
+            connection.close()
+
+    cpu_before = process_cpu_s(watch_pid) if watch_pid else 0.0
+    start = time.perf_counter()
+    await asyncio.gather(*(client() for _ in range(concurrency)))
+    elapsed = time.perf_counter() - start
+    cpu = process_cpu_s(watch_pid) - cpu_before if watch_pid else 0.0
+    return Phase(name, latencies, errors, elapsed, cpu)

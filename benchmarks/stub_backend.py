@@ -1,0 +1,130 @@
+"""A backend that answers at once, for measuring what sits in front of it (the gateway, metering).
+
+    python -m benchmarks.stub_backend --port PORT [--chunks 8]
+
+A tiny Starlette app speaking the streaming /v1/completions protocol plus the routes the gateway
+polls (health, load, KV events, tokenizer). Every answer streams `--chunks` text chunks and a
+usage chunk. Its tokenizer is a small byte-level BPE trained at start-up, with a ChatML template,
+so a gateway in front does its real per-request work (template, tokenize, hash, route, meter,
+re-encode the stream). Used only by the benchmarks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import AsyncIterator
+from typing import Any
+
+CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+MODEL_ID = "@cf/edgerun/bench-stub"
+PROMPT = "Summarise the design of an inference gateway in front of regional GPU backends, in one line."
+
+
+def command(port: int, num_chunks: int = 8) -> list[str]:
+    """The argv that starts the stub on `port` as its own process."""
+    return [sys.executable, "-m", "benchmarks.stub_backend", "--port", str(port), "--chunks", str(num_chunks)]
+
+
+def gateway_env(stub_port: int) -> dict[str, str]:
+    """The EDGERUN_* settings that put the stub behind a gateway as its only backend."""
+    return {
+        "EDGERUN_MODELS": json.dumps([{"id": MODEL_ID, "backend_model": "stub", "block_size": 16}]),
+        "EDGERUN_BACKENDS": json.dumps(
+            [{"id": "stub", "base_url": f"http://127.0.0.1:{stub_port}", "region": "local", "models": [MODEL_ID]}]
+        ),
+    }
+
+
+def stub_tokenizer_json() -> str:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=2000, special_tokens=["<|im_start|>", "<|im_end|>"], show_progress=False)
+    corpus = [PROMPT, CHATML, *(f"the gateway routes request {i} to backend {i % 7}" for i in range(500))]
+    tokenizer.train_from_iterator(corpus, trainer)
+    return tokenizer.to_str()
+
+
+def _event(obj: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+
+
+def stub_app(num_chunks: int) -> Any:
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, StreamingResponse
+    from starlette.routing import Route
+
+    payload = {
+        "model": "stub",
+        "tokenizer_json": stub_tokenizer_json(),
+        "chat_template": CHATML,
+        "bos_token": None,
+        "eos_token": "<|im_end|>",
+        "max_model_len": 8192,
+    }
+
+    async def completions(request: Request) -> StreamingResponse:
+        body = await request.json()
+        prompt = body["prompt"]
+        num_prompt = len(prompt) if isinstance(prompt, list) else len(prompt.split())
+
+        async def stream() -> AsyncIterator[bytes]:
+            for i in range(num_chunks):
+                finish = "length" if i == num_chunks - 1 else None
+                choice = {"index": 0, "text": " tok", "finish_reason": finish}
+                yield _event({"id": "x", "object": "text_completion", "choices": [choice]})
+            usage = {
+                "prompt_tokens": num_prompt,
+                "completion_tokens": num_chunks,
+                "total_tokens": num_prompt + num_chunks,
+                "prompt_tokens_details": {"cached_tokens": 0},
+            }
+            yield _event({"id": "x", "object": "text_completion", "choices": [], "usage": usage})
+            yield b"data: [DONE]\n\n"
+
+        return StreamingResponse(stream(), media_type="text/event-stream")
+
+    async def health(request: Request) -> JSONResponse:
+        return JSONResponse({"status": "ok"})
+
+    async def load(request: Request) -> JSONResponse:
+        return JSONResponse({"running": 0, "waiting": 0, "prefill_tokens": 0, "decode_tokens": 0})
+
+    async def kv_events(request: Request) -> JSONResponse:
+        return JSONResponse([])
+
+    async def tokenizer(request: Request) -> JSONResponse:
+        return JSONResponse(payload)
+
+    return Starlette(
+        routes=[
+            Route("/v1/completions", completions, methods=["POST"]),
+            Route("/health", health),
+            Route("/load", load),
+            Route("/kv_cache_events", kv_events, methods=["POST"]),
+            Route("/edgerun/v1/tokenizer", tokenizer),
+        ]
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    import uvicorn
+
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.stub_backend", description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--chunks", type=int, default=8, help="text chunks streamed per answer")
+    args = parser.parse_args(argv)
+    uvicorn.run(stub_app(args.chunks), host="127.0.0.1", port=args.port, log_level="warning", access_log=False)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

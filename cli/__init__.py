@@ -1,0 +1,16 @@
+"""The `edgerun` command line: one module per subcommand, each with `add_arguments(parser)` and
+`run(args) -> int` (and optionally `logging_options(args)`).
+
+    main.py      the dispatcher (`edgerun`, `python -m cli`): imports only the chosen subcommand
+    logs.py      structured logging, configured once per process before the subcommand runs
+    serve.py     `edgerun serve`: the gateway alone
+    dev.py       `edgerun dev`: a backend child process and a gateway, with a development key
+    backend.py   `edgerun backend`: one regional backend (built-in engine or TensorRT-LLM)
+    chat.py      `edgerun chat`: the built-in engine in the terminal
+    admin.py     `edgerun tenants` / `edgerun keys`: through the admin API or the store directly
+    billing.py   `edgerun billing export|recompute|replay-spool`
+    simulate.py  `edgerun simulate`: replay a trace through the routing policies
+
+The commands are a face over the parts (gateway, backends, engines, policies): they parse flags,
+build settings and call a service; nothing in those parts imports this package.
+"""
