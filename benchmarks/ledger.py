@@ -178,22 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     stub = start_stub(8)
     results = []
     try:
-<<<<<<< HEAD:gateway/billing/bench_ledger.py
-        wait_http(f"http://127.0.0.1:{stub_port}/health")
-        base_env = {k: v for k, v in os.environ.items() if not k.startswith("EDGERUN_")}
-        base_env.update({
-            "EDGERUN_ADMIN_TOKEN": "bench-admin-token-0123456789abcdefghij",
-            "EDGERUN_TOKENIZER_CACHE_DIR": str(workdir / "tokenizers"),
-            "EDGERUN_LOG_LEVEL": "warning",
-            "EDGERUN_MODELS": json.dumps([{"id": MODEL_ID, "backend_model": "stub", "block_size": 16}]),
-            "EDGERUN_BACKENDS": json.dumps(
-                [{"id": "stub", "base_url": f"http://127.0.0.1:{stub_port}", "region": "local", "models": [MODEL_ID]}]
-            ),
-            "EDGERUN_PRICES": json.dumps({MODEL_ID: PRICE}),
-        })
-=======
         base_env = {"EDGERUN_PRICES": json.dumps({MODEL_ID: PRICE})}
->>>>>>> main:benchmarks/ledger.py
         for i, (name, settings) in enumerate(stores.items()):
             env = {**base_env, "EDGERUN_SQLITE_PATH": str(workdir / f"gateway-{i}.sqlite3")}
             results.append(run_store(name, settings, args, env, stub, workdir))

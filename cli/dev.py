@@ -32,12 +32,8 @@ from pydantic import SecretStr
 
 from gateway.app import create_app
 from gateway.catalog import DEFAULT_MODEL_ID
-<<<<<<< HEAD:gateway/cli_dev.py
-from gateway.cli_serve import quiet_http_client_logs
-from gateway.listeners import Listeners, listener_configs
-=======
 from cli.serve import quiet_http_client_logs
->>>>>>> main:cli/dev.py
+from gateway.listeners import Listeners, listener_configs
 from gateway.settings import GatewaySettings
 from gateway.store.base import Store
 
