@@ -30,7 +30,7 @@ from backends.client import BackendClient, BackendError, Endpoint
 from gateway.catalog import ModelSpec
 from gateway.chat_template import ChatTemplate
 from gateway.errors import InvalidInput, OutOfCapacity
-from gateway.offload import Offload
+from gateway.offload import Offload, is_large
 from gateway.schemas import Prompt
 
 
@@ -70,7 +70,10 @@ class ModelTokenizer:
 
     def encode_text(self, text: str, is_raw: bool = False) -> list[int]:
         """Token ids of `text`; special tokens written in it (`<|im_start|>`) are matched whole."""
-        ids = self.tokenizer.encode(text, add_special_tokens=False).ids
+        if is_large(len(text)):  # `encode` holds the GIL throughout; `encode_batch` releases it
+            ids = self.tokenizer.encode_batch([text], add_special_tokens=False)[0].ids
+        else:
+            ids = self.tokenizer.encode(text, add_special_tokens=False).ids
         return [self.bos_token_id, *ids] if is_raw and self.bos_token_id is not None else ids
 
     def encode_prompt(self, prompt: Prompt) -> list[int]:

@@ -42,6 +42,8 @@ async def test_large_prompts_are_templated_and_tokenized_on_the_pool() -> None:
         large = Prompt(messages=({"role": "user", "content": "the quick fox " * 1000},))
         assert await tok.encode(large, offload) == tok.encode_prompt(large)
         assert len(offload.threads) == 1 and offload.threads[0].startswith("edgerun-offload")
+        text, _ = tok.render(large)  # large texts go through encode_batch (it releases the GIL): same ids
+        assert tok.encode_text(text) == tok.tokenizer.encode(text, add_special_tokens=False).ids
     finally:
         offload.close()
 
