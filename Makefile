@@ -11,6 +11,8 @@ STAMP  := $(VENV)/.installed
 $(STAMP): pyproject.toml Makefile
 	# redis-server: the Redis store's tests start their own servers (a full one, the shipped ACL set-up).
 	command -v redis-server >/dev/null || (apt-get update && apt-get install -y --no-install-recommends redis-server)
+	# chromium: the dashboard's browser tests drive it with Playwright (which cannot download its own here).
+	command -v chromium >/dev/null || (apt-get update && apt-get install -y --no-install-recommends chromium)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade pip
 	# CPU build of torch first, pinned, so nothing pulls the CUDA wheels.

@@ -69,7 +69,7 @@ class AdminGuard:
         """Pass, or raise AdminThrottled (429) / AuthenticationFailed (401, counted as a failure)."""
         self._refuse_if_throttled(client or "")
         if not token_matches(self.token, presented_bearer(authorization)):
-            self._record_failure(client or "")
+            self.record_failure(client or "")
             raise AuthenticationFailed("Authentication error: the admin API needs 'Authorization: Bearer <admin token>'")
 
     def matches(self, presented: str | None, client: str | None) -> bool:
@@ -81,7 +81,7 @@ class AdminGuard:
             return False
         if token_matches(self.token, presented):
             return True
-        self._record_failure(client or "")
+        self.record_failure(client or "")
         return False
 
     def retry_after_s(self, client: str) -> float | None:
@@ -106,7 +106,8 @@ class AdminGuard:
                 retry_after_s=wait,
             )
 
-    def _record_failure(self, client: str) -> None:
+    def record_failure(self, client: str) -> None:
+        """Count one failed admin attempt from `client` (also for callers that check tokens themselves)."""
         now = self._clock()
         failures = self._failures.pop(client, None) or deque()
         self._expire(failures, now)

@@ -7,19 +7,20 @@ own store (which then stays theirs to close).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
-from starlette.routing import BaseRoute, Route
+from starlette.routing import Route
 
 from backends.client import BackendClient
 from gateway import api_admin, api_inference
 from gateway.admin_guard import presented_bearer, token_matches
 from gateway.billing import api as api_billing
+from gateway.dashboard import dashboard_routes
 from gateway.envelopes import JSONBytes, error_response
 from gateway.errors import AuthenticationFailed, GatewayError, NoRoute, StoreUnavailable
 from gateway.listeners import ADMIN, ListenerGate, listener_of
@@ -33,8 +34,16 @@ from gateway.store.base import Store
 ACCOUNT = "/client/v4/accounts/{account_id}"
 
 
+def count_error(request: Request, error: GatewayError, status: int) -> None:
+    """Errors by code for /metrics and the dashboard (before the lifespan ran there is nothing to count in)."""
+    services: Services | None = getattr(request.app.state, "services", None)
+    if services is not None:
+        services.metrics.errors.labels(str(error.code), str(status)).inc()
+
+
 async def render_gateway_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, GatewayError)
+    count_error(request, exc, exc.status)
     return error_response(exc, openai=is_openai_path(request.url.path))
 
 
@@ -44,6 +53,7 @@ async def render_store_unavailable(request: Request, exc: Exception) -> Response
         error = StoreUnavailable(message, retry_after_s=5.0)
     else:
         error = StoreUnavailable("the gateway's shared store is unreachable; retry shortly", retry_after_s=1.0)
+    count_error(request, error, error.status)
     return error_response(error, openai=is_openai_path(request.url.path))
 
 
@@ -53,6 +63,7 @@ async def render_http_exception(request: Request, exc: Exception) -> Response:
     error = NoRoute(f"No route for that URI: {request.method} {request.url.path}")
     response = error_response(error, openai=is_openai_path(request.url.path))
     response.status_code = exc.status_code
+    count_error(request, error, exc.status_code)
     if exc.headers:
         response.headers.update(exc.headers)
     return response
@@ -93,18 +104,15 @@ def routes() -> list[Route]:
         Route("/admin/v1/billing/export", api_billing.billing_export, methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
+        *dashboard_routes(),
     ]
 
 
 def create_app(
-    settings: GatewaySettings,
-    *,
-    store: Store | None = None,
-    client: BackendClient | None = None,
-    extra_routes: Sequence[BaseRoute] = (),
+    settings: GatewaySettings, *, store: Store | None = None, client: BackendClient | None = None
 ) -> Starlette:
-    """The gateway app; `extra_routes` (e.g. a dashboard) are served on both listeners, and decide
-    themselves what they accept where (`gateway.listeners.accepts_admin_token`)."""
+    """The gateway app. With `admin_port` set it serves two listeners (gateway/listeners.py): the
+    dashboard is on both and takes the admin token on the admin listener only."""
     app_metrics = GatewayMetrics()
 
     @asynccontextmanager
@@ -118,7 +126,7 @@ def create_app(
             await services.aclose()
 
     app = Starlette(
-        routes=[*routes(), *extra_routes],
+        routes=routes(),
         lifespan=lifespan,
         exception_handlers={
             GatewayError: render_gateway_error,

@@ -41,6 +41,7 @@ from backends.client import (
 from gateway.auth import Authenticator, Principal
 from gateway.catalog import Catalog, ModelSpec
 from gateway.concurrency import Slot, TenantSlots
+from gateway.disagg import Attempt, Disaggregator, Pools
 from gateway.envelopes import TokenUsage
 from gateway.errors import GatewayError, InternalError, InvalidInput, OutOfCapacity, RequestTimeout
 from gateway.metering import MeteredRequest, Metering
@@ -117,6 +118,8 @@ class Generation:
         self._num_token_ids = 0  # token ids received, when the backend sends them
         self._finished = False
         self._backend_usage: Usage | None = None
+        self._first_text_at: float | None = None  # perf_counter() of the first and last text received
+        self._last_text_at: float | None = None
         self.finish_reason: str | None = None
         self.usage: TokenUsage | None = None  # set once the stream is over
         self.slot: Slot | None = None  # the tenant's concurrency slot, given back when it is settled
@@ -129,7 +132,6 @@ class Generation:
     async def texts(self) -> AsyncIterator[str]:
         """Text deltas as they arrive; raises a GatewayError if the stream breaks midway."""
         status: UsageStatus = "cancelled"
-        first = True
         try:
             async for chunk in self._chunks:
                 if chunk.usage is not None:
@@ -139,11 +141,10 @@ class Generation:
                 if chunk.token_ids:
                     self._num_token_ids += len(chunk.token_ids)
                 if chunk.text:
-                    if first:
-                        first = False
-                        self._g.metrics.ttft.labels(self.meta.model.id).observe(
-                            time.perf_counter() - self.meta.started_perf
-                        )
+                    self._last_text_at = now = time.perf_counter()
+                    if self._first_text_at is None:
+                        self._first_text_at = now
+                        self._g.metrics.ttft.labels(self.meta.model.id).observe(now - self.meta.started_perf)
                         await self._g.may_count_first_token(self.flight)
                     self._parts.append(chunk.text)
                     yield chunk.text
@@ -188,6 +189,17 @@ class Generation:
         cached = backend.cached_tokens if backend is not None else 0
         return TokenUsage(self.prompt_tokens, completion, min(cached, self.prompt_tokens))
 
+    def _timings(self, usage: TokenUsage) -> None:
+        """Time to first text and the mean inter-token gap, onto the ledger record and /metrics."""
+        first, last = self._first_text_at, self._last_text_at
+        if first is None or last is None:
+            return
+        self.metered.ttft_s = round(first - self.meta.started_perf, 6)
+        if usage.completion_tokens >= 2:
+            itl = (last - first) / (usage.completion_tokens - 1)
+            self.metered.itl_s = round(itl, 6)
+            self._g.metrics.inter_token.labels(self.meta.model.id).observe(itl)
+
     async def _finish(self, status: UsageStatus) -> None:
         if self._finished:
             return
@@ -198,6 +210,7 @@ class Generation:
             log.exception("closing the backend stream failed", request_id=self.meta.request_id)
         usage = self._final_usage(status)
         self.usage = usage
+        self._timings(usage)
         g, model = self._g, self.meta.model.id
         g.metrics.tokens.labels(model, "prompt").inc(usage.prompt_tokens)
         g.metrics.tokens.labels(model, "completion").inc(usage.completion_tokens)
@@ -228,6 +241,7 @@ class Generator:
         client: BackendClient,
         metrics: GatewayMetrics,
         slots: TenantSlots,
+        disagg: Disaggregator,
         offload: Offload | None = None,
     ) -> None:
         self.catalog = catalog
@@ -239,6 +253,7 @@ class Generator:
         self.client = client
         self.metrics = metrics
         self.slots = slots
+        self.disagg = disagg
         self.offload = offload  # large prompts are templated and tokenized there, off the event loop
 
     async def tokenizer(self, model: ModelSpec) -> ModelTokenizer:
@@ -280,35 +295,50 @@ class Generator:
             tokens_estimate=estimate,
             metadata=meta.metadata,
         )
-        flight: Flight | None = None
-        try:
-            await self.metering.reserve(metered, max_tokens)
-            flight = await self.router.route(
+        attempt = Attempt()
+        endpoints = self.catalog.endpoints(model.id)
+
+        async def route(pool: list[Endpoint], num_output_tokens: int) -> Flight:
+            return await self.router.route(
                 tenant_id=meta.principal.tenant.id,
                 session_id=meta.session_id,
                 request_id=meta.request_id,
                 model=model,
-                endpoints=self.catalog.endpoints(model.id),
+                endpoints=pool,
                 prompt_ids=prompt_ids,
-                max_tokens=max_tokens,
+                max_tokens=num_output_tokens,
             )
+
+        try:
+            await self.metering.reserve(metered, max_tokens)
+            cache_salt = await self.router.salts.salt(meta.principal.tenant.id)
             body = {
                 "model": model.backend_model,
                 "prompt": prompt_ids,
                 **inp.sampling.backend_fields(),
-                "cache_salt": flight.cache_salt,  # HMAC of the tenant id: not guessable (gateway/tenant_salt.py)
+                "cache_salt": cache_salt,  # HMAC of the tenant id: not guessable (gateway/tenant_salt.py)
                 "user": meta.request_id,
             }
             if model.return_token_ids:
                 body["return_token_ids"] = True
-            endpoint, chunks = await self.client.stream_with_failover(flight.endpoints, body)
+            pools = Pools.of(endpoints)
+            if pools is None:
+                flight = await route(endpoints, max_tokens)
+                attempt.flights.append(flight)
+                endpoint, chunks = await self.client.stream_with_failover(flight.endpoints, body)
+            else:
+                opened = await self.disagg.open(attempt, route, pools, body, max_tokens, meta.request_id)
+                flight, endpoint, chunks = opened.flight, opened.endpoint, opened.chunks
         except BaseException as exc:
             with anyio.CancelScope(shield=True):
-                await self._undo(meta, metered, flight, estimate, exc)
+                await self._undo(meta, metered, attempt.flights, estimate, exc)
             if isinstance(exc, BackendError):
                 log.warning("no backend answered", error=exc.message, request_id=meta.request_id)
                 raise backend_error_to_gateway(exc) from exc
             raise
+        for other in attempt.flights:  # a disaggregated request's other step is over
+            if other is not flight:
+                await self.router.finished(other, success=True)
         generation = Generation(self, meta, metered, flight, endpoint, chunks, tokenizer, max_tokens)
         try:
             for skipped in flight.endpoints:
@@ -332,16 +362,16 @@ class Generator:
             log.warning("counting the first token failed", error=exc.args[0])
 
     async def _undo(
-        self, meta: RequestMeta, metered: MeteredRequest, flight: Flight | None, estimate: int, exc: BaseException
+        self, meta: RequestMeta, metered: MeteredRequest, flights: list[Flight], estimate: int, exc: BaseException
     ) -> None:
         """Release what a request that got no first byte had counted. One that a backend refused or
         failed on (it reached a backend) gets its ledger record, at no cost (`billing.rules`)."""
         try:
-            if isinstance(exc, BackendError) and flight is not None and exc.endpoint_id is not None:
+            if isinstance(exc, BackendError) and flights and exc.endpoint_id is not None:
                 status: UsageStatus = (
                     "rejected" if isinstance(exc, (BackendRejected, BackendOverloaded)) else "backend_error"
                 )
-                region = next((e.region for e in flight.endpoints if e.id == exc.endpoint_id), None)
+                region = next((e.region for f in flights for e in f.endpoints if e.id == exc.endpoint_id), None)
                 usage = TokenUsage(metered.prompt_tokens, 0, 0)
                 await self.metering.settle(metered, usage, status=status, backend_id=exc.endpoint_id, region=region)
             else:
@@ -349,7 +379,7 @@ class Generator:
         except Exception:
             log.exception("settling a failed request failed", request_id=meta.request_id)
         try:
-            if flight is not None:
+            for flight in flights:
                 await self.router.finished(flight, success=False)
             await self.auth.reconcile(meta.principal, estimate, 0)
         except Exception:

@@ -7,6 +7,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+INTER_TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1, 2.5)
 
 
 class GatewayMetrics:
@@ -32,6 +33,19 @@ class GatewayMetrics:
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
+        self.inter_token = Histogram(
+            "edgerun_gateway_inter_token_seconds",
+            "Mean gap between generated tokens of one streamed answer (first to last text), one per request",
+            ["model"],
+            buckets=INTER_TOKEN_BUCKETS,
+            registry=r,
+        )
+        self.errors = Counter(
+            "edgerun_gateway_errors",
+            "Responses answered with an error envelope, by Workers AI code and HTTP status",
+            ["code", "status"],
+            registry=r,
+        )
         self.tokens = Counter(
             "edgerun_gateway_tokens", "Tokens by kind (prompt, completion)", ["model", "kind"], registry=r
         )
@@ -55,6 +69,15 @@ class GatewayMetrics:
             "In-flight tokens per backend (store view)",
             ["backend", "kind"],
             registry=r,
+        )
+        self.disagg_steps = Counter(
+            "edgerun_gateway_disagg_steps",
+            "Steps of disaggregated requests (context, generation, local prefill), by backend and outcome",
+            ["step", "backend", "outcome"],
+            registry=r,
+        )
+        self.disagg_context_seconds = Histogram(
+            "edgerun_gateway_disagg_context_seconds", "Time of a disaggregated request's context step", registry=r
         )
         self.usage_records = Counter(
             "edgerun_gateway_usage_records", "Usage records written to the ledger, by outcome", ["outcome"], registry=r

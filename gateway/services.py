@@ -21,6 +21,7 @@ from gateway.billing.retention import archive_forever
 from gateway.billing.spool import LedgerSpool, replay_forever, spool_path
 from gateway.catalog import Catalog
 from gateway.concurrency import TenantSlots
+from gateway.disagg import Disaggregator
 from gateway.errors import GatewayError
 from gateway.generation import Generator
 from gateway.kv_index import KVEventIndexer
@@ -103,8 +104,11 @@ class Services:
         router = Router(store, policy, regions, monitor, metrics, salts)
         tokenizers = TokenizerRegistry(settings.tokenizer_cache_dir, client)
         slots = TenantSlots(store, settings.tenant_max_concurrent_requests)
+        disagg = Disaggregator(router, client, monitor, metrics, settings.disagg_max_local_prefill_length)
         offload = Offload(settings.offload_threads, settings.offload_max_pending)
-        generator = Generator(catalog, tokenizers, auth, metering, router, monitor, client, metrics, slots, offload)
+        generator = Generator(
+            catalog, tokenizers, auth, metering, router, monitor, client, metrics, slots, disagg, offload
+        )
         return cls(
             settings,
             metrics,

@@ -133,3 +133,9 @@ def test_a_client_that_leaves_mid_body_is_a_499_not_an_error(split: InProcessGat
     metrics = httpx.get(f"{split.admin_url}/metrics").text
     assert 'route="/admin/v1/tenants",status="499"' in metrics
     assert 'route="/admin/v1/tenants",status="500"' not in metrics
+
+
+def test_the_dashboard_takes_the_admin_token_on_the_admin_listener_only(split: InProcessGateway) -> None:
+    assert httpx.get(f"{split.url}/dashboard/api/tenants", headers=ADMIN).status_code == 401
+    assert httpx.get(f"{split.admin_url}/dashboard/api/tenants", headers=ADMIN).status_code == 200
+    assert httpx.get(f"{split.url}/dashboard").status_code == 200  # the page itself, for tenants
