@@ -153,6 +153,9 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         if self._deadline_kind == "body":
             self._disarm()
         super().on_message_complete()
+        answered_early = self.cycle is not None and self.cycle.response_complete
+        if answered_early and self._deadline_kind is None and not self.transport.is_closing():
+            self._arm("idle", self.limits.keep_alive_s)  # the rest of an early-answered body is in
 
     def on_response_complete(self) -> None:
         pipelined = bool(self.pipeline)
@@ -160,9 +163,9 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         if self.transport.is_closing():
             return
         self._unset_keepalive_if_required()  # ours instead: one deadline per connection at a time
-        if self._deadline_kind == "body":  # answered before the whole body came (e.g. 413): stop here
-            self.transport.close()
-        elif not pipelined and self._deadline_kind is None:
+        # Answered before the whole body came (429, 413): the rest is read and dropped until it ends or
+        # the body deadline passes (a lingering close, so the client reads the answer, not a reset).
+        if not pipelined and self._deadline_kind is None:
             self._arm("idle", self.limits.keep_alive_s)
 
     # --- helpers ---
@@ -188,6 +191,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             return
         if kind == "head":
             self._answer(408, "the request headers did not arrive in time")
+        elif kind == "body" and self.cycle is not None and self.cycle.response_complete:
+            self.transport.close()  # the answer went out already; stop draining the body
         elif kind == "body":
             self._answer(408, "the request body did not arrive in time")
         else:  # idle keep-alive

@@ -139,3 +139,18 @@ def test_the_dashboard_takes_the_admin_token_on_the_admin_listener_only(split: I
     assert httpx.get(f"{split.url}/dashboard/api/tenants", headers=ADMIN).status_code == 401
     assert httpx.get(f"{split.admin_url}/dashboard/api/tenants", headers=ADMIN).status_code == 200
     assert httpx.get(f"{split.url}/dashboard").status_code == 200  # the page itself, for tenants
+
+
+def test_an_answer_before_the_body_ends_drains_it_and_keeps_the_connection(split: InProcessGateway) -> None:
+    path = f"/client/v4/accounts/a/ai/run/{DEFAULT_MODEL_ID}".encode()
+    body = b"x" * 200_000
+    request = b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (path, len(body), body)
+    with socket.create_connection(("127.0.0.1", split.port), timeout=5) as sock:
+        for _ in range(2):  # no key: 401 before the body is read; the rest is read and dropped, not a reset
+            sock.sendall(request)
+            head = sock.recv(65536)
+            assert status_of(head) == 401
+            length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+            received = len(head.split(b"\r\n\r\n", 1)[1])
+            while received < length:
+                received += len(sock.recv(65536))
