@@ -91,7 +91,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         super().connection_made(transport)
         host = self.client[0] if self.client else ""
         if not self.counter.admit(host, self.limits):
-            self.logger.info("connection refused: too many open connections from %s or in all", host)
+            self.logger.debug("connection refused: too many open connections from %s or in all", host)
             self._answer(503, "too many open connections; retry later")
             return
         self._client_host = host

@@ -144,14 +144,15 @@ class Listeners:
 
     def __init__(self, configs: list[uvicorn.Config]) -> None:
         self.servers = [_Server(config) for config in configs]
+        self._stopping = asyncio.Event()
 
     @property
     def started(self) -> bool:
         return all(server.started for server in self.servers)
 
     def stop(self) -> None:
-        for server in self.servers:
-            server.should_exit = True
+        """Ask every listener to finish (call on the serving loop)."""
+        self._stopping.set()
 
     async def serve(self) -> None:
         first, *rest = self.servers
@@ -161,9 +162,11 @@ class Listeners:
                 await asyncio.sleep(0.02)
             if not tasks[0].done():
                 tasks += [asyncio.create_task(server.serve()) for server in rest]
-            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            stopping = asyncio.create_task(self._stopping.wait())
+            await asyncio.wait([*tasks, stopping], return_when=asyncio.FIRST_COMPLETED)
+            stopping.cancel()
             for server, task in reversed(list(zip(self.servers, tasks, strict=False))):
-                server.should_exit = True
+                server.should_exit = True  # the admin listener drains first, then the public one
                 await asyncio.wait([task])
         for task in tasks:
             task.result()  # re-raise a server's failure (e.g. SystemExit when a port is taken)
