@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 
 from gateway.app import create_app
@@ -45,7 +44,7 @@ def quiet_http_client_logs(level: str) -> None:
 def serve(settings: GatewaySettings) -> None:
     """The public listener, and the admin listener when `admin_port` is set (gateway/listeners.py)."""
     quiet_http_client_logs(settings.log_level)
-    asyncio.run(Listeners(listener_configs(settings, create_app(settings))).serve())
+    Listeners(listener_configs(settings, create_app(settings))).run()
 
 
 def run(args: argparse.Namespace) -> int:

@@ -150,6 +150,11 @@ class Listeners:
     def started(self) -> bool:
         return all(server.started for server in self.servers)
 
+    def run(self) -> None:
+        """`serve` on a new event loop of the kind uvicorn would pick (uvloop when installed)."""
+        with asyncio.Runner(loop_factory=self.servers[0].config.get_loop_factory()) as runner:
+            runner.run(self.serve())
+
     def stop(self) -> None:
         """Ask every listener to finish (call on the serving loop)."""
         self._stopping.set()
