@@ -4,9 +4,9 @@
 
 (() => {
   const TOKEN_KEY = "edgerun.dashboard.token";
-  const REFRESH_MS = 5000;
+  const REFRESH_MS = 5000; // at least; a slow answer (a long range of a busy ledger) spaces refreshes out
   const $ = (id) => document.getElementById(id);
-  const state = { charts: {}, timer: null, loads: 0, busy: false, again: false };
+  const state = { charts: {}, timer: null, loads: 0, busy: false, again: false, tookMs: 0, chain: 0 };
 
   // ---- formatting ----------------------------------------------------------------------------
   const dash = "–";
@@ -94,8 +94,10 @@
       return;
     }
     state.busy = true;
+    const started = performance.now();
     try {
       const summary = await api("/dashboard/api/usage?" + query());
+      state.tookMs = performance.now() - started;
       render(summary);
       showError("");
       state.loads += 1;
@@ -122,11 +124,18 @@
 
   function startLive() {
     stopLive();
-    if ($("live").checked) state.timer = setInterval(refresh, REFRESH_MS);
+    if (!$("live").checked) return;
+    const chain = state.chain; // a later stop or start ends this chain
+    const tick = async () => {
+      await refresh();
+      if (state.chain === chain) state.timer = setTimeout(tick, Math.max(REFRESH_MS, 4 * state.tookMs));
+    };
+    state.timer = setTimeout(tick, REFRESH_MS);
   }
 
   function stopLive() {
-    if (state.timer !== null) clearInterval(state.timer);
+    state.chain += 1;
+    if (state.timer !== null) clearTimeout(state.timer);
     state.timer = null;
   }
 
