@@ -32,6 +32,14 @@ class BackendSettings(TomlSettings):
     log_level: str = "info"
     log_json: bool = True
 
+    # --- disaggregated serving (backends/server/disagg.py, backends/kv_transfer) ---
+    kv_transport: Literal["tcp", "mooncake"] = "tcp"  # how decode backends pull KV (mooncake: optional package)
+    kv_port: int = Field(default=0, ge=0, le=65535)  # the KV exporter's port (prefill/mixed); 0: any free port
+    kv_pin_ttl_s: float = Field(default=30.0, gt=0)  # a context step's KV not pulled within this is released
+    # The host put in the context step's opaque state (EDGERUN_KV_ADVERTISE_HOST): how decode backends
+    # reach this one; None: the bind address (127.0.0.1 for a wildcard bind)
+    kv_advertise_host: str | None = None
+
     # --- who may call (backends/server/auth.py; SECURITY.md) ---
     # The gateway's shared secret (its backend_api_key), required as `Authorization: Bearer <key>` on
     # every route but GET /health. Without one the backend refuses to listen beyond loopback unless

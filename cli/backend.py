@@ -34,6 +34,9 @@ _OVERRIDES: dict[str, tuple[str | None, str]] = {
     "max_num_batched_tokens": ("engine", "max_num_batched_tokens"),
     "max_model_len": ("engine", "max_model_len"),
     "trtllm_version": ("trtllm", "trtllm_version"),
+    "kv_transport": (None, "kv_transport"),
+    "kv_port": (None, "kv_port"),
+    "kv_pin_ttl_s": (None, "kv_pin_ttl_s"),
 }
 
 
@@ -47,6 +50,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--allow-unauthenticated", action="store_true", default=None,
         help="listen beyond loopback without EDGERUN_API_KEY (only where the network authenticates callers)")
     add("--port", type=int, help="listen port (default 8100)")
+    add("--kv-transport", choices=["tcp", "mooncake"], help="how decode backends pull KV (default tcp)")
+    add("--kv-port", type=int, help="KV exporter port of prefill/mixed backends (default 0: any free port)")
+    add("--kv-pin-ttl", dest="kv_pin_ttl_s", type=float, help="seconds a context step's KV waits to be pulled")
     add("--max-queue", type=int, help="waiting requests beyond the running batch before answering 429")
     add("--shutdown-timeout", dest="shutdown_timeout_s", type=float, help="seconds in-flight requests get at shutdown")
     add("--log-level", help="debug, info, warning or error")

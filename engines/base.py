@@ -25,6 +25,18 @@ class GenerationRequest:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     # Tenant isolation of the prefix cache: only requests with the same salt share cached blocks.
     cache_salt: str | None = None
+    # Disaggregated serving's context step: when the request stops at its token budget, its KV
+    # blocks are pinned (not freed) for a decode backend to pull; the final output carries the pin.
+    pin_kv_on_finish: bool = False
+
+
+@dataclass(slots=True)
+class KVPin:
+    """KV blocks kept after a context step: `block_ids` hold positions [0, num_tokens)."""
+
+    pin_id: int
+    block_ids: list[int]
+    num_tokens: int
 
 
 @dataclass(slots=True)
@@ -38,6 +50,7 @@ class GenerationOutput:
     num_cached_tokens: int  # prompt tokens served from the prefix cache
     num_generated_tokens: int  # total so far, including new_token_ids
     finish_reason: FinishReason | None = None
+    kv_pin: KVPin | None = None  # set on the final output of a `pin_kv_on_finish` request that pinned
 
     @property
     def is_finished(self) -> bool:
@@ -58,6 +71,7 @@ class EngineStats:
     num_prompt_tokens: int  # cumulative prompt tokens
     num_generated_tokens: int  # cumulative generated tokens
     num_preemptions: int = 0  # cumulative sequences preempted (KV blocks ran out) and recomputed
+    num_kv_blocks_pinned: int = 0  # blocks held for decode backends to pull (disaggregated serving)
 
 
 @dataclass(slots=True)

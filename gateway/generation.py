@@ -40,6 +40,7 @@ from backends.client import (
 from gateway.auth import Authenticator, Principal
 from gateway.catalog import Catalog, ModelSpec
 from gateway.concurrency import Slot, TenantSlots
+from gateway.disagg import Attempt, Disaggregator, Pools
 from gateway.envelopes import TokenUsage
 from gateway.errors import GatewayError, InternalError, InvalidInput, OutOfCapacity, RequestTimeout
 from gateway.metering import MeteredRequest, Metering
@@ -238,6 +239,7 @@ class Generator:
         client: BackendClient,
         metrics: GatewayMetrics,
         slots: TenantSlots,
+        disagg: Disaggregator,
     ) -> None:
         self.catalog = catalog
         self.tokenizers = tokenizers
@@ -248,6 +250,7 @@ class Generator:
         self.client = client
         self.metrics = metrics
         self.slots = slots
+        self.disagg = disagg
 
     async def tokenizer(self, model: ModelSpec) -> ModelTokenizer:
         return await self.tokenizers.get(model, lambda: self.monitor.healthy_first(self.catalog.endpoints(model.id)))
@@ -288,35 +291,50 @@ class Generator:
             tokens_estimate=estimate,
             metadata=meta.metadata,
         )
-        flight: Flight | None = None
-        try:
-            await self.metering.reserve(metered, max_tokens)
-            flight = await self.router.route(
+        attempt = Attempt()
+        endpoints = self.catalog.endpoints(model.id)
+
+        async def route(pool: list[Endpoint], num_output_tokens: int) -> Flight:
+            return await self.router.route(
                 tenant_id=meta.principal.tenant.id,
                 session_id=meta.session_id,
                 request_id=meta.request_id,
                 model=model,
-                endpoints=self.catalog.endpoints(model.id),
+                endpoints=pool,
                 prompt_ids=prompt_ids,
-                max_tokens=max_tokens,
+                max_tokens=num_output_tokens,
             )
+
+        try:
+            await self.metering.reserve(metered, max_tokens)
+            cache_salt = await self.router.salts.salt(meta.principal.tenant.id)
             body = {
                 "model": model.backend_model,
                 "prompt": prompt_ids,
                 **inp.sampling.backend_fields(),
-                "cache_salt": flight.cache_salt,  # HMAC of the tenant id: not guessable (gateway/tenant_salt.py)
+                "cache_salt": cache_salt,  # HMAC of the tenant id: not guessable (gateway/tenant_salt.py)
                 "user": meta.request_id,
             }
             if model.return_token_ids:
                 body["return_token_ids"] = True
-            endpoint, chunks = await self.client.stream_with_failover(flight.endpoints, body)
+            pools = Pools.of(endpoints)
+            if pools is None:
+                flight = await route(endpoints, max_tokens)
+                attempt.flights.append(flight)
+                endpoint, chunks = await self.client.stream_with_failover(flight.endpoints, body)
+            else:
+                opened = await self.disagg.open(attempt, route, pools, body, max_tokens, meta.request_id)
+                flight, endpoint, chunks = opened.flight, opened.endpoint, opened.chunks
         except BaseException as exc:
             with anyio.CancelScope(shield=True):
-                await self._undo(meta, metered, flight, estimate, exc)
+                await self._undo(meta, metered, attempt.flights, estimate, exc)
             if isinstance(exc, BackendError):
                 log.warning("no backend answered", error=exc.message, request_id=meta.request_id)
                 raise backend_error_to_gateway(exc) from exc
             raise
+        for other in attempt.flights:  # a disaggregated request's other step is over
+            if other is not flight:
+                await self.router.finished(other, success=True)
         generation = Generation(self, meta, metered, flight, endpoint, chunks, tokenizer, max_tokens)
         try:
             for skipped in flight.endpoints:
@@ -340,16 +358,16 @@ class Generator:
             log.warning("counting the first token failed", error=exc.args[0])
 
     async def _undo(
-        self, meta: RequestMeta, metered: MeteredRequest, flight: Flight | None, estimate: int, exc: BaseException
+        self, meta: RequestMeta, metered: MeteredRequest, flights: list[Flight], estimate: int, exc: BaseException
     ) -> None:
         """Release what a request that got no first byte had counted. One that a backend refused or
         failed on (it reached a backend) gets its ledger record, at no cost (`billing.rules`)."""
         try:
-            if isinstance(exc, BackendError) and flight is not None and exc.endpoint_id is not None:
+            if isinstance(exc, BackendError) and flights and exc.endpoint_id is not None:
                 status: UsageStatus = (
                     "rejected" if isinstance(exc, (BackendRejected, BackendOverloaded)) else "backend_error"
                 )
-                region = next((e.region for e in flight.endpoints if e.id == exc.endpoint_id), None)
+                region = next((e.region for f in flights for e in f.endpoints if e.id == exc.endpoint_id), None)
                 usage = TokenUsage(metered.prompt_tokens, 0, 0)
                 await self.metering.settle(metered, usage, status=status, backend_id=exc.endpoint_id, region=region)
             else:
@@ -357,7 +375,7 @@ class Generator:
         except Exception:
             log.exception("settling a failed request failed", request_id=meta.request_id)
         try:
-            if flight is not None:
+            for flight in flights:
                 await self.router.finished(flight, success=False)
             await self.auth.reconcile(meta.principal, estimate, 0)
         except Exception:

@@ -70,6 +70,15 @@ class GatewayMetrics:
             ["backend", "kind"],
             registry=r,
         )
+        self.disagg_steps = Counter(
+            "edgerun_gateway_disagg_steps",
+            "Steps of disaggregated requests (context, generation, local prefill), by backend and outcome",
+            ["step", "backend", "outcome"],
+            registry=r,
+        )
+        self.disagg_context_seconds = Histogram(
+            "edgerun_gateway_disagg_context_seconds", "Time of a disaggregated request's context step", registry=r
+        )
         self.usage_records = Counter(
             "edgerun_gateway_usage_records", "Usage records written to the ledger, by outcome", ["outcome"], registry=r
         )

@@ -20,6 +20,7 @@ from gateway.billing.retention import archive_forever
 from gateway.billing.spool import LedgerSpool, replay_forever, spool_path
 from gateway.catalog import Catalog
 from gateway.concurrency import TenantSlots
+from gateway.disagg import Disaggregator
 from gateway.errors import GatewayError
 from gateway.generation import Generator
 from gateway.kv_index import KVEventIndexer
@@ -99,7 +100,8 @@ class Services:
         router = Router(store, policy, regions, monitor, metrics, salts)
         tokenizers = TokenizerRegistry(settings.tokenizer_cache_dir, client)
         slots = TenantSlots(store, settings.tenant_max_concurrent_requests)
-        generator = Generator(catalog, tokenizers, auth, metering, router, monitor, client, metrics, slots)
+        disagg = Disaggregator(router, client, monitor, metrics, settings.disagg_max_local_prefill_length)
+        generator = Generator(catalog, tokenizers, auth, metering, router, monitor, client, metrics, slots, disagg)
         return cls(
             settings,
             metrics,

@@ -54,6 +54,10 @@ class GatewaySettings(TomlSettings):
     health_interval_s: float = Field(default=2.0, gt=0)  # GET /health of every backend
     load_interval_s: float = Field(default=1.0, gt=0)  # GET /load: corrects the in-flight counters
     kv_events_interval_s: float = Field(default=1.0, gt=0)  # POST /kv_cache_events -> prefix index
+    # Disaggregated serving (gateway/disagg.py; backends with roles prefill / decode): a request whose
+    # decode backend lacks at most this many prompt tokens is prefilled there, without a context step
+    # (TensorRT-LLM's conditional disaggregation, max_local_prefill_length)
+    disagg_max_local_prefill_length: int = Field(default=0, ge=0)
     # Generation requests open to backends at once from this process; one more is answered 429 / 3040
     # at once (Retry-After), never queued. Health, load and KV-event polls are not counted.
     backend_max_connections: int = Field(default=256, ge=1)

@@ -29,7 +29,7 @@ from backends.client.errors import (
     BackendUnavailable,
     ClientAtCapacity,
 )
-from backends.client.types import CompletionChunk, Endpoint, Usage
+from backends.client.types import CompletionChunk, ContextAnswer, Endpoint, Usage
 
 __all__ = [
     "BackendClient",
@@ -41,6 +41,7 @@ __all__ = [
     "BackendUnavailable",
     "ClientAtCapacity",
     "CompletionChunk",
+    "ContextAnswer",
     "Endpoint",
     "Usage",
 ]

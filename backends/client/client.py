@@ -33,7 +33,7 @@ from backends.client.errors import (
 )
 from backends.client.http import HTTPTransport, Response, TransportError, TransportTimeout
 from backends.client.sse import iter_sse_data
-from backends.client.types import CompletionChunk, Endpoint, Usage
+from backends.client.types import CompletionChunk, ContextAnswer, Endpoint, Usage
 
 TOKENIZER_PATH = "/edgerun/v1/tokenizer"
 # After [DONE] a well-behaved backend only ends the body; one that sends more or stalls is cut off.
@@ -135,6 +135,23 @@ class BackendClient:
         except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
             raise BackendUnavailable(
                 f"{endpoint.id} answered /v1/completions with a malformed body", endpoint_id=endpoint.id
+            ) from exc
+
+    async def context(self, endpoint: Endpoint, body: dict[str, Any]) -> ContextAnswer:
+        """The context step of disaggregated serving: POST /v1/completions with `disaggregated_params:
+        {request_type: context_only}`, never streamed (trtllm-serve's protocol). Bounded by the
+        first-byte timeout: nothing has reached the client yet, so the caller may still fail over."""
+        payload = {key: value for key, value in body.items() if key != "stream_options"}
+        payload.update(stream=False, disaggregated_params={"request_type": "context_only"})
+        with self._open_slot():
+            response = await self._exchange(
+                endpoint, "POST", "/v1/completions", _json_bytes(payload), self.first_byte_timeout_s
+            )
+        try:
+            return ContextAnswer.from_json(response.json())
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
+            raise BackendUnavailable(
+                f"{endpoint.id} answered the context step with a malformed body", endpoint_id=endpoint.id
             ) from exc
 
     async def stream_with_failover(

@@ -68,3 +68,39 @@ class CompletionChunk:
             finish_reason=choice.get("finish_reason"),
             usage=Usage.from_json(usage) if usage else None,
         )
+
+
+@dataclass(slots=True)
+class ContextAnswer:
+    """A context step's answer (trtllm-serve's disaggregated protocol, `BackendClient.context`)."""
+
+    text: str
+    token_ids: list[int]  # the first generated token(s): disaggregated_params.first_gen_tokens
+    finish_reason: str | None
+    usage: Usage
+    prompt_token_ids: list[int] | None
+    disaggregated_params: dict[str, Any] | None  # None when the answer is already final
+
+    def needs_generation(self, max_tokens: int) -> bool:
+        """Whether a generation step must follow: trtllm-serve's rule (finish_reason "length" or
+        "not_finished" with params), except that a one-token request is already complete."""
+        pending = self.finish_reason in ("length", "not_finished") and self.disaggregated_params is not None
+        return pending and max_tokens > len(self.token_ids)
+
+    @classmethod
+    def from_json(cls, answer: dict[str, Any]) -> ContextAnswer:
+        choice = answer["choices"][0]
+        text = choice.get("text")
+        if text is None:
+            text = (choice.get("message") or {}).get("content") or ""
+        params = choice.get("disaggregated_params")
+        first = (params or {}).get("first_gen_tokens") or choice.get("token_ids") or []
+        prompt_ids = answer.get("prompt_token_ids")
+        return cls(
+            text=text,
+            token_ids=[int(t) for t in first],
+            finish_reason=choice.get("finish_reason"),
+            usage=Usage.from_json(answer.get("usage") or {}),
+            prompt_token_ids=[int(t) for t in prompt_ids] if prompt_ids is not None else None,
+            disaggregated_params=dict(params) if isinstance(params, dict) else None,
+        )

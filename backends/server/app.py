@@ -73,6 +73,7 @@ async def _load(state: BackendState, engine: Engine | None) -> None:
         if engine is None:
             engine = await asyncio.to_thread(build_engine, settings)
         await engine.start()
+        await _may_start_kv(state, engine)
     except Exception as exc:
         state.load_error = f"{type(exc).__name__}: {exc}"
         log.exception("the engine failed to load")
@@ -84,6 +85,21 @@ async def _load(state: BackendState, engine: Engine | None) -> None:
         "backend ready: model=%s region=%s role=%s max_in_flight=%d",
         state.model_name, settings.region, settings.role, state.admission.max_in_flight,
     )
+
+
+async def _may_start_kv(state: BackendState, engine: Engine) -> None:
+    """KV transfer for disaggregated serving: the built-in engine on CPU only."""
+    if state.settings.engine_kind != "builtin":
+        return
+    from engines.builtin.async_engine import AsyncEngine
+
+    if not isinstance(engine, AsyncEngine) or engine.engine.runner.device.type != "cpu":
+        return
+    from backends.server.kv_service import KVService
+
+    kv = KVService(state.settings, engine, state.metrics)
+    await kv.start()
+    state.kv = kv
 
 
 async def drain_and_stop(state: BackendState) -> None:
@@ -104,5 +120,7 @@ async def _drain_and_stop(state: BackendState) -> None:
                 await asyncio.wait_for(engine.abort(request_id), ABORT_TIMEOUT_S)
         await admission.drain(ABORT_TIMEOUT_S)  # let the aborted streams write their last chunk
     admission.phase = Phase.STOPPED
+    if state.kv is not None:
+        await state.kv.stop()
     if engine is not None:
         await engine.stop(timeout_s=ABORT_TIMEOUT_S)

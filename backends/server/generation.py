@@ -10,7 +10,7 @@ its admission slot and records its metrics, exactly once.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from backends.server.admission import Admission
@@ -122,16 +122,28 @@ class GenerationService:
         self.metrics = metrics
 
     async def start(
-        self, route: str, request_id: str, prompt_token_ids: list[int], sampling: SamplingParams, cache_salt: str | None
+        self,
+        route: str,
+        request_id: str,
+        prompt_token_ids: list[int],
+        sampling: SamplingParams,
+        cache_salt: str | None,
+        *,
+        pin_kv: bool = False,
+        submit: Callable[[GenerationRequest], AsyncIterator[GenerationOutput]] | None = None,
     ) -> Generation:
-        """Admit and submit the request and wait for its first output (raises APIError)."""
+        """Admit and submit the request and wait for its first output (raises APIError).
+
+        `pin_kv`: a context step (its KV is pinned if it stops at its budget); `submit` replaces
+        `engine.generate` (a generation step that imports its KV)."""
         try:
             self.admission.admit(request_id)
         except APIError as exc:
             self.metrics.requests.labels(route, outcome_of(exc)).inc()
             raise
-        request = GenerationRequest(request_id, prompt_token_ids, sampling, cache_salt)
-        generation = Generation(self, route, request_id, self.engine.generate(request))
+        request = GenerationRequest(request_id, prompt_token_ids, sampling, cache_salt, pin_kv_on_finish=pin_kv)
+        outputs = (submit or self.engine.generate)(request)
+        generation = Generation(self, route, request_id, outputs)
         try:
             await generation.prime()
         except BaseException:

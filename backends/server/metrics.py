@@ -50,6 +50,7 @@ class _EngineCollector(Collector):
         yield gauge(
             "kv_blocks_used", "KV cache blocks in use.", stats.num_kv_blocks_total - stats.num_kv_blocks_free
         )
+        yield gauge("kv_blocks_pinned", "KV blocks pinned for decode backends to pull.", stats.num_kv_blocks_pinned)
         yield counter(
             "prefix_cache_hit_tokens", "Prompt tokens served from the prefix cache.", stats.num_prefix_hit_tokens
         )
@@ -82,6 +83,23 @@ class BackendMetrics:
             f"{PREFIX}_kv_events_dropped",
             "KV cache events dropped from the full event ring before every consumer had read them.",
             registry=self.registry,
+        )
+        # disaggregated serving (kv_service.py): pins nobody pulled in time, pulls and their cost
+        self.kv_pins_expired = Counter(
+            f"{PREFIX}_kv_pins_expired",
+            "Pinned context-step KV released because no decode backend pulled it within kv_pin_ttl_s.",
+            registry=self.registry,
+        )
+        self.kv_pulls = Counter(
+            f"{PREFIX}_kv_pulls", "KV pulls of generation steps, by transport and outcome.",
+            ["transport", "outcome"], registry=self.registry,
+        )
+        self.kv_pull_seconds = Histogram(
+            f"{PREFIX}_kv_pull_seconds", "Time to pull a request's KV blocks.", ["transport"],
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5), registry=self.registry,
+        )
+        self.kv_pull_bytes = Counter(
+            f"{PREFIX}_kv_pull_bytes", "KV bytes pulled by generation steps.", ["transport"], registry=self.registry
         )
         self.ttft = Histogram(
             f"{PREFIX}_time_to_first_token_seconds",

@@ -33,6 +33,25 @@ class Message(BaseModel):
     name: StrictStr | None = None
 
 
+class DisaggregatedParams(BaseModel):
+    """trtllm-serve's `disaggregated_params` (openai_protocol.py). Fields newer trtllm versions add
+    (schedule_style, conversation_id, ctx_usage, ...) are accepted and ignored."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    request_type: Literal["context_only", "generation_only", "context_and_generation"]
+    first_gen_tokens: list[TokenId] | None = None
+    ctx_request_id: StrictInt | None = None
+    encoded_opaque_state: StrictStr | None = None
+    draft_tokens: list[TokenId] | None = None
+    disagg_request_id: StrictInt | None = None
+
+    @field_validator("request_type", mode="before")
+    @classmethod
+    def _lower(cls, value: Any) -> Any:
+        return value.lower() if isinstance(value, str) else value
+
+
 class SamplingFields(BaseModel):
     """Fields shared by /v1/completions and /v1/chat/completions."""
 
@@ -54,7 +73,7 @@ class SamplingFields(BaseModel):
     n: Annotated[StrictInt, Field(ge=1)] = 1
     user: StrictStr | None = None
     cache_salt: StrictStr | None = None
-    disaggregated_params: dict[str, Any] | None = None
+    disaggregated_params: DisaggregatedParams | None = None
     return_token_ids: StrictBool = False  # vLLM's extension: each choice also carries its token ids
     logprobs: Any = None
 
@@ -152,6 +171,8 @@ class ChatCompletionRequest(SamplingFields):
     messages: Annotated[list[Message], Field(min_length=1)]
     max_completion_tokens: Annotated[StrictInt, Field(ge=1)] | None = None
     add_generation_prompt: StrictBool = True
+    # trtllm-serve's generation step of a chat request: the context step's prompt_token_ids
+    prompt_token_ids: list[TokenId] | None = None
 
     def chat_messages(self) -> list[dict[str, str]]:
         return [{"role": m.role, "content": m.content} for m in self.messages]

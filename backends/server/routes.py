@@ -14,7 +14,8 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from backends.server.disconnect import until_disconnect
-from backends.server.errors import APIError, BadRequest, NotImplementedFeature
+from backends.server import disagg
+from backends.server.errors import APIError, BadRequest
 from backends.server.generation import Generation
 from backends.server.kv_feed import InvalidConsumer
 from backends.server.openai import DONE, Kind, Renderer, sse
@@ -72,8 +73,11 @@ async def chat_completions(request: Request) -> Response:
     body = ChatCompletionRequest.model_validate(await read_json(request))
     engine = state.ready_engine()
     state.check_model(body.model)
-    text = engine.tokenizer.apply_chat_template(body.chat_messages(), add_generation_prompt=body.add_generation_prompt)
-    prompt_ids = engine.tokenizer.encode(text)
+    if body.prompt_token_ids is not None:  # a generation step: the context step's tokens
+        prompt_ids = list(body.prompt_token_ids)
+    else:
+        text = engine.tokenizer.apply_chat_template(body.chat_messages(), add_generation_prompt=body.add_generation_prompt)
+        prompt_ids = engine.tokenizer.encode(text)
     max_tokens = body.max_completion_tokens or body.max_tokens or state.default_max_tokens(len(prompt_ids))
     return await _generate(request, state, body, prompt_ids, max_tokens, "chat")
 
@@ -81,16 +85,22 @@ async def chat_completions(request: Request) -> Response:
 async def _generate(
     request: Request, state: BackendState, body: SamplingFields, prompt_ids: list[int], max_tokens: int, kind: Kind
 ) -> Response:
-    if body.disaggregated_params is not None:
-        raise NotImplementedFeature(
-            "disaggregated_params (context_only / generation_only) is not implemented by this backend yet: "
-            "send the request without it, or route it to a trtllm-serve worker",
-            param="disaggregated_params",
-        )
+    params = disagg.context_params(body)
+    disagg.check_role(state, params)
     prefix = "cmpl" if kind == "completion" else "chatcmpl"
     renderer = Renderer(f"{prefix}-{uuid.uuid4().hex}", state.model_name, kind, return_token_ids=body.return_token_ids)
     sampling = body.sampling_params(max_tokens)
-    start = state.service.start(kind, renderer.request_id, prompt_ids, sampling, body.cache_salt)
+    if params is not None and params.request_type == "context_only":  # answered at once, never streamed
+        context = disagg.context_step(
+            state, renderer, params, prompt_ids, sampling, body.cache_salt, body.return_token_ids
+        )
+        return await until_disconnect(request.receive, context)
+    if params is not None:  # generation_only
+        start = disagg.start_generation_step(
+            state, kind, renderer.request_id, params, prompt_ids, sampling, body.cache_salt
+        )
+    else:
+        start = state.service.start(kind, renderer.request_id, prompt_ids, sampling, body.cache_salt)
     generation = await until_disconnect(request.receive, start)
     if body.stream:
         return EventStream(

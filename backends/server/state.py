@@ -6,7 +6,7 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from backends.server.admission import Admission
 from backends.server.errors import ModelNotFound, Unavailable
@@ -17,6 +17,9 @@ from backends.server.metrics import BackendMetrics
 from backends.settings import BackendSettings
 from engines.base import Engine, EngineStats
 
+if TYPE_CHECKING:
+    from backends.server.kv_service import KVService  # imports torch: only where the engine is ours
+
 
 @dataclass(slots=True)
 class BackendState:
@@ -25,6 +28,7 @@ class BackendState:
     metrics: BackendMetrics = field(init=False)
     kv_feed: KVEventFeed = field(init=False)
     engine: Engine | None = None
+    kv: KVService | None = None  # KV transfer of disaggregated serving (built-in engine only)
     generation: GenerationService | None = None
     load_error: str | None = None
     started_at: int = field(default_factory=lambda: int(time.time()))
@@ -111,4 +115,6 @@ class BackendState:
             "decode_tokens": stats.num_decode_tokens,
             "kv_blocks_free": stats.num_kv_blocks_free,
             "kv_blocks_total": stats.num_kv_blocks_total,
+            "kv_blocks_pinned": stats.num_kv_blocks_pinned,
+            "kv_pins_exported": len(self.kv.exports) if self.kv is not None else 0,
         }

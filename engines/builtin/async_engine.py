@@ -16,11 +16,13 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from engines.base import EngineStats, GenerationOutput, GenerationRequest, KVCacheEvent
 from engines.builtin.config import EngineConfig
+from engines.builtin.kv_handoff import ImportPlan, finish_import, reserve_import
 from engines.builtin.llm_engine import LLMEngine
 from engines.builtin.model_runner import ModelRunner
 from engines.errors import EngineError, EngineStopped, InvalidRequest
@@ -37,6 +39,12 @@ class _Add:
 class _Abort:
     request_id: str
     done: asyncio.Future[None] | None = None
+
+
+@dataclass(slots=True)
+class _Call:
+    fn: Callable[[LLMEngine], Any]  # run on the worker thread; its result (or error) resolves `done`
+    done: asyncio.Future[Any]
 
 
 @dataclass(slots=True)
@@ -62,7 +70,7 @@ class AsyncEngine:
         self.model_name = self.engine.model_name
         self.tokenizer = self.engine.tokenizer
         self.max_model_len = self.engine.max_model_len
-        self._commands: deque[_Add | _Abort | _Stop] = deque()
+        self._commands: deque[_Add | _Abort | _Call | _Stop] = deque()
         self._wakeup = threading.Condition()
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -100,11 +108,61 @@ class AsyncEngine:
         if not self._accepting:
             raise EngineStopped("the engine is not running (not started, or shutting down)")
         self.engine.validate(request)  # reads fixed config only: safe from this thread
+        queue = self._open_queue(request)
+        self._send(_Add(request))
+        async for output in self._follow(request.request_id, queue):
+            yield output
+
+    async def generate_imported(
+        self, request: GenerationRequest, first_token_id: int, fill: Callable[[ImportPlan], Awaitable[None]]
+    ) -> AsyncIterator[GenerationOutput]:
+        """Like `generate`, for a prompt whose KV was computed elsewhere (kv_handoff.py): blocks are
+        reserved (own prefix cache first), `fill(plan)` writes the missing ones while the engine
+        keeps stepping, then generation goes on from `first_token_id`, which is the first output."""
+        if not self._accepting:
+            raise EngineStopped("the engine is not running (not started, or shutting down)")
+        self.engine.validate(request)
+        queue = self._open_queue(request)
+        request_id = request.request_id
+        try:
+            plan = await self.call(lambda engine: reserve_import(engine, request))
+            await fill(plan)
+            first = await self.call(lambda engine: finish_import(engine, request_id, first_token_id))
+        except BaseException:
+            self._queues.pop(request_id, None)
+            self._send(_Abort(request_id))
+            raise
+        try:
+            yield first
+        except BaseException:  # the consumer left at the first output
+            self._queues.pop(request_id, None)
+            if not first.is_finished:
+                self._send(_Abort(request_id))
+            raise
+        if first.is_finished:
+            self._queues.pop(request_id, None)
+            return
+        async for output in self._follow(request_id, queue):
+            yield output
+
+    async def call(self, fn: Callable[[LLMEngine], Any]) -> Any:
+        """Run `fn(engine)` on the worker thread between steps; returns its result or raises its error."""
+        if self._thread is None:
+            raise EngineStopped("the engine is not running")
+        done = asyncio.get_running_loop().create_future()
+        self._send(_Call(fn, done))
+        return await done
+
+    def _open_queue(self, request: GenerationRequest) -> asyncio.Queue[GenerationOutput | EngineError]:
         if request.request_id in self._queues:
             raise InvalidRequest(f"request id {request.request_id!r} is already in use")
         queue: asyncio.Queue[GenerationOutput | EngineError] = asyncio.Queue()
         self._queues[request.request_id] = queue
-        self._send(_Add(request))
+        return queue
+
+    async def _follow(
+        self, request_id: str, queue: asyncio.Queue[GenerationOutput | EngineError]
+    ) -> AsyncIterator[GenerationOutput]:
         is_done = False
         try:
             while True:
@@ -117,9 +175,9 @@ class AsyncEngine:
                 if is_done:
                     return
         finally:
-            self._queues.pop(request.request_id, None)
+            self._queues.pop(request_id, None)
             if not is_done:  # consumer left (break, cancel, aclose): free the blocks before the next step
-                self._send(_Abort(request.request_id))
+                self._send(_Abort(request_id))
 
     async def abort(self, request_id: str) -> None:
         """Abort `request_id` and return once its blocks are free (no-op if unknown)."""
@@ -137,7 +195,7 @@ class AsyncEngine:
 
     # ---- worker thread ---------------------------------------------------------------------
 
-    def _send(self, command: _Add | _Abort | _Stop) -> None:
+    def _send(self, command: _Add | _Abort | _Call | _Stop) -> None:
         with self._wakeup:
             if not self._worker_exited:
                 self._commands.append(command)
@@ -145,6 +203,8 @@ class AsyncEngine:
                 return
         if isinstance(command, _Abort) and command.done is not None:  # nothing left to abort
             command.done.set_result(None)
+        elif isinstance(command, _Call):
+            command.done.set_exception(EngineStopped("the engine stopped"))
 
     def _run(self) -> None:
         deadline: float | None = None
@@ -155,6 +215,8 @@ class AsyncEngine:
                 for command in self._take_commands():
                     if isinstance(command, _Stop):
                         deadline = command.deadline
+                    elif isinstance(command, _Call):
+                        self._call_soon(_resolve, command.done, *_run_call(command.fn, self.engine))
                     elif isinstance(command, _Abort):
                         output = self.engine.abort(command.request_id)
                         outputs += [output] if output is not None else []
@@ -175,10 +237,14 @@ class AsyncEngine:
                 leftover = list(self._commands)
                 self._commands.clear()
             acks = [c.done for c in leftover if isinstance(c, _Abort) and c.done is not None]
+            calls = [c.done for c in leftover if isinstance(c, _Call)]
+            with contextlib.suppress(RuntimeError):
+                for done in calls:
+                    self._loop.call_soon_threadsafe(_resolve, done, None, EngineStopped("the engine stopped"))
             with contextlib.suppress(RuntimeError):  # wake anyone still waiting: no more outputs will come
                 self._loop.call_soon_threadsafe(self._deliver, [], acks, EngineStopped("the engine stopped"))
 
-    def _take_commands(self) -> list[_Add | _Abort | _Stop]:
+    def _take_commands(self) -> list[_Add | _Abort | _Call | _Stop]:
         with self._wakeup:
             while not self._commands and not self.engine.has_unfinished:
                 self._wakeup.wait()
@@ -233,3 +299,19 @@ class AsyncEngine:
 
 class _LoopClosed(Exception):
     pass
+
+
+def _run_call(fn: Callable[[LLMEngine], Any], engine: LLMEngine) -> tuple[Any, BaseException | None]:
+    try:
+        return fn(engine), None
+    except Exception as exc:  # handed to the caller on the event loop
+        return None, exc
+
+
+def _resolve(done: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    if done.done():
+        return
+    if error is not None:
+        done.set_exception(error)
+    else:
+        done.set_result(result)

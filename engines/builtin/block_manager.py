@@ -107,8 +107,15 @@ class BlockManager:
         return True
 
     def deallocate(self, seq: Sequence) -> None:
+        self.release(seq.block_table)
+        seq.block_table = []
+        seq.block_hashes = []
+        seq.num_computed_tokens = 0
+
+    def release(self, block_ids: list[int]) -> None:
+        """Drop one reference to each block (a sequence's table, or a KV pin's blocks)."""
         # Tail first, so the LRU evicts a chain's last blocks before its shared head.
-        for block_id in reversed(seq.block_table):
+        for block_id in reversed(block_ids):
             block = self.blocks[block_id]
             block.ref_count -= 1
             assert block.ref_count >= 0, f"block {block_id} released twice"
@@ -117,9 +124,6 @@ class BlockManager:
                     self.evictable[block_id] = None
                 else:
                     self.free_block_ids.append(block_id)
-        seq.block_table = []
-        seq.block_hashes = []
-        seq.num_computed_tokens = 0
 
     # ---- registering computed blocks -------------------------------------------------------
 

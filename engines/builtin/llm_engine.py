@@ -10,6 +10,7 @@ from engines.builtin.block_manager import BlockManager
 from engines.builtin.config import EngineConfig
 from engines.builtin.detokenizer import TextStream
 from engines.builtin.kv_events import KVEventLog
+from engines.builtin.kv_pins import KVPins
 from engines.builtin.model_runner import ForwardItem, ModelRunner
 from engines.builtin.sampler import Sampler
 from engines.builtin.scheduler import ScheduledChunk, Scheduler
@@ -39,6 +40,8 @@ class LLMEngine:
         self.kv_events = KVEventLog()
         self.block_manager = BlockManager(config.num_kv_blocks, config.block_size, self.kv_events)
         self.scheduler = Scheduler(config, self.block_manager)
+        self.pins = KVPins(self.block_manager)
+        self.pin_on_finish: set[str] = set()  # request ids whose blocks are pinned if they stop at "length"
         self.sampler = Sampler()
         self.seqs: dict[str, Sequence] = {}
         self.streams: dict[str, TextStream] = {}
@@ -79,6 +82,8 @@ class LLMEngine:
         seq = Sequence(request.request_id, list(request.prompt_token_ids), request.sampling, request.cache_salt)
         self.seqs[seq.request_id] = seq
         self.streams[seq.request_id] = TextStream(self.tokenizer, seq.token_ids, request.sampling.stop)
+        if request.pin_kv_on_finish:
+            self.pin_on_finish.add(seq.request_id)
         self.scheduler.add(seq)
 
     def abort(self, request_id: str) -> GenerationOutput | None:
@@ -132,10 +137,17 @@ class LLMEngine:
         return self._finish(seq, reason, [token_id], text)
 
     def _finish(self, seq: Sequence, reason: FinishReason, new_token_ids: list[int], text: str) -> GenerationOutput:
+        pin = None
+        if seq.request_id in self.pin_on_finish:
+            self.pin_on_finish.discard(seq.request_id)
+            if reason == "length":  # a context step that stopped at its budget: keep its KV for a decode backend
+                pin = self.pins.pin(seq)
         self.scheduler.finish(seq, reason)
         del self.seqs[seq.request_id]
         del self.streams[seq.request_id]
-        return self._output(seq, new_token_ids, text, reason)
+        output = self._output(seq, new_token_ids, text, reason)
+        output.kv_pin = pin
+        return output
 
     def _output(self, seq: Sequence, new_token_ids: list[int], text: str, reason: FinishReason | None) -> GenerationOutput:
         return GenerationOutput(
@@ -163,6 +175,7 @@ class LLMEngine:
             num_prompt_tokens=s.num_prompt_tokens,
             num_generated_tokens=self.num_generated_tokens,
             num_preemptions=s.num_preemptions,
+            num_kv_blocks_pinned=self.pins.num_pinned_blocks,
         )
 
     def drain_kv_events(self) -> list[KVCacheEvent]:

@@ -125,6 +125,8 @@ class Scheduler:
             self.block_manager.deallocate(seq)
         elif seq.status is SequenceStatus.WAITING:
             self.waiting.remove(seq)
+        elif seq.status is SequenceStatus.IMPORTING:
+            self.block_manager.deallocate(seq)
         seq.status = SequenceStatus.FINISHED
         seq.finish_reason = reason
 

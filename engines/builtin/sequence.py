@@ -14,6 +14,7 @@ from engines.sampling_params import SamplingParams
 class SequenceStatus(enum.Enum):
     WAITING = enum.auto()
     RUNNING = enum.auto()
+    IMPORTING = enum.auto()  # holds blocks whose KV is being pulled from another backend (kv_handoff)
     FINISHED = enum.auto()
 
 

@@ -201,9 +201,9 @@ async def test_a_rejected_request_is_not_failed_over(client: BackendClient, live
     assert info.value.status == 400 and info.value.endpoint_id == "live"
 
 
-async def test_501_is_unavailable(client: BackendClient, live: Endpoint) -> None:
-    with pytest.raises(BackendUnavailable, match="501"):
-        await client.complete(live, body(disaggregated_params={"request_type": "context_only"}))
+async def test_a_generation_step_without_kv_state_is_rejected(client: BackendClient, live: Endpoint) -> None:
+    with pytest.raises(BackendRejected, match="encoded_opaque_state"):
+        await client.complete(live, body(disaggregated_params={"request_type": "generation_only"}))
 
 
 async def test_overload_is_reported_with_retry_after(

@@ -208,12 +208,13 @@ def test_unknown_model_is_a_404(http: httpx.Client) -> None:
     assert "smollm2" in response.json()["error"]["message"]
 
 
-def test_disaggregated_params_answer_501(http: httpx.Client) -> None:
-    body = {"prompt": [1, 2, 3], "disaggregated_params": {"request_type": "context_only"}}
+def test_a_generation_step_needs_the_context_steps_state(http: httpx.Client) -> None:
+    body = {"prompt": [1, 2, 3], "disaggregated_params": {"request_type": "generation_only", "first_gen_tokens": [5],
+                                                          "encoded_opaque_state": "bm90IGpzb24="}}
     response = http.post("/v1/completions", json=body)
-    assert response.status_code == 501
+    assert response.status_code == 400
     error = response.json()["error"]
-    assert error["param"] == "disaggregated_params" and "not implemented" in error["message"]
+    assert error["param"] == "disaggregated_params.encoded_opaque_state" and "base64 JSON" in error["message"]
 
 
 def test_models(http: httpx.Client) -> None:
