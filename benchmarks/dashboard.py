@@ -36,7 +36,7 @@ from gateway.catalog import DEFAULT_MODEL_ID
 from gateway.settings import GatewaySettings
 from gateway.store import open_store
 from gateway.store.models import UsageRecord
-from loadtests.processes import free_port
+from cli.processes import free_port
 
 TOKEN = "bench-admin-token"
 
