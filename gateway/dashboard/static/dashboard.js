@@ -54,7 +54,7 @@
     showError(message);
   }
 
-  async function open() {
+  async function enter() {
     try {
       const who = await api("/dashboard/api/tenants");
       fillTenants(who);
@@ -65,7 +65,8 @@
       await refresh();
       startLive();
     } catch (error) {
-      if (error.status === 401) sessionStorage.removeItem(TOKEN_KEY);
+      // Keep the token only when the gateway itself failed (5xx): a retry may work then.
+      if (!(error.status >= 500)) sessionStorage.removeItem(TOKEN_KEY);
       showLogin(error.message);
     }
   }
@@ -225,7 +226,7 @@
     event.preventDefault();
     sessionStorage.setItem(TOKEN_KEY, $("token").value.trim());
     $("token").value = "";
-    open();
+    enter();
   });
   $("logout").addEventListener("click", () => {
     sessionStorage.removeItem(TOKEN_KEY);
@@ -235,6 +236,6 @@
   $("tenant").addEventListener("change", refresh);
   $("live").addEventListener("change", startLive);
 
-  if (sessionStorage.getItem(TOKEN_KEY)) open();
+  if (sessionStorage.getItem(TOKEN_KEY)) enter();
   else showLogin("");
 })();
