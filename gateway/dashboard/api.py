@@ -30,7 +30,7 @@ from gateway.envelopes import JSONBytes
 from gateway.errors import AuthenticationFailed, InternalError, InvalidInput, TenantForbidden
 from gateway.metrics import GatewayMetrics
 from gateway.services import Services
-from gateway.store.errors import InvalidInput as StoreInvalidInput
+from gateway.store.errors import InvalidArgument
 from gateway.store.models import UsageRecord
 from policies.errors import PricingError
 
@@ -137,7 +137,7 @@ async def summarize(g: Services, window: Window, tenant: str | None, history: Pr
     try:
         async for record in g.store.iter_usage(window.start, window.end, tenant):
             summary.add(record, savings(record, history))  # the store yields to the loop between pages
-    except StoreInvalidInput as exc:
+    except InvalidArgument as exc:
         raise InvalidInput(str(exc), param="tenant") from exc
     return summary
 
