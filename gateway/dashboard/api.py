@@ -162,7 +162,8 @@ async def tenants(request: Request) -> Response:
     if scope.is_admin:
         listed = await g.store.list_tenants()
     else:
-        own = await g.store.get_tenant(scope.tenant_id or "")
+        assert scope.tenant_id is not None  # a key always belongs to a tenant
+        own = await g.store.get_tenant(scope.tenant_id)
         listed = [own] if own is not None else []
     body = {"admin": scope.is_admin, "tenants": [{"id": t.id, "name": t.name} for t in listed]}
     return JSONBytes(body, headers=NO_STORE)
