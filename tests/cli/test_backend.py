@@ -1,3 +1,5 @@
+"""`edgerun backend`: flags over settings, and what a user sees when a model cannot load."""
+
 from __future__ import annotations
 
 import argparse
