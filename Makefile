@@ -14,6 +14,8 @@ $(STAMP): pyproject.toml Makefile
 	# The Mooncake Transfer Engine's shared libraries (the optional KV transport, extra "kv"), where apt exists.
 	command -v apt-get >/dev/null && (dpkg -s libibverbs1 librdmacm1 libnuma1 liburing2 libcurl4 >/dev/null 2>&1 || \
 		(apt-get update && apt-get install -y --no-install-recommends libibverbs1 rdma-core librdmacm1 libnuma1 liburing2 libcurl4)) || true
+	# chromium: the dashboard's browser tests drive it with Playwright (which cannot download its own here).
+	command -v chromium >/dev/null || (apt-get update && apt-get install -y --no-install-recommends chromium)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade pip
 	# CPU build of torch first, pinned, so nothing pulls the CUDA wheels.

@@ -31,10 +31,10 @@ from dataclasses import dataclass
 from backends.client import BackendClient, Endpoint
 from benchmarks.interleave import interleave
 from benchmarks.machine import machine, process_cpu_s
+from cli.processes import ChildProcess
 from engines.base import GenerationRequest
 from engines.builtin.config import EngineConfig
 from engines.sampling_params import SamplingParams
-from loadtests.processes import ChildProcess
 
 
 @dataclass(slots=True)

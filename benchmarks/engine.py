@@ -25,10 +25,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from engines.base import GenerationRequest
-from engines.builtin.async_engine import AsyncEngine
 from benchmarks.engine_baselines import HFBaseline, LlamaCppBaseline, llama_cpp_available
 from benchmarks.engine_report import machine_info, percentile, render
+from engines.base import GenerationRequest
+from engines.builtin.async_engine import AsyncEngine
 from engines.builtin.config import EngineConfig
 from engines.builtin.llm_engine import LLMEngine
 from engines.builtin.loader import smollm2_gguf_path

@@ -31,7 +31,7 @@ from benchmarks.interleave import interleave
 from benchmarks.machine import machine
 from benchmarks.raw_load import Phase, drive
 from benchmarks.stub_backend import MODEL_ID, PROMPT
-from loadtests.processes import ChildProcess, free_port
+from cli.processes import ChildProcess, free_port
 
 ROUNDS = 4
 ADMIN_TOKEN = "bench-admin-token"

@@ -31,6 +31,7 @@ from benchmarks.interleave import interleave
 from benchmarks.machine import machine
 from benchmarks.raw_load import drive
 from benchmarks.stub_backend import MODEL_ID, PROMPT
+from cli.processes import ChildProcess
 from gateway.auth import Principal
 from gateway.envelopes import TokenUsage
 from gateway.metering import MeteredRequest, Metering
@@ -38,7 +39,6 @@ from gateway.metrics import GatewayMetrics
 from gateway.settings import GatewaySettings
 from gateway.store import Store, open_store
 from gateway.store.models import UsageRecord
-from loadtests.processes import ChildProcess
 from policies.pricing import PriceTable
 
 PRICE = {"version": "bench", "input": "0.027", "cached_input": "0.0045", "output": "0.201"}

@@ -1,13 +1,13 @@
 """`edgerun dev` (what `make run` starts): one backend and one gateway on this machine.
 
-1. spawns `edgerun backend --model smollm2` as a child process on a free loopback port and waits
-   until its /health answers 200 (the model loads in a few seconds once converted); a random
-   backend API key made for this run (passed in the child's environment, never on its command
+1. spawns `edgerun backend --model smollm2` as a child process (cli/processes.py) on a free
+   loopback port and waits until its /health answers 200 (the model loads in a few seconds once
+   converted); a random backend API key made for this run (passed in the child's environment, never on its command
    line) is the one the gateway sends, so only this gateway can use the backend;
 2. opens the embedded store (its own SQLite file under ~/.local/share/edgerun), makes sure a
    development tenant owning account "dev" exists and creates a fresh API key for it;
 3. starts the gateway in this process, in front of that backend, and prints a curl command that
-   works as printed;
+   works as printed, the admin token and the usage dashboard's URL;
 4. on Ctrl-C (or SIGTERM) stops the gateway, then the backend, and waits for both.
 """
 
@@ -15,25 +15,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
-import os
 import secrets
 import shlex
-import signal
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 
-import httpx
 import uvicorn
 from pydantic import SecretStr
 
+from cli.processes import ChildProcess, ProcessError, free_port
+from cli.serve import quiet_http_client_logs
 from gateway.app import create_app
 from gateway.catalog import DEFAULT_MODEL_ID
-from cli.serve import quiet_http_client_logs
 from gateway.settings import GatewaySettings
 from gateway.store.base import Store
 
@@ -50,41 +43,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-level", default="warning", help="gateway and backend log level (default warning)")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def spawn_backend(args: argparse.Namespace, port: int, api_key: str) -> ChildProcess:
+    """`edgerun backend` as a child writing to this terminal (not yet ready: see `wait_backend`)."""
+    options = ["--model", args.model, "--region", "local", "--log-level", args.log_level]
+    return ChildProcess.spawn(
+        "the backend", "backend", options, port=port, env={"EDGERUN_API_KEY": api_key}, keep_edgerun_env=True,
+        inherit_output=True,
+    )
 
 
-def spawn_backend(args: argparse.Namespace, port: int, api_key: str) -> subprocess.Popen[bytes]:
-    command = [
-        sys.executable,
-        "-m",
-        "cli",
-        "backend",
-        "--model",
-        args.model,
-        "--port",
-        str(port),
-        "--region",
-        "local",
-        "--log-level",
-        args.log_level,
-    ]
-    return subprocess.Popen(command, env={**os.environ, "EDGERUN_API_KEY": api_key})
-
-
-async def wait_healthy(url: str, process: subprocess.Popen[bytes], timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    async with httpx.AsyncClient(timeout=2.0) as http:
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                raise SystemExit(f"the backend exited with code {process.returncode} before becoming healthy")
-            with contextlib.suppress(httpx.HTTPError):
-                if (await http.get(url)).status_code == 200:
-                    return
-            await asyncio.sleep(0.25)
-    raise SystemExit(f"the backend did not become healthy within {timeout_s:.0f}s")
+def wait_backend(backend: ChildProcess) -> None:
+    try:
+        backend.wait_ready("/health", BACKEND_START_TIMEOUT_S)
+    except ProcessError as exc:
+        raise SystemExit(f"{exc} (before becoming healthy)") from None
 
 
 async def dev_key(store: Store) -> str:
@@ -106,7 +78,7 @@ async def serve_dev(args: argparse.Namespace) -> int:
     backend = spawn_backend(args, backend_port, backend_key)
     try:
         print(f"starting the backend ({args.model}) on 127.0.0.1:{backend_port} ...", flush=True)
-        await wait_healthy(f"http://127.0.0.1:{backend_port}/health", backend, BACKEND_START_TIMEOUT_S)
+        wait_backend(backend)
         Path(args.sqlite_path).parent.mkdir(parents=True, exist_ok=True)
         settings = GatewaySettings(
             port=args.port,
@@ -141,7 +113,9 @@ async def serve_dev(args: argparse.Namespace) -> int:
             print(
                 f"\nedgerun is running: gateway http://127.0.0.1:{args.port} -> backend http://127.0.0.1:{backend_port}\n"
                 f"development key (tenant {DEV_TENANT!r}, account {DEV_ACCOUNT!r}): {secret}\n"
-                f"admin token: {settings.admin_token.get_secret_value()}\n\n"
+                f"admin token: {settings.admin_token.get_secret_value()}\n"
+                f"usage dashboard: http://127.0.0.1:{args.port}/dashboard (log in with the admin token, "
+                "or the development key for its tenant alone)\n\n"
                 f"try:\n\n  {curl_line(args.port, secret)}\n\n"
                 '(add "stream": true for server-sent events; OpenAI clients use base URL '
                 f"http://127.0.0.1:{args.port}/client/v4/accounts/{DEV_ACCOUNT}/ai/v1)\n"
@@ -152,18 +126,8 @@ async def serve_dev(args: argparse.Namespace) -> int:
         finally:
             await store.aclose()
     finally:
-        stop_backend(backend)
+        backend.stop(timeout_s=15)
     return 0
-
-
-def stop_backend(process: subprocess.Popen[bytes], timeout_s: float = 15.0) -> None:
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-    try:
-        process.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
 
 
 def logging_options(args: argparse.Namespace) -> dict[str, object]:

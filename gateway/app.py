@@ -19,6 +19,7 @@ from starlette.routing import Route
 from backends.client import BackendClient
 from gateway import api_admin, api_inference
 from gateway.billing import api as api_billing
+from gateway.dashboard import dashboard_routes
 from gateway.envelopes import JSONBytes, error_response
 from gateway.errors import GatewayError, NoRoute, StoreUnavailable
 from gateway.metrics import GatewayMetrics
@@ -31,8 +32,16 @@ from gateway.store.base import Store
 ACCOUNT = "/client/v4/accounts/{account_id}"
 
 
+def count_error(request: Request, error: GatewayError, status: int) -> None:
+    """Errors by code for /metrics and the dashboard (before the lifespan ran there is nothing to count in)."""
+    services: Services | None = getattr(request.app.state, "services", None)
+    if services is not None:
+        services.metrics.errors.labels(str(error.code), str(status)).inc()
+
+
 async def render_gateway_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, GatewayError)
+    count_error(request, exc, exc.status)
     return error_response(exc, openai=is_openai_path(request.url.path))
 
 
@@ -42,6 +51,7 @@ async def render_store_unavailable(request: Request, exc: Exception) -> Response
         error = StoreUnavailable(message, retry_after_s=5.0)
     else:
         error = StoreUnavailable("the gateway's shared store is unreachable; retry shortly", retry_after_s=1.0)
+    count_error(request, error, error.status)
     return error_response(error, openai=is_openai_path(request.url.path))
 
 
@@ -51,6 +61,7 @@ async def render_http_exception(request: Request, exc: Exception) -> Response:
     error = NoRoute(f"No route for that URI: {request.method} {request.url.path}")
     response = error_response(error, openai=is_openai_path(request.url.path))
     response.status_code = exc.status_code
+    count_error(request, error, exc.status_code)
     if exc.headers:
         response.headers.update(exc.headers)
     return response
@@ -83,6 +94,7 @@ def routes() -> list[Route]:
         Route("/admin/v1/billing/export", api_billing.billing_export, methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
+        *dashboard_routes(),
     ]
 
 

@@ -6,6 +6,7 @@
     ├── NoSuchModel            5007  400  the model id is not in the catalog
     ├── AuthenticationFailed  10000  401  missing, unknown or revoked API key
     ├── AccountMismatch       10000  403  the key's tenant does not own the account in the URL
+    ├── TenantForbidden       10000  403  a tenant's key asked for another tenant's figures (dashboard)
     ├── ModelNotAllowed        5018  403  the tenant or key may not use this model
     ├── RequestTimeout         3007  408  the backend did not answer in time
     ├── RequestTooLarge        3006  413  the body is over the configured limit
@@ -59,6 +60,10 @@ class AuthenticationFailed(GatewayError):
 
 
 class AccountMismatch(GatewayError):
+    code, status, openai_type = 10000, 403, "permission_error"
+
+
+class TenantForbidden(GatewayError):
     code, status, openai_type = 10000, 403, "permission_error"
 
 

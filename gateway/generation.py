@@ -116,6 +116,8 @@ class Generation:
         self._num_token_ids = 0  # token ids received, when the backend sends them
         self._finished = False
         self._backend_usage: Usage | None = None
+        self._first_text_at: float | None = None  # perf_counter() of the first and last text received
+        self._last_text_at: float | None = None
         self.finish_reason: str | None = None
         self.usage: TokenUsage | None = None  # set once the stream is over
         self.slot: Slot | None = None  # the tenant's concurrency slot, given back when it is settled
@@ -128,7 +130,6 @@ class Generation:
     async def texts(self) -> AsyncIterator[str]:
         """Text deltas as they arrive; raises a GatewayError if the stream breaks midway."""
         status: UsageStatus = "cancelled"
-        first = True
         try:
             async for chunk in self._chunks:
                 if chunk.usage is not None:
@@ -138,11 +139,10 @@ class Generation:
                 if chunk.token_ids:
                     self._num_token_ids += len(chunk.token_ids)
                 if chunk.text:
-                    if first:
-                        first = False
-                        self._g.metrics.ttft.labels(self.meta.model.id).observe(
-                            time.perf_counter() - self.meta.started_perf
-                        )
+                    self._last_text_at = now = time.perf_counter()
+                    if self._first_text_at is None:
+                        self._first_text_at = now
+                        self._g.metrics.ttft.labels(self.meta.model.id).observe(now - self.meta.started_perf)
                         await self._g.may_count_first_token(self.flight)
                     self._parts.append(chunk.text)
                     yield chunk.text
@@ -187,6 +187,17 @@ class Generation:
         cached = backend.cached_tokens if backend is not None else 0
         return TokenUsage(self.prompt_tokens, completion, min(cached, self.prompt_tokens))
 
+    def _timings(self, usage: TokenUsage) -> None:
+        """Time to first text and the mean inter-token gap, onto the ledger record and /metrics."""
+        first, last = self._first_text_at, self._last_text_at
+        if first is None or last is None:
+            return
+        self.metered.ttft_s = round(first - self.meta.started_perf, 6)
+        if usage.completion_tokens >= 2:
+            itl = (last - first) / (usage.completion_tokens - 1)
+            self.metered.itl_s = round(itl, 6)
+            self._g.metrics.inter_token.labels(self.meta.model.id).observe(itl)
+
     async def _finish(self, status: UsageStatus) -> None:
         if self._finished:
             return
@@ -197,6 +208,7 @@ class Generation:
             log.exception("closing the backend stream failed", request_id=self.meta.request_id)
         usage = self._final_usage(status)
         self.usage = usage
+        self._timings(usage)
         g, model = self._g, self.meta.model.id
         g.metrics.tokens.labels(model, "prompt").inc(usage.prompt_tokens)
         g.metrics.tokens.labels(model, "completion").inc(usage.completion_tokens)

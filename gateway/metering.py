@@ -58,6 +58,8 @@ class MeteredRequest:
     tokens_estimate: int  # what admission counted against the key's tpm
     reservation: Reservation | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    ttft_s: float | None = None  # arrival -> first generated text; None: no text was generated
+    itl_s: float | None = None  # mean gap between generated tokens after the first
 
 
 class Metering:
@@ -131,6 +133,8 @@ class Metering:
             price_version=version,
             cost_micro=cost,
             metadata=request.metadata,
+            ttft_s=request.ttft_s,
+            itl_s=request.itl_s,
         )
         written = await self._append(record)
         reservation = request.reservation

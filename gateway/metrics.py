@@ -7,6 +7,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+INTER_TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1, 2.5)
 
 
 class GatewayMetrics:
@@ -30,6 +31,19 @@ class GatewayMetrics:
             "Time from request start to the first generated text sent to the client",
             ["model"],
             buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.inter_token = Histogram(
+            "edgerun_gateway_inter_token_seconds",
+            "Mean gap between generated tokens of one streamed answer (first to last text), one per request",
+            ["model"],
+            buckets=INTER_TOKEN_BUCKETS,
+            registry=r,
+        )
+        self.errors = Counter(
+            "edgerun_gateway_errors",
+            "Responses answered with an error envelope, by Workers AI code and HTTP status",
+            ["code", "status"],
             registry=r,
         )
         self.tokens = Counter(

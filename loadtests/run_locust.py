@@ -16,7 +16,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from loadtests.stack import ROOT, StackConfig, running_stack
+from cli.processes import ROOT
+from loadtests.stack import StackConfig, running_stack
 from loadtests.tenants import DEFAULT_TENANTS
 
 

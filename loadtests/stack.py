@@ -11,7 +11,7 @@ Backends run with `OMP_NUM_THREADS` = (cores - 1) / backends, at least 1, leavin
 gateway and the load generator (processes.threads_per_backend): on a small shared machine,
 oversubscribed OpenMP threads spin against each other (on a busy 2-core machine one thread per
 backend answered 5x sooner than two). The processes themselves are started and stopped by
-loadtests/processes.py.
+cli/processes.py.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from loadtests.processes import ROOT, ChildProcess, threads_per_backend
+from cli.processes import ChildProcess, threads_per_backend
 
 READY_TIMEOUT_S = 300.0  # a first start converts the GGUF weights once
 STOP_TIMEOUT_S = 20.0  # SIGTERM's grace before SIGKILL

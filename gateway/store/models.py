@@ -120,6 +120,10 @@ class UsageRecord:
     price_version: str
     cost_micro: int
     metadata: dict[str, Any] = field(default_factory=dict)  # from cf-aig-metadata
+    # Seconds from the request's arrival to its first generated text, and the mean gap between its
+    # generated tokens after that; None when unknown (no text, one token, or written before these fields).
+    ttft_s: float | None = None
+    itl_s: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.request_id, str) or not 0 < len(self.request_id) <= 200:
@@ -133,6 +137,10 @@ class UsageRecord:
             raise InvalidInput("cached_tokens cannot exceed prompt_tokens")
         if not 0 <= self.started_at <= self.ended_at:
             raise InvalidInput("need 0 <= started_at <= ended_at")
+        for name in ("ttft_s", "itl_s"):
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, (int, float)) and 0 <= value < float("inf")):
+                raise InvalidInput(f"{name} must be None or a finite number of seconds >= 0")
         if not isinstance(self.metadata, dict):
             raise InvalidInput("metadata must be a dict")
         try:

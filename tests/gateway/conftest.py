@@ -8,55 +8,26 @@ namespace and deletes it afterwards.
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import time
 import uuid
 from collections.abc import Iterator
 
 import pytest
 import redis
 
-from loadtests.processes import free_port
-
-
-def _answers(url: str) -> bool:
-    try:
-        with redis.Redis.from_url(url, socket_connect_timeout=0.5, socket_timeout=0.5) as client:
-            return bool(client.ping())
-    except redis.RedisError:
-        return False
+from tests.gateway.redis_server import answers, redis_binary, start_redis
 
 
 @pytest.fixture(scope="session")
 def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    if _answers("redis://127.0.0.1:6379/0"):
+    if answers("redis://127.0.0.1:6379/0"):
         yield "redis://127.0.0.1:6379/0"
         return
-    binary = shutil.which("redis-server")
-    if binary is None:
-        message = "no Redis at 127.0.0.1:6379 and no redis-server on PATH"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message + " (CI=true: the Redis store must be tested)")
-        pytest.skip(message)
-    port = free_port()
-    url = f"redis://127.0.0.1:{port}/0"
-    workdir = tmp_path_factory.mktemp("redis")
-    process = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(workdir)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
+    redis_binary("no Redis at 127.0.0.1:6379 and no redis-server on PATH")
+    server = start_redis(tmp_path_factory.mktemp("redis"))
     try:
-        deadline = time.monotonic() + 10
-        while not _answers(url):
-            if process.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"redis-server on port {port} did not start (exit code {process.poll()})")
-            time.sleep(0.05)
-        yield url
+        yield f"redis://127.0.0.1:{server.port}/0"
     finally:
-        process.terminate()
-        process.wait(timeout=10)
+        server.stop(timeout_s=10)
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """Real processes on loopback for the gateway's end-to-end tests.
 
 - `BackendProcess`: `python -m cli backend --model smollm2 ...` (the real model), with its
-  share of the cores as torch threads (loadtests/processes.py starts and stops the processes).
+  share of the cores as torch threads (cli/processes.py starts and stops the processes).
 - `InProcessGateway`: the gateway app under uvicorn on a loopback port, in a thread with its own
   event loop (fast to start; the test can reach its store with `call`).
 - `GatewayProcess`: `python -m cli serve` as a subprocess (where processes are the point).
@@ -32,7 +32,7 @@ from gateway.app import create_app
 from gateway.catalog import DEFAULT_MODEL_ID
 from gateway.settings import GatewaySettings
 from gateway.store import Store, open_store
-from loadtests.processes import ROOT, ChildProcess, free_port, threads_per_backend  # noqa: F401  (ROOT: for tests)
+from cli.processes import ROOT, ChildProcess, free_port, threads_per_backend  # noqa: F401  (ROOT: for tests)
 
 SINGLE_MODEL_ID = "@cf/test/smollm2-on-b1"  # the same weights, served by b1 only
 ADMIN_TOKEN = "test-admin-token"

@@ -52,6 +52,16 @@ def test_make_run_prints_a_curl_that_works_and_ctrl_c_stops_both(tmp_path: Path)
         body = json.loads(answer.stdout)
         assert body["success"] is True and body["result"]["response"]
         assert body["result"]["usage"]["completion_tokens"] > 0
+        # the printed dashboard URL and admin token show the dev tenant's request
+        printed = "".join(lines)
+        admin_token = re.search(r"admin token: (\S+)", printed)
+        dashboard = re.search(r"usage dashboard: (http://\S+/dashboard)", printed)
+        assert admin_token is not None and dashboard is not None
+        assert httpx.get(dashboard.group(1), timeout=5).headers["content-type"].startswith("text/html")
+        usage = httpx.get(
+            f"{dashboard.group(1)}/api/usage", headers={"authorization": f"Bearer {admin_token.group(1)}"}, timeout=10
+        ).json()
+        assert {t["tenant_id"]: t["requests"] for t in usage["tenants"]}.get("dev", 0) >= 1
         # the backend answers only its gateway: a random secret shared by the two for this run
         assert httpx.get(f"{backend_url.group(1)}/v1/models", timeout=5).status_code == 401
         assert httpx.get(f"{backend_url.group(1)}/health", timeout=5).status_code == 200

@@ -3,9 +3,6 @@ to the spool. Runs its own redis-server with a tiny maxmemory: the shared one is
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,40 +21,19 @@ from gateway.metrics import GatewayMetrics
 from gateway.settings import GatewaySettings
 from gateway.store import StoreUnavailable
 from gateway.store.redis_store import RedisStore
-from loadtests.processes import free_port
 from policies.pricing import PriceTable
+from tests.gateway.redis_server import EPHEMERAL, start_redis
 
 PREFIX = "edgerun-full:"
 
 
 @pytest.fixture
 def small_redis(tmp_path: Path) -> Iterator[str]:
-    binary = shutil.which("redis-server")
-    if binary is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("redis-server is not installed (CI=true: `make test` installs it)")
-        pytest.skip("redis-server is not installed")
-    port = free_port()
-    process = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-         "--dir", str(tmp_path), "--maxmemory", "8mb", "--maxmemory-policy", "noeviction"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    url = f"redis://127.0.0.1:{port}/0"
+    server = start_redis(tmp_path, [*EPHEMERAL, "--maxmemory", "8mb", "--maxmemory-policy", "noeviction"])
     try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                with redis.Redis.from_url(url) as client:
-                    client.ping()
-                break
-            except redis.ConnectionError:
-                assert process.poll() is None and time.monotonic() < deadline, "redis-server did not start"
-                time.sleep(0.05)
-        yield url
+        yield f"redis://127.0.0.1:{server.port}/0"
     finally:
-        process.terminate()
-        process.wait(timeout=10)
+        server.stop(timeout_s=10)
 
 
 def fill(url: str) -> None:

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from loadtests import run_locust
-from loadtests.stack import ROOT, Stack
+from cli.processes import ROOT
+from loadtests.stack import Stack
 
 pytestmark = pytest.mark.slow
 LOCUSTFILE = str(ROOT / "loadtests" / "locustfile.py")

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -19,6 +17,7 @@ import httpx
 import pytest
 import redis
 
+from cli.processes import ChildProcess
 from gateway.billing.spool import LedgerSpool
 from gateway.catalog import DEFAULT_MODEL_ID
 from gateway.settings import GatewaySettings
@@ -26,6 +25,7 @@ from gateway.store import open_store
 from gateway.store.models import UsageRecord
 from tests.gateway.billing.clients import Seen, run_request
 from tests.gateway.fixtures_e2e import ADMIN_TOKEN, BackendProcess, free_port, start_gateway_process
+from tests.gateway.redis_server import start_redis
 
 pytestmark = pytest.mark.slow
 ACCOUNT, TENANT = "acc-spool", "t-spool"
@@ -33,42 +33,27 @@ ACCOUNT, TENANT = "acc-spool", "t-spool"
 
 @dataclass
 class PrivateRedis:
+    """A redis-server that can be stopped and started again on the same port and data directory."""
+
     port: int
     workdir: Path
-    process: subprocess.Popen[bytes] | None = None
+    server: ChildProcess | None = None
 
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> None:
-        binary = shutil.which("redis-server")
-        assert binary is not None
-        self.process = subprocess.Popen(
-            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "yes",
-             "--appendfsync", "always", "--dir", str(self.workdir)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                with redis.Redis.from_url(self.url, socket_timeout=0.5) as client:
-                    if client.ping():
-                        return
-            except redis.RedisError:
-                assert time.monotonic() < deadline, "the private redis-server did not start"
-                time.sleep(0.05)
+        options = ["--save", "", "--appendonly", "yes", "--appendfsync", "always"]
+        self.server = start_redis(self.workdir, options, port=self.port)
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            self.process.wait(timeout=10)
+        if self.server is not None:
+            self.server.stop(timeout_s=10)
 
 
 @pytest.fixture
 def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
-    if shutil.which("redis-server") is None:
-        pytest.skip("no redis-server on PATH")
     server = PrivateRedis(free_port(), tmp_path / "redis")
     server.workdir.mkdir()
     server.start()

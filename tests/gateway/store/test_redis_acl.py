@@ -4,11 +4,7 @@ admin commands. Runs a redis-server of its own, as compose starts it."""
 
 from __future__ import annotations
 
-import os
 import secrets
-import shutil
-import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,9 +12,10 @@ import pytest
 import redis
 import yaml
 
+from cli.processes import ROOT
 from gateway.settings import GatewaySettings
 from gateway.store.redis_store import RedisStore
-from loadtests.processes import ROOT, free_port
+from tests.gateway.redis_server import start_redis
 from tests.gateway.store.test_ledger import T0, collect, record
 
 INFRA = ROOT / "infra"
@@ -26,36 +23,18 @@ INFRA = ROOT / "infra"
 
 @pytest.fixture(scope="module")
 def shipped_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, str]]:
-    binary = shutil.which("redis-server")
-    if binary is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("redis-server is not installed (CI=true: `make test` installs it)")
-        pytest.skip("redis-server is not installed")
     password = secrets.token_hex(16)
     command = yaml.safe_load((INFRA / "compose.yaml").read_text())["services"]["redis"]["command"]
     assert command[:2] == ["redis-server", "/usr/local/etc/redis/redis.conf"]
     args = [a.replace("${EDGERUN_REDIS_PASSWORD:?set a Redis password}", password) for a in command[2:]]
-    port, workdir = free_port(), tmp_path_factory.mktemp("redis-acl")
-    process = subprocess.Popen(
-        [binary, str(INFRA / "redis" / "redis.conf"), *args, "--port", str(port), "--bind", "127.0.0.1",
-         "--dir", str(workdir)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    server = start_redis(
+        tmp_path_factory.mktemp("redis-acl"), args, config_file=INFRA / "redis" / "redis.conf",
+        username="edgerun", password=password,
     )
     try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                with redis.Redis(port=port, username="edgerun", password=password) as client:
-                    client.ping()
-                break
-            except redis.ConnectionError:
-                assert process.poll() is None, "redis-server refused the shipped configuration"
-                assert time.monotonic() < deadline
-                time.sleep(0.05)
-        yield port, password
+        yield server.port, password
     finally:
-        process.terminate()
-        process.wait(timeout=10)
+        server.stop(timeout_s=10)
 
 
 async def test_the_gateway_does_all_its_work_as_the_acl_user(shipped_redis: tuple[int, str], tmp_path: Path) -> None:

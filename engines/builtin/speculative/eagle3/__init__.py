@@ -1,0 +1,39 @@
+"""EAGLE-3 draft heads: the model, its checkpoint format, the proposer, and training here.
+
+`load_proposer(path, target_config, device, dtype, embed)` is what the engine's proposer factory calls.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from engines.builtin.config import fp16_gemm_available
+from engines.builtin.model_config import ModelConfig
+from engines.builtin.speculative.eagle3.checkpoint import HeadFormatError, load_head
+from engines.builtin.speculative.eagle3.proposer import Eagle3Proposer
+
+__all__ = ["Eagle3Proposer", "HeadFormatError", "load_proposer"]
+
+
+def load_proposer(path: str | Path, target_config: ModelConfig, device: str | torch.device = "cpu",
+                  dtype: torch.dtype = torch.float32, embed: Tensor | None = None,
+                  fp16_weights: bool = True) -> Eagle3Proposer:
+    """An `Eagle3Proposer` over the head in `path`, on `device` in `dtype`; `embed` is the target's
+    embedding weight [V, D] (shared, not copied). On a CPU in float32 the head's linear weights are
+    held as float16 (as the engine holds the target's) unless `fp16_weights` is False.
+    Raises HeadFormatError if the head does not fit the target."""
+    head = load_head(Path(path), target_config.num_layers, embed)
+    c = head.config
+    if c.vocab_size != target_config.vocab_size:
+        raise HeadFormatError(f"{path}: the head's vocab_size {c.vocab_size} differs from the target's {target_config.vocab_size}")
+    if (c.target_hidden_size or c.hidden_size) != target_config.hidden_size:
+        raise HeadFormatError(f"{path}: the head reads hidden size {c.target_hidden_size or c.hidden_size}, the target has {target_config.hidden_size}")
+    if max(c.aux_layers) >= target_config.num_layers:
+        raise HeadFormatError(f"{path}: aux layers {c.aux_layers} exceed the target's {target_config.num_layers} layers")
+    shared, head.embed = head.embed, None
+    head = head.to(device=device, dtype=dtype)  # floating point tensors only: d2t and t2d keep their types
+    head.embed = shared.to(device=device)  # a no-op for the target's own embedding
+    return Eagle3Proposer(head, fp16_weights=fp16_weights and head.norm.weight.device.type == "cpu" and dtype == torch.float32 and fp16_gemm_available())

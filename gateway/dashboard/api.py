@@ -1,0 +1,155 @@
+"""The dashboard's JSON API: thin handlers over `summary`, scoped by `dashboard_scope`.
+
+    GET /dashboard/api/usage?from=&to=&tenant=&bucket=
+        from, to: epoch seconds or ISO 8601 (no zone: UTC); default the last hour up to now.
+        tenant: one tenant's records (the admin only; a tenant's key gets its own without asking).
+        bucket: seconds per point of the time series; default chosen from the range.
+    GET /dashboard/api/tenants
+        the tenants the caller may look at (id, name).
+
+Auth: `Authorization: Bearer <admin token>` sees every tenant and may filter by one; a tenant's API
+key sees its own tenant only, and asking for another is 403 (code 10000). Errors come in the
+Workers AI envelope.
+"""
+
+from __future__ import annotations
+
+import hmac
+import time
+from dataclasses import dataclass
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from gateway.auth import bearer_token
+from gateway.billing.export import parse_time
+from gateway.billing.prices import PriceHistory
+from gateway.billing.recompute import reprice
+from gateway.dashboard.summary import BackendLive, ErrorCount, Live, UsageSummary, Window
+from gateway.envelopes import JSONBytes
+from gateway.errors import AuthenticationFailed, InternalError, InvalidInput, TenantForbidden
+from gateway.metrics import GatewayMetrics
+from gateway.services import Services
+from gateway.store.errors import InvalidInput as StoreInvalidInput
+from policies.errors import PricingError
+
+DEFAULT_SPAN_S = 3600.0
+MAX_SPAN_S = 93 * 86_400.0
+NO_STORE = {"cache-control": "no-store"}
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """What a dashboard caller may see: every tenant (the admin) or one."""
+
+    tenant_id: str | None  # None: every tenant
+    is_admin: bool
+
+
+async def dashboard_scope(request: Request) -> Scope:
+    """The caller's scope from `Authorization: Bearer <admin token | tenant API key>`, or 401."""
+    g: Services = request.app.state.services
+    presented = bearer_token(request.headers.get("authorization"))
+    if presented is None:
+        raise AuthenticationFailed("Authentication error: send the admin token or an API key as 'Bearer <token>'")
+    admin = g.settings.admin_token
+    if admin is not None and hmac.compare_digest(admin.get_secret_value().encode(), presented.encode()):
+        return Scope(tenant_id=None, is_admin=True)
+    key = await g.store.lookup_key(presented)
+    if key is None:
+        raise AuthenticationFailed("Authentication error: the token is neither the admin token nor a live API key")
+    return Scope(tenant_id=key.tenant_id, is_admin=False)
+
+
+def tenant_filter(scope: Scope, asked: str | None) -> str | None:
+    """The tenant whose records to read: the admin's choice (None: all), a tenant's own, else 403."""
+    if scope.is_admin:
+        return asked or None
+    if asked and asked != scope.tenant_id:
+        raise TenantForbidden(f"this API key belongs to tenant {scope.tenant_id!r} and may not see {asked!r}")
+    return scope.tenant_id
+
+
+def _time(value: str | None, name: str, default: float) -> float:
+    if value is None or value == "":
+        return default
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        return parse_time(value, name)
+    except ValueError as exc:
+        raise InvalidInput(f"{exc} or epoch seconds", param=name) from None
+
+
+def parse_window(request: Request, now: float) -> Window:
+    params = request.query_params
+    end = _time(params.get("to"), "to", now)
+    start = _time(params.get("from"), "from", end - DEFAULT_SPAN_S)
+    if end - start > MAX_SPAN_S:
+        raise InvalidInput(f"the range is longer than {MAX_SPAN_S / 86_400:.0f} days: narrow from/to", param="from")
+    bucket: float | None = None
+    if params.get("bucket"):
+        try:
+            bucket = float(params["bucket"])
+        except ValueError:
+            raise InvalidInput("bucket must be a number of seconds", param="bucket") from None
+    try:
+        return Window.auto(start, end, bucket)
+    except ValueError as exc:
+        raise InvalidInput(str(exc), param="bucket" if bucket is not None else "from") from None
+
+
+def error_counts(metrics: GatewayMetrics) -> tuple[ErrorCount, ...]:
+    """This replica's errors by code since it started (the `edgerun_gateway_errors` counter)."""
+    found = []
+    for family in metrics.errors.collect():
+        for sample in family.samples:
+            if sample.name.endswith("_total") and sample.value:
+                found.append(ErrorCount(int(sample.labels["code"]), int(sample.labels["status"]), int(sample.value)))
+    return tuple(sorted(found, key=lambda e: (e.code, e.status)))
+
+
+async def live_view(g: Services, scope: Scope) -> Live:
+    """In-flight tokens and health of every backend, errors by code: the operator's view only."""
+    if not scope.is_admin:
+        return Live()
+    loads = await g.store.loads()
+    backends = tuple(
+        BackendLive(s.endpoint.id, s.endpoint.region, s.healthy, *loads.get(s.endpoint.id, (0, 0)))
+        for s in g.monitor.states.values()
+    )
+    return Live(backends=backends, errors=error_counts(g.metrics))
+
+
+async def usage(request: Request) -> Response:
+    g: Services = request.app.state.services
+    scope = await dashboard_scope(request)
+    tenant = tenant_filter(scope, request.query_params.get("tenant"))
+    window = parse_window(request, time.time())
+    try:
+        history = PriceHistory.from_config(g.settings.prices, g.settings.price_history)
+    except PricingError as exc:
+        raise InternalError(f"the price configuration is invalid: {exc}") from exc
+    summary = UsageSummary(window)
+    try:
+        async for record in g.store.iter_usage(window.start, window.end, tenant):
+            charge = reprice(record, history)
+            summary.add(record, None if charge is None else charge.savings_micros)
+    except StoreInvalidInput as exc:
+        raise InvalidInput(str(exc), param="tenant") from exc
+    body = summary.to_json(await live_view(g, scope), tenant=tenant, is_admin=scope.is_admin)
+    return JSONBytes(body, headers=NO_STORE)
+
+
+async def tenants(request: Request) -> Response:
+    g: Services = request.app.state.services
+    scope = await dashboard_scope(request)
+    if scope.is_admin:
+        listed = await g.store.list_tenants()
+    else:
+        own = await g.store.get_tenant(scope.tenant_id or "")
+        listed = [own] if own is not None else []
+    body = {"admin": scope.is_admin, "tenants": [{"id": t.id, "name": t.name} for t in listed]}
+    return JSONBytes(body, headers=NO_STORE)

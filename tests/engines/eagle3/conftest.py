@@ -1,0 +1,38 @@
+"""A tiny random EAGLE-3 head and target for the head's tests (head quality never matters here)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engines.builtin.model_config import ModelConfig
+from engines.builtin.speculative.eagle3.config import Eagle3Config
+from engines.builtin.speculative.eagle3.model import Eagle3Head
+
+VOCAB, HIDDEN = 96, 32
+DRAFT_VOCAB = torch.arange(0, VOCAB, 3)  # 32 draft tokens: every third target id
+
+TINY_TARGET = ModelConfig(
+    num_layers=4, hidden_size=HIDDEN, num_heads=4, num_kv_heads=2, head_dim=8, intermediate_size=64,
+    vocab_size=VOCAB, max_position_embeddings=512, rope_theta=10000.0, rms_norm_eps=1e-5, tie_word_embeddings=True,
+)
+
+
+def tiny_head_config() -> Eagle3Config:
+    return Eagle3Config(hidden_size=HIDDEN, num_heads=4, num_kv_heads=2, head_dim=8, intermediate_size=64,
+                        vocab_size=VOCAB, draft_vocab_size=len(DRAFT_VOCAB), aux_layers=(0, 1, 2))
+
+
+def random_head(seed: int = 0) -> Eagle3Head:
+    torch.manual_seed(seed)
+    head = Eagle3Head(tiny_head_config(), torch.randn(VOCAB, HIDDEN))
+    with torch.no_grad():
+        for p in head.parameters():
+            p.normal_(0, 0.3)
+    head.set_vocab(DRAFT_VOCAB)
+    return head.eval()
+
+
+@pytest.fixture
+def head() -> Eagle3Head:
+    return random_head()

@@ -1,0 +1,111 @@
+"""The dashboard's JSON API over HTTP: who may see what, and the numbers of known ledger rows.
+
+A real gateway (in-process, on a loopback port, no backends needed) with records written to its
+ledger through the store; the browser test (test_browser.py) drives real requests end to end.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from gateway.billing.prices import DEFAULT_PRICE_VERSION
+from tests.gateway.dashboard.records import record
+from tests.gateway.fixtures_e2e import ADMIN_TOKEN, InProcessGateway, gateway_settings
+
+ADMIN = {"authorization": f"Bearer {ADMIN_TOKEN}"}
+
+
+@pytest.fixture(scope="module")
+def dash(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[InProcessGateway, dict[str, str]]]:
+    started = InProcessGateway(gateway_settings(tmp_path_factory.mktemp("dash"), [])).start()
+    assert started.store is not None
+    keys = {tenant: started.new_key(tenant, f"acc-{tenant}") for tenant in ("acme", "other")}
+    now = time.time()
+    rows = [
+        # 1M cached of 2M prompt tokens at the default price: input $0.027/M, cached $0.0045/M, output $0.201/M
+        record("a1", now - 60, prompt_tokens=2_000_000, cached_tokens=1_000_000, completion_tokens=1000,
+               price_version=DEFAULT_PRICE_VERSION, cost_micro=31_701, ttft_s=0.25, itl_s=0.02),
+        record("a2", now - 120, status="cancelled", ttft_s=0.5),
+        record("a-old", now - 3 * 86_400),  # outside the default hour
+        record("o1", now - 30, tenant_id="other", account_id="acc-other", backend_id="b2", region="far"),
+    ]
+    for row in rows:
+        assert started.call(started.store.append_usage(row))
+    yield started, keys
+    started.stop()
+
+
+def get(gw: InProcessGateway, path: str, headers: dict[str, str], **params: Any) -> httpx.Response:
+    return httpx.get(f"{gw.url}{path}", params=params, headers=headers, timeout=10)
+
+
+def bearer(secret: str) -> dict[str, str]:
+    return {"authorization": f"Bearer {secret}"}
+
+
+def test_no_token_or_a_wrong_one_is_401(dash: tuple[InProcessGateway, dict[str, str]]) -> None:
+    gw, _ = dash
+    for headers in ({}, bearer("wrong"), {"authorization": "Basic abc"}):
+        answer = get(gw, "/dashboard/api/usage", headers)
+        assert answer.status_code == 401
+        assert answer.json()["success"] is False and answer.json()["errors"][0]["code"] == 10000
+
+
+def test_the_admin_sees_every_tenant_and_may_filter(dash: tuple[InProcessGateway, dict[str, str]]) -> None:
+    gw, _ = dash
+    body = get(gw, "/dashboard/api/usage", ADMIN).json()
+    assert body["scope"] == {"tenant": None, "admin": True}
+    assert body["totals"]["requests"] == 3  # the 3-day-old row is outside the default hour
+    assert {t["tenant_id"] for t in body["tenants"]} == {"acme", "other"}
+    assert body["totals"]["savings_micro"] == 22_500  # 1M cached tokens x ($0.027 - $0.0045) / M
+    assert body["totals"]["cost_micro"] == 31_701
+    assert body["statuses"]["cancelled"] == 1 and body["totals"]["failed"] == 1
+    assert body["latency"]["ttft_s"]["count"] == 2 and body["latency"]["ttft_s"]["p50"] == 0.25
+    assert isinstance(body["errors_by_code"], list)  # the operator's view includes errors by code
+
+    acme = get(gw, "/dashboard/api/usage", ADMIN, tenant="acme").json()
+    assert acme["totals"]["requests"] == 2 and [t["tenant_id"] for t in acme["tenants"]] == ["acme"]
+    week = get(gw, "/dashboard/api/usage", ADMIN, tenant="acme", **{"from": time.time() - 7 * 86_400}).json()
+    assert week["totals"]["requests"] == 3
+    listed = get(gw, "/dashboard/api/tenants", ADMIN).json()
+    assert listed["admin"] is True and {t["id"] for t in listed["tenants"]} >= {"acme", "other"}
+
+
+def test_a_tenant_key_sees_its_own_tenant_only(dash: tuple[InProcessGateway, dict[str, str]]) -> None:
+    gw, keys = dash
+    own = get(gw, "/dashboard/api/usage", bearer(keys["other"])).json()
+    assert own["scope"] == {"tenant": "other", "admin": False}
+    assert own["totals"]["requests"] == 1 and [t["tenant_id"] for t in own["tenants"]] == ["other"]
+    assert [b["backend_id"] for b in own["backends"]] == ["b2"]
+    assert own["errors_by_code"] is None  # the gateway-wide figures are the operator's
+    assert get(gw, "/dashboard/api/usage", bearer(keys["other"]), tenant="other").status_code == 200
+
+    refused = get(gw, "/dashboard/api/usage", bearer(keys["other"]), tenant="acme")
+    assert refused.status_code == 403 and refused.json()["errors"][0]["code"] == 10000
+    listed = get(gw, "/dashboard/api/tenants", bearer(keys["acme"])).json()
+    assert listed == {"admin": False, "tenants": [{"id": "acme", "name": "acme"}]}
+
+
+@pytest.mark.parametrize(
+    ("params", "param"),
+    [
+        ({"from": "yesterday"}, "from"),
+        ({"from": "2026-11-02", "to": "2026-11-01"}, "from"),
+        ({"from": "2026-01-01", "to": "2026-12-01"}, "from"),
+        ({"bucket": "abc"}, "bucket"),
+        ({"bucket": "0.5"}, "bucket"),
+        ({"tenant": "has space"}, "tenant"),
+    ],
+)
+def test_bad_queries_get_400_naming_the_parameter(
+    dash: tuple[InProcessGateway, dict[str, str]], params: dict[str, str], param: str
+) -> None:
+    gw, _ = dash
+    answer = get(gw, "/dashboard/api/usage", ADMIN, **params)
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["errors"][0]["code"] == 5004 and param in answer.json()["errors"][0]["message"]
