@@ -90,6 +90,8 @@ def start_gateway(name: str, backends: list[dict[str, str]], workdir: Path, loca
         "EDGERUN_BACKENDS": json.dumps(backends),
         "EDGERUN_DISAGG_MAX_LOCAL_PREFILL_LENGTH": str(local_prefill),
         "EDGERUN_TENANT_MAX_CONCURRENT_REQUESTS": "1000",
+        "EDGERUN_BACKEND_FIRST_BYTE_TIMEOUT_S": "300",  # a long prompt queued behind others on one core
+        "EDGERUN_BACKEND_READ_TIMEOUT_S": "300",
     }
     gateway = ChildProcess.spawn(name, "serve", env=env)
     gateway.wait_ready("/healthz")
@@ -104,8 +106,8 @@ def create_key(base: str, account: str) -> str:
 
 
 def long_prompt(rng: random.Random) -> str:
-    """1,000-2,000 tokens of unique text (numbers are one or two tokens each)."""
-    return " ".join(str(rng.randrange(10, 99)) for _ in range(rng.randrange(600, 1200)))
+    """1,000-2,000 tokens of unique text (" 42" is three of SmolLM2's tokens)."""
+    return " ".join(str(rng.randrange(10, 99)) for _ in range(rng.randrange(333, 667)))
 
 
 async def stream(client: httpx.AsyncClient, url: str, key: str, body: dict, phase: Phase, *, steady: bool) -> None:
@@ -115,7 +117,7 @@ async def stream(client: httpx.AsyncClient, url: str, key: str, body: dict, phas
         async with client.stream("POST", url, json={**body, "stream": True}, headers={"authorization": f"Bearer {key}"}) as r:
             if r.status_code != 200:
                 phase.errors += 1
-                await r.aread()
+                print(f"{phase.name}: {r.status_code} {(await r.aread())[:300]!r}", file=sys.stderr)
                 return
             async for line in r.aiter_lines():
                 if not line.startswith("data: ") or line == "data: [DONE]":
@@ -130,8 +132,9 @@ async def stream(client: httpx.AsyncClient, url: str, key: str, body: dict, phas
                     phase.itl_s.append(now - last)
                 last = now
                 phase.num_tokens += 1
-    except httpx.HTTPError:
+    except httpx.HTTPError as exc:
         phase.errors += 1
+        print(f"{phase.name}: {type(exc).__name__} {exc}", file=sys.stderr)
 
 
 async def kv_counters(decode_url: str) -> tuple[float, float, float]:
