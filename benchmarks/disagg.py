@@ -35,6 +35,7 @@ from pathlib import Path
 
 import httpx
 
+from backends.kv_transfer.channel import mooncake_installed
 from benchmarks.interleave import interleave
 from benchmarks.machine import machine
 from cli.processes import ChildProcess
@@ -57,13 +58,14 @@ class Phase:
     kv_pull_s: float = 0.0
     kv_pull_bytes: float = 0.0
     kv_pulls: float = 0.0
+    round_itl_p90_s: list[float] = field(default_factory=list)  # each round's own, to show the noise
 
     def __add__(self, other: Phase) -> Phase:
         return Phase(
             self.name, self.itl_s + other.itl_s, self.stream_ttft_s + other.stream_ttft_s,
             self.long_ttft_s + other.long_ttft_s, self.num_tokens + other.num_tokens, self.seconds + other.seconds,
             self.errors + other.errors, self.kv_pull_s + other.kv_pull_s, self.kv_pull_bytes + other.kv_pull_bytes,
-            self.kv_pulls + other.kv_pulls,
+            self.kv_pulls + other.kv_pulls, self.round_itl_p90_s + other.round_itl_p90_s,
         )
 
 
@@ -184,7 +186,14 @@ async def run_phase(name: str, gateway_url: str, key: str, account: str, decode_
         phase.seconds = time.perf_counter() - started
     after = await kv_counters(decode_url)
     phase.kv_pull_s, phase.kv_pull_bytes, phase.kv_pulls = (a - b for a, b in zip(after, before, strict=True))
+    phase.round_itl_p90_s = [pct(phase.itl_s, 0.9)]
     return phase
+
+
+def stalled_share(itl_s: list[float], threshold_s: float = 1.0) -> float:
+    """The share of the streams' time spent in gaps longer than `threshold_s` (frozen output)."""
+    total = sum(itl_s)
+    return sum(g for g in itl_s if g > threshold_s) / total if total else float("nan")
 
 
 def report(baseline: Phase, subject: Phase, args: argparse.Namespace, command: str) -> str:
@@ -202,6 +211,8 @@ def report(baseline: Phase, subject: Phase, args: argparse.Namespace, command: s
     for q in (0.5, 0.9, 0.99):
         lines.append(row(f"ITL p{int(q * 100)} (steady streams)", ms, 1e3 * pct(baseline.itl_s, q), 1e3 * pct(subject.itl_s, q)))
     lines.append(row("longest gap", ms, 1e3 * max(baseline.itl_s, default=0), 1e3 * max(subject.itl_s, default=0)))
+    lines.append(row("time in gaps > 1 s (share of streaming time)", "{:.1%}", stalled_share(baseline.itl_s),
+                     stalled_share(subject.itl_s)))
     for q in (0.5, 0.9):
         lines.append(row(f"TTFT p{int(q * 100)} long prompts", ms, 1e3 * pct(baseline.long_ttft_s, q), 1e3 * pct(subject.long_ttft_s, q)))
     for q in (0.5, 0.9):
@@ -211,12 +222,59 @@ def report(baseline: Phase, subject: Phase, args: argparse.Namespace, command: s
     lines.append(f"| long prompts answered | {len(baseline.long_ttft_s)} | {len(subject.long_ttft_s)} | |")
     lines.append(f"| ITL samples | {len(baseline.itl_s)} | {len(subject.itl_s)} | |")
     lines.append(f"| errors | {baseline.errors} | {subject.errors} | |")
+    rounds = " / ".join(f"{1e3 * b:.0f} vs {1e3 * s:.0f}" for b, s in zip(baseline.round_itl_p90_s, subject.round_itl_p90_s))
+    lines.append(f"| ITL p90 per round (ms) | {rounds} | | |")
     if subject.kv_pulls:
         k_tokens = subject.kv_pull_bytes / KV_BYTES_PER_TOKEN / 1000
         lines += ["", f"KV transfer (decode backend's /metrics): {subject.kv_pulls:.0f} pulls, "
                       f"{subject.kv_pull_bytes / 1e6:.0f} MB, {1e3 * subject.kv_pull_s / k_tokens:.1f} ms per 1,000 tokens "
                       f"({KV_BYTES_PER_TOKEN * 1000 / 1e6:.1f} MB), {subject.kv_pull_bytes / subject.kv_pull_s / 1e9:.2f} GB/s."]
     return "\n".join(lines)
+
+
+async def transfer_only(transport: str, num_tokens: int = 1000, repeats: int = 20) -> tuple[float, float]:
+    """The transport alone, between two SmolLM2-shaped caches in this process with nothing else running:
+    (median ms per `num_tokens` tokens, GB/s). Each pull takes a fresh pin of the same blocks."""
+    from backends.kv_transfer.channel import build_channel
+    from backends.kv_transfer.exports import KVExports
+    from backends.kv_transfer.layout import KVLayout
+    from backends.kv_transfer.opaque import OpaqueState
+    from backends.kv_transfer.tcp import TcpExporter
+    from engines.base import KVPin
+    from engines.builtin.attention import allocate_kv_caches
+
+    import torch
+
+    num_blocks = -(-num_tokens // 16)
+    src = KVLayout.of(allocate_kv_caches(30, 256, 16, 3, 64, torch.float32, torch.device("cpu")), "smollm2")
+    dst = KVLayout.of(allocate_kv_caches(30, 256, 16, 3, 64, torch.float32, torch.device("cpu")), "smollm2")
+    for cache in src.caches:
+        cache.normal_()
+
+    async def no_release(pin_id: int) -> None:
+        return None
+
+    exports = KVExports(60.0, no_release)
+    exporter = TcpExporter(src, exports, b"bench-secret", "127.0.0.1")
+    await exporter.start()
+    source_channel = build_channel(transport, src, b"bench-secret", "127.0.0.1")
+    channel = build_channel(transport, dst, b"bench-secret", "127.0.0.1")
+    block_ids = list(range(10, 10 + num_blocks))
+    times = []
+    try:
+        for pin_id in range(repeats):
+            pin = KVPin(pin_id, block_ids, num_tokens)
+            source = OpaqueState(transport, "127.0.0.1", exporter.port, pin_id, num_tokens, num_blocks, src.fingerprint,
+                                 source_channel.opaque_extra(block_ids))
+            exports.add(pin)
+            started = time.perf_counter()
+            nbytes = await channel.pull(source, 0, list(range(100, 100 + num_blocks)))
+            times.append(time.perf_counter() - started)
+    finally:
+        await exporter.stop()
+    assert all(torch.equal(a[10 : 10 + num_blocks], b[100 : 100 + num_blocks]) for a, b in zip(src.caches, dst.caches))
+    median = sorted(times)[len(times) // 2]
+    return 1e3 * median, nbytes / median / 1e9
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -229,7 +287,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--local-prefill", type=int, default=256, help="the subject's max_local_prefill_length")
     parser.add_argument("--cores", default="0,1", help="the two cores to pin the backends to")
     parser.add_argument("--num-kv-blocks", type=int, default=2048)
+    parser.add_argument("--transfer-only", action="store_true", help="only time the KV transports, in this process")
     args = parser.parse_args(argv)
+    transports = ["tcp"] + (["mooncake"] if mooncake_installed() else [])
+    transfer = {t: asyncio.run(transfer_only(t)) for t in transports}
+    transfer_lines = [f"KV transport alone (two SmolLM2-shaped caches in one process, 1,000 tokens = "
+                      f"{KV_BYTES_PER_TOKEN * 1000 / 1e6:.1f} MB, median of 20):"]
+    transfer_lines += [f"- {t}: {ms:.1f} ms per 1,000 tokens, {gbps:.2f} GB/s" for t, (ms, gbps) in transfer.items()]
+    if args.transfer_only:
+        print("\n".join(transfer_lines))
+        return 0
     cores = [int(c) for c in args.cores.split(",")]
     workdir = Path(tempfile.mkdtemp(prefix="edgerun-bench-disagg-"))
     processes: list[ChildProcess] = []
@@ -270,6 +337,7 @@ def main(argv: list[str] | None = None) -> int:
             process.stop(timeout_s=15)
     command = "python -m benchmarks.disagg " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     print(report(baseline, subject, args, command.strip()))
+    print("\n" + "\n".join(transfer_lines))
     return 0 if baseline.errors + subject.errors == 0 else 1
 
 
