@@ -122,6 +122,7 @@ class Disaggregator:
                 continue
             await self.router.started(prefill, context_endpoint)
             await self.router.finished(prefill, success=True)
+            await self.router.first_token(decode)  # the decode backend imports the prompt: no prefill counted there
             if not answer.needs_generation(max_tokens):
                 return Opened(prefill, context_endpoint, _answer_chunks(answer), disaggregated=True)
             try:
