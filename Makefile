@@ -29,6 +29,8 @@ run: $(STAMP)
 	$(BIN)/edgerun dev
 
 test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/mypy
 	$(BIN)/python -m pytest
 
 bench: $(STAMP)

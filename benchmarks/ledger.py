@@ -84,7 +84,7 @@ async def metering_per_request(store: Store, n: int) -> tuple[float, float]:
     principal = Principal(key, tenant, tenant.account_ids[0])
     metering = Metering(store, PriceTable.from_config({MODEL_ID: PRICE}), GatewayMetrics())
     wall, cpu = time.perf_counter(), time.process_time()
-    for i in range(n):
+    for _ in range(n):
         request = MeteredRequest(uuid.uuid4().hex, principal, MODEL_ID, None, time.time(), 40, 48)
         await metering.reserve(request, max_tokens=8)
         await metering.settle(request, TokenUsage(40, 8, 16), status="ok", backend_id="stub", region="local")

@@ -38,7 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     raw = [TraceRequest.from_line(line, f"{args.trace}:{i}") for i, line in enumerate(args.trace.open(), 1) if line.strip()]
     replicas = [None if r == "exact" else int(r) for r in args.replicas.split(",")]
     policies = args.policies.split(",")
-    print("| trace | seed | gateways | " + " | ".join(f"{p} % of ceiling / work max/mean" for p in policies) + " | cache_aware meets goal |")
+    columns = " | ".join(f"{p} % of ceiling / work max/mean" for p in policies)
+    print(f"| trace | seed | gateways | {columns} | cache_aware meets goal |")
     print("|---|---|---|" + "---|" * len(policies) + "---|")
     for variant in args.variants.split(","):
         for seed in [int(s) for s in args.seeds.split(",")] if variant in SEEDED else [0]:

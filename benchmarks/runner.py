@@ -102,7 +102,10 @@ def measure_hf_decode(context_len: int, num_new: int = 32) -> DecodeResult:
     clock = StepClock()
     with torch.no_grad():
         model.generate(prompt, max_new_tokens=2, **kwargs)  # warm-up
-        model.generate(prompt, max_new_tokens=num_new + 1, min_new_tokens=num_new + 1, logits_processor=LogitsProcessorList([clock]), **kwargs)
+        model.generate(
+            prompt, max_new_tokens=num_new + 1, min_new_tokens=num_new + 1,
+            logits_processor=LogitsProcessorList([clock]), **kwargs,
+        )
     # the first call follows the prefill; each later one marks the end of one decode step
     walls = [b - a for a, b in zip(clock.walls, clock.walls[1:])]
     cpus = [b - a for a, b in zip(clock.cpus, clock.cpus[1:])]

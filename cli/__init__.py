@@ -10,6 +10,8 @@
     admin.py     `edgerun tenants` / `edgerun keys`: through the admin API or the store directly
     billing.py   `edgerun billing export|recompute|replay-spool`
     simulate.py  `edgerun simulate`: replay a trace through the routing policies
+    draft.py     `edgerun draft train|eval`: an EAGLE-3 draft head for the built-in engine
+    processes.py child processes on loopback: start, wait until ready, stop (also for tests and tools)
 
 The commands are a face over the parts (gateway, backends, engines, policies): they parse flags,
 build settings and call a service; nothing in those parts imports this package.

@@ -13,8 +13,7 @@ from typing import Any
 
 from gateway.errors import AuthenticationFailed, GatewayError, InvalidInput
 from gateway.store.base import Store
-from gateway.store.errors import Conflict, NotFound
-from gateway.store.errors import InvalidInput as StoreInvalidInput
+from gateway.store.errors import Conflict, InvalidArgument, NotFound
 from gateway.store.models import ApiKey, Tenant
 
 
@@ -125,5 +124,5 @@ def _store_errors() -> Iterator[None]:
         raise ResourceNotFound(str(exc)) from exc
     except Conflict as exc:
         raise ResourceConflict(str(exc)) from exc
-    except StoreInvalidInput as exc:
+    except InvalidArgument as exc:
         raise InvalidInput(str(exc)) from exc

@@ -23,7 +23,6 @@ from gateway.envelopes import JSONBytes, workers_ai_success
 from gateway.errors import InvalidInput
 from gateway.services import Services
 
-
 MAX_ADMIN_INT = 2**63  # SQLite INTEGER and Redis counters are signed 64-bit
 
 

@@ -21,7 +21,7 @@ from gateway import api_admin, api_inference
 from gateway.billing import api as api_billing
 from gateway.dashboard import dashboard_routes
 from gateway.envelopes import JSONBytes, error_response
-from gateway.errors import GatewayError, NoRoute, StoreUnavailable
+from gateway.errors import GatewayError, NoRoute, ServiceUnavailable
 from gateway.metrics import GatewayMetrics
 from gateway.middleware import RequestContextMiddleware, is_openai_path
 from gateway.services import Services
@@ -48,9 +48,9 @@ async def render_gateway_error(request: Request, exc: Exception) -> Response:
 async def render_store_unavailable(request: Request, exc: Exception) -> Response:
     if isinstance(exc, store_errors.StoreFull):  # Redis at maxmemory: the operator must free memory
         message = "the gateway's shared store is full and refuses writes; retry later"
-        error = StoreUnavailable(message, retry_after_s=5.0)
+        error = ServiceUnavailable(message, retry_after_s=5.0)
     else:
-        error = StoreUnavailable("the gateway's shared store is unreachable; retry shortly", retry_after_s=1.0)
+        error = ServiceUnavailable("the gateway's shared store is unreachable; retry shortly", retry_after_s=1.0)
     count_error(request, error, error.status)
     return error_response(error, openai=is_openai_path(request.url.path))
 

@@ -17,7 +17,7 @@
     ├── ConcurrencyLimited     3040  429  the tenant's requests in flight are at its limit (Retry-After)
     ├── NoRoute                7000  404  no such path (405: the path exists, not with this method)
     ├── InternalError          3043  500  a bug or an upstream answer we cannot interpret
-    └── StoreUnavailable       3043  503  the shared store (Redis) cannot be reached; retry later
+    └── ServiceUnavailable     3043  503  the shared store (Redis) cannot be reached; retry later
 
 Codes and statuses follow the public Workers AI error table
 (https://developers.cloudflare.com/workers-ai/platform/errors/); 10000 is the Cloudflare API's
@@ -99,7 +99,7 @@ class InternalError(GatewayError):
     code, status, openai_type = 3043, 500, "server_error"
 
 
-class StoreUnavailable(GatewayError):
+class ServiceUnavailable(GatewayError):
     code, status, openai_type = 3043, 503, "server_error"
 
 

@@ -17,7 +17,6 @@ client asks for the usage so far on every chunk: `continuous_usage_stats`).
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -380,7 +379,3 @@ class Generator:
             await self.auth.reconcile(meta.principal, estimate, 0)
         except Exception:
             log.exception("undoing a failed request's counts failed", request_id=meta.request_id)
-
-
-def new_request_id() -> str:
-    return uuid.uuid4().hex

@@ -30,7 +30,7 @@ from gateway.envelopes import TokenUsage
 from gateway.errors import BudgetExhausted
 from gateway.metrics import GatewayMetrics
 from gateway.store.base import Store
-from gateway.store.errors import InvalidInput as StoreInvalidInput
+from gateway.store.errors import InvalidArgument
 from gateway.store.models import UsageRecord, UsageStatus
 from policies.pricing import Price, PriceTable, Usage, cost_micros
 
@@ -151,7 +151,7 @@ class Metering:
     async def _append(self, record: UsageRecord) -> bool:
         try:
             written = await self.store.append_usage(record)
-        except StoreInvalidInput:
+        except InvalidArgument:
             raise
         except Exception:
             if self.spool is None:

@@ -36,7 +36,7 @@ class KVEventSink(Protocol):
 
 
 @dataclass(slots=True)
-class BackendState:
+class MonitoredBackend:
     endpoint: Endpoint
     healthy: bool = True
     checked_at: float | None = None
@@ -63,7 +63,7 @@ class BackendMonitor:
         kv_consumer: str | None = None,
     ) -> None:
         self.kv_consumer = kv_consumer  # our cursor's name on each backend (the replica id)
-        self.states = {e.id: BackendState(e) for e in endpoints}
+        self.states = {e.id: MonitoredBackend(e) for e in endpoints}
         self.client = client
         self.store = store
         self.metrics = metrics
@@ -102,7 +102,7 @@ class BackendMonitor:
             self._set_gauge(state)
 
     async def poll_loads(self) -> None:
-        async def one(state: BackendState) -> None:
+        async def one(state: MonitoredBackend) -> None:
             try:
                 load = await self.client.load(state.endpoint)
                 prefill, decode = int(load.get("prefill_tokens", 0)), int(load.get("decode_tokens", 0))
@@ -123,7 +123,7 @@ class BackendMonitor:
         if sink is None:
             return
 
-        async def one(state: BackendState) -> None:
+        async def one(state: MonitoredBackend) -> None:
             try:
                 events = await self.client.kv_cache_events(state.endpoint, self.kv_consumer)
             except BackendError as exc:
@@ -161,5 +161,5 @@ class BackendMonitor:
                 log.exception("monitor step crashed", loop=name)
             await asyncio.sleep(interval_s)
 
-    def _set_gauge(self, state: BackendState) -> None:
+    def _set_gauge(self, state: MonitoredBackend) -> None:
         self.metrics.backend_healthy.labels(state.endpoint.id, state.endpoint.region).set(1 if state.healthy else 0)

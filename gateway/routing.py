@@ -55,7 +55,6 @@ class Flight:
     info: RouteInfo
     endpoints: list[Endpoint]  # the chosen backend first, then failover targets
     hashes: list[int]
-    policy: str
     expected_cached_tokens: int  # what the prefix index predicted for the chosen backend
     cache_salt: str  # the tenant's derived salt: the backend request's `cache_salt`
     backend_id: str  # where the tokens are counted now
@@ -147,7 +146,6 @@ class Router:
             info=info,
             endpoints=[by_id[c.id] for c in ordered],
             hashes=hashes,
-            policy=self.policy.name,
             expected_cached_tokens=first.cached_prefix_tokens,
             cache_salt=cache_salt,
             explanation=explanation,

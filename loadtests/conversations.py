@@ -21,6 +21,7 @@ from typing import Any
 
 from loadtests.words import WORDS, sentences, words
 
+
 def _tool(name: str, description: str, **parameters: str) -> dict[str, Any]:
     return {"name": name, "description": description, "parameters": parameters}
 

@@ -21,8 +21,8 @@ from locust import events
 from locust import stats as locust_stats
 from locust.env import Environment
 
-from loadtests.locust_metrics import RunTotals
 from loadtests.conversations import parse_range
+from loadtests.locust_metrics import RunTotals
 from loadtests.locust_users import AgentUser, BatchUser, ChatUser
 from loadtests.tenants import DEFAULT_TENANTS, ProvisionError, load_keys, parse_tenants, provision
 from loadtests.workers_ai import MODEL_ID

@@ -122,8 +122,8 @@ class Policy(ABC):
         for policies that do not rank by a score."""
         return None
 
-    def on_complete(self, backend_id: str, info: RouteInfo, *, success: bool = True) -> None:
+    def on_complete(self, backend_id: str, info: RouteInfo, *, success: bool = True) -> None:  # noqa: B027 (optional hook)
         """Called by the caller when a routed request finishes; nothing by default."""
 
-    def update_loads(self, loads: Mapping[str, int]) -> None:
+    def update_loads(self, loads: Mapping[str, int]) -> None:  # noqa: B027 (optional hook)
         """Called with polled per-backend loads (in-flight tokens); nothing by default."""

@@ -26,7 +26,6 @@ from decimal import Decimal, InvalidOperation
 
 from policies.errors import PricingError
 
-MICROS = 1_000_000  # micro-units per unit
 TOKENS_PER_RATE = 1_000_000  # rates are per million tokens
 _RATE_KEYS = ("input", "output", "cached_input", "input_neurons", "output_neurons", "cached_input_neurons")
 

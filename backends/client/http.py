@@ -18,7 +18,6 @@ unparsable answer). They never leave the backend client: it converts them at its
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator, Mapping
 from typing import Any

@@ -22,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from backends.kv_transfer.errors import FingerprintMismatch, KVTransferError, PinNotFound

@@ -13,8 +13,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from backends.server.disconnect import until_disconnect
 from backends.server import disagg
+from backends.server.disconnect import until_disconnect
 from backends.server.errors import APIError, BadRequest
 from backends.server.generation import Generation
 from backends.server.kv_feed import InvalidConsumer

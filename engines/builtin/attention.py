@@ -41,7 +41,10 @@ class AttentionMetadata:
     prefills: list[PrefillChunk]
 
 
-def allocate_kv_caches(num_layers: int, num_blocks: int, block_size: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype, device: torch.device) -> list[Tensor]:
+def allocate_kv_caches(
+    num_layers: int, num_blocks: int, block_size: int, num_kv_heads: int, head_dim: int,
+    dtype: torch.dtype, device: torch.device,
+) -> list[Tensor]:
     # Zeroed, not empty: padded or masked keys still meet the values with weight 0, and 0 * NaN is NaN.
     shape = (num_blocks, block_size, 2, num_kv_heads, head_dim)
     if device.type != "cpu":

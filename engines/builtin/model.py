@@ -53,7 +53,9 @@ def residual_linear(x: Tensor, a: Tensor, w: Linear) -> Tensor:
     return torch.addmm(x, a, w.t()) if isinstance(w, Tensor) else x + w(a)
 
 
-def attention_block(x: Tensor, layer: LayerWeights, kv_cache: Tensor, meta: AttentionMetadata, freqs_cis: Tensor, config: ModelConfig) -> Tensor:
+def attention_block(
+    x: Tensor, layer: LayerWeights, kv_cache: Tensor, meta: AttentionMetadata, freqs_cis: Tensor, config: ModelConfig
+) -> Tensor:
     # x: [T, D] -> x + attention(x)   [T, D]
     num_tokens = x.shape[0]
     h, kh, hd = config.num_heads, config.num_kv_heads, config.head_dim

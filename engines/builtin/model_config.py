@@ -36,10 +36,6 @@ class ModelConfig:
             raise ValueError("rope_freq_factors must have head_dim / 2 entries")
 
     @property
-    def num_queries_per_kv(self) -> int:
-        return self.num_heads // self.num_kv_heads
-
-    @property
     def num_params(self) -> int:
         d, hd, i = self.hidden_size, self.head_dim, self.intermediate_size
         per_layer = d * hd * (2 * self.num_heads + 2 * self.num_kv_heads) + 3 * d * i + 2 * d

@@ -71,7 +71,9 @@ class ModelRunner:
         if config.fp16_linear_weights:
             self.weights.pack_fp16()
         mc = self.model_config
-        self.kv_caches = allocate_kv_caches(mc.num_layers, config.num_kv_blocks, config.block_size, mc.num_kv_heads, mc.head_dim, self.dtype, self.device)
+        self.kv_caches = allocate_kv_caches(
+            mc.num_layers, config.num_kv_blocks, config.block_size, mc.num_kv_heads, mc.head_dim, self.dtype, self.device
+        )
         self.inv_freq = rope_inv_freq(mc, self.device)
         self.max_model_len = min(config.max_model_len or mc.max_position_embeddings, mc.max_position_embeddings)
 

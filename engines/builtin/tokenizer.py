@@ -70,7 +70,9 @@ def make_pre_tokenizer(pre: str | None) -> pre_tokenizers.PreTokenizer:
     return pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)  # GPT-2's split
 
 
-def build_byte_level_bpe(tokens: list[str], merges: list[str] | list[tuple[str, str]], token_types: list[int], pre: str | None) -> tokenizers.Tokenizer:
+def build_byte_level_bpe(
+    tokens: list[str], merges: list[str] | list[tuple[str, str]], token_types: list[int], pre: str | None
+) -> tokenizers.Tokenizer:
     """A byte-level BPE as llama.cpp reads it from a GGUF. token_type 3 = control (special),
     4 = user-defined (matched whole, not special)."""
     alphabet = set(byte_alphabet().values())
@@ -82,7 +84,8 @@ def build_byte_level_bpe(tokens: list[str], merges: list[str] | list[tuple[str, 
     backend.pre_tokenizer = make_pre_tokenizer(pre)
     backend.decoder = decoders.ByteLevel()
     types = token_types or [1] * len(tokens)
-    backend.add_special_tokens([tokenizers.AddedToken(t, special=True, normalized=False) for t, ty in zip(tokens, types) if ty == 3 and set(t) <= alphabet])
+    specials = [t for t, ty in zip(tokens, types) if ty == 3 and set(t) <= alphabet]
+    backend.add_special_tokens([tokenizers.AddedToken(t, special=True, normalized=False) for t in specials])
     backend.add_tokens([tokenizers.AddedToken(t, special=False, normalized=False) for t, ty in zip(tokens, types) if ty == 4])
     return backend
 
@@ -182,5 +185,6 @@ def byte_level() -> Tokenizer:
     backend = tokenizers.Tokenizer(models.BPE(vocab=vocab, merges=[], fuse_unk=False))
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     backend.decoder = decoders.ByteLevel()
-    backend.add_special_tokens([tokenizers.AddedToken(t, special=True, normalized=False) for t in ("<|endoftext|>", "<|im_start|>", "<|im_end|>")])
+    specials = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+    backend.add_special_tokens([tokenizers.AddedToken(t, special=True, normalized=False) for t in specials])
     return Tokenizer(backend, CHATML_TEMPLATE, bos_token_id=None, eos_token_id=258)

@@ -23,7 +23,7 @@ from gateway.billing.formats import FORMATS, MEDIA_TYPES, Format
 from gateway.billing.prices import PriceHistory
 from gateway.errors import InternalError, InvalidInput
 from gateway.services import Services
-from gateway.store.errors import InvalidInput as StoreInvalidInput
+from gateway.store.errors import InvalidArgument
 from policies.errors import PricingError
 
 PARTS = ("rows", "summary")
@@ -75,7 +75,7 @@ async def billing_export(request: Request) -> Response:
     try:
         rows_out, summary_out = (out, None) if part == "rows" else (None, out)
         await write_export(g.store, query, history, fmt, rows_out, summary_out)
-    except StoreInvalidInput as exc:
+    except InvalidArgument as exc:
         out.close()
         raise InvalidInput(str(exc), param="tenant") from exc
     except BaseException:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import BinaryIO
 
 from gateway.billing.formats import Format, Row, open_writer
@@ -67,7 +67,7 @@ SUMMED = (
 )
 SUMMARY_COLUMNS = ("tenant_id", "model", "num_requests", *SUMMED, "cost", "savings")
 INT_COLUMNS = frozenset({"num_requests", *SUMMED})
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +94,7 @@ def parse_time(text: str, name: str) -> float:
         example = "e.g. 2026-11-01 or 2026-11-01T12:00:00Z"
         raise ValueError(f"{name}={text!r} is not an ISO 8601 date or time, {example}") from None
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
+        moment = moment.replace(tzinfo=UTC)
     return moment.timestamp()
 
 

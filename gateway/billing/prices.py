@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from gateway.catalog import DEFAULT_MODEL_ID
 from policies.errors import PricingError
-from policies.pricing import Price, PriceTable
+from policies.pricing import Price
 
 DEFAULT_PRICE_VERSION = "2026-09"
 
@@ -71,10 +71,6 @@ class PriceHistory:
                 raise PricingError(f"{model}: price version {price.version!r} is configured twice with different rates")
             found[key] = price
         return cls(found)
-
-    @classmethod
-    def from_table(cls, *tables: PriceTable) -> PriceHistory:
-        return cls({(p.model, p.version): p for table in tables for p in table.prices.values()})
 
     def get(self, model: str, version: str) -> Price | None:
         return self.prices.get((model, version))

@@ -36,7 +36,7 @@ import structlog
 
 from gateway.settings import GatewaySettings
 from gateway.store.base import Store
-from gateway.store.errors import InvalidInput
+from gateway.store.errors import InvalidArgument
 from gateway.store.models import UsageRecord
 
 log = structlog.get_logger("edgerun.gateway.billing.spool")
@@ -149,7 +149,7 @@ class LedgerSpool:
                 continue
             try:
                 record = UsageRecord.from_json(line.decode())
-            except (ValueError, TypeError, InvalidInput):
+            except (ValueError, TypeError, InvalidArgument):
                 await asyncio.to_thread(self._keep_corrupt, line)
                 result.corrupt += 1
                 continue

@@ -30,7 +30,8 @@ from gateway.envelopes import JSONBytes
 from gateway.errors import AuthenticationFailed, InternalError, InvalidInput, TenantForbidden
 from gateway.metrics import GatewayMetrics
 from gateway.services import Services
-from gateway.store.errors import InvalidInput as StoreInvalidInput
+from gateway.store.errors import InvalidArgument
+from gateway.store.models import UsageRecord
 from policies.errors import PricingError
 
 DEFAULT_SPAN_S = 3600.0
@@ -123,6 +124,24 @@ async def live_view(g: Services, scope: Scope) -> Live:
     return Live(backends=backends, errors=error_counts(g.metrics))
 
 
+def savings(record: UsageRecord, history: PriceHistory) -> int | None:
+    """What the record's cached tokens saved under its own price version (None: version unknown)."""
+    if record.cached_tokens == 0:
+        return 0
+    charge = reprice(record, history)
+    return None if charge is None else charge.savings_micros
+
+
+async def summarize(g: Services, window: Window, tenant: str | None, history: PriceHistory) -> UsageSummary:
+    summary = UsageSummary(window)
+    try:
+        async for record in g.store.iter_usage(window.start, window.end, tenant):
+            summary.add(record, savings(record, history))  # the store yields to the loop between pages
+    except InvalidArgument as exc:
+        raise InvalidInput(str(exc), param="tenant") from exc
+    return summary
+
+
 async def usage(request: Request) -> Response:
     g: Services = request.app.state.services
     scope = await dashboard_scope(request)
@@ -132,13 +151,7 @@ async def usage(request: Request) -> Response:
         history = PriceHistory.from_config(g.settings.prices, g.settings.price_history)
     except PricingError as exc:
         raise InternalError(f"the price configuration is invalid: {exc}") from exc
-    summary = UsageSummary(window)
-    try:
-        async for record in g.store.iter_usage(window.start, window.end, tenant):
-            charge = reprice(record, history)
-            summary.add(record, None if charge is None else charge.savings_micros)
-    except StoreInvalidInput as exc:
-        raise InvalidInput(str(exc), param="tenant") from exc
+    summary = await summarize(g, window, tenant, history)
     body = summary.to_json(await live_view(g, scope), tenant=tenant, is_admin=scope.is_admin)
     return JSONBytes(body, headers=NO_STORE)
 
@@ -149,7 +162,8 @@ async def tenants(request: Request) -> Response:
     if scope.is_admin:
         listed = await g.store.list_tenants()
     else:
-        own = await g.store.get_tenant(scope.tenant_id or "")
+        assert scope.tenant_id is not None  # a key always belongs to a tenant
+        own = await g.store.get_tenant(scope.tenant_id)
         listed = [own] if own is not None else []
     body = {"admin": scope.is_admin, "tenants": [{"id": t.id, "name": t.name} for t in listed]}
     return JSONBytes(body, headers=NO_STORE)

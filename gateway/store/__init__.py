@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 from gateway.store.base import Store
-from gateway.store.errors import Conflict, InvalidInput, NotFound, StoreError, StoreUnavailable, TokensOverLimit
+from gateway.store.errors import Conflict, InvalidArgument, NotFound, StoreError, StoreUnavailable, TokensOverLimit
 from gateway.store.factory import open_store
 from gateway.store.models import ApiKey, BudgetDecision, LimitDecision, Tenant, UsageRecord
 
@@ -15,7 +15,7 @@ __all__ = [
     "ApiKey",
     "BudgetDecision",
     "Conflict",
-    "InvalidInput",
+    "InvalidArgument",
     "LimitDecision",
     "NotFound",
     "Store",

@@ -10,7 +10,7 @@ Rules that hold for both:
 - every collection is bounded (size cap, TTL or both) except the ledger, which is the record
   of money and is only ever appended to (the Redis store moves old records to a durable archive
   rather than deleting them: `archive_ledger`);
-- bad arguments raise `InvalidInput` (a ValueError) naming the argument; an unreachable Redis
+- bad arguments raise `InvalidArgument` (a ValueError) naming the argument; an unreachable Redis
   raises `StoreUnavailable`; nothing else escapes (see `gateway.store.errors`).
 """
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
-from gateway.store.errors import InvalidInput
+from gateway.store.errors import InvalidArgument
 
 # Ids that become part of store keys: no ":" or spaces, bounded length.
 _ID_RE = re.compile(r"[A-Za-z0-9_.\-@]{1,128}")
@@ -16,14 +16,14 @@ _INT64 = (-(2**63), 2**63 - 1)
 def check_id(kind: str, value: object) -> str:
     """Return `value` if it is a usable id (1-128 letters, digits or _.-@), else raise."""
     if not isinstance(value, str) or not _ID_RE.fullmatch(value):
-        raise InvalidInput(f"{kind} {value!r} is not a valid id: use 1-128 letters, digits or _.-@")
+        raise InvalidArgument(f"{kind} {value!r} is not a valid id: use 1-128 letters, digits or _.-@")
     return value
 
 
 def check_text(kind: str, value: object, max_chars: int = 256) -> str:
     """Return `value` if it is a non-empty string of at most `max_chars` characters."""
     if not isinstance(value, str) or not 0 < len(value) <= max_chars:
-        raise InvalidInput(f"{kind} must be a non-empty string of at most {max_chars} characters")
+        raise InvalidArgument(f"{kind} must be a non-empty string of at most {max_chars} characters")
     return value
 
 
@@ -32,12 +32,12 @@ def check_count(kind: str, value: object, *, allow_none: bool = False, positive:
     if value is None and allow_none:
         return
     if isinstance(value, bool) or not isinstance(value, int) or value < (1 if positive else 0):
-        raise InvalidInput(f"{kind} must be {'a positive' if positive else 'a non-negative'} integer, got {value!r}")
+        raise InvalidArgument(f"{kind} must be {'a positive' if positive else 'a non-negative'} integer, got {value!r}")
 
 
 def check_month(value: object) -> str:
     if not isinstance(value, str) or not _MONTH_RE.fullmatch(value):
-        raise InvalidInput(f"month {value!r} must look like 2026-05")
+        raise InvalidArgument(f"month {value!r} must look like 2026-05")
     return value
 
 
@@ -46,17 +46,17 @@ def check_hashes(block_hashes: Sequence[int]) -> list[int]:
     hashes = list(block_hashes)
     for h in hashes:
         if isinstance(h, bool) or not isinstance(h, int) or not _INT64[0] <= h <= _INT64[1]:
-            raise InvalidInput(f"block hash {h!r} is not a signed 64-bit integer")
+            raise InvalidArgument(f"block hash {h!r} is not a signed 64-bit integer")
     return hashes
 
 
 def check_accounts(account_ids: Iterable[str]) -> tuple[str, ...]:
     """One or more distinct account ids, in the order given."""
     if isinstance(account_ids, str):
-        raise InvalidInput("account_ids must be a list of account ids, not one string")
+        raise InvalidArgument("account_ids must be a list of account ids, not one string")
     accounts = tuple(check_id("account id", a) for a in account_ids)
     if not accounts or len(set(accounts)) != len(accounts):
-        raise InvalidInput("a tenant needs one or more distinct account ids")
+        raise InvalidArgument("a tenant needs one or more distinct account ids")
     return accounts
 
 
@@ -65,5 +65,5 @@ def check_models(value: Iterable[str] | None) -> frozenset[str] | None:
     if value is None:
         return None
     if isinstance(value, str) or not all(isinstance(m, str) and m for m in value):
-        raise InvalidInput("allowed models must be a collection of model ids (or None for all)")
+        raise InvalidArgument("allowed models must be a collection of model ids (or None for all)")
     return frozenset(value)

@@ -29,8 +29,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import TypeVar
 
-from policies.limits import WindowRule, sliding_window
-
 from gateway.settings import GatewaySettings
 from gateway.store import apikeys
 from gateway.store.base import Store
@@ -40,6 +38,7 @@ from gateway.store.limits import ALLOWED, WINDOW_MS, check_limit_args, refused, 
 from gateway.store.memory import PrefixTable, TtlMap, WindowCounters
 from gateway.store.models import ApiKey, BudgetDecision, LimitDecision, Tenant, UsageRecord, new_tenant, to_us
 from gateway.store.sqlite_db import Database
+from policies.limits import WindowRule, sliding_window
 
 T = TypeVar("T")
 _PAGE = 500

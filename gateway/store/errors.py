@@ -1,7 +1,7 @@
 """Errors the store raises. Everything else (sqlite3, redis) is converted at the store's edge.
 
     StoreError
-    ├── InvalidInput (also a ValueError)   bad id, negative count, unknown status ... -> HTTP 400
+    ├── InvalidArgument (a ValueError)     bad id, negative count, unknown status ... -> HTTP 400
     │   └── TokensOverLimit                the request alone needs more than the key's tpm -> 413
     ├── Conflict                           tenant id or account id already taken -> 409
     ├── NotFound                           the tenant or key named does not exist -> 404
@@ -16,11 +16,11 @@ class StoreError(Exception):
     """Base of every error the store raises."""
 
 
-class InvalidInput(StoreError, ValueError):
+class InvalidArgument(StoreError, ValueError):
     """An argument the store cannot accept; the message says which and why."""
 
 
-class TokensOverLimit(InvalidInput):
+class TokensOverLimit(InvalidArgument):
     """The request's token estimate exceeds the key's whole per-minute allowance, so waiting never helps."""
 
     def __init__(self, tokens: int, tpm: int) -> None:

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from gateway.store.apikeys import new_id
 from gateway.store.checks import check_accounts, check_count, check_id, check_models, check_text
-from gateway.store.errors import InvalidInput
+from gateway.store.errors import InvalidArgument
 
 USAGE_STATUSES = ("ok", "cancelled", "backend_error", "rejected")
 UsageStatus = Literal["ok", "cancelled", "backend_error", "rejected"]
@@ -127,26 +127,26 @@ class UsageRecord:
 
     def __post_init__(self) -> None:
         if not isinstance(self.request_id, str) or not 0 < len(self.request_id) <= 200:
-            raise InvalidInput("request_id must be a non-empty string of at most 200 characters")
+            raise InvalidArgument("request_id must be a non-empty string of at most 200 characters")
         check_id("tenant id", self.tenant_id)
         if self.status not in USAGE_STATUSES:
-            raise InvalidInput(f"status {self.status!r} is not one of {', '.join(USAGE_STATUSES)}")
+            raise InvalidArgument(f"status {self.status!r} is not one of {', '.join(USAGE_STATUSES)}")
         for name in ("prompt_tokens", "cached_tokens", "completion_tokens", "cost_micro"):
             check_count(name, getattr(self, name))
         if self.cached_tokens > self.prompt_tokens:
-            raise InvalidInput("cached_tokens cannot exceed prompt_tokens")
+            raise InvalidArgument("cached_tokens cannot exceed prompt_tokens")
         if not 0 <= self.started_at <= self.ended_at:
-            raise InvalidInput("need 0 <= started_at <= ended_at")
+            raise InvalidArgument("need 0 <= started_at <= ended_at")
         for name in ("ttft_s", "itl_s"):
             value = getattr(self, name)
             if value is not None and not (isinstance(value, (int, float)) and 0 <= value < float("inf")):
-                raise InvalidInput(f"{name} must be None or a finite number of seconds >= 0")
+                raise InvalidArgument(f"{name} must be None or a finite number of seconds >= 0")
         if not isinstance(self.metadata, dict):
-            raise InvalidInput("metadata must be a dict")
+            raise InvalidArgument("metadata must be a dict")
         try:
             json.dumps(self.metadata)
         except (TypeError, ValueError) as exc:
-            raise InvalidInput(f"metadata must be JSON-serialisable: {exc}") from exc
+            raise InvalidArgument(f"metadata must be JSON-serialisable: {exc}") from exc
 
     @property
     def ended_us(self) -> int:

@@ -27,14 +27,14 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import AsyncIterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from gateway.settings import GatewaySettings
 from gateway.store import redis_scripts
 from gateway.store.archive import LedgerArchive
 from gateway.store.checks import check_id
-from gateway.store.errors import InvalidInput
+from gateway.store.errors import InvalidArgument
 from gateway.store.models import UsageRecord, to_us
 from gateway.store.redis_codec import KeyNames, ledger_member, parse_member
 
@@ -115,8 +115,8 @@ class RedisLedger:
         if self.archive is not None and (owner is None or owner == self.archive.id):
             return self.archive
         if watermark is not None and to_us(start) < int(watermark):
-            moved = datetime.fromtimestamp(int(watermark) / 1e6, timezone.utc).isoformat()
-            raise InvalidInput(
+            moved = datetime.fromtimestamp(int(watermark) / 1e6, UTC).isoformat()
+            raise InvalidArgument(
                 f"records that ended before {moved} were moved to the ledger archive, which this gateway does "
                 "not have: read this range where ledger_archive_path is set, or export the archive file itself"
             )
@@ -144,7 +144,7 @@ class RedisLedger:
         n = self._names
         await self._redis.set(n.ledger_archive("archive_id"), self.archive.id, nx=True)
         if await self._redis.get(n.ledger_archive("archive_id")) != self.archive.id:
-            raise InvalidInput(
+            raise InvalidArgument(
                 f"this ledger is archived to another file than {self.archive.path}: set the same "
                 "ledger_archive_path (a shared volume) on every archiving replica, or on one replica only"
             )

@@ -36,7 +36,7 @@ from gateway.settings import GatewaySettings
 from gateway.store import apikeys, redis_scripts
 from gateway.store.base import Store
 from gateway.store.checks import check_count, check_hashes, check_id, check_models, check_month, check_text
-from gateway.store.errors import Conflict, InvalidInput, NotFound, StoreFull, StoreUnavailable
+from gateway.store.errors import Conflict, InvalidArgument, NotFound, StoreFull, StoreUnavailable
 from gateway.store.limits import ALLOWED, WINDOW_MS, check_limit_args, refused, to_ms
 from gateway.store.models import ApiKey, BudgetDecision, LimitDecision, Tenant, UsageRecord, new_tenant, to_us
 from gateway.store.redis_codec import KeyNames, decode_key, decode_tenant, encode_key, encode_tenant
@@ -80,7 +80,7 @@ class RedisStore(Store):
     def __init__(self, settings: GatewaySettings, clock: Callable[[], float] = time.time) -> None:
         """Connect lazily to `settings.redis_url`; keys are namespaced by `settings.key_prefix`."""
         if not settings.redis_url:
-            raise InvalidInput("RedisStore needs a Redis URL: set EDGERUN_REDIS_URL (or settings.redis_url)")
+            raise InvalidArgument("RedisStore needs a Redis URL: set EDGERUN_REDIS_URL (or settings.redis_url)")
         self._clock = clock
         self._settings = settings
         self._names = KeyNames(settings.key_prefix)

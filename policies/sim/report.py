@@ -16,7 +16,8 @@ def markdown_table(results: Sequence[SimResult]) -> str:
     lines = [_HEADER, "|" + "---|" * 9]
     for r in results:
         lines.append(
-            f"| {r.policy} | {'exact' if r.replicas is None else r.replicas} | {r.hit_ratio:.1%} | {r.share_of_ceiling:.1%} | {r.work_max_over_mean:.2f} "
+            f"| {r.policy} | {'exact' if r.replicas is None else r.replicas} | {r.hit_ratio:.1%} "
+            f"| {r.share_of_ceiling:.1%} | {r.work_max_over_mean:.2f} "
             f"| {r.avg_in_flight_max_over_mean:.2f} | {r.peak_max_over_mean:.2f} "
             f"| {r.mean_ttft_s:.2f} | {r.p99_ttft_s:.2f} |"
         )

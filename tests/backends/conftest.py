@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 
 import httpx
 
-from cli.processes import ROOT, ChildProcess, free_port  # noqa: F401  (tests import them from here)
+from cli.processes import ChildProcess
 
 READY_TIMEOUT_S = 120.0
 

@@ -24,7 +24,8 @@ from backends.client import (
     Endpoint,
 )
 from backends.client.client import DRAIN_TIMEOUT_S
-from tests.backends.conftest import BackendProcess, free_port, long_prompt_ids, running_backend
+from cli.processes import free_port
+from tests.backends.conftest import BackendProcess, long_prompt_ids, running_backend
 
 pytestmark = pytest.mark.slow
 

@@ -10,7 +10,8 @@ import httpx
 import pytest
 
 from backends.client import BackendClient, BackendRejected, Endpoint
-from tests.backends.conftest import ROOT, BackendProcess, running_backend
+from cli.processes import ROOT
+from tests.backends.conftest import BackendProcess, running_backend
 
 pytestmark = pytest.mark.slow
 KEY = "backend-test-secret-0123456789"

@@ -124,7 +124,8 @@ def test_gguf_is_converted_once_then_loaded_from_the_cache(tmp_path: Path, monke
 def test_gguf_and_safetensors_of_the_same_weights_give_the_same_logits(tmp_path: Path) -> None:
     """The GGUF's llama.cpp q/k layout is undone correctly: both sources compute the same model."""
     hf = tiny_hf_weights()
-    from_gguf = ModelRunner(EngineConfig(model=str(write_gguf(tmp_path / "t.gguf", hf)), cache_dir=tmp_path, num_kv_blocks=4, weight_dtype="float32"))
+    gguf = str(write_gguf(tmp_path / "t.gguf", hf))
+    from_gguf = ModelRunner(EngineConfig(model=gguf, cache_dir=tmp_path, num_kv_blocks=4, weight_dtype="float32"))
     from_dir = ModelRunner(EngineConfig(model=str(write_hf_dir(tmp_path / "hf", hf)), num_kv_blocks=4, weight_dtype="float32"))
     assert from_gguf.model_config.tie_word_embeddings and from_gguf.model_config.eos_token_ids == (258,)
     torch.testing.assert_close(last_logits(from_gguf), last_logits(from_dir), atol=1e-5, rtol=1e-5)
@@ -153,9 +154,12 @@ def test_safetensors_directory_round_trip(tmp_path: Path, tiny_runner: ModelRunn
         ("llama-8b", 32, 4096, 32, 8, 128256, 8.030),
     ],
 )
-def test_random_presets_have_their_shapes(preset: str, layers: int, hidden: int, heads: int, kv_heads: int, vocab: int, billions: float) -> None:
+def test_random_presets_have_their_shapes(
+    preset: str, layers: int, hidden: int, heads: int, kv_heads: int, vocab: int, billions: float
+) -> None:
     config = PRESETS[preset]
-    assert (config.num_layers, config.hidden_size, config.num_heads, config.num_kv_heads, config.vocab_size) == (layers, hidden, heads, kv_heads, vocab)
+    shape = (config.num_layers, config.hidden_size, config.num_heads, config.num_kv_heads, config.vocab_size)
+    assert shape == (layers, hidden, heads, kv_heads, vocab)
     assert config.num_params / 1e9 == pytest.approx(billions, rel=0.01)
     shapes = runtime_shapes(config)
     assert sum(math_prod(s) for s in shapes.values()) == config.num_params
@@ -202,7 +206,11 @@ def test_bad_model_names_get_clear_errors(tmp_path: Path) -> None:
 
 
 def test_llama3_rope_scaling_is_read_from_config_json() -> None:
-    hf = {**TINY.to_hf(), "rope_theta": 500000.0, "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}}
+    scaling = {
+        "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192,
+    }
+    hf = {**TINY.to_hf(), "rope_theta": 500000.0, "rope_scaling": scaling}
     hf["head_dim"], hf["hidden_size"], hf["num_attention_heads"] = 128, 512, 4
     factors = ModelConfig.from_hf(hf).rope_freq_factors
     assert factors is not None and len(factors) == 64

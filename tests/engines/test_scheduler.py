@@ -61,13 +61,13 @@ def test_every_step_respects_budget_and_max_num_seqs() -> None:
     for i in range(6):
         s.add(make_seq(f"r{i}", 5 + i, max_tokens=3))
     for _ in range(100):
-        if not s.has_unfinished():
+        if not (s.waiting or s.running):
             break
         chunks = step(s)
         assert sum(c.num_tokens for c in chunks) <= 12
         assert len(s.running) <= 3
         assert len({id(c.seq) for c in chunks}) == len(chunks)
-    assert not s.has_unfinished()
+    assert not s.waiting and not s.running
     assert s.block_manager.num_free_blocks == s.block_manager.num_blocks
 
 
@@ -101,7 +101,7 @@ def test_preempts_most_recent_sequence_when_blocks_run_out() -> None:
     # Re-admitted: prefills prompt + generated tokens again, then continues.
     chunks = step(s)
     assert shape_of(chunks) == [("second", 7 + kept)]
-    while s.has_unfinished():
+    while s.waiting or s.running:
         step(s)
     assert second.num_generated_tokens == 12
     assert s.block_manager.num_free_blocks == 5
@@ -115,6 +115,6 @@ def test_finish_releases_a_waiting_or_running_sequence() -> None:
     s.add(b)
     s.finish(b, "abort")
     s.finish(a, "abort")
-    assert not s.has_unfinished()
+    assert not s.waiting and not s.running
     assert a.finish_reason == "abort" and b.status is SequenceStatus.FINISHED
     assert s.block_manager.num_free_blocks == s.block_manager.num_blocks

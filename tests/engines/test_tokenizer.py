@@ -58,7 +58,9 @@ def test_encode_and_decode_match_transformers(tokenizer: Tokenizer, hf_tokenizer
 @pytest.mark.slow
 @pytest.mark.parametrize("messages", CONVERSATIONS)
 @pytest.mark.parametrize("add_generation_prompt", [True, False])
-def test_chat_template_renders_like_transformers(tokenizer: Tokenizer, hf_tokenizer: object, messages: list[dict[str, str]], add_generation_prompt: bool) -> None:
+def test_chat_template_renders_like_transformers(
+    tokenizer: Tokenizer, hf_tokenizer: object, messages: list[dict[str, str]], add_generation_prompt: bool
+) -> None:
     ours = tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt)
     theirs = hf_tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
     assert ours == theirs

@@ -39,6 +39,3 @@ def redis_prefix(redis_url: str) -> Iterator[str]:
         if keys:
             client.delete(*keys)
 
-
-# --- gateway end-to-end fixtures (real backend processes + gateway; see fixtures_e2e.py) ---
-from tests.gateway.fixtures_e2e import backend_pair, gateway  # noqa: E402,F401

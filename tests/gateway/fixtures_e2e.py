@@ -28,11 +28,11 @@ import pytest
 import structlog
 import uvicorn
 
+from cli.processes import ChildProcess, free_port, threads_per_backend
 from gateway.app import create_app
 from gateway.catalog import DEFAULT_MODEL_ID
 from gateway.settings import GatewaySettings
 from gateway.store import Store, open_store
-from cli.processes import ROOT, ChildProcess, free_port, threads_per_backend  # noqa: F401  (ROOT: for tests)
 
 SINGLE_MODEL_ID = "@cf/test/smollm2-on-b1"  # the same weights, served by b1 only
 ADMIN_TOKEN = "test-admin-token"

@@ -7,7 +7,6 @@ import pytest
 from gateway.auth import Authenticator, bearer_token
 from gateway.errors import AccountMismatch, AuthenticationFailed, ModelNotAllowed, RateLimited, RequestTooLarge
 from gateway.store import Store
-from tests.gateway.fixtures_store import store  # noqa: F401
 
 
 def test_bearer_token_parsing() -> None:
@@ -18,7 +17,7 @@ def test_bearer_token_parsing() -> None:
     assert bearer_token(None) is None
 
 
-async def test_key_resolves_to_its_tenant_for_its_accounts(store: Store) -> None:  # noqa: F811
+async def test_key_resolves_to_its_tenant_for_its_accounts(store: Store) -> None:
     await store.create_tenant("A", ["acc-a", "acc-a2"], tenant_id="ta")
     _, secret = await store.create_key("ta")
     auth = Authenticator(store)
@@ -30,13 +29,13 @@ async def test_key_resolves_to_its_tenant_for_its_accounts(store: Store) -> None
 
 
 @pytest.mark.parametrize("header", [None, "Bearer edg_" + "0" * 48, "Bearer not-a-key", "Token x"])
-async def test_missing_or_unknown_keys_are_401(store: Store, header: str | None) -> None:  # noqa: F811
+async def test_missing_or_unknown_keys_are_401(store: Store, header: str | None) -> None:
     with pytest.raises(AuthenticationFailed) as caught:
         await Authenticator(store).authenticate(header, "acc")
     assert (caught.value.status, caught.value.code) == (401, 10000)
 
 
-async def test_a_revoked_key_stops_at_once(store: Store) -> None:  # noqa: F811
+async def test_a_revoked_key_stops_at_once(store: Store) -> None:
     await store.create_tenant("A", ["acc"], tenant_id="ta")
     key, secret = await store.create_key("ta")
     auth = Authenticator(store)
@@ -46,7 +45,7 @@ async def test_a_revoked_key_stops_at_once(store: Store) -> None:  # noqa: F811
         await auth.authenticate(f"Bearer {secret}", "acc")
 
 
-async def test_tenant_and_key_model_allow_lists(store: Store) -> None:  # noqa: F811
+async def test_tenant_and_key_model_allow_lists(store: Store) -> None:
     await store.create_tenant("A", ["acc"], tenant_id="ta", allowed_models=["m1", "m2"])
     _, open_secret = await store.create_key("ta")
     _, narrow_secret = await store.create_key("ta", allowed_models=["m1"])
@@ -61,7 +60,7 @@ async def test_tenant_and_key_model_allow_lists(store: Store) -> None:  # noqa: 
         assert (caught.value.status, caught.value.code) == (403, 5018)
 
 
-async def test_limits_refuse_with_retry_after(store: Store) -> None:  # noqa: F811
+async def test_limits_refuse_with_retry_after(store: Store) -> None:
     await store.create_tenant("A", ["acc"], tenant_id="ta")
     _, secret = await store.create_key("ta", rpm=2, tpm=100)
     auth = Authenticator(store)

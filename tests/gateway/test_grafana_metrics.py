@@ -71,6 +71,34 @@ def test_every_queried_metric_is_in_a_live_metrics_page(
     }
     assert not missing, f"the Grafana dashboard queries metrics no /metrics has: {missing}"
 
+    # a counter only ever goes up: the dashboard must read its rate, never the raw value
+    counters = counter_names(httpx.get(f"{gateway.url}/metrics", timeout=10).text)
+    counters |= counter_names(httpx.get(f"{backend_pair[0].url}/metrics", timeout=10).text)
+    for panel in dashboard()["panels"]:
+        for target in panel["targets"]:
+            for name in set(METRIC.findall(target["expr"])) & counters:
+                assert re.search(rf"rate\({name}(\{{[^}}]*\}})?\[", target["expr"]), target["expr"]
+
+
+def counter_names(text: str) -> set[str]:
+    return {line.split(" ")[2] for line in text.splitlines() if line.startswith("# TYPE ") and line.endswith(" counter")}
+
+
+def test_every_query_is_well_formed() -> None:
+    for panel in dashboard()["panels"]:
+        for target in panel["targets"]:
+            expr = target["expr"]
+            for opening, closing in ("()", "{}", "[]"):
+                depth = 0
+                for char in expr:
+                    depth += (char == opening) - (char == closing)
+                    assert depth >= 0, f"{panel['title']}: unbalanced {closing} in {expr}"
+                assert depth == 0, f"{panel['title']}: unbalanced {opening} in {expr}"
+            # histogram buckets are read as rates over Grafana's interval, never raw
+            for name in METRIC.findall(expr):
+                if name.endswith("_bucket"):
+                    assert re.search(rf"rate\({name}(\{{[^}}]*\}})?\[\$__rate_interval\]\)", expr), expr
+
 
 def test_the_dashboard_reads_the_provisioned_datasource() -> None:
     [source] = yaml.safe_load((GRAFANA / "provisioning" / "datasources" / "prometheus.yaml").read_text())["datasources"]

@@ -8,7 +8,6 @@ from gateway.kv_index import KVEventIndexer
 from gateway.store import Store
 from gateway.tenant_salt import derive_cache_salt
 from policies.prefix import block_hashes
-from tests.gateway.fixtures_store import store  # noqa: F401
 
 BLOCK = 4
 
@@ -26,7 +25,7 @@ def test_the_engine_hashes_like_the_gateway() -> None:
     assert engine_chain(tokens, BLOCK, "tenant-a") == block_hashes(tokens, BLOCK, "tenant-a")
 
 
-async def test_stored_chains_are_recorded_and_removals_applied(store: Store) -> None:  # noqa: F811
+async def test_stored_chains_are_recorded_and_removals_applied(store: Store) -> None:
     tokens = list(range(100, 112))  # three full blocks
     hashes = engine_chain(tokens, BLOCK, "tenant-a")
     blocks = [tokens[i : i + BLOCK] for i in range(0, 12, BLOCK)]
@@ -39,7 +38,7 @@ async def test_stored_chains_are_recorded_and_removals_applied(store: Store) -> 
     assert indexer.num_skipped == 0
 
 
-async def test_hash_only_events_are_recorded_as_reported(store: Store) -> None:  # noqa: F811
+async def test_hash_only_events_are_recorded_as_reported(store: Store) -> None:
     """Our backends send no token ids (they would reveal prompts): the hashes are taken as they are."""
     salt = derive_cache_salt(b"secret", "tenant-a")
     tokens = list(range(100, 112))
@@ -51,7 +50,7 @@ async def test_hash_only_events_are_recorded_as_reported(store: Store) -> None: 
     assert indexer.num_skipped == 0
 
 
-async def test_foreign_hashes_and_wrong_block_sizes_are_skipped(store: Store) -> None:  # noqa: F811
+async def test_foreign_hashes_and_wrong_block_sizes_are_skipped(store: Store) -> None:
     indexer = KVEventIndexer(store, block_size=BLOCK)
     await indexer.apply("b1", [stored_event(0, 12345, [999, 1000], [[1, 2, 3, 4], [5, 6, 7, 8]])])  # another scheme
     good = engine_chain([1, 2, 3], 3, "t")

@@ -13,19 +13,18 @@ from gateway.metering import UNPRICED, MeteredRequest, Metering
 from gateway.metrics import GatewayMetrics
 from gateway.store import Store
 from policies.pricing import PriceTable
-from tests.gateway.fixtures_store import store  # noqa: F401
 
 PRICES = PriceTable.from_config({"m": {"version": "v1", "input": "0.60", "cached_input": "0.10", "output": "3"}})
 
 
-async def request_for(store: Store, budget: int | None = None) -> MeteredRequest:  # noqa: F811
+async def request_for(store: Store, budget: int | None = None) -> MeteredRequest:
     await store.create_tenant("A", ["acc"], tenant_id="ta", monthly_budget_micro=budget)
     _, secret = await store.create_key("ta")
     principal = await Authenticator(store).authenticate(f"Bearer {secret}", "acc")
     return MeteredRequest("req-1", principal, "m", "s1", time.time(), prompt_tokens=1000, tokens_estimate=1010)
 
 
-async def test_one_record_priced_with_the_cached_discount(store: Store) -> None:  # noqa: F811
+async def test_one_record_priced_with_the_cached_discount(store: Store) -> None:
     request = await request_for(store)
     metering = Metering(store, PRICES, GatewayMetrics())
     usage = TokenUsage(prompt_tokens=1000, completion_tokens=10, cached_tokens=800)
@@ -39,7 +38,7 @@ async def test_one_record_priced_with_the_cached_discount(store: Store) -> None:
     assert (record.tenant_id, record.account_id, record.backend_id, record.session_id) == ("ta", "acc", "b1", "s1")
 
 
-async def test_unpriced_models_are_recorded_at_zero(store: Store) -> None:  # noqa: F811
+async def test_unpriced_models_are_recorded_at_zero(store: Store) -> None:
     request = await request_for(store)
     request.model_id = "other"
     await Metering(store, PRICES, GatewayMetrics()).settle(
@@ -49,7 +48,7 @@ async def test_unpriced_models_are_recorded_at_zero(store: Store) -> None:  # no
     assert record is not None and (record.cost_micro, record.price_version, record.status) == (0, UNPRICED, "cancelled")
 
 
-async def test_budget_is_reserved_for_the_worst_case_then_settled(store: Store) -> None:  # noqa: F811
+async def test_budget_is_reserved_for_the_worst_case_then_settled(store: Store) -> None:
     request = await request_for(store, budget=1000)
     metering = Metering(store, PRICES, GatewayMetrics())
     month = time.strftime("%Y-%m", time.gmtime(request.started_at))

@@ -17,7 +17,6 @@ from gateway.tenant_salt import TenantSalts, derive_cache_salt
 from policies.factory import build_policy
 from policies.prefix import block_hashes
 from policies.regions import RegionPreference
-from tests.gateway.fixtures_store import store  # noqa: F401
 
 MODEL = ModelSpec(id="@cf/test/m", backend_model="m", block_size=4)
 ENDPOINTS = [
@@ -31,7 +30,7 @@ T1_SALT = derive_cache_salt(SALT_SECRET.encode(), "t1")
 
 
 @pytest.fixture
-async def router(store: Store) -> AsyncIterator[Router]:  # noqa: F811
+async def router(store: Store) -> AsyncIterator[Router]:
     client = BackendClient()
     metrics = GatewayMetrics()
     monitor = BackendMonitor(ENDPOINTS, client, store, metrics, MonitorIntervals())
@@ -52,7 +51,7 @@ async def route(router: Router, tenant: str = "t1", session: str | None = None, 
     )
 
 
-async def test_own_region_first_then_the_rest(router: Router, store: Store) -> None:  # noqa: F811
+async def test_own_region_first_then_the_rest(router: Router, store: Store) -> None:
     flight = await route(router)
     assert [e.region for e in flight.endpoints] == ["near", "near", "far"]
     assert await store.loads() == {flight.chosen.id: (20, 8)}
@@ -61,7 +60,7 @@ async def test_own_region_first_then_the_rest(router: Router, store: Store) -> N
     assert await store.loads() == {}
 
 
-async def test_a_cached_prefix_attracts_the_request_and_lowers_its_prefill(router: Router, store: Store) -> None:  # noqa: F811
+async def test_a_cached_prefix_attracts_the_request_and_lowers_its_prefill(router: Router, store: Store) -> None:
     await store.record_prefix("near-2", block_hashes(PROMPT, 4, T1_SALT)[:4])
     flight = await route(router)
     assert flight.chosen.id == "near-2"
@@ -75,7 +74,7 @@ async def test_a_cached_prefix_attracts_the_request_and_lowers_its_prefill(route
     assert other.expected_cached_tokens == 0
 
 
-async def test_the_cache_salt_is_a_keyed_hash_of_the_tenant(router: Router, store: Store) -> None:  # noqa: F811
+async def test_the_cache_salt_is_a_keyed_hash_of_the_tenant(router: Router, store: Store) -> None:
     flight = await route(router)
     assert flight.cache_salt == T1_SALT != "t1" and len(T1_SALT) == 64  # HMAC-SHA256, hex
     assert flight.hashes == block_hashes(PROMPT, 4, T1_SALT)  # the chain the backend's events report
@@ -83,7 +82,7 @@ async def test_the_cache_salt_is_a_keyed_hash_of_the_tenant(router: Router, stor
     await router.finished(flight, success=True)
 
 
-async def test_prefill_leaves_at_first_token_decode_at_the_end(router: Router, store: Store) -> None:  # noqa: F811
+async def test_prefill_leaves_at_first_token_decode_at_the_end(router: Router, store: Store) -> None:
     flight = await route(router)
     await router.started(flight, flight.chosen)
     await router.first_token(flight)
@@ -94,7 +93,7 @@ async def test_prefill_leaves_at_first_token_decode_at_the_end(router: Router, s
     assert await store.match_prefix(block_hashes(PROMPT, 4, T1_SALT)) == {flight.chosen.id: 5}
 
 
-async def test_failover_moves_the_counts_and_pins_the_session(router: Router, store: Store) -> None:  # noqa: F811
+async def test_failover_moves_the_counts_and_pins_the_session(router: Router, store: Store) -> None:
     flight = await route(router, session="s1")
     fallback = flight.endpoints[1]
     await router.started(flight, fallback)

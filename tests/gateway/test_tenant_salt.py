@@ -7,7 +7,6 @@ import hmac
 
 from gateway.store import Store
 from gateway.tenant_salt import SECRET_NAME, TenantSalts, derive_cache_salt
-from tests.gateway.fixtures_store import store  # noqa: F401
 
 
 def test_the_salt_is_hmac_sha256_of_the_tenant() -> None:
@@ -16,13 +15,13 @@ def test_the_salt_is_hmac_sha256_of_the_tenant() -> None:
     assert derive_cache_salt(b"k", "tenant-b") != expected and derive_cache_salt(b"k2", "tenant-a") != expected
 
 
-async def test_a_configured_secret_is_used_as_given(store: Store) -> None:  # noqa: F811
+async def test_a_configured_secret_is_used_as_given(store: Store) -> None:
     salts = TenantSalts(store, "configured")
     assert await salts.salt("t") == derive_cache_salt(b"configured", "t")
     assert "configured" not in repr(salts)
 
 
-async def test_without_configuration_replicas_share_one_stored_secret(store: Store) -> None:  # noqa: F811
+async def test_without_configuration_replicas_share_one_stored_secret(store: Store) -> None:
     first, second = TenantSalts(store), TenantSalts(store)
     assert await first.salt("t") == await second.salt("t")
     secret = await store.get_or_create_secret(SECRET_NAME, "unused")

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from loadtests import run_locust
 from cli.processes import ROOT
+from loadtests import run_locust
 from loadtests.stack import Stack
 
 pytestmark = pytest.mark.slow

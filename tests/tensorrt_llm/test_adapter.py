@@ -22,7 +22,7 @@ def test_importing_the_adapter_does_not_import_tensorrt_llm() -> None:
 
 @pytest.mark.skipif(importlib.util.find_spec("tensorrt_llm") is not None, reason="tensorrt_llm is installed")
 def test_in_process_backend_without_tensorrt_llm_exits_with_the_hint() -> None:
-    from tests.backends.conftest import ROOT, free_port
+    from cli.processes import ROOT, free_port
 
     command = [sys.executable, "-m", "cli", "backend", "--engine", "trtllm", "--trtllm-in-process",
                "--port", str(free_port())]

@@ -45,7 +45,10 @@ def field_value(reader: gguf.GGUFReader, key: str, default: object = None) -> ob
 def read_config(reader: gguf.GGUFReader, tensor_names: set[str]) -> ModelConfig:
     arch = field_value(reader, "general.architecture")
     if arch not in SUPPORTED_ARCHITECTURES:
-        raise ValueError(f"GGUF architecture {arch!r} is not supported; the built-in engine runs Llama-family models ({sorted(SUPPORTED_ARCHITECTURES)})")
+        raise ValueError(
+            f"GGUF architecture {arch!r} is not supported; the built-in engine runs Llama-family models "
+            f"({sorted(SUPPORTED_ARCHITECTURES)})"
+        )
 
     def meta(key: str, default: object = None) -> object:
         return field_value(reader, f"{arch}.{key}", default)

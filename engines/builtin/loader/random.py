@@ -14,7 +14,10 @@ from torch import Tensor
 
 from engines.builtin.model_config import ModelConfig, llama3_freq_factors
 
-LLAMA3_SCALING_1B = {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+LLAMA3_SCALING_1B = {
+    "rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 8192,
+}
 LLAMA3_SCALING_8B = dict(LLAMA3_SCALING_1B, factor=8.0)
 
 PRESETS: dict[str, ModelConfig] = {

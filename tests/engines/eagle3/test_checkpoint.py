@@ -6,6 +6,7 @@ from safetensors.torch import load_file, save_file
 
 from engines.builtin.speculative.eagle3 import HeadFormatError, load_proposer
 from engines.builtin.speculative.eagle3.checkpoint import WEIGHTS_FILE, load_head, save_head
+from engines.builtin.speculative.proposer import DraftInput
 from tests.engines.eagle3.conftest import DRAFT_VOCAB, HIDDEN, TINY_TARGET, VOCAB
 
 PUBLISHED_NAMES = {
@@ -20,7 +21,7 @@ PUBLISHED_NAMES = {
 def test_saved_head_has_the_published_names_shapes_and_config(head, tmp_path):
     save_head(head, tmp_path)
     weights = load_file(str(tmp_path / WEIGHTS_FILE))
-    assert set(weights) == PUBLISHED_NAMES
+    assert set(weights) == PUBLISHED_NAMES | {"embed_tokens.weight"}  # the target's, so the head stands alone
     assert weights["fc.weight"].shape == (HIDDEN, 3 * HIDDEN)
     assert weights["midlayer.self_attn.q_proj.weight"].shape == (4 * 8, 2 * HIDDEN)  # input: embedding + fused hidden
     assert weights["midlayer.self_attn.k_proj.weight"].shape == (2 * 8, 2 * HIDDEN)
@@ -58,6 +59,13 @@ def test_loads_files_with_a_model_prefix_and_without_t2d(head, tmp_path):
     loaded = load_head(tmp_path, TINY_TARGET.num_layers, head.embed)
     assert torch.equal(loaded.t2d, head.t2d)
     assert torch.equal(loaded.midlayer.mlp.up_proj.weight, head.midlayer.mlp.up_proj.weight)
+
+
+def test_a_saved_head_loads_without_the_target_embedding(head, tmp_path):
+    save_head(head, tmp_path)
+    proposer = load_proposer(tmp_path, TINY_TARGET)
+    assert torch.allclose(proposer.head.embed.float(), head.embed, atol=1e-2)
+    assert len(proposer.propose([DraftInput("s", list(range(9)), 3, torch.randn(8, 3 * HIDDEN))])[0]) == 3
 
 
 def test_misshapen_or_missing_weights_are_named(head, tmp_path):

@@ -83,3 +83,10 @@ def test_first_draft_matches_the_training_forward(head):
         hidden_bf16 = HIDDEN_ROWS.to(torch.bfloat16).float()
         draft = proposer.propose([DraftInput("s", TOKENS[: n + 1], 1, hidden_bf16[n - 1 : n], n - 1)])[0]
         assert draft == [int(expected[n - 1])], n
+
+
+def test_a_hidden_row_without_its_next_token_is_not_ingested(head):
+    proposer = Eagle3Proposer(head)
+    drafts = proposer.propose([DraftInput("s", TOKENS[:10], 2, HIDDEN_ROWS[:10], 0)])[0]  # row 9 has no token 10 yet
+    assert proposer.caches["s"].end == 9
+    assert drafts == Eagle3Proposer(random_head()).propose([item("s", 9, 2, 0)])[0]

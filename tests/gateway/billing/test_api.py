@@ -16,7 +16,6 @@ from gateway.catalog import DEFAULT_MODEL_ID
 from gateway.settings import GatewaySettings
 from gateway.store import Store
 from tests.gateway.billing.ledger_data import CURRENT, HISTORY, OLD, fill, records
-from tests.gateway.fixtures_store import store  # noqa: F401
 
 ADMIN = {"authorization": "Bearer admin-secret"}
 URL = "/admin/v1/billing/export"
@@ -36,7 +35,7 @@ def client(tmp_path: Path) -> Iterator[TestClient]:
         yield test_client
 
 
-async def test_the_endpoint_serves_the_same_bytes_as_the_export(store: Store, client: TestClient) -> None:  # noqa: F811
+async def test_the_endpoint_serves_the_same_bytes_as_the_export(store: Store, client: TestClient) -> None:
     await fill(store, records())
     query = {"from": "2027-01-15T07:00:00Z", "to": "2027-01-15T09:00:00Z"}
     for fmt in ("csv", "jsonl", "parquet"):

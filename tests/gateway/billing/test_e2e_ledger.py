@@ -19,6 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from cli.processes import ROOT
 from gateway.billing.export import INT_COLUMNS, SUMMED
 from gateway.billing.formats import read_rows
 from gateway.billing.prices import PriceHistory
@@ -29,7 +30,11 @@ from gateway.store import open_store
 from gateway.store.models import UsageRecord
 from tests.gateway.billing.clients import Seen, run_request
 from tests.gateway.fixtures_e2e import (
-    ADMIN_TOKEN, ROOT, BackendProcess, GatewayProcess, start_backend, start_gateway_process,
+    ADMIN_TOKEN,
+    BackendProcess,
+    GatewayProcess,
+    start_backend,
+    start_gateway_process,
 )
 
 pytestmark = pytest.mark.slow

@@ -17,14 +17,14 @@ import httpx
 import pytest
 import redis
 
-from cli.processes import ChildProcess
+from cli.processes import ChildProcess, free_port
 from gateway.billing.spool import LedgerSpool
 from gateway.catalog import DEFAULT_MODEL_ID
 from gateway.settings import GatewaySettings
 from gateway.store import open_store
 from gateway.store.models import UsageRecord
 from tests.gateway.billing.clients import Seen, run_request
-from tests.gateway.fixtures_e2e import ADMIN_TOKEN, BackendProcess, free_port, start_gateway_process
+from tests.gateway.fixtures_e2e import ADMIN_TOKEN, BackendProcess, start_gateway_process
 from tests.gateway.redis_server import start_redis
 
 pytestmark = pytest.mark.slow

@@ -12,18 +12,17 @@ from pathlib import Path
 import pytest
 import structlog
 
+from cli.main import main
 from gateway.billing.export import INT_COLUMNS, ROW_COLUMNS, SUMMED, ExportQuery, record_row, write_export
 from gateway.billing.formats import FORMATS, Format, read_rows
-from cli.main import main
 from gateway.settings import GatewaySettings
 from gateway.store import Store, open_store
 from tests.gateway.billing.ledger_data import CURRENT, HISTORY, OLD, T0, fill, records
-from tests.gateway.fixtures_store import store  # noqa: F401
 
 EVERYTHING = ExportQuery(T0 - 10, T0 + 3600)
 
 
-async def export(store: Store, fmt: Format, query: ExportQuery = EVERYTHING) -> tuple[bytes, bytes]:  # noqa: F811
+async def export(store: Store, fmt: Format, query: ExportQuery = EVERYTHING) -> tuple[bytes, bytes]:
     rows, summary = io.BytesIO(), io.BytesIO()
     await write_export(store, query, HISTORY, fmt, rows, summary)
     return rows.getvalue(), summary.getvalue()
@@ -39,7 +38,7 @@ def own_logging() -> Iterator[None]:
 
 
 @pytest.fixture
-async def filled(store: Store) -> AsyncIterator[Store]:  # noqa: F811
+async def filled(store: Store) -> AsyncIterator[Store]:
     await fill(store, records())
     yield store
 

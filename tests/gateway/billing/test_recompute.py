@@ -14,7 +14,6 @@ from gateway.metrics import GatewayMetrics
 from gateway.store import Store
 from gateway.store.models import UsageStatus
 from policies.pricing import PriceTable
-from tests.gateway.fixtures_store import store  # noqa: F401
 
 V1 = {"m": {"version": "v1", "input": "0.60", "cached_input": "0.10", "output": "3"}}
 V2 = {"m": {"version": "v2", "input": "1.20", "output": "6"}}  # no cached rate: cached billed as input
@@ -27,7 +26,7 @@ CASES: list[tuple[UsageStatus, TokenUsage]] = [
 ]
 
 
-async def bill(store: Store, prices: dict, prefix: str) -> None:  # noqa: F811
+async def bill(store: Store, prices: dict, prefix: str) -> None:
     if await store.get_tenant("ta") is None:
         await store.create_tenant("A", ["acc"], tenant_id="ta")
     _, secret = await store.create_key("ta")
@@ -38,7 +37,7 @@ async def bill(store: Store, prices: dict, prefix: str) -> None:  # noqa: F811
         await metering.settle(request, usage, status=status, backend_id="b", region="r")
 
 
-async def test_records_recompute_to_what_was_billed_after_a_price_change(store: Store) -> None:  # noqa: F811
+async def test_records_recompute_to_what_was_billed_after_a_price_change(store: Store) -> None:
     await bill(store, V1, "old")
     await bill(store, V2, "new")
     records = [r async for r in store.iter_usage(0, time.time() + 1)]

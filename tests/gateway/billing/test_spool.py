@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from cli.processes import free_port
 from gateway.auth import Principal
 from gateway.billing.spool import LedgerSpool, replay_forever
 from gateway.envelopes import TokenUsage
@@ -19,8 +20,6 @@ from gateway.settings import GatewaySettings
 from gateway.store import Store, StoreUnavailable, open_store
 from gateway.store.models import ApiKey, Tenant, UsageRecord
 from policies.pricing import PriceTable
-from tests.gateway.fixtures_e2e import free_port
-from tests.gateway.fixtures_store import store  # noqa: F401
 
 PRICES = PriceTable.from_config({"m": {"version": "v1", "input": "0.60", "cached_input": "0.10", "output": "3"}})
 
@@ -43,11 +42,11 @@ async def down_store() -> AsyncIterator[Store]:
     await opened.aclose()
 
 
-async def ledger(store: Store) -> list[str]:  # noqa: F811
+async def ledger(store: Store) -> list[str]:
     return [r.request_id async for r in store.iter_usage(0, 2e9)]
 
 
-async def test_replaying_twice_writes_each_record_once(store: Store, tmp_path: Path) -> None:  # noqa: F811
+async def test_replaying_twice_writes_each_record_once(store: Store, tmp_path: Path) -> None:
     spool = LedgerSpool(tmp_path / "spool.jsonl")
     for i in range(3):
         spool.append(record(f"r{i}"))
@@ -63,7 +62,7 @@ async def test_replaying_twice_writes_each_record_once(store: Store, tmp_path: P
 
 
 async def test_a_replay_cut_short_by_a_crash_resumes_without_doubles(
-    store: Store, tmp_path: Path  # noqa: F811
+    store: Store, tmp_path: Path
 ) -> None:
     spool = LedgerSpool(tmp_path / "spool.jsonl")
     for i in range(4):
@@ -79,7 +78,7 @@ async def test_a_replay_cut_short_by_a_crash_resumes_without_doubles(
 
 
 async def test_a_store_still_down_keeps_the_records(
-    store: Store, down_store: Store, tmp_path: Path  # noqa: F811
+    store: Store, down_store: Store, tmp_path: Path
 ) -> None:
     spool = LedgerSpool(tmp_path / "spool.jsonl")
     spool.append(record("r0"))
@@ -92,7 +91,7 @@ async def test_a_store_still_down_keeps_the_records(
 
 
 async def test_a_line_cut_by_a_crash_is_set_aside_and_the_next_record_kept(
-    store: Store, tmp_path: Path  # noqa: F811
+    store: Store, tmp_path: Path
 ) -> None:
     spool = LedgerSpool(tmp_path / "spool.jsonl")
     spool.append(record("r0"))
@@ -105,7 +104,7 @@ async def test_a_line_cut_by_a_crash_is_set_aside_and_the_next_record_kept(
 
 
 async def test_metering_spools_when_the_ledger_is_down_and_never_raises_on_the_budget(
-    store: Store, down_store: Store, tmp_path: Path  # noqa: F811
+    store: Store, down_store: Store, tmp_path: Path
 ) -> None:
     tenant = Tenant("ta", "A", ("acc",), None, None, time.time())
     key = ApiKey("k1", "ta", "edg_x", None, None, None, time.time())
@@ -126,7 +125,7 @@ async def test_metering_spools_when_the_ledger_is_down_and_never_raises_on_the_b
         )
 
 
-async def test_the_background_task_replays_at_start_up(store: Store, tmp_path: Path) -> None:  # noqa: F811
+async def test_the_background_task_replays_at_start_up(store: Store, tmp_path: Path) -> None:
     spool = LedgerSpool(tmp_path / "spool.jsonl")
     spool.append(record("r0"))
     task = asyncio.create_task(replay_forever(spool, store, interval_s=0.05))

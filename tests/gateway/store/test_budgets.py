@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from gateway.store import InvalidInput, Store
+from gateway.store import InvalidArgument, Store
 from tests.gateway.store.conftest import OpenStore
 
 
@@ -56,7 +56,7 @@ async def test_spend_survives_reopen(open_instance: OpenStore) -> None:
 
 @pytest.mark.parametrize("month", ["2026-13", "2026-5", "May", ""])
 async def test_bad_month_or_amount_is_refused(store: Store, month: str) -> None:
-    with pytest.raises(InvalidInput, match="month"):
+    with pytest.raises(InvalidArgument, match="month"):
         await store.reserve_budget("acme", month, 1, 10)
-    with pytest.raises(InvalidInput, match="amount_micro"):
+    with pytest.raises(InvalidArgument, match="amount_micro"):
         await store.reserve_budget("acme", "2026-05", -1, 10)

@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from gateway.store import InvalidInput, Store
+from gateway.store import InvalidArgument, Store
 from tests.gateway.store.conftest import OpenStore
 
 
@@ -60,7 +60,7 @@ async def test_a_crashed_replicas_counts_expire_a_live_ones_do_not(kind: str, op
 
 
 async def test_bad_counts_are_refused(store: Store) -> None:
-    with pytest.raises(InvalidInput):
+    with pytest.raises(InvalidArgument):
         await store.add_inflight("X", -1, 0)
-    with pytest.raises(InvalidInput):
+    with pytest.raises(InvalidArgument):
         await store.release_inflight("", 1, 0)

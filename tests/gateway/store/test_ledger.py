@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from gateway.settings import GatewaySettings
-from gateway.store import InvalidInput, Store, UsageRecord
+from gateway.store import InvalidArgument, Store, UsageRecord
 from gateway.store.embedded import EmbeddedStore
 from tests.gateway.store.conftest import OpenStore
 
@@ -86,7 +86,7 @@ async def test_ledger_survives_reopen(open_instance: OpenStore) -> None:
      {"request_id": ""}, {"tenant_id": "a:b"}, {"started_at": T0 + 5}, {"metadata": {"x": object()}}],
 )
 def test_bad_records_are_refused(changes: dict[str, Any]) -> None:
-    with pytest.raises(InvalidInput):
+    with pytest.raises(InvalidArgument):
         dataclasses.replace(record("req-1", T0), **changes)
 
 

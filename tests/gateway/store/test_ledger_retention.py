@@ -10,7 +10,7 @@ import pytest
 import redis
 
 from gateway.settings import GatewaySettings
-from gateway.store import InvalidInput, UsageRecord
+from gateway.store import InvalidArgument, UsageRecord
 from gateway.store.archive import LedgerArchive
 from gateway.store.redis_store import RedisStore
 from tests.gateway.store.test_ledger import T0, collect, record
@@ -73,7 +73,7 @@ async def test_old_records_move_to_the_archive_and_every_read_finds_them_once(
         assert not await store.append_usage(old[-1])  # its idempotency key outlives its time in Redis
 
         # without the archive, a range reaching back before the watermark is refused, not returned short
-        with pytest.raises(InvalidInput, match="ledger archive"):
+        with pytest.raises(InvalidArgument, match="ledger archive"):
             await collect(plain, T0 - 1, T0 + 101)
         assert await collect(plain, T0 + 61, T0 + 101) == [r for r in expected if r.ended_at >= T0 + 61]
         assert await plain.archive_ledger(T0 + 100) == 0  # nothing to archive to
@@ -89,9 +89,9 @@ async def test_one_ledger_one_archive(redis_url: str, redis_prefix: str, tmp_pat
         await first.append_usage(record("req-1", T0))
         assert await first.archive_ledger(T0 + 1) == 1
         await other.append_usage(record("req-2", T0 + 2))
-        with pytest.raises(InvalidInput, match="another file"):
+        with pytest.raises(InvalidArgument, match="another file"):
             await other.archive_ledger(T0 + 3)
-        with pytest.raises(InvalidInput, match="ledger archive"):  # b.sqlite3 is not this ledger's archive
+        with pytest.raises(InvalidArgument, match="ledger archive"):  # b.sqlite3 is not this ledger's archive
             await collect(other, T0 - 1, T0 + 5)
         assert [r.request_id for r in await collect(first, T0 - 1, T0 + 5)] == ["req-1", "req-2"]
     finally:

@@ -4,10 +4,10 @@ import asyncio
 from typing import Any
 
 import pytest
-from policies.limits import WindowRule, sliding_window
 
 from gateway.store import Store, TokensOverLimit
-from gateway.store.errors import InvalidInput
+from gateway.store.errors import InvalidArgument
+from policies.limits import WindowRule, sliding_window
 
 T0 = 28_333_334 * 60.0  # the start of a one-minute window (epoch seconds)
 
@@ -70,7 +70,7 @@ async def test_estimate_above_tpm_can_never_fit(store: Store) -> None:
         await store.check_and_consume("key_a", None, 100, 101, T0)
     for bad in ({"rpm": 0}, {"tpm": -5}, {"tokens_estimate": -1}, {"key_id": "a:b"}):
         args: dict[str, Any] = {"key_id": "key_a", "rpm": 10, "tpm": 100, "tokens_estimate": 1, "now": T0} | bad
-        with pytest.raises(InvalidInput):
+        with pytest.raises(InvalidArgument):
             await store.check_and_consume(**args)
 
 

@@ -5,7 +5,7 @@ import asyncio
 import pytest
 import redis
 
-from gateway.store import InvalidInput, Store
+from gateway.store import InvalidArgument, Store
 from tests.gateway.store.conftest import OpenStore
 
 H = [(-1) ** i * (2**62 + i * 7919) for i in range(8)]  # signed 64-bit, like policies.prefix
@@ -62,7 +62,7 @@ async def test_index_is_capped_least_recently_recorded_first(
 
 async def test_bad_hashes_are_refused(store: Store) -> None:
     for bad in (["abc"], [2**63], [1.5], [True]):
-        with pytest.raises(InvalidInput, match="64-bit"):
+        with pytest.raises(InvalidArgument, match="64-bit"):
             await store.record_prefix("A", bad)
-        with pytest.raises(InvalidInput):
+        with pytest.raises(InvalidArgument):
             await store.match_prefix(bad)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import random
 
 import redis
-from policies.limits import WindowRule, sliding_window
 
 from gateway.store.redis_scripts import SLIDING_WINDOW_LUA
+from policies.limits import WindowRule, sliding_window
 
 _PROBE = SLIDING_WINDOW_LUA + """
 local out = {}

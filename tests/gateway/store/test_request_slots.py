@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from gateway.store import InvalidInput, Store
+from gateway.store import InvalidArgument, Store
 from tests.gateway.store.conftest import OpenStore
 
 
@@ -33,9 +33,9 @@ async def test_racing_acquisitions_never_exceed_the_limit(pair: tuple[Store, Sto
 
 
 async def test_bad_arguments(store: Store) -> None:
-    with pytest.raises(InvalidInput):
+    with pytest.raises(InvalidArgument):
         await store.acquire_request_slot("acme", "r1", limit=0)
-    with pytest.raises(InvalidInput):
+    with pytest.raises(InvalidArgument):
         await store.acquire_request_slot("no:colons", "r1", limit=1)
 
 
@@ -59,5 +59,5 @@ async def test_the_tenant_setting_round_trips(open_instance: OpenStore) -> None:
     assert acme.max_concurrent_requests == 3 and plain.max_concurrent_requests is None
     again = open_instance()  # another replica, or the embedded store reopened from its file
     assert (await again.get_tenant("acme")) == acme and (await again.get_tenant("plain")) == plain
-    with pytest.raises(InvalidInput):
+    with pytest.raises(InvalidArgument):
         await store.create_tenant("Bad", ["a3"], max_concurrent_requests=0)

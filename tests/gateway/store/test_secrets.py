@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from gateway.store import Store
-from gateway.store.errors import InvalidInput
+from gateway.store.errors import InvalidArgument
 from tests.gateway.store.conftest import OpenStore
 
 
@@ -28,5 +28,5 @@ async def test_the_secret_survives_a_restart(open_instance: OpenStore) -> None:
 
 
 async def test_bad_names_are_refused(store: Store) -> None:
-    with pytest.raises(InvalidInput):
+    with pytest.raises(InvalidArgument):
         await store.get_or_create_secret("a:b", "x")

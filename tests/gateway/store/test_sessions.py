@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from gateway.store import InvalidInput, Store
+from gateway.store import InvalidArgument, Store
 from tests.gateway.store.conftest import OpenStore
 
 
@@ -32,11 +32,11 @@ async def test_session_expires_after_its_ttl_and_set_renews_it(open_instance: Op
 
 
 async def test_session_ids_are_checked(store: Store) -> None:
-    with pytest.raises(InvalidInput):
+    with pytest.raises(InvalidArgument):
         await store.set_session("acme", "x" * 257, "backend-1")
-    with pytest.raises(InvalidInput):
+    with pytest.raises(InvalidArgument):
         await store.set_session("acme", "", "backend-1")
-    with pytest.raises(InvalidInput):
+    with pytest.raises(InvalidArgument):
         await store.set_session("a:b", "s", "backend-1")
     await store.set_session("acme", "any text: even colons", "backend-1")
     assert await store.get_session("acme", "any text: even colons") == "backend-1"

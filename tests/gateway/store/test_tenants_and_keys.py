@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from gateway.store import Conflict, InvalidInput, NotFound, Store
+from gateway.store import Conflict, InvalidArgument, NotFound, Store
 from tests.gateway.store.conftest import OpenStore
 
 
@@ -53,7 +53,7 @@ async def test_concurrent_claims_of_one_account_let_exactly_one_win(pair: tuple[
 async def test_bad_tenant_input_is_refused(store: Store, kwargs: dict[str, Any]) -> None:
     args = {"name": "Acme", "account_ids": ["acct1"]} | kwargs
     name, accounts = args.pop("name"), args.pop("account_ids")
-    with pytest.raises(InvalidInput):
+    with pytest.raises(InvalidArgument):
         await store.create_tenant(name, accounts, **args)
 
 

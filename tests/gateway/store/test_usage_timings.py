@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from gateway.store import InvalidInput, Store, UsageRecord
+from gateway.store import InvalidArgument, Store, UsageRecord
 from tests.gateway.store.test_ledger import T0, record
 
 
@@ -30,5 +30,5 @@ def test_a_record_written_before_the_fields_existed_still_parses() -> None:
 
 @pytest.mark.parametrize("value", [-0.1, float("inf"), float("nan"), "0.2"])
 def test_timings_must_be_finite_seconds(value: object) -> None:
-    with pytest.raises(InvalidInput, match="ttft_s"):
+    with pytest.raises(InvalidArgument, match="ttft_s"):
         record("req-bad", T0, ttft_s=value)

@@ -15,7 +15,8 @@ def test_a_replica_sees_others_blocks_and_load_only_after_it_polls_and_its_own_a
     mine.record(backend, a)
     [seen_by_me] = candidates(mine, a, 0.5, 512)
     [seen_by_them] = candidates(theirs, a, 0.5, 512)
-    assert (seen_by_me.cached_prefix_tokens, seen_by_me.in_flight_prefill_tokens) == (1024, 524)  # 1,024 tokens at 1,000/s: 524 left at 0.5 s
+    # 1,024 tokens at 1,000/s: 524 left at 0.5 s
+    assert (seen_by_me.cached_prefix_tokens, seen_by_me.in_flight_prefill_tokens) == (1024, 524)
     assert (seen_by_them.cached_prefix_tokens, seen_by_them.in_flight_prefill_tokens) == (0, 0)
     theirs.poll(0.5)
     [polled] = candidates(theirs, a, 0.6, 512)

@@ -28,12 +28,18 @@ def load_proposer(path: str | Path, target_config: ModelConfig, device: str | to
     head = load_head(Path(path), target_config.num_layers, embed)
     c = head.config
     if c.vocab_size != target_config.vocab_size:
-        raise HeadFormatError(f"{path}: the head's vocab_size {c.vocab_size} differs from the target's {target_config.vocab_size}")
+        raise HeadFormatError(
+            f"{path}: the head's vocab_size {c.vocab_size} differs from the target's {target_config.vocab_size}"
+        )
     if (c.target_hidden_size or c.hidden_size) != target_config.hidden_size:
-        raise HeadFormatError(f"{path}: the head reads hidden size {c.target_hidden_size or c.hidden_size}, the target has {target_config.hidden_size}")
+        raise HeadFormatError(
+            f"{path}: the head reads hidden size {c.target_hidden_size or c.hidden_size}, "
+            f"the target has {target_config.hidden_size}"
+        )
     if max(c.aux_layers) >= target_config.num_layers:
         raise HeadFormatError(f"{path}: aux layers {c.aux_layers} exceed the target's {target_config.num_layers} layers")
     shared, head.embed = head.embed, None
     head = head.to(device=device, dtype=dtype)  # floating point tensors only: d2t and t2d keep their types
     head.embed = shared.to(device=device)  # a no-op for the target's own embedding
-    return Eagle3Proposer(head, fp16_weights=fp16_weights and head.norm.weight.device.type == "cpu" and dtype == torch.float32 and fp16_gemm_available())
+    on_cpu_float32 = head.norm.weight.device.type == "cpu" and dtype == torch.float32
+    return Eagle3Proposer(head, fp16_weights=fp16_weights and on_cpu_float32 and fp16_gemm_available())

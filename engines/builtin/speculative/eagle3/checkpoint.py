@@ -4,7 +4,8 @@ Weight names (SGLang's llama_eagle3.py and TensorRT-LLM load these; some files p
 "model."): fc.weight [D, 3*D_target]; midlayer.{input_layernorm,hidden_norm,post_attention_layernorm}.weight;
 midlayer.self_attn.{q,k,v}_proj.weight [*, 2*D], o_proj; midlayer.mlp.{gate,up,down}_proj.weight;
 norm.weight; lm_head.weight [draft_vocab, D]; d2t [draft_vocab] int64 (target id = draft id + d2t);
-t2d [vocab] bool. An optional embed_tokens.weight is used when no target embedding is given.
+t2d [vocab] bool. An optional embed_tokens.weight [vocab, D] is used when no target embedding is
+given; heads saved here carry one (float16), so a loader that passes no embedding still works.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ class HeadFormatError(ValueError):
 def save_head(head: Eagle3Head, directory: Path) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     state = {name: t.detach().contiguous().cpu() for name, t in head.state_dict().items()}
+    if head.embed is not None:
+        state["embed_tokens.weight"] = head.embed.detach().to(device="cpu", dtype=torch.float16).contiguous()
     save_file(state, str(directory / WEIGHTS_FILE), metadata={"format": "pt"})
     (directory / "config.json").write_text(json.dumps(head.config.to_hf(), indent=2) + "\n")
 

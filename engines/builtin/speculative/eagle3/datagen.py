@@ -50,17 +50,24 @@ def shard_path(out_dir: Path, index: int) -> Path:
     return out_dir / f"shard-{index:05d}.safetensors"
 
 
-def generate_data(engine: LLMEngine, prompts: list[Prompt], config: DataGenConfig) -> list[Path]:
-    """Fill `config.out_dir` with shards for `prompts` x temperatures; returns every shard's path."""
+def generate_data(engine: LLMEngine, prompts: list[Prompt], config: DataGenConfig, budget_s: float | None = None) -> list[Path]:
+    """Fill `config.out_dir` with shards for `prompts` x temperatures; returns the shards' paths.
+
+    With `budget_s`, no new shard is started after that many seconds: the data is what the cache
+    holds plus what was made in time (shards are ordered, so a later run carries on)."""
     config.out_dir.mkdir(parents=True, exist_ok=True)
     jobs = [(p, t) for t in config.temperatures for p in prompts]
     paths = []
     started, num_tokens = time.monotonic(), 0
     for index, first in enumerate(range(0, len(jobs), config.shard_size)):
         path = shard_path(config.out_dir, index)
-        paths.append(path)
         if path.exists():
+            paths.append(path)
             continue
+        if budget_s is not None and time.monotonic() - started >= budget_s:
+            logger.info("eagle3 data: time budget spent; %d of %d shards present", len(paths), -(-len(jobs) // config.shard_size))
+            break
+        paths.append(path)
         batch = jobs[first : first + config.shard_size]
         conversations = answer(engine, batch, config.max_tokens, config.seed + first)
         num_tokens += write_shard(engine, conversations, config.aux_layers, path)

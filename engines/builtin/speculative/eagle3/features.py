@@ -12,7 +12,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from engines.builtin.model import apply_rope_, linear, mlp_block, residual_linear, rms_norm, rope_freqs_cis, rope_inv_freq
+from engines.builtin.model import (
+    apply_rope_,
+    linear,
+    mlp_block,
+    residual_linear,
+    rms_norm,
+    rope_freqs_cis,
+    rope_inv_freq,
+)
 from engines.builtin.model_config import ModelConfig
 from engines.builtin.weights import LayerWeights, LlamaWeights
 

@@ -28,15 +28,16 @@ from engines.builtin.speculative.eagle3.train import TargetParts, TrainConfig, t
 DEFAULT_OUT = Path.home() / ".cache" / "edgerun" / "eagle3" / "smollm2"
 
 
-def train_pipeline(out: Path, model: str, config: TrainConfig, max_tokens: int = 256,
-                   num_prompts: int | None = None, num_threads: int | None = None) -> dict:
-    """Generate (or reuse) the data, train, write the head into `out`; returns a report (also in train_report.json)."""
+def train_pipeline(out: Path, model: str, config: TrainConfig, max_tokens: int = 256, num_prompts: int | None = None,
+                   num_threads: int | None = None, data_budget_s: float | None = None) -> dict:
+    """Generate (or reuse) the data, train, write the head into `out`; returns a report (also in
+    train_report.json). `data_budget_s` caps the time spent making new data (see generate_data)."""
     started = time.monotonic()
     engine = data_engine(model, num_threads, max_tokens)
     aux_layers = default_aux_layers(engine.runner.model_config.num_layers)
     prompts, _ = split(build_prompts())
     prompts = prompts[:num_prompts] if num_prompts else prompts
-    paths = generate_data(engine, prompts, DataGenConfig(out / "data", aux_layers, max_tokens=max_tokens))
+    paths = generate_data(engine, prompts, DataGenConfig(out / "data", aux_layers, max_tokens=max_tokens), data_budget_s)
     del engine  # its KV cache and packed weights are not needed for training
     data_s = time.monotonic() - started
     conversations = read_conversations(paths)

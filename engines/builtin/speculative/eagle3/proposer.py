@@ -100,11 +100,12 @@ class Eagle3Proposer:
             keep = start - cache.start
             cache.keys, cache.values = cache.keys[:keep], cache.values[:keep]
         self.caches[item.seq_id] = cache
-        # position p pairs hidden[p] with token p+1
+        # position p pairs hidden[p] with token p+1; a row whose next token is not known yet is dropped
+        num_new = min(num_new, len(item.token_ids) - 1 - start)
+        if num_new <= 0:
+            return cache
         tokens = torch.tensor(item.token_ids[start + 1 : start + num_new + 1], dtype=torch.long, device=self.device)
-        if tokens.shape[0] < num_new:
-            raise ValueError(f"{item.seq_id}: hidden states for {num_new} positions from {start} but only {len(item.token_ids)} tokens")
-        fused = self.head.fc(item.hidden.to(device=self.device, dtype=self.dtype))  # [n, D]
+        fused = self.head.fc(item.hidden[:num_new].to(device=self.device, dtype=self.dtype))  # [n, D]
         x = self.head.layer_input(tokens, fused)
         positions = torch.arange(start, start + num_new, device=self.device)
         q, k, v = self.head.qkv(x, positions)

@@ -101,7 +101,10 @@ def train_head(conversations: list[Conversation], target: TargetParts, aux_layer
         optimizer.step()
         if step % 10 == 0 or step == len(schedule) - 1:
             accs = " ".join(f"{s.accuracy:.2f}" for s in stats)
-            logger.info("eagle3 train: step %d/%d loss %.3f acc@step %s (%.0f s)", step + 1, len(schedule), loss.item(), accs, time.monotonic() - started)
+            logger.info(
+                "eagle3 train: step %d/%d loss %.3f acc@step %s (%.0f s)",
+                step + 1, len(schedule), loss.item(), accs, time.monotonic() - started,
+            )
         if state_path is not None and (step + 1) % config.save_every == 0:
             save_state(head, optimizer, step + 1, state_path)
     head.eval()

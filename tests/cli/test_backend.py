@@ -1,3 +1,5 @@
+"""`edgerun backend`: flags over settings, and what a user sees when a model cannot load."""
+
 from __future__ import annotations
 
 import argparse
@@ -41,7 +43,7 @@ def test_bad_flag_values_are_refused() -> None:
 
 
 def test_a_model_that_cannot_load_exits_non_zero(tmp_path: Path) -> None:
-    from tests.backends.conftest import ROOT, free_port
+    from cli.processes import ROOT, free_port
 
     missing = tmp_path / "missing.gguf"
     result = subprocess.run(

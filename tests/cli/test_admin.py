@@ -8,8 +8,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gateway.catalog import DEFAULT_MODEL_ID
 from cli.main import main
+from gateway.catalog import DEFAULT_MODEL_ID
 from tests.gateway.fixtures_e2e import ADMIN_TOKEN, InProcessGateway
 
 

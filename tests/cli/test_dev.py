@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.gateway.fixtures_e2e import ROOT, free_port
+from cli.processes import ROOT, free_port
 
 pytestmark = pytest.mark.slow
 

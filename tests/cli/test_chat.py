@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tests.backends.conftest import ROOT
+from cli.processes import ROOT
 
 pytestmark = pytest.mark.slow
 CHAT = [sys.executable, "-m", "cli", "chat", "--temperature", "0", "--max-tokens", "12"]

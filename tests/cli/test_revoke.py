@@ -17,7 +17,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.gateway.fixtures_e2e import ADMIN_TOKEN, ROOT, start_gateway_process
+from cli.processes import ROOT
+from tests.gateway.fixtures_e2e import ADMIN_TOKEN, start_gateway_process
 
 pytestmark = pytest.mark.slow
 
