@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import pytest
+import pytest_asyncio
 import torch
 
 from backends.kv_transfer.channel import KVChannel, MooncakeChannel, TcpChannel, mooncake_installed
@@ -56,7 +57,10 @@ class Pair:
                            len(pin.block_ids), self.exporter.layout.fingerprint, self.channel.opaque_extra(pin.block_ids))
 
 
-@pytest.fixture(params=TRANSPORTS)
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module", params=TRANSPORTS)
 async def pair(request: pytest.FixtureRequest, runners: tuple[ModelRunner, ModelRunner]) -> AsyncIterator[Pair]:
     prefill, decode = AsyncEngine(CONFIG, runners[0]), AsyncEngine(CONFIG, runners[1])
     await prefill.start()
