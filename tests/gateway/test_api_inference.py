@@ -189,6 +189,27 @@ def test_auth_failures(gateway: InProcessGateway, keys: dict[str, str]) -> None:
         assert envelope["errors"][0]["code"] == 10000
 
 
+def test_an_unknown_account_answers_as_another_tenants_account_does(
+    gateway: InProcessGateway, keys: dict[str, str]
+) -> None:
+    """Cloudflare's API answers a valid token used with an account it may not use with 403, code 10000
+    "Authentication error", whether or not the account exists: an unknown id reveals nothing more."""
+    body = {"prompt": "x", "max_tokens": 1}
+    for account in ("acc-b", "no-such-account"):
+        response = post(gateway, keys["a"], body, account=account)
+        assert response.status_code == 403
+        error = response.json()["errors"][0]
+        assert error["code"] == 10000 and error["message"].startswith("Authentication error")
+        assert account in error["message"]
+        chat = httpx.post(
+            f"{gateway.url}/client/v4/accounts/{account}/ai/v1/chat/completions",
+            json={"model": DEFAULT_MODEL_ID, "messages": [{"role": "user", "content": "x"}]},
+            headers=auth(keys["a"]),
+            timeout=30,
+        )
+        assert chat.status_code == 403 and chat.json()["error"]["type"] == "permission_error"
+
+
 def test_a_revoked_key_is_refused_at_once(gateway: InProcessGateway) -> None:
     assert gateway.store is not None
     store = gateway.store
@@ -270,6 +291,23 @@ def test_json_nothing_downstream_can_use_gets_5004_not_500(
     assert response.status_code == 400, response.text
     error = response.json()["errors"][0]
     assert error["code"] == 5004 and why in error["message"]
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b'{"model": "m", "messages": [{"role": "user", "content": "\\ud800"}]}',
+        b'{"model": "m", "messages": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+        b'{"a":' * 100_000 + b"1" + b"}" * 100_000,
+    ],
+)
+def test_openai_routes_refuse_the_same_json_with_a_400(
+    gateway: InProcessGateway, keys: dict[str, str], content: bytes
+) -> None:
+    url = f"{gateway.url}/client/v4/accounts/acc-a/ai/v1/chat/completions"
+    response = httpx.post(url, content=content, headers=auth(keys["a"]), timeout=30)
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["type"] == "invalid_request_error"
 
 
 @pytest.mark.parametrize(
