@@ -7,20 +7,21 @@
     GET /dashboard/api/tenants
         the tenants the caller may look at (id, name).
 
-Auth: `Authorization: Bearer <admin token>` sees every tenant and may filter by one; a tenant's API
+Auth: `Authorization: Bearer <admin token>` sees every tenant and may filter by one (on the admin
+listener only, when the gateway has one; failures throttled like the admin API's); a tenant's API
 key sees its own tenant only, and asking for another is 403 (code 10000). Errors come in the
 Workers AI envelope.
 """
 
 from __future__ import annotations
 
-import hmac
 import time
 from dataclasses import dataclass
 
 from starlette.requests import Request
 from starlette.responses import Response
 
+from gateway.admin_guard import token_matches
 from gateway.auth import bearer_token
 from gateway.billing.export import parse_time
 from gateway.billing.prices import PriceHistory
@@ -28,6 +29,7 @@ from gateway.billing.recompute import reprice
 from gateway.dashboard.summary import BackendLive, ErrorCount, Live, UsageSummary, Window
 from gateway.envelopes import JSONBytes
 from gateway.errors import AuthenticationFailed, InternalError, InvalidInput, TenantForbidden
+from gateway.listeners import accepts_admin_token
 from gateway.metrics import GatewayMetrics
 from gateway.services import Services
 from gateway.store.errors import InvalidArgument
@@ -53,11 +55,15 @@ async def dashboard_scope(request: Request) -> Scope:
     presented = bearer_token(request.headers.get("authorization"))
     if presented is None:
         raise AuthenticationFailed("Authentication error: send the admin token or an API key as 'Bearer <token>'")
-    admin = g.settings.admin_token
-    if admin is not None and hmac.compare_digest(admin.get_secret_value().encode(), presented.encode()):
+    client = request.client.host if request.client is not None else ""
+    admin_here = accepts_admin_token(request)  # with a separate admin listener, only there
+    if admin_here and token_matches(g.admin_guard.token, presented):
+        g.admin_guard.check(f"Bearer {presented}", client)  # 429 while this address is throttled
         return Scope(tenant_id=None, is_admin=True)
     key = await g.store.lookup_key(presented)
     if key is None:
+        if admin_here:
+            g.admin_guard.record_failure(client)  # a wrong admin token, as far as anyone can tell
         raise AuthenticationFailed("Authentication error: the token is neither the admin token nor a live API key")
     return Scope(tenant_id=key.tenant_id, is_admin=False)
 

@@ -317,7 +317,7 @@ def test_openai_routes_refuse_the_same_json_with_a_400(
         '{"a": {"b": 1}}',
         '{"a": [1]}',
         '{"a": null}',
-        "[" * 50_000 + "]" * 50_000,
+        "[" * 5_000 + "]" * 5_000,  # deep, within the listener's header limit (larger: 431)
         '{"a": "\\ud800"}',
         '{"a": "' + "x" * 300 + '"}',
         '{"k": "' + "x" * 3000 + '"}',

@@ -113,9 +113,11 @@ def test_prometheus_scrapes_what_compose_runs() -> None:
     config = yaml.safe_load((GRAFANA / "prometheus.yml").read_text())
     jobs = {job["job_name"]: job for job in config["scrape_configs"]}
     targets = {job: {t for c in j["static_configs"] for t in c["targets"]} for job, j in jobs.items()}
-    gateways = {n for n, s in compose.items() if s.get("command", [])[:2] == ["edgerun", "serve"]}
+    gateways = {n: s["command"] for n, s in compose.items() if s.get("command", [])[:2] == ["edgerun", "serve"]}
     backends = {n for n, s in compose.items() if s.get("command", [])[:2] == ["edgerun", "backend"]}
-    assert targets["edgerun-gateway"] == {f"{n}:8080" for n in gateways}
+    # a gateway's /metrics is on its admin listener (the public port answers 404 there)
+    admin_ports = {n: c[c.index("--admin-port") + 1] for n, c in gateways.items()}
+    assert targets["edgerun-gateway"] == {f"{n}:{port}" for n, port in admin_ports.items()}
     assert targets["edgerun-backend"] == {f"{n}:8100" for n in backends}
     # backends answer /metrics only with the backend key, which the prometheus service writes to this file
     assert jobs["edgerun-backend"]["authorization"]["credentials_file"] == "/tmp/backend-key"
