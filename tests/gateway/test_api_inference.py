@@ -161,6 +161,19 @@ def test_openai_errors_use_the_openai_shape(oai: openai.OpenAI) -> None:
         bad_key.chat.completions.create(model=DEFAULT_MODEL_ID, messages=[{"role": "user", "content": "x"}])
 
 
+def test_fields_the_gateway_would_ignore_are_refused_by_name(
+    oai: openai.OpenAI, gateway: InProcessGateway, keys: dict[str, str]
+) -> None:
+    messages: Any = [{"role": "user", "content": "Give me JSON"}]
+    with pytest.raises(openai.BadRequestError) as caught:
+        oai.chat.completions.create(model=DEFAULT_MODEL_ID, messages=messages, response_format={"type": "json_object"})
+    assert caught.value.body["param"] == "response_format"  # type: ignore[index]
+    response = post(gateway, keys["a"], {"prompt": "x", "tools": [{"name": "f", "parameters": {}}]})
+    assert response.status_code == 400
+    error = response.json()["errors"][0]
+    assert error["code"] == 5004 and error["message"].startswith("tools")
+
+
 def test_model_search(gateway: InProcessGateway, keys: dict[str, str]) -> None:
     response = httpx.get(
         f"{gateway.url}/client/v4/accounts/acc-a/ai/models/search",
