@@ -12,7 +12,7 @@ import pytest
 
 from gateway.catalog import DEFAULT_MODEL_ID
 from gateway.store.models import UsageRecord
-from tests.gateway.fixtures_e2e import ADMIN_TOKEN, SINGLE_MODEL_ID, InProcessGateway
+from tests.gateway.fixtures_e2e import ADMIN_TOKEN, LLAMA_ALIAS, SINGLE_MODEL_ID, InProcessGateway
 
 pytestmark = pytest.mark.slow
 LONG_PROMPT = (
@@ -182,9 +182,40 @@ def test_model_search(gateway: InProcessGateway, keys: dict[str, str]) -> None:
     )
     body = response.json()
     assert response.status_code == 200 and body["success"]
-    assert [m["name"] for m in body["result"]] == [DEFAULT_MODEL_ID]
+    assert [m["name"] for m in body["result"]] == [DEFAULT_MODEL_ID, LLAMA_ALIAS]  # the alias names it
     assert body["result"][0]["task"]["name"] == "Text Generation"
-    assert body["result_info"]["total_count"] == 1
+    assert body["result_info"]["total_count"] == 2
+    assert {"property_id": "alias_of", "value": DEFAULT_MODEL_ID} in body["result"][1]["properties"]
+
+
+def test_an_alias_runs_its_model_and_bills_it(
+    oai: openai.OpenAI, gateway: InProcessGateway, keys: dict[str, str]
+) -> None:
+    """A client defaulting to a Workers AI name reaches the model the operator mapped it onto."""
+    answer = oai.chat.completions.with_raw_response.create(
+        model=LLAMA_ALIAS, messages=[{"role": "user", "content": "Hi"}], max_tokens=2
+    )
+    completion = answer.parse()
+    assert completion.model == DEFAULT_MODEL_ID and completion.choices[0].message.content
+    record = ledger(gateway, answer.headers["cf-ray"])
+    assert record.model == DEFAULT_MODEL_ID
+    run = post(gateway, keys["a"], {"prompt": "Hi", "max_tokens": 2}, model=LLAMA_ALIAS)
+    assert run.status_code == 200 and run.json()["result"]["response"]
+
+
+def test_model_schema_describes_input_and_output(gateway: InProcessGateway, keys: dict[str, str]) -> None:
+    url = f"{gateway.url}/client/v4/accounts/acc-a/ai/models/schema"
+    body = httpx.get(url, params={"model": LLAMA_ALIAS}, headers=auth(keys["a"]), timeout=10).json()
+    assert body["success"] is True
+    inputs = {variant["title"]: variant for variant in body["result"]["input"]["oneOf"]}
+    assert inputs["Prompt"]["required"] == ["prompt"] and inputs["Messages"]["required"] == ["messages"]
+    assert inputs["Prompt"]["properties"]["max_tokens"]["default"] == 256
+    assert body["result"]["output"]["oneOf"][0]["properties"]["response"]["type"] == "string"
+    unknown = httpx.get(url, params={"model": "@cf/nobody/nothing"}, headers=auth(keys["a"]), timeout=10)
+    assert unknown.status_code == 400 and unknown.json()["errors"][0]["code"] == 5007
+    missing = httpx.get(url, headers=auth(keys["a"]), timeout=10)
+    assert missing.status_code == 400 and missing.json()["errors"][0]["code"] == 5004
+    assert httpx.get(url, params={"model": LLAMA_ALIAS}, timeout=10).status_code == 401
 
 
 # ---- auth failures ----------------------------------------------------------------------------
