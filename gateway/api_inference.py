@@ -19,6 +19,7 @@ from gateway.catalog import ModelSpec
 from gateway.envelopes import JSONBytes
 from gateway.errors import InvalidInput
 from gateway.generation import Generation, RequestMeta
+from gateway.model_schema import text_generation_schema
 from gateway.routing import EXPLAIN_REQUEST_HEADER, EXPLAIN_RESPONSE_HEADER
 from gateway.schemas import openai_model, parse_chat_completions, parse_completions, parse_workers_ai
 from gateway.services import Services
@@ -187,6 +188,10 @@ def _page_param(request: Request, name: str, default: int, hi: int) -> int:
     return int(raw)
 
 
+def _may_use(principal: Principal, model_id: str) -> bool:
+    return principal.tenant.allows_model(model_id) and principal.key.allows_model(model_id)
+
+
 async def search_models(request: Request) -> Response:
     """GET /client/v4/accounts/{account_id}/ai/models/search (Workers AI's shape, paginated)."""
     g = services(request)
@@ -195,10 +200,20 @@ async def search_models(request: Request) -> Response:
     found = [
         m
         for m in g.catalog.search(search=q.get("search"), task=q.get("task"), author=q.get("author"))
-        if principal.tenant.allows_model(m["name"]) and principal.key.allows_model(m["name"])
+        if _may_use(principal, g.catalog.get(m["name"]).id)
     ]
     page, per_page = _page_param(request, "page", 1, 1_000_000), _page_param(request, "per_page", 50, 1000)
     items = found[(page - 1) * per_page : page * per_page]
     body = envelopes.workers_ai_success(items)
     body["result_info"] = {"page": page, "per_page": per_page, "count": len(items), "total_count": len(found)}
     return JSONBytes(body)
+
+
+async def model_schema(request: Request) -> Response:
+    """GET /client/v4/accounts/{account_id}/ai/models/schema?model=ID (an alias too): input and output schemas."""
+    principal = await _authenticate(request)
+    model_id = request.query_params.get("model")
+    if not model_id:
+        raise InvalidInput("model is required: ?model=@cf/huggingface/smollm2-135m-instruct", param="model")
+    _model(request, principal, model_id)
+    return JSONBytes(envelopes.workers_ai_success(text_generation_schema()))

@@ -68,7 +68,7 @@ class Services:
         store: Store | None = None,
         client: BackendClient | None = None,
     ) -> Services:
-        catalog = Catalog.build(settings.models, settings.backends)
+        catalog = Catalog.build(settings.models, settings.backends, settings.model_aliases)
         policy = build_policy(PolicyConfig(settings.routing_policy, dict(settings.routing_params)))
         regions = RegionPreference(settings.region, tuple(r for r in settings.region_fallbacks if r != settings.region))
         prices = PriceTable.from_config(settings.prices)
