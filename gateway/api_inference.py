@@ -16,10 +16,11 @@ from gateway import envelopes, render
 from gateway.auth import Principal
 from gateway.body import read_json_object
 from gateway.catalog import ModelSpec
+from gateway.embedding_input import EMBEDDING_TASK, MAX_TEXTS, parse_openai_embedding, parse_workers_ai_embedding
 from gateway.envelopes import JSONBytes
 from gateway.errors import InvalidInput
 from gateway.generation import Generation, RequestMeta
-from gateway.model_schema import text_generation_schema
+from gateway.model_schema import text_embeddings_schema, text_generation_schema
 from gateway.routing import EXPLAIN_REQUEST_HEADER, EXPLAIN_RESPONSE_HEADER
 from gateway.schemas import openai_model, parse_chat_completions, parse_completions, parse_workers_ai
 from gateway.services import Services
@@ -140,6 +141,11 @@ async def run_model(request: Request) -> Response:
     g = services(request)
     principal = await _admitted(request)
     model = _model(request, principal, request.path_params["model"])
+    if model.task == EMBEDDING_TASK:
+        texts = parse_workers_ai_embedding(await _body(request))
+        embedded = await g.embedder.embed(_meta(request, principal, model), texts)
+        request.state.backend = embedded.endpoint.id
+        return JSONBytes(envelopes.workers_ai_success(envelopes.workers_ai_embeddings(embedded.vectors)))
     inp = parse_workers_ai(await _body(request))
     generation = await g.generator.start(_meta(request, principal, model), inp)
     request.state.backend = generation.endpoint.id
@@ -167,6 +173,21 @@ def _explained(request: Request, generation: Generation, response: Response) -> 
     if services(request).admin_guard.matches(request.headers.get(EXPLAIN_REQUEST_HEADER), client):
         response.headers[EXPLAIN_RESPONSE_HEADER] = generation.flight.explanation
     return response
+
+
+async def embeddings(request: Request) -> Response:
+    """POST /client/v4/accounts/{account_id}/ai/v1/embeddings"""
+    g = services(request)
+    principal = await _admitted(request)
+    body = await _body(request)
+    model = _model(request, principal, openai_model(body))
+    if model.task != EMBEDDING_TASK:
+        raise InvalidInput(f"{model.id} is a {model.task} model, not an embedding model", param="model")
+    texts, encoding = parse_openai_embedding(body)
+    embedded = await g.embedder.embed(_meta(request, principal, model), texts)
+    request.state.backend = embedded.endpoint.id
+    body = envelopes.openai_embeddings(model.id, embedded.vectors, embedded.usage, base64=encoding == "base64")
+    return JSONBytes(body)
 
 
 async def chat_completions(request: Request) -> Response:
@@ -215,5 +236,6 @@ async def model_schema(request: Request) -> Response:
     model_id = request.query_params.get("model")
     if not model_id:
         raise InvalidInput("model is required: ?model=@cf/huggingface/smollm2-135m-instruct", param="model")
-    _model(request, principal, model_id)
-    return JSONBytes(envelopes.workers_ai_success(text_generation_schema()))
+    model = _model(request, principal, model_id)
+    schema = text_embeddings_schema(MAX_TEXTS) if model.task == EMBEDDING_TASK else text_generation_schema()
+    return JSONBytes(envelopes.workers_ai_success(schema))

@@ -110,3 +110,33 @@ OUTPUT: dict[str, Any] = {
 def text_generation_schema() -> dict[str, Any]:
     """Workers AI's `{input, output}` for a text-generation model served here."""
     return {"input": {"type": "object", "oneOf": [PROMPT_INPUT, MESSAGES_INPUT]}, "output": OUTPUT}
+
+
+def text_embeddings_schema(max_texts: int) -> dict[str, Any]:
+    """Workers AI's `{input, output}` for a text-embeddings model served here."""
+    text = {"type": "string", "minLength": 1, "maxLength": MAX_PROMPT_CHARS}
+    return {
+        "input": {
+            "type": "object",
+            "properties": {
+                "text": {
+                    "oneOf": [text, {"type": "array", "items": text, "minItems": 1, "maxItems": max_texts}],
+                    "description": "The text to embed, or several (one vector each, in order).",
+                }
+            },
+            "required": ["text"],
+            "additionalProperties": False,
+        },
+        "output": {
+            "type": "object",
+            "contentType": "application/json",
+            "properties": {
+                "shape": {"type": "array", "items": {"type": "number"}, "description": "[texts, dimensions]"},
+                "data": {
+                    "type": "array",
+                    "items": {"type": "array", "items": {"type": "number"}},
+                    "description": "One unit-length vector per input text.",
+                },
+            },
+        },
+    }

@@ -108,6 +108,20 @@ OPENAI_COMPLETIONS: Mapping[str, FieldRule] = {
 }
 
 
+WORKERS_AI_EMBEDDINGS: Mapping[str, FieldRule] = {
+    "text": HONOURED,
+    "pooling": refused("is fixed by the model's checkpoint (mean for all-MiniLM-L6-v2); leave it out", "mean"),
+}
+
+OPENAI_EMBEDDINGS: Mapping[str, FieldRule] = {
+    "model": HONOURED,
+    "input": HONOURED,
+    "encoding_format": HONOURED,  # "float" or "base64" (what the openai SDK asks for by default)
+    "dimensions": refused("is not supported: vectors have the model's own size; leave it out"),
+    "user": _OPENAI_SHARED["user"],
+}
+
+
 def check_fields(body: Mapping[str, Any], rules: Mapping[str, FieldRule], where: str) -> None:
     """Refuse the first field of `body` that `rules` does not let through (InvalidInput naming it)."""
     for name, value in body.items():

@@ -63,6 +63,7 @@ def test_make_run_prints_a_curl_that_works_sigterm_stops_both_then_export_bills_
         admin_token = re.search(r"admin token: (\S+)", printed)
         dashboard = re.search(r"usage dashboard: (http://\S+/dashboard)", printed)
         assert admin_token is not None and dashboard is not None
+        assert f"store: {tmp_path / 'home'}/" in printed  # the default path, which the export reads too
         assert httpx.get(dashboard.group(1), timeout=5).headers["content-type"].startswith("text/html")
         usage = httpx.get(
             f"{dashboard.group(1)}/api/usage", headers={"authorization": f"Bearer {admin_token.group(1)}"}, timeout=10

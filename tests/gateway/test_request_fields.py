@@ -8,7 +8,15 @@ from typing import Any
 import pytest
 
 from gateway.errors import InvalidInput
-from gateway.request_fields import OPENAI_CHAT, OPENAI_COMPLETIONS, WORKERS_AI, Treatment
+from gateway.embedding_input import parse_openai_embedding, parse_workers_ai_embedding
+from gateway.request_fields import (
+    OPENAI_CHAT,
+    OPENAI_COMPLETIONS,
+    OPENAI_EMBEDDINGS,
+    WORKERS_AI,
+    WORKERS_AI_EMBEDDINGS,
+    Treatment,
+)
 from gateway.schemas import parse_chat_completions, parse_completions, parse_workers_ai
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
@@ -93,6 +101,29 @@ def test_the_clients_usual_fields_all_pass() -> None:
 
 
 def test_every_ignored_field_says_why() -> None:
-    for table in (WORKERS_AI, OPENAI_CHAT, OPENAI_COMPLETIONS):
+    for table in (WORKERS_AI, OPENAI_CHAT, OPENAI_COMPLETIONS, WORKERS_AI_EMBEDDINGS, OPENAI_EMBEDDINGS):
         for name, rule in table.items():
             assert rule.treatment is Treatment.HONOURED or rule.reason, name
+
+
+def test_embedding_bodies() -> None:
+    assert parse_workers_ai_embedding({"text": "a"}) == ("a",)
+    assert parse_openai_embedding({"model": "m", "input": ["a", "b"], "user": "u"}) == (("a", "b"), "float")
+    assert parse_openai_embedding({"model": "m", "input": "a", "encoding_format": "base64"})[1] == "base64"
+    for body, field in [
+        ({"text": ["a"] * 101}, "text"),
+        ({"text": [""]}, "text"),
+        ({"text": "a", "pooling": "cls"}, "pooling"),
+        ({"text": "a", "prompt": "b"}, "prompt"),
+    ]:
+        with pytest.raises(InvalidInput) as caught:
+            parse_workers_ai_embedding(body)
+        assert caught.value.param == field
+    for body, field in [
+        ({"model": "m", "input": "a", "dimensions": 64}, "dimensions"),
+        ({"model": "m", "input": "a", "encoding_format": "int8"}, "encoding_format"),
+        ({"model": "m", "input": [1, 2]}, "input"),
+    ]:
+        with pytest.raises(InvalidInput) as caught:
+            parse_openai_embedding(body)
+        assert caught.value.param == field
