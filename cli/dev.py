@@ -10,6 +10,10 @@
    admin's dashboard on their own loopback listener, --admin-port), and prints a curl command that
    works as printed, the admin token and the usage dashboard's URLs;
 4. on Ctrl-C (or SIGTERM) stops the gateway, then the backend, and waits for both.
+
+The store is the one every other command opens by default (`sqlite_path` in gateway/settings.py,
+or `EDGERUN_SQLITE_PATH`), so `edgerun billing export` or `edgerun keys list` after `make run`
+read what this run wrote; `--sqlite-path` names another file.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import asyncio
 import json
 import secrets
 import shlex
+import signal
 from pathlib import Path
 
 from pydantic import SecretStr
@@ -41,7 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--admin-port", type=int, default=8081, help="admin API and /metrics port (default 8081)")
     parser.add_argument("--backend-port", type=int, help="backend port (default: a free one)")
     parser.add_argument("--model", default="smollm2", help="what the backend loads (default smollm2)")
-    parser.add_argument("--sqlite-path", default=str(Path.home() / ".local" / "share" / "edgerun" / "dev.sqlite3"))
+    parser.add_argument("--sqlite-path", help="the embedded store's file (default: the settings' sqlite_path)")
     parser.add_argument("--log-level", default="warning", help="gateway and backend log level (default warning)")
 
 
@@ -81,10 +86,10 @@ async def serve_dev(args: argparse.Namespace) -> int:
     try:
         print(f"starting the backend ({args.model}) on 127.0.0.1:{backend_port} ...", flush=True)
         wait_backend(backend)
-        Path(args.sqlite_path).parent.mkdir(parents=True, exist_ok=True)
+        store_path = {"sqlite_path": args.sqlite_path} if args.sqlite_path else {}
         settings = GatewaySettings(
             port=args.port,
-            sqlite_path=args.sqlite_path,
+            **store_path,
             redis_url=None,
             admin_token=secrets.token_urlsafe(32),
             admin_port=args.admin_port,
@@ -92,6 +97,7 @@ async def serve_dev(args: argparse.Namespace) -> int:
             backends=[{"id": "local-1", "base_url": f"http://127.0.0.1:{backend_port}", "region": "local"}],
             log_level=args.log_level,
         )
+        Path(settings.sqlite_path).parent.mkdir(parents=True, exist_ok=True)
         from gateway.store import open_store
 
         store = open_store(settings)
@@ -110,6 +116,7 @@ async def serve_dev(args: argparse.Namespace) -> int:
                 f"development key (tenant {DEV_TENANT!r}, account {DEV_ACCOUNT!r}): {secret}\n"
                 f"admin API and /metrics: http://127.0.0.1:{args.admin_port}\n"
                 f"admin token: {settings.admin_token.get_secret_value()}\n"
+                f"store: {settings.sqlite_path} (what `edgerun billing export` and `edgerun keys` read by default)\n"
                 f"usage dashboard: http://127.0.0.1:{args.admin_port}/dashboard (log in with the admin token); "
                 f"http://127.0.0.1:{args.port}/dashboard with the development key (its tenant alone)\n\n"
                 f"try:\n\n  {curl_line(args.port, secret)}\n\n"
@@ -133,6 +140,10 @@ def logging_options(args: argparse.Namespace) -> dict[str, object]:
 
 def run(args: argparse.Namespace) -> int:
     quiet_http_client_logs(args.log_level)
+    # SIGTERM (docker stop, systemd, kill) stops like Ctrl-C: a KeyboardInterrupt unwinds serve_dev's
+    # `finally`s, which stop the backend. Left at its default, SIGTERM ends this process at once
+    # (uvicorn re-raises it after the gateway stops) and the backend child would outlive it.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         return asyncio.run(serve_dev(args))
     except KeyboardInterrupt:

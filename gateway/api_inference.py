@@ -16,9 +16,11 @@ from gateway import envelopes, render
 from gateway.auth import Principal
 from gateway.body import read_json_object
 from gateway.catalog import ModelSpec
+from gateway.embedding_input import EMBEDDING_TASK, MAX_TEXTS, parse_openai_embedding, parse_workers_ai_embedding
 from gateway.envelopes import JSONBytes
 from gateway.errors import InvalidInput
 from gateway.generation import Generation, RequestMeta
+from gateway.model_schema import text_embeddings_schema, text_generation_schema
 from gateway.routing import EXPLAIN_REQUEST_HEADER, EXPLAIN_RESPONSE_HEADER
 from gateway.schemas import openai_model, parse_chat_completions, parse_completions, parse_workers_ai
 from gateway.services import Services
@@ -139,6 +141,11 @@ async def run_model(request: Request) -> Response:
     g = services(request)
     principal = await _admitted(request)
     model = _model(request, principal, request.path_params["model"])
+    if model.task == EMBEDDING_TASK:
+        texts = parse_workers_ai_embedding(await _body(request))
+        embedded = await g.embedder.embed(_meta(request, principal, model), texts)
+        request.state.backend = embedded.endpoint.id
+        return JSONBytes(envelopes.workers_ai_success(envelopes.workers_ai_embeddings(embedded.vectors)))
     inp = parse_workers_ai(await _body(request))
     generation = await g.generator.start(_meta(request, principal, model), inp)
     request.state.backend = generation.endpoint.id
@@ -168,6 +175,21 @@ def _explained(request: Request, generation: Generation, response: Response) -> 
     return response
 
 
+async def embeddings(request: Request) -> Response:
+    """POST /client/v4/accounts/{account_id}/ai/v1/embeddings"""
+    g = services(request)
+    principal = await _admitted(request)
+    body = await _body(request)
+    model = _model(request, principal, openai_model(body))
+    if model.task != EMBEDDING_TASK:
+        raise InvalidInput(f"{model.id} is a {model.task} model, not an embedding model", param="model")
+    texts, encoding = parse_openai_embedding(body)
+    embedded = await g.embedder.embed(_meta(request, principal, model), texts)
+    request.state.backend = embedded.endpoint.id
+    body = envelopes.openai_embeddings(model.id, embedded.vectors, embedded.usage, base64=encoding == "base64")
+    return JSONBytes(body)
+
+
 async def chat_completions(request: Request) -> Response:
     """POST /client/v4/accounts/{account_id}/ai/v1/chat/completions"""
     return await _openai(request, chat=True)
@@ -187,6 +209,10 @@ def _page_param(request: Request, name: str, default: int, hi: int) -> int:
     return int(raw)
 
 
+def _may_use(principal: Principal, model_id: str) -> bool:
+    return principal.tenant.allows_model(model_id) and principal.key.allows_model(model_id)
+
+
 async def search_models(request: Request) -> Response:
     """GET /client/v4/accounts/{account_id}/ai/models/search (Workers AI's shape, paginated)."""
     g = services(request)
@@ -195,10 +221,21 @@ async def search_models(request: Request) -> Response:
     found = [
         m
         for m in g.catalog.search(search=q.get("search"), task=q.get("task"), author=q.get("author"))
-        if principal.tenant.allows_model(m["name"]) and principal.key.allows_model(m["name"])
+        if _may_use(principal, g.catalog.get(m["name"]).id)
     ]
     page, per_page = _page_param(request, "page", 1, 1_000_000), _page_param(request, "per_page", 50, 1000)
     items = found[(page - 1) * per_page : page * per_page]
     body = envelopes.workers_ai_success(items)
     body["result_info"] = {"page": page, "per_page": per_page, "count": len(items), "total_count": len(found)}
     return JSONBytes(body)
+
+
+async def model_schema(request: Request) -> Response:
+    """GET /client/v4/accounts/{account_id}/ai/models/schema?model=ID (an alias too): input and output schemas."""
+    principal = await _authenticate(request)
+    model_id = request.query_params.get("model")
+    if not model_id:
+        raise InvalidInput("model is required: ?model=@cf/huggingface/smollm2-135m-instruct", param="model")
+    model = _model(request, principal, model_id)
+    schema = text_embeddings_schema(MAX_TEXTS) if model.task == EMBEDDING_TASK else text_generation_schema()
+    return JSONBytes(envelopes.workers_ai_success(schema))

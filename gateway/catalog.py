@@ -13,13 +13,23 @@ as `--model smollm2`). Deployments list models and backends in the TOML file:
     base_url = "http://10.0.0.5:8100"
     region = "eu-west"
     models = ["@cf/huggingface/smollm2-135m-instruct"]
+
+Aliases let clients that default to other Workers AI names reach a served model: the operator
+maps a public name onto a catalog id (`model_aliases` in the settings):
+
+    [model_aliases]
+    "@cf/meta/llama-3.1-8b-instruct" = "@cf/huggingface/smollm2-135m-instruct"
+
+A request naming an alias runs, is authorised, priced and recorded as the model it names; answers
+carry the served id (as OpenAI answers `gpt-4o` with the dated model that ran). `models/search`
+lists each alias with an `alias_of` property.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -84,12 +94,21 @@ class Catalog:
 
     models: tuple[ModelSpec, ...]
     backends: tuple[BackendSpec, ...]
+    aliases: Mapping[str, str] = field(default_factory=dict)  # public name -> catalog model id
 
     @classmethod
-    def build(cls, models: Sequence[ModelSpec], backends: Sequence[BackendSpec]) -> Catalog:
+    def build(
+        cls, models: Sequence[ModelSpec], backends: Sequence[BackendSpec], aliases: Mapping[str, str] | None = None
+    ) -> Catalog:
         ids = [m.id for m in models]
         if len(set(ids)) != len(ids):
             raise ValueError(f"model ids must be unique, got {ids}")
+        aliases = dict(aliases or {})
+        for alias, target in aliases.items():
+            if alias in ids:
+                raise ValueError(f"model alias {alias!r} is already a model id: an alias must name no model")
+            if target not in ids:
+                raise ValueError(f"model alias {alias!r} names {target!r}, which is not in the catalog: one of {ids}")
         backend_ids = [b.id for b in backends]
         if len(set(backend_ids)) != len(backend_ids):
             raise ValueError(f"backend ids must be unique, got {backend_ids}")
@@ -97,9 +116,11 @@ class Catalog:
             unknown = set(backend.models) - set(ids)
             if unknown:
                 raise ValueError(f"backend {backend.id!r} serves models not in the catalog: {sorted(unknown)}")
-        return cls(tuple(models), tuple(backends))
+        return cls(tuple(models), tuple(backends), aliases)
 
     def get(self, model_id: str) -> ModelSpec:
+        """The model `model_id` names: a catalog id or an alias of one."""
+        model_id = self.aliases.get(model_id, model_id)
         for model in self.models:
             if model.id == model_id:
                 return model
@@ -121,22 +142,27 @@ class Catalog:
         name, so they are stable across restarts and gateways.
         """
         found = []
-        for model in self.models:
-            if search and search.lower() not in f"{model.id} {model.description}".lower():
+        names = [(model.id, model) for model in self.models]
+        names += [(alias, self.get(alias)) for alias in self.aliases]
+        for name, model in names:
+            description = model.description if name == model.id else f"Alias of {model.id}. {model.description}"
+            if search and search.lower() not in f"{name} {description}".lower():
                 continue
             if task and task.lower() != model.task.lower():
                 continue
-            if author and author.lower() != model.author.lower():
+            if author and author.lower() not in (model.author.lower(), _author(name)):
                 continue
             properties = []
             if model.context_length:
                 properties.append({"property_id": "context_window", "value": str(model.context_length)})
+            if name != model.id:
+                properties.append({"property_id": "alias_of", "value": model.id})
             found.append(
                 {
-                    "id": str(uuid.uuid5(uuid.NAMESPACE_URL, model.id)),
+                    "id": str(uuid.uuid5(uuid.NAMESPACE_URL, name)),
                     "source": 1,
-                    "name": model.id,
-                    "description": model.description,
+                    "name": name,
+                    "description": description,
                     "task": {
                         "id": str(uuid.uuid5(uuid.NAMESPACE_URL, model.task)),
                         "name": model.task,
@@ -147,3 +173,9 @@ class Catalog:
                 }
             )
         return found
+
+
+def _author(name: str) -> str:
+    """`meta` for `@cf/meta/llama-3.1-8b-instruct`: the author segment of a Workers AI name."""
+    parts = name.split("/")
+    return parts[1].lower() if len(parts) == 3 else ""

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import math
+import struct
+from base64 import b64encode
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,6 +76,26 @@ def workers_ai_text_result(text: str, usage: TokenUsage) -> dict[str, Any]:
 
 
 # ---- OpenAI -----------------------------------------------------------------------------------
+
+
+def workers_ai_embeddings(vectors: list[list[float]]) -> dict[str, Any]:
+    """Workers AI's text-embeddings result: `shape` [texts, dimensions] and the vectors."""
+    return {"shape": [len(vectors), len(vectors[0]) if vectors else 0], "data": vectors}
+
+
+def openai_embeddings(model: str, vectors: list[list[float]], usage: TokenUsage, *, base64: bool) -> dict[str, Any]:
+    """OpenAI's embeddings list; `base64`: each vector as little-endian float32 bytes, base64-encoded."""
+    encoded: list[Any] = [_base64_floats(v) for v in vectors] if base64 else vectors
+    return {
+        "object": "list",
+        "data": [{"object": "embedding", "index": i, "embedding": vector} for i, vector in enumerate(encoded)],
+        "model": model,
+        "usage": {"prompt_tokens": usage.prompt_tokens, "total_tokens": usage.total_tokens},
+    }
+
+
+def _base64_floats(vector: list[float]) -> str:
+    return b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode("ascii")
 
 
 def openai_error(error: GatewayError) -> dict[str, Any]:

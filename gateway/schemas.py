@@ -16,8 +16,9 @@ Workers AI text generation (the documented input schema):
 
 OpenAI routes take OpenAI's names and ranges (temperature 0..2, `max_completion_tokens` as an
 alias of `max_tokens`, `stop`, `n` = 1 only, `stream_options.include_usage`); fields left out get
-the Workers AI defaults above, so one model behaves the same through both APIs. Unknown fields
-are ignored, as the upstream APIs do.
+the Workers AI defaults above, so one model behaves the same through both APIs. A field the
+gateway does not honour (JSON mode, tools, an unknown name) is refused before anything else is
+read: gateway/request_fields.py holds the table of every field and what happens to it.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.errors import InvalidInput
+from gateway.request_fields import OPENAI_CHAT, OPENAI_COMPLETIONS, WORKERS_AI, check_fields
 
 MAX_PROMPT_CHARS = 131072
 ROLES = ("system", "user", "assistant", "tool", "developer")
@@ -192,6 +194,7 @@ def _sampling(
 
 def parse_workers_ai(body: dict[str, Any]) -> GenerationInput:
     """`POST /ai/run/{model}` for a text-generation model."""
+    check_fields(body, WORKERS_AI, "a Workers AI text-generation request")
     has_prompt, has_messages = body.get("prompt") is not None, body.get("messages") is not None
     if has_prompt == has_messages:
         raise InvalidInput("send exactly one of prompt (a string) or messages (an array)", param="prompt")
@@ -236,12 +239,14 @@ def openai_model(body: dict[str, Any]) -> str:
 
 def parse_chat_completions(body: dict[str, Any]) -> GenerationInput:
     """`POST /ai/v1/chat/completions`."""
+    check_fields(body, OPENAI_CHAT, "a chat completion request")
     sampling, stream, include_usage = _openai_common(body)
     return GenerationInput(Prompt(messages=_messages(body.get("messages"))), sampling, stream, include_usage)
 
 
 def parse_completions(body: dict[str, Any]) -> GenerationInput:
     """`POST /ai/v1/completions`: the prompt is raw text (no chat template), or a list of one string."""
+    check_fields(body, OPENAI_COMPLETIONS, "a completion request")
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
         prompt = prompt[0]

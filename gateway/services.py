@@ -22,6 +22,8 @@ from gateway.billing.spool import LedgerSpool, replay_forever, spool_path
 from gateway.catalog import Catalog
 from gateway.concurrency import TenantSlots
 from gateway.disagg import Disaggregator
+from gateway.embedding import Embedder
+from gateway.embedding_input import EMBEDDING_TASK
 from gateway.errors import GatewayError
 from gateway.generation import Generator
 from gateway.kv_index import KVEventIndexer
@@ -52,6 +54,7 @@ class Services:
     monitor: BackendMonitor
     auth: Authenticator
     generator: Generator
+    embedder: Embedder
     admin: AdminService
     admin_guard: AdminGuard
     offload: Offload
@@ -68,7 +71,7 @@ class Services:
         store: Store | None = None,
         client: BackendClient | None = None,
     ) -> Services:
-        catalog = Catalog.build(settings.models, settings.backends)
+        catalog = Catalog.build(settings.models, settings.backends, settings.model_aliases)
         policy = build_policy(PolicyConfig(settings.routing_policy, dict(settings.routing_params)))
         regions = RegionPreference(settings.region, tuple(r for r in settings.region_fallbacks if r != settings.region))
         prices = PriceTable.from_config(settings.prices)
@@ -118,6 +121,7 @@ class Services:
             monitor,
             auth,
             generator,
+            Embedder(catalog, auth, metering, monitor, client, slots),
             AdminService(store),
             AdminGuard(
                 settings.admin_token.get_secret_value() if settings.admin_token is not None else None,
@@ -144,6 +148,8 @@ class Services:
     async def warm_tokenizers(self) -> None:
         """Fetch every model's tokenizer now rather than on its first request (best effort)."""
         for model in self.catalog.models:
+            if model.task == EMBEDDING_TASK:  # encoded by its backend: the gateway never tokenizes it
+                continue
             try:
                 await self.generator.tokenizer(model)
             except GatewayError as exc:

@@ -60,6 +60,9 @@ class GatewaySettings(TomlSettings):
     routing_policy: str = "cache_aware"  # round_robin, least_tokens, session_hash, prefix_threshold, cache_aware
     routing_params: dict[str, float] = Field(default_factory=dict)  # e.g. {"load_weight": 1.0}
     models: list[ModelSpec] = Field(default_factory=default_models)
+    # public model name -> a model id above, e.g. {"@cf/meta/llama-3.1-8b-instruct" =
+    # "@cf/huggingface/smollm2-135m-instruct"}: clients defaulting to that name run the served model
+    model_aliases: dict[str, str] = Field(default_factory=dict)
     backends: list[BackendSpec] = Field(default_factory=list)
     # model id -> price in policies.pricing's config form, e.g.
     # {"version": "2026-01", "input": "0.60", "cached_input": "0.10", "output": "3"} (per 1M tokens);

@@ -137,6 +137,19 @@ class BackendClient:
                 f"{endpoint.id} answered /v1/completions with a malformed body", endpoint_id=endpoint.id
             ) from exc
 
+    async def embeddings(self, endpoint: Endpoint, body: dict[str, Any]) -> tuple[list[list[float]], Usage]:
+        """POST /v1/embeddings (OpenAI's and vLLM's shape); returns the vectors in input order and usage."""
+        with self._open_slot():
+            response = await self._exchange(endpoint, "POST", "/v1/embeddings", _json_bytes(body), self._read_timeout_s)
+        try:
+            answer = response.json()
+            data = sorted(answer["data"], key=lambda item: item["index"])
+            return [item["embedding"] for item in data], Usage.from_json(answer.get("usage") or {})
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise BackendUnavailable(
+                f"{endpoint.id} answered /v1/embeddings with a malformed body", endpoint_id=endpoint.id
+            ) from exc
+
     async def context(self, endpoint: Endpoint, body: dict[str, Any]) -> ContextAnswer:
         """The context step of disaggregated serving: POST /v1/completions with `disaggregated_params:
         {request_type: context_only}`, never streamed (trtllm-serve's protocol). Bounded by the

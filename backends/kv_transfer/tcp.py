@@ -25,6 +25,7 @@ import logging
 import secrets
 import socket
 import struct
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -167,7 +168,7 @@ async def tcp_pull(
 
 
 @contextlib.asynccontextmanager
-async def tcp_lease(secret: bytes, host: str, port: int, request: PullRequest):  # type: ignore[no-untyped-def]
+async def tcp_lease(secret: bytes, host: str, port: int, request: PullRequest) -> AsyncIterator[None]:
     """Hold the pin while the body runs; acknowledge (release it) only if the body succeeded."""
     loop = asyncio.get_running_loop()
     conn = await _connect(loop, host, port)

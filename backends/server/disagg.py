@@ -20,7 +20,8 @@ gateway prefills locally when little is left to prefill, or no prefill backend i
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
 from starlette.responses import JSONResponse, Response
 
@@ -31,8 +32,11 @@ from backends.server.generation import Generation
 from backends.server.openai import Kind, Renderer
 from backends.server.protocol import DisaggregatedParams, SamplingFields
 from backends.server.state import BackendState
-from engines.base import GenerationRequest
+from engines.base import GenerationOutput, GenerationRequest
 from engines.sampling_params import SamplingParams
+
+if TYPE_CHECKING:
+    from engines.builtin.kv_handoff import ImportPlan  # imports torch: only backends hosting our engine load it
 
 PENDING_FINISH_REASON = "not_finished"  # trtllm-serve's: the generation step has work left
 
@@ -78,14 +82,15 @@ async def context_step(
     )
     try:
         completion = await generation.collect()
+        last = generation.last
+        assert last is not None
+        # registered before any other await: from here the pin is released on pull or by the TTL
+        opaque = state.kv.export(last.kv_pin) if last.kv_pin is not None else None
     finally:
         await generation.close()
-    last = generation.last
-    assert last is not None
     body = renderer.answer(completion)
     choice = body["choices"][0]
-    if last.kv_pin is not None:  # pending: the decode side continues
-        opaque = state.kv.export(last.kv_pin)
+    if last.kv_pin is not None and opaque is not None:  # pending: the decode side continues
         choice["finish_reason"] = PENDING_FINISH_REASON
         choice["disaggregated_params"] = {
             "request_type": "context_only",
@@ -122,7 +127,7 @@ async def start_generation_step(
     engine = kv.engine
     first_token = params.first_gen_tokens[0]
 
-    async def fill(plan: Any) -> None:
+    async def fill(plan: ImportPlan) -> None:
         try:
             await kv.fill(source, plan)
         except PinNotFound as exc:
@@ -132,7 +137,7 @@ async def start_generation_step(
         except KVTransferError as exc:
             raise KVTransferFailed(f"pulling the KV from the context backend failed: {exc.message}") from exc
 
-    def submit(request: GenerationRequest) -> Any:
+    def submit(request: GenerationRequest) -> AsyncIterator[GenerationOutput]:
         return engine.generate_imported(request, first_token, fill)
 
     return await state.service.start(route, request_id, prompt_ids, sampling, cache_salt, submit=submit)

@@ -36,6 +36,8 @@ class ForwardItem:
     num_logits: int = 1  # logits of the last num_logits tokens (1 + k to verify k drafted tokens)
 
     def __post_init__(self) -> None:
+        if not self.token_ids:
+            raise ValueError("every ForwardItem needs at least one token")
         if not 1 <= self.num_logits <= len(self.token_ids):
             raise ValueError(f"num_logits={self.num_logits} must be in [1, {len(self.token_ids)}]")
 

@@ -1,4 +1,9 @@
-"""`edgerun dev` (what `make run` starts): the printed curl command works as printed; Ctrl-C stops all."""
+"""`edgerun dev` (what `make run` starts): the printed curl command works as printed; SIGTERM (docker stop,
+systemd, kill) stops the gateway and its backend; `edgerun billing export` afterwards, with no options
+naming a store, exports what the run metered (the README's run-then-export path).
+
+The run's HOME is a temporary directory, so the default store path lands there; its ~/.cache is the
+real one (the converted model weights), so the model loads as fast as in any other test."""
 
 from __future__ import annotations
 
@@ -14,24 +19,25 @@ from pathlib import Path
 import httpx
 import pytest
 
+from cli.processes import child_env
+
 from cli.processes import ROOT, free_port
 
 pytestmark = pytest.mark.slow
 
 
-def test_make_run_prints_a_curl_that_works_and_ctrl_c_stops_both(tmp_path: Path) -> None:
+def user_env(home: Path) -> dict[str, str]:
+    """A user's shell: HOME is `home` (its .cache the real one), no EDGERUN_* settings."""
+    home.mkdir()
+    (home / ".cache").symlink_to(Path.home() / ".cache", target_is_directory=True)
+    return child_env({"HOME": str(home)}, keep_edgerun=False, threads=None)
+
+
+def test_make_run_prints_a_curl_that_works_sigterm_stops_both_then_export_bills_it(tmp_path: Path) -> None:
     port = free_port()
-    command = [
-        sys.executable,
-        "-m",
-        "cli",
-        "dev",
-        "--port",
-        str(port),
-        "--sqlite-path",
-        str(tmp_path / "dev.sqlite3"),
-    ]
-    dev = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    env = user_env(tmp_path / "home")
+    command = [sys.executable, "-m", "cli", "dev", "--port", str(port)]
+    dev = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: list[str] = []
     try:
         deadline = time.monotonic() + 240
@@ -57,6 +63,7 @@ def test_make_run_prints_a_curl_that_works_and_ctrl_c_stops_both(tmp_path: Path)
         admin_token = re.search(r"admin token: (\S+)", printed)
         dashboard = re.search(r"usage dashboard: (http://\S+/dashboard)", printed)
         assert admin_token is not None and dashboard is not None
+        assert f"store: {tmp_path / 'home'}/" in printed  # the default path, which the export reads too
         assert httpx.get(dashboard.group(1), timeout=5).headers["content-type"].startswith("text/html")
         usage = httpx.get(
             f"{dashboard.group(1)}/api/usage", headers={"authorization": f"Bearer {admin_token.group(1)}"}, timeout=10
@@ -66,14 +73,26 @@ def test_make_run_prints_a_curl_that_works_and_ctrl_c_stops_both(tmp_path: Path)
         assert httpx.get(f"{backend_url.group(1)}/v1/models", timeout=5).status_code == 401
         assert httpx.get(f"{backend_url.group(1)}/health", timeout=5).status_code == 200
 
-        dev.send_signal(signal.SIGINT)
+        dev.send_signal(signal.SIGTERM)  # what docker stop and systemd send (Ctrl-C's SIGINT takes the same path)
         code = dev.wait(timeout=60)
-        lines.append(dev.stdout.read())
-        assert code == 0
-        with pytest.raises(httpx.ConnectError):  # the backend child is gone too
+        with pytest.raises(httpx.ConnectError):  # the backend child is gone too, its port free
             httpx.get(f"{backend_url.group(1)}/health", timeout=2)
+        lines.append(dev.stdout.read())  # EOF only once the backend, which shares the pipe, is gone
+        assert code == 0
+
+        # the README's next step, with the same defaults: the export holds the request just made
+        out = tmp_path / "bill.csv"
+        export = subprocess.run(
+            [sys.executable, "-m", "cli", "billing", "export", "--from", "2000-01-01", "--to", "2100-01-01",
+             "--out", str(out)],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+        )
+        assert export.returncode == 0, export.stderr
+        assert json.loads(export.stdout)["num_requests"] >= 1
+        assert len(out.read_text().splitlines()) >= 2  # header + the request
     finally:
         if dev.poll() is None:
             dev.kill()
             dev.wait()
         print("".join(lines))  # shown by pytest when the test fails
+

@@ -35,6 +35,7 @@ from gateway.settings import GatewaySettings
 from gateway.store import Store, open_store
 
 SINGLE_MODEL_ID = "@cf/test/smollm2-on-b1"  # the same weights, served by b1 only
+LLAMA_ALIAS = "@cf/meta/llama-3.1-8b-instruct"  # the `gateway` fixture's alias of DEFAULT_MODEL_ID
 ADMIN_TOKEN = "test-admin-token-0123456789abcdefghij"  # settings want >= 32 characters
 BACKEND_READY_TIMEOUT_S = 180.0
 T = TypeVar("T")
@@ -207,7 +208,8 @@ def backend_pair() -> Iterator[list[BackendProcess]]:
 def gateway(backend_pair: list[BackendProcess], tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessGateway]:
     b1, b2 = backend_pair
     backends = [b1.spec([DEFAULT_MODEL_ID, SINGLE_MODEL_ID]), b2.spec([DEFAULT_MODEL_ID])]
-    settings = gateway_settings(tmp_path_factory.mktemp("gateway"), backends, health_interval_s=0.5)
+    tmp = tmp_path_factory.mktemp("gateway")
+    settings = gateway_settings(tmp, backends, health_interval_s=0.5, model_aliases={LLAMA_ALIAS: DEFAULT_MODEL_ID})
     started = InProcessGateway(settings).start()
     yield started
     started.stop()

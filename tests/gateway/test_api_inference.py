@@ -12,7 +12,7 @@ import pytest
 
 from gateway.catalog import DEFAULT_MODEL_ID
 from gateway.store.models import UsageRecord
-from tests.gateway.fixtures_e2e import ADMIN_TOKEN, SINGLE_MODEL_ID, InProcessGateway
+from tests.gateway.fixtures_e2e import ADMIN_TOKEN, LLAMA_ALIAS, SINGLE_MODEL_ID, InProcessGateway
 
 pytestmark = pytest.mark.slow
 LONG_PROMPT = (
@@ -161,6 +161,19 @@ def test_openai_errors_use_the_openai_shape(oai: openai.OpenAI) -> None:
         bad_key.chat.completions.create(model=DEFAULT_MODEL_ID, messages=[{"role": "user", "content": "x"}])
 
 
+def test_fields_the_gateway_would_ignore_are_refused_by_name(
+    oai: openai.OpenAI, gateway: InProcessGateway, keys: dict[str, str]
+) -> None:
+    messages: Any = [{"role": "user", "content": "Give me JSON"}]
+    with pytest.raises(openai.BadRequestError) as caught:
+        oai.chat.completions.create(model=DEFAULT_MODEL_ID, messages=messages, response_format={"type": "json_object"})
+    assert caught.value.body["param"] == "response_format"  # type: ignore[index]
+    response = post(gateway, keys["a"], {"prompt": "x", "tools": [{"name": "f", "parameters": {}}]})
+    assert response.status_code == 400
+    error = response.json()["errors"][0]
+    assert error["code"] == 5004 and error["message"].startswith("tools")
+
+
 def test_model_search(gateway: InProcessGateway, keys: dict[str, str]) -> None:
     response = httpx.get(
         f"{gateway.url}/client/v4/accounts/acc-a/ai/models/search",
@@ -169,9 +182,40 @@ def test_model_search(gateway: InProcessGateway, keys: dict[str, str]) -> None:
     )
     body = response.json()
     assert response.status_code == 200 and body["success"]
-    assert [m["name"] for m in body["result"]] == [DEFAULT_MODEL_ID]
+    assert [m["name"] for m in body["result"]] == [DEFAULT_MODEL_ID, LLAMA_ALIAS]  # the alias names it
     assert body["result"][0]["task"]["name"] == "Text Generation"
-    assert body["result_info"]["total_count"] == 1
+    assert body["result_info"]["total_count"] == 2
+    assert {"property_id": "alias_of", "value": DEFAULT_MODEL_ID} in body["result"][1]["properties"]
+
+
+def test_an_alias_runs_its_model_and_bills_it(
+    oai: openai.OpenAI, gateway: InProcessGateway, keys: dict[str, str]
+) -> None:
+    """A client defaulting to a Workers AI name reaches the model the operator mapped it onto."""
+    answer = oai.chat.completions.with_raw_response.create(
+        model=LLAMA_ALIAS, messages=[{"role": "user", "content": "Hi"}], max_tokens=2
+    )
+    completion = answer.parse()
+    assert completion.model == DEFAULT_MODEL_ID and completion.choices[0].message.content
+    record = ledger(gateway, answer.headers["cf-ray"])
+    assert record.model == DEFAULT_MODEL_ID
+    run = post(gateway, keys["a"], {"prompt": "Hi", "max_tokens": 2}, model=LLAMA_ALIAS)
+    assert run.status_code == 200 and run.json()["result"]["response"]
+
+
+def test_model_schema_describes_input_and_output(gateway: InProcessGateway, keys: dict[str, str]) -> None:
+    url = f"{gateway.url}/client/v4/accounts/acc-a/ai/models/schema"
+    body = httpx.get(url, params={"model": LLAMA_ALIAS}, headers=auth(keys["a"]), timeout=10).json()
+    assert body["success"] is True
+    inputs = {variant["title"]: variant for variant in body["result"]["input"]["oneOf"]}
+    assert inputs["Prompt"]["required"] == ["prompt"] and inputs["Messages"]["required"] == ["messages"]
+    assert inputs["Prompt"]["properties"]["max_tokens"]["default"] == 256
+    assert body["result"]["output"]["oneOf"][0]["properties"]["response"]["type"] == "string"
+    unknown = httpx.get(url, params={"model": "@cf/nobody/nothing"}, headers=auth(keys["a"]), timeout=10)
+    assert unknown.status_code == 400 and unknown.json()["errors"][0]["code"] == 5007
+    missing = httpx.get(url, headers=auth(keys["a"]), timeout=10)
+    assert missing.status_code == 400 and missing.json()["errors"][0]["code"] == 5004
+    assert httpx.get(url, params={"model": LLAMA_ALIAS}, timeout=10).status_code == 401
 
 
 # ---- auth failures ----------------------------------------------------------------------------
@@ -187,6 +231,27 @@ def test_auth_failures(gateway: InProcessGateway, keys: dict[str, str]) -> None:
         envelope = response.json()
         assert envelope["success"] is False and envelope["result"] is None
         assert envelope["errors"][0]["code"] == 10000
+
+
+def test_an_unknown_account_answers_as_another_tenants_account_does(
+    gateway: InProcessGateway, keys: dict[str, str]
+) -> None:
+    """Cloudflare's API answers a valid token used with an account it may not use with 403, code 10000
+    "Authentication error", whether or not the account exists: an unknown id reveals nothing more."""
+    body = {"prompt": "x", "max_tokens": 1}
+    for account in ("acc-b", "no-such-account"):
+        response = post(gateway, keys["a"], body, account=account)
+        assert response.status_code == 403
+        error = response.json()["errors"][0]
+        assert error["code"] == 10000 and error["message"].startswith("Authentication error")
+        assert account in error["message"]
+        chat = httpx.post(
+            f"{gateway.url}/client/v4/accounts/{account}/ai/v1/chat/completions",
+            json={"model": DEFAULT_MODEL_ID, "messages": [{"role": "user", "content": "x"}]},
+            headers=auth(keys["a"]),
+            timeout=30,
+        )
+        assert chat.status_code == 403 and chat.json()["error"]["type"] == "permission_error"
 
 
 def test_a_revoked_key_is_refused_at_once(gateway: InProcessGateway) -> None:
@@ -270,6 +335,23 @@ def test_json_nothing_downstream_can_use_gets_5004_not_500(
     assert response.status_code == 400, response.text
     error = response.json()["errors"][0]
     assert error["code"] == 5004 and why in error["message"]
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b'{"model": "m", "messages": [{"role": "user", "content": "\\ud800"}]}',
+        b'{"model": "m", "messages": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+        b'{"a":' * 100_000 + b"1" + b"}" * 100_000,
+    ],
+)
+def test_openai_routes_refuse_the_same_json_with_a_400(
+    gateway: InProcessGateway, keys: dict[str, str], content: bytes
+) -> None:
+    url = f"{gateway.url}/client/v4/accounts/acc-a/ai/v1/chat/completions"
+    response = httpx.post(url, content=content, headers=auth(keys["a"]), timeout=30)
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["type"] == "invalid_request_error"
 
 
 @pytest.mark.parametrize(

@@ -53,6 +53,23 @@ def test_k8s_backends_and_gateways_share_the_key_from_one_secret() -> None:
     assert ingress["from"] == [{"podSelector": {"matchLabels": {"app": "edgerun-gateway"}}}]
 
 
+def test_the_disaggregated_examples_list_pools_and_keep_backends_closed(monkeypatch: Any) -> None:
+    from gateway.settings import GatewaySettings
+
+    for name, roles in (("gateway.disagg.toml", ["prefill", "decode", "decode"]),
+                        ("gateway.trtllm-disagg.toml", ["prefill", "prefill", "decode", "decode"])):
+        monkeypatch.setenv("EDGERUN_CONFIG", str(INFRA / name))
+        settings = GatewaySettings()
+        assert [b.role for b in settings.backends] == roles, name
+    services: dict[str, Any] = yaml.safe_load((INFRA / "compose.disagg.yaml").read_text())["services"]
+    backends = {n: s for n, s in services.items() if is_backend(s.get("command", []))}
+    assert {s["command"][s["command"].index("--role") + 1] for s in backends.values()} == {"prefill", "decode"}
+    for name, service in backends.items():
+        assert service["environment"]["EDGERUN_API_KEY"].startswith("${EDGERUN_BACKEND_API_KEY:?"), name
+        assert "ports" not in service, name
+    assert services["backend-prefill-a"]["environment"]["EDGERUN_KV_ADVERTISE_HOST"] == "backend-prefill-a"
+
+
 def option(command: list[str], name: str) -> str:
     return command[command.index(name) + 1]
 

@@ -1,0 +1,135 @@
+"""One embedding request, from parsed texts to vectors, with its accounting settled once.
+
+`Embedder.embed` takes one of the tenant's concurrency slots, admits an upper bound of the input
+tokens against the key's tokens-per-minute (a WordPiece token covers at least one UTF-8 byte, and
+[CLS] and [SEP] are added: bytes + 2 per text), reserves that against the budget, and sends the
+texts to the first healthy backend serving the model (`POST /v1/embeddings`), trying the next one
+when a backend cannot be reached. The backend's usage (its input tokens) is what is billed and
+what the key's count is reconciled to: exactly one ledger record per request, whose cost is
+input tokens at the model's input price. A request that no backend answered is recorded like a
+failed generation (`rejected` / `backend_error`, at no cost) or, if it never reached one, only
+released. A client that leaves mid-request releases everything and is not billed.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import anyio
+import structlog
+
+from backends.client import (
+    BackendClient,
+    BackendError,
+    BackendOverloaded,
+    BackendRejected,
+    BackendUnavailable,
+    Endpoint,
+)
+from gateway.auth import Authenticator
+from gateway.catalog import Catalog
+from gateway.concurrency import TenantSlots
+from gateway.envelopes import TokenUsage
+from gateway.generation import RequestMeta, backend_error_to_gateway
+from gateway.metering import MeteredRequest, Metering
+from gateway.monitor import BackendMonitor
+from gateway.store.models import UsageStatus
+
+log = structlog.get_logger("edgerun.gateway.embedding")
+
+
+@dataclass(frozen=True, slots=True)
+class Embedded:
+    vectors: list[list[float]]  # one per input text, in order
+    usage: TokenUsage  # prompt_tokens: the input tokens the backend encoded
+    endpoint: Endpoint
+
+
+def tokens_upper_bound(texts: tuple[str, ...]) -> int:
+    return sum(len(text.encode("utf-8")) + 2 for text in texts)
+
+
+class Embedder:
+    """The services one embedding request needs, wired once by the app."""
+
+    def __init__(
+        self,
+        catalog: Catalog,
+        auth: Authenticator,
+        metering: Metering,
+        monitor: BackendMonitor,
+        client: BackendClient,
+        slots: TenantSlots,
+    ) -> None:
+        self.catalog = catalog
+        self.auth = auth
+        self.metering = metering
+        self.monitor = monitor
+        self.client = client
+        self.slots = slots
+
+    async def embed(self, meta: RequestMeta, texts: tuple[str, ...]) -> Embedded:
+        slot = await self.slots.acquire(meta.principal.tenant, meta.request_id)
+        try:
+            return await self._embed(meta, texts)
+        finally:
+            if slot is not None:
+                with anyio.CancelScope(shield=True):
+                    await slot.release()
+
+    async def _embed(self, meta: RequestMeta, texts: tuple[str, ...]) -> Embedded:
+        model = meta.model
+        estimate = tokens_upper_bound(texts)
+        await self.auth.admit_tokens(meta.principal, estimate)
+        metered = MeteredRequest(
+            request_id=meta.request_id,
+            principal=meta.principal,
+            model_id=model.id,
+            session_id=meta.session_id,
+            started_at=time.time(),
+            prompt_tokens=estimate,
+            tokens_estimate=estimate,
+            metadata=meta.metadata,
+        )
+        body = {"model": model.backend_model, "input": list(texts), "encoding_format": "float"}
+        failure: BackendError | None = None
+        try:
+            await self.metering.reserve(metered, 0)
+            for endpoint in self.monitor.healthy_first(self.catalog.endpoints(model.id)):
+                try:
+                    vectors, backend_usage = await self.client.embeddings(endpoint, body)
+                except BackendUnavailable as exc:  # never reached it: the next backend may answer
+                    self.monitor.mark_unhealthy(endpoint.id, exc.message)
+                    failure = exc
+                    continue
+                usage = TokenUsage(prompt_tokens=backend_usage.prompt_tokens, completion_tokens=0, cached_tokens=0)
+                await self.auth.reconcile(meta.principal, estimate, usage.total_tokens)
+                await self.metering.settle(metered, usage, status="ok", backend_id=endpoint.id, region=endpoint.region)
+                return Embedded(vectors, usage, endpoint)
+        except BaseException as exc:
+            with anyio.CancelScope(shield=True):
+                await self._undo(meta, metered, estimate, exc)
+            if isinstance(exc, BackendError):
+                raise backend_error_to_gateway(exc) from exc
+            raise
+        with anyio.CancelScope(shield=True):
+            await self._undo(meta, metered, estimate, failure)
+        raise backend_error_to_gateway(failure or BackendUnavailable(f"no backend serves {model.id}"))
+
+    async def _undo(
+        self, meta: RequestMeta, metered: MeteredRequest, estimate: int, exc: BaseException | None
+    ) -> None:
+        """Give back what a request that got no vectors counted; one a backend refused is recorded at no cost."""
+        try:
+            if isinstance(exc, BackendError) and not isinstance(exc, BackendUnavailable) and exc.endpoint_id:
+                status: UsageStatus = (
+                    "rejected" if isinstance(exc, (BackendRejected, BackendOverloaded)) else "backend_error"
+                )
+                usage = TokenUsage(metered.prompt_tokens, 0, 0)
+                await self.metering.settle(metered, usage, status=status, backend_id=exc.endpoint_id, region=None)
+            else:
+                await self.metering.release(metered)
+            await self.auth.reconcile(meta.principal, estimate, 0)
+        except Exception:
+            log.exception("undoing a failed embedding request failed", request_id=meta.request_id)

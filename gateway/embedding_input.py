@@ -1,0 +1,41 @@
+"""Embedding request bodies parsed into the texts to encode, with a message naming the field when
+one is wrong. Workers AI: `{"text": "..." | ["...", ...]}`; OpenAI: `{"model", "input": ...}`.
+Fields either API defines that the gateway does not honour are refused (gateway/request_fields.py)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from gateway.errors import InvalidInput
+from gateway.request_fields import OPENAI_EMBEDDINGS, WORKERS_AI_EMBEDDINGS, check_fields
+from gateway.schemas import MAX_PROMPT_CHARS
+
+MAX_TEXTS = 100  # Workers AI's batch limit for its embedding models
+EMBEDDING_TASK = "Text Embeddings"
+EncodingFormat = Literal["float", "base64"]
+
+
+def _texts(value: Any, name: str) -> tuple[str, ...]:
+    texts = [value] if isinstance(value, str) else value
+    if not isinstance(texts, list) or not 1 <= len(texts) <= MAX_TEXTS:
+        raise InvalidInput(f"{name} must be a string or an array of 1 to {MAX_TEXTS} strings", param=name)
+    for i, text in enumerate(texts):
+        if not isinstance(text, str) or not 1 <= len(text) <= MAX_PROMPT_CHARS:
+            raise InvalidInput(f"{name}[{i}] must be a string of 1 to {MAX_PROMPT_CHARS} characters", param=name)
+    return tuple(texts)
+
+
+def parse_workers_ai_embedding(body: dict[str, Any]) -> tuple[str, ...]:
+    """`POST /ai/run/{model}` for a text-embeddings model."""
+    check_fields(body, WORKERS_AI_EMBEDDINGS, "a Workers AI text-embeddings request")
+    return _texts(body.get("text"), "text")
+
+
+def parse_openai_embedding(body: dict[str, Any]) -> tuple[tuple[str, ...], EncodingFormat]:
+    """`POST /ai/v1/embeddings` (the model was read already): the texts and how to encode vectors."""
+    check_fields(body, OPENAI_EMBEDDINGS, "an embeddings request")
+    texts = _texts(body.get("input"), "input")
+    encoding = body.get("encoding_format") or "float"
+    if encoding not in ("float", "base64"):
+        raise InvalidInput("encoding_format must be 'float' or 'base64'", param="encoding_format")
+    return texts, encoding

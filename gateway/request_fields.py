@@ -1,0 +1,133 @@
+"""Which request fields the gateway honours, which it may safely ignore, and which it refuses.
+
+No silent ignoring: a client that sends `response_format` or `tools` and gets free text back has
+been lied to. Every top-level field of a text-generation body is looked up in one table per API
+below; a field the gateway does not honour is refused with a 400 naming it (Workers AI code 5004,
+OpenAI `invalid_request_error` with `param`), unless its value is the one that changes nothing
+(`tools: []`, `response_format: {"type": "text"}`, `tool_choice: "none"`). Unknown fields are
+refused too (a misspelt `max_token` would otherwise run with 256 tokens).
+
+A few fields are accepted and ignored, each with its reason: they never change the output (an
+end-user id for the provider's abuse monitoring, tags for a dashboard edgerun does not have).
+
+The official clients send only the fields their caller passes (the openai SDK drops unset
+arguments, the cloudflare SDK too), so their defaults never meet a refusal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from gateway.errors import InvalidInput
+
+
+class Treatment(Enum):
+    HONOURED = "honoured"  # parsed and acted on (gateway/schemas.py)
+    IGNORED = "ignored"  # accepted; it cannot change what the model answers
+    REFUSED = "refused"  # not implemented: 400 unless the value is a no-op
+
+
+@dataclass(frozen=True, slots=True)
+class FieldRule:
+    treatment: Treatment
+    reason: str = ""
+    no_ops: tuple[Any, ...] = ()  # values of a REFUSED field that ask for nothing and so pass
+
+    def allows(self, value: Any) -> bool:
+        return self.treatment is not Treatment.REFUSED or value is None or value in self.no_ops
+
+
+HONOURED = FieldRule(Treatment.HONOURED)
+
+
+def ignored(reason: str) -> FieldRule:
+    return FieldRule(Treatment.IGNORED, reason)
+
+
+def refused(reason: str, *no_ops: Any) -> FieldRule:
+    return FieldRule(Treatment.REFUSED, reason, no_ops)
+
+
+_SAMPLING = ("max_tokens", "temperature", "top_p", "top_k", "seed", "repetition_penalty")
+_PENALTIES = ("frequency_penalty", "presence_penalty")
+_NOT_YET = "is not supported yet: edgerun would answer free text and ignore it"
+_TOOLS = refused(f"{_NOT_YET} (no function calling); leave it out", [])
+_JSON_MODE = refused(f"{_NOT_YET} (no JSON mode); leave it out", {"type": "text"})
+
+WORKERS_AI: Mapping[str, FieldRule] = {
+    **{name: HONOURED for name in ("prompt", "messages", "stream", "raw", *_SAMPLING, *_PENALTIES)},
+    "response_format": _JSON_MODE,
+    "guided_json": _JSON_MODE,
+    "tools": _TOOLS,
+    "functions": _TOOLS,
+    "lora": refused("names a LoRA adapter; edgerun serves base models only"),
+    "image": refused("is an image input; the served models read text only"),
+}
+
+_OPENAI_SHARED: Mapping[str, FieldRule] = {
+    **{name: HONOURED for name in ("model", "stream", "stream_options", "stop", "n", "logprobs")},
+    **{name: HONOURED for name in (*_SAMPLING, *_PENALTIES)},
+    "user": ignored("an end-user id for the provider's abuse monitoring; it never changes the output"),
+    "safety_identifier": ignored("the newer name of `user`: abuse monitoring only"),
+    "metadata": ignored("tags for OpenAI's stored-completions dashboard; edgerun stores no completions"),
+    "store": ignored("asks OpenAI to keep the completion for its dashboard; the answer does not depend on it"),
+    "service_tier": ignored("OpenAI's capacity tier; edgerun has one"),
+    "prompt_cache_key": ignored("a cache-routing hint; edgerun routes by prefix blocks and x-session-affinity"),
+    "prompt_cache_retention": ignored("how long OpenAI keeps a prompt cache; edgerun's KV cache is bounded by memory"),
+    "logit_bias": refused("is not supported: the backends take no per-token bias; leave it out", {}),
+    "top_logprobs": refused("is not supported: edgerun returns no logprobs; leave it out", 0),
+}
+
+OPENAI_CHAT: Mapping[str, FieldRule] = {
+    **_OPENAI_SHARED,
+    "messages": HONOURED,
+    "max_completion_tokens": HONOURED,
+    "response_format": _JSON_MODE,
+    "tools": _TOOLS,
+    "tool_choice": refused(f"{_NOT_YET} (no function calling); leave it out", "none"),
+    "functions": _TOOLS,
+    "function_call": refused(f"{_NOT_YET} (no function calling); leave it out", "none"),
+    "parallel_tool_calls": ignored("only shapes tool calls, and without `tools` (refused) there are none"),
+    "modalities": refused("asks for output other than text; the served models write text only", ["text"]),
+    "audio": refused("asks for audio output; the served models write text only"),
+    "prediction": refused("is not supported (no predicted-output decoding); leave it out"),
+    "reasoning_effort": refused("applies to reasoning models; the served models do not reason"),
+    "verbosity": refused("is not supported: the served models take no verbosity control; use max_tokens"),
+    "web_search_options": refused("asks for web search; edgerun runs the model alone"),
+}
+
+OPENAI_COMPLETIONS: Mapping[str, FieldRule] = {
+    **_OPENAI_SHARED,
+    "prompt": HONOURED,
+    "echo": refused("is not supported: the answer never repeats the prompt", False),
+    "suffix": refused("is not supported (no fill-in-the-middle); leave it out", ""),
+    "best_of": refused("is not supported: one completion is generated per request", 1),
+}
+
+
+WORKERS_AI_EMBEDDINGS: Mapping[str, FieldRule] = {
+    "text": HONOURED,
+    "pooling": refused("is fixed by the model's checkpoint (mean for all-MiniLM-L6-v2); leave it out", "mean"),
+}
+
+OPENAI_EMBEDDINGS: Mapping[str, FieldRule] = {
+    "model": HONOURED,
+    "input": HONOURED,
+    "encoding_format": HONOURED,  # "float" or "base64" (what the openai SDK asks for by default)
+    "dimensions": refused("is not supported: vectors have the model's own size; leave it out"),
+    "user": _OPENAI_SHARED["user"],
+}
+
+
+def check_fields(body: Mapping[str, Any], rules: Mapping[str, FieldRule], where: str) -> None:
+    """Refuse the first field of `body` that `rules` does not let through (InvalidInput naming it)."""
+    for name, value in body.items():
+        rule = rules.get(name)
+        if rule is None:
+            known = ", ".join(sorted(n for n, r in rules.items() if r.treatment is not Treatment.REFUSED))
+            raise InvalidInput(f"{name} is not a field of {where}: the fields are {known}", param=name)
+        if not rule.allows(value):
+            raise InvalidInput(f"{name} {rule.reason}", param=name)

@@ -1,0 +1,71 @@
+"""The engine's side of disaggregated serving, step by step: pinning a context step's blocks,
+importing a prompt's KV into reserved blocks, and aborting an import midway."""
+
+from __future__ import annotations
+
+import pytest
+
+from engines.base import GenerationRequest
+from engines.builtin.config import EngineConfig
+from engines.builtin.kv_handoff import finish_import, reserve_import
+from engines.builtin.llm_engine import LLMEngine
+from engines.builtin.model_runner import ModelRunner
+from engines.builtin.sequence import SequenceStatus
+from engines.errors import InvalidRequest
+from engines.sampling_params import SamplingParams
+
+CONFIG = EngineConfig(model="random:tiny", num_kv_blocks=32, weight_dtype="float32")
+
+
+@pytest.fixture(scope="module")
+def engine() -> LLMEngine:
+    return LLMEngine(CONFIG, ModelRunner(CONFIG))
+
+
+def run(engine: LLMEngine) -> list:
+    outputs = []
+    while engine.has_unfinished:
+        outputs += engine.step()
+    return outputs
+
+
+def test_a_context_step_pins_its_prompt_blocks_until_released(engine: LLMEngine) -> None:
+    prompt = list(range(3, 3 + 40))  # 3 blocks of 16, the last partial
+    engine.add_request(GenerationRequest("ctx", prompt, SamplingParams(max_tokens=1), "t", pin_kv_on_finish=True))
+    [final] = run(engine)
+    pin = final.kv_pin
+    assert final.finish_reason == "length" and pin is not None
+    assert pin.num_tokens == 40 and len(pin.block_ids) == 3
+    assert engine.stats().num_kv_blocks_pinned == 3 and engine.stats().num_kv_blocks_free == 32 - 3
+    assert engine.pins.release(pin.pin_id) and not engine.pins.release(pin.pin_id)
+    assert engine.stats().num_kv_blocks_free == 32 and engine.stats().num_kv_blocks_pinned == 0
+
+
+def test_a_context_step_that_stops_on_its_own_pins_nothing(engine: LLMEngine) -> None:
+    request = GenerationRequest("ctx-abort", list(range(3, 30)), SamplingParams(max_tokens=1), "t", pin_kv_on_finish=True)
+    engine.add_request(request)
+    assert engine.abort("ctx-abort").kv_pin is None  # type: ignore[union-attr]
+    assert engine.stats().num_kv_blocks_pinned == 0 and engine.stats().num_kv_blocks_free == 32
+
+
+def test_an_import_reserves_past_its_own_hits_and_continues_from_the_first_token(engine: LLMEngine) -> None:
+    prompt = list(range(50, 50 + 37))
+    engine.add_request(GenerationRequest("warm", prompt[:33], SamplingParams(max_tokens=1), "s"))
+    run(engine)  # caches the first 2 full blocks under salt "s"
+    plan = reserve_import(engine, GenerationRequest("imp", prompt, SamplingParams(max_tokens=3), "s"))
+    assert (plan.first_block, len(plan.block_ids), plan.num_cached_tokens) == (2, 1, 32)
+    assert engine.seqs["imp"].status is SequenceStatus.IMPORTING and not engine.scheduler.running
+    first = finish_import(engine, "imp", 7)
+    assert first.new_token_ids == [7] and first.num_generated_tokens == 1 and first.num_cached_tokens == 32
+    outputs = run(engine)
+    assert outputs[-1].finish_reason == "length" and outputs[-1].num_generated_tokens == 3
+    assert engine.stats().num_kv_blocks_free == 32
+
+
+def test_an_aborted_import_frees_its_blocks_and_cannot_be_finished(engine: LLMEngine) -> None:
+    plan = reserve_import(engine, GenerationRequest("gone", list(range(100, 150)), SamplingParams(max_tokens=4), "u"))
+    assert len(plan.block_ids) == 4 and engine.stats().num_kv_blocks_free == 32 - 4
+    engine.abort("gone")
+    assert engine.stats().num_kv_blocks_free == 32
+    with pytest.raises(InvalidRequest, match="not waiting for imported KV"):
+        finish_import(engine, "gone", 5)
