@@ -15,8 +15,8 @@ from starlette.responses import Response
 from gateway import envelopes, render
 from gateway.auth import Principal
 from gateway.body import read_json_object
-from gateway.catalog import ModelSpec
-from gateway.embedding_input import EMBEDDING_TASK, MAX_TEXTS, parse_openai_embedding, parse_workers_ai_embedding
+from gateway.catalog import EMBEDDING_TASK, ModelSpec
+from gateway.embedding_input import MAX_TEXTS, parse_openai_embedding, parse_workers_ai_embedding
 from gateway.envelopes import JSONBytes
 from gateway.errors import InvalidInput
 from gateway.generation import Generation, RequestMeta
