@@ -12,6 +12,7 @@ import argparse
 import json
 from pathlib import Path
 
+# the same as eagle3.pipeline.DEFAULT_OUT, spelled here so that parsing arguments imports no torch
 DEFAULT_OUT = Path.home() / ".cache" / "edgerun" / "eagle3" / "smollm2"
 
 

@@ -9,6 +9,9 @@ Per sequence the head keeps k/v of the committed positions it has been given hid
    committed cache plus the drafts so far (those k/v are temporary: the next call brings the
    target's own hidden states for whatever was accepted).
 
+Positions the engine never ran (prefix-cache hits) have no hidden states: the cache then starts at
+the first position it is given, and the head drafts without that prefix (correctness is unaffected).
+
 Tree drafts are not built: on a CPU the target's verify cost grows with every drafted token, so
 one chain of the head's best guesses is the cheaper bet (see BENCHMARKS.md).
 """

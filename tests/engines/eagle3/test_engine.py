@@ -1,0 +1,45 @@
+"""An EAGLE-3 head in the real engine: whatever a random head drafts, greedy output is the target's."""
+
+import torch
+
+from engines.base import GenerationRequest
+from engines.builtin.config import EngineConfig
+from engines.builtin.llm_engine import LLMEngine
+from engines.builtin.model_runner import ModelRunner
+from engines.builtin.speculative.eagle3.checkpoint import save_head
+from engines.builtin.speculative.eagle3.config import Eagle3Config
+from engines.builtin.speculative.eagle3.model import Eagle3Head
+from engines.builtin.speculative.factory import build_proposer
+from engines.sampling_params import SamplingParams
+
+PROMPTS = {"a": list(range(3, 40)), "b": list(range(50, 70)) * 2, "c": [7, 8, 9, 10] * 5}
+
+
+def generate(engine: LLMEngine) -> dict[str, list[int]]:
+    for request_id, prompt in PROMPTS.items():
+        engine.add_request(GenerationRequest(request_id, prompt, SamplingParams(max_tokens=16, ignore_eos=True)))
+    out: dict[str, list[int]] = {key: [] for key in PROMPTS}
+    while engine.has_unfinished:
+        for o in engine.step():
+            out[o.request_id].extend(o.new_token_ids)
+    return out
+
+
+def test_random_head_through_the_factory_keeps_greedy_output(tmp_path):
+    base = EngineConfig(model="random:tiny", num_kv_blocks=64, weight_dtype="float32")
+    runner = ModelRunner(base)
+    t = runner.model_config
+    torch.manual_seed(0)
+    head = Eagle3Head(Eagle3Config(hidden_size=t.hidden_size, num_heads=t.num_heads, num_kv_heads=t.num_kv_heads,
+                                   head_dim=t.head_dim, intermediate_size=t.intermediate_size, vocab_size=t.vocab_size,
+                                   draft_vocab_size=128, aux_layers=(0, 1, 1)), runner.weights.embed)
+    head.set_vocab(torch.arange(0, 256, 2))
+    save_head(head, tmp_path)
+    expected = generate(LLMEngine(base, runner))
+    config = EngineConfig(model="random:tiny", num_kv_blocks=64, weight_dtype="float32", speculative="eagle3",
+                          speculative_model=str(tmp_path), num_speculative_tokens=3)
+    proposer = build_proposer(config, runner)
+    engine = LLMEngine(config, runner, proposer=proposer)
+    assert generate(engine) == expected
+    assert engine.speculator.num_draft_tokens > 0  # the head did draft, and was verified
+    assert proposer.caches == {}  # every finished sequence was forgotten
