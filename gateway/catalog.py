@@ -39,6 +39,8 @@ from backends.client import Endpoint
 from gateway.errors import NoSuchModel
 
 DEFAULT_MODEL_ID = "@cf/huggingface/smollm2-135m-instruct"
+EMBEDDING_MODEL_ID = "@cf/sentence-transformers/all-minilm-l6-v2"  # what `edgerun dev` serves for embeddings
+EMBEDDING_TASK = "Text Embeddings"  # a model with this task is encoded by embedding backends, never generated
 
 
 class ModelSpec(BaseModel):
@@ -86,6 +88,17 @@ def default_models() -> list[ModelSpec]:
             description="SmolLM2-135M-Instruct: a small Llama-architecture instruct model (Q4_1 GGUF).",
         )
     ]
+
+
+def embedding_model() -> ModelSpec:
+    """all-MiniLM-L6-v2, as `edgerun backend --engine embedding` serves it by default."""
+    return ModelSpec(
+        id=EMBEDDING_MODEL_ID,
+        backend_model="all-minilm-l6-v2",
+        task=EMBEDDING_TASK,
+        author="sentence-transformers",
+        description="all-MiniLM-L6-v2: 384-dimensional sentence embeddings (BERT, mean pooling, normalised).",
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from gateway.catalog import EMBEDDING_TASK
 from gateway.errors import InvalidInput
 from gateway.request_fields import OPENAI_EMBEDDINGS, WORKERS_AI_EMBEDDINGS, check_fields
 from gateway.schemas import MAX_PROMPT_CHARS
 
 MAX_TEXTS = 100  # Workers AI's batch limit for its embedding models
-EMBEDDING_TASK = "Text Embeddings"
 EncodingFormat = Literal["float", "base64"]
 
 

@@ -19,11 +19,10 @@ from gateway.admin_guard import AdminGuard
 from gateway.auth import Authenticator
 from gateway.billing.retention import archive_forever
 from gateway.billing.spool import LedgerSpool, replay_forever, spool_path
-from gateway.catalog import Catalog
+from gateway.catalog import EMBEDDING_TASK, Catalog
 from gateway.concurrency import TenantSlots
 from gateway.disagg import Disaggregator
 from gateway.embedding import Embedder
-from gateway.embedding_input import EMBEDDING_TASK
 from gateway.errors import GatewayError
 from gateway.generation import Generator
 from gateway.kv_index import KVEventIndexer

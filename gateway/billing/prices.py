@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from gateway.catalog import DEFAULT_MODEL_ID
+from gateway.catalog import DEFAULT_MODEL_ID, EMBEDDING_MODEL_ID
 from policies.errors import PricingError
 from policies.pricing import Price
 
@@ -33,7 +33,9 @@ DEFAULT_PRICE_VERSION = "2026-09"
 def default_prices() -> dict[str, dict[str, str | int]]:
     """The default model priced like Workers AI's smallest text model (@cf/meta/llama-3.2-1b-instruct,
     $0.027 / $0.201 per M input / output tokens, 2457 / 18252 neurons per M), with cached input at
-    a sixth of the input rate (the Kimi K2.5 ratio, $0.10 vs $0.60 per M)."""
+    a sixth of the input rate (the Kimi K2.5 ratio, $0.10 vs $0.60 per M). The embedding model is
+    priced like Workers AI's smallest embedding model (@cf/baai/bge-small-en-v1.5, $0.020 and 1841
+    neurons per M input tokens; embeddings have no output tokens)."""
     return {
         DEFAULT_MODEL_ID: {
             "version": DEFAULT_PRICE_VERSION,
@@ -43,7 +45,14 @@ def default_prices() -> dict[str, dict[str, str | int]]:
             "input_neurons": "2457",
             "cached_input_neurons": "409.5",
             "output_neurons": "18252",
-        }
+        },
+        EMBEDDING_MODEL_ID: {
+            "version": DEFAULT_PRICE_VERSION,
+            "input": "0.020",
+            "output": "0",
+            "input_neurons": "1841",
+            "output_neurons": "0",
+        },
     }
 
 

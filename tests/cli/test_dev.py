@@ -17,11 +17,13 @@ import time
 from pathlib import Path
 
 import httpx
+import openai
 import pytest
 
 from cli.processes import child_env
 
 from cli.processes import ROOT, free_port
+from gateway.catalog import DEFAULT_MODEL_ID, EMBEDDING_MODEL_ID
 
 pytestmark = pytest.mark.slow
 
@@ -33,7 +35,7 @@ def user_env(home: Path) -> dict[str, str]:
     return child_env({"HOME": str(home)}, keep_edgerun=False, threads=None)
 
 
-def test_make_run_prints_a_curl_that_works_sigterm_stops_both_then_export_bills_it(tmp_path: Path) -> None:
+def test_make_run_prints_a_curl_that_works_sigterm_stops_all_then_export_bills_it(tmp_path: Path) -> None:
     port = free_port()
     env = user_env(tmp_path / "home")
     command = [sys.executable, "-m", "cli", "dev", "--port", str(port)]
@@ -43,13 +45,14 @@ def test_make_run_prints_a_curl_that_works_sigterm_stops_both_then_export_bills_
         deadline = time.monotonic() + 240
         curl = None
         assert dev.stdout is not None
-        while curl is None:
+        while not lines or not lines[-1].startswith("Ctrl-C stops"):  # the banner's last line
             line = dev.stdout.readline()
             assert line or dev.poll() is None, "edgerun dev exited:\n" + "".join(lines)
-            assert time.monotonic() < deadline, "no curl line within 240s:\n" + "".join(lines)
+            assert time.monotonic() < deadline, "no banner within 240s:\n" + "".join(lines)
             lines.append(line)
             if line.strip().startswith("curl "):
                 curl = line.strip()
+        assert curl is not None
         backend_url = re.search(r"-> backend (http://\S+)", "".join(lines))
         assert backend_url is not None
 
@@ -69,18 +72,26 @@ def test_make_run_prints_a_curl_that_works_sigterm_stops_both_then_export_bills_
             f"{dashboard.group(1)}/api/usage", headers={"authorization": f"Bearer {admin_token.group(1)}"}, timeout=10
         ).json()
         assert {t["tenant_id"]: t["requests"] for t in usage["tenants"]}.get("dev", 0) >= 1
+        # embeddings through the official openai SDK, at the printed OpenAI base URL
+        embedding_url = re.search(r"embeddings \(backend (http://[^)\s]+)\)", printed)
+        key = re.search(r"development key \(.*\): (\S+)", printed)
+        assert embedding_url is not None and key is not None
+        client = openai.OpenAI(api_key=key.group(1), base_url=f"http://127.0.0.1:{port}/client/v4/accounts/dev/ai/v1")
+        vectors = client.embeddings.create(model=EMBEDDING_MODEL_ID, input=["the sea", "a lake"]).data
+        assert [len(v.embedding) for v in vectors] == [384, 384]
         # the backend answers only its gateway: a random secret shared by the two for this run
         assert httpx.get(f"{backend_url.group(1)}/v1/models", timeout=5).status_code == 401
         assert httpx.get(f"{backend_url.group(1)}/health", timeout=5).status_code == 200
 
         dev.send_signal(signal.SIGTERM)  # what docker stop and systemd send (Ctrl-C's SIGINT takes the same path)
         code = dev.wait(timeout=60)
-        with pytest.raises(httpx.ConnectError):  # the backend child is gone too, its port free
-            httpx.get(f"{backend_url.group(1)}/health", timeout=2)
-        lines.append(dev.stdout.read())  # EOF only once the backend, which shares the pipe, is gone
+        for url in (backend_url.group(1), embedding_url.group(1)):
+            with pytest.raises(httpx.ConnectError):  # the backend children are gone too, their ports free
+                httpx.get(f"{url}/health", timeout=2)
+        lines.append(dev.stdout.read())  # EOF only once the backends, which share the pipe, are gone
         assert code == 0
 
-        # the README's next step, with the same defaults: the export holds the request just made
+        # the README's next step, with the same defaults: the export holds the requests just made
         out = tmp_path / "bill.csv"
         export = subprocess.run(
             [sys.executable, "-m", "cli", "billing", "export", "--from", "2000-01-01", "--to", "2100-01-01",
@@ -88,8 +99,8 @@ def test_make_run_prints_a_curl_that_works_sigterm_stops_both_then_export_bills_
             cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
         )
         assert export.returncode == 0, export.stderr
-        assert json.loads(export.stdout)["num_requests"] >= 1
-        assert len(out.read_text().splitlines()) >= 2  # header + the request
+        assert json.loads(export.stdout)["num_requests"] == 2  # the curl's and the embeddings'
+        assert EMBEDDING_MODEL_ID in out.read_text() and DEFAULT_MODEL_ID in out.read_text()
     finally:
         if dev.poll() is None:
             dev.kill()

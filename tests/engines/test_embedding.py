@@ -53,8 +53,9 @@ def test_vectors_match_transformers_bert_with_the_checkpoints_pooling(
 
 
 def test_a_vector_does_not_depend_on_its_batch(encoder: SentenceEncoder) -> None:
-    together = encoder.embed(TEXTS).vectors
-    alone = torch.cat([encoder.embed([text]).vectors for text in TEXTS])
+    texts = [*TEXTS[:3], "Café au lait, s'il vous plaît! 東京 " * 3]  # short: the padding is what matters
+    together = encoder.embed(texts).vectors  # batches of 3 and 1, padded to their longest
+    alone = torch.cat([encoder.embed([text]).vectors for text in texts])
     assert torch.allclose(together, alone, atol=1e-5)
     paraphrase = encoder.embed(["A fast brown fox leaps over a lazy dog."]).vectors[0]
     assert F.cosine_similarity(together[0], paraphrase, dim=0) > F.cosine_similarity(together[0], together[1], dim=0)

@@ -91,3 +91,10 @@ def test_workers_ai_run_answers_shape_and_data(gateway: InProcessGateway, key: s
     for body, param in refusals:
         refused = httpx.post(url, json=body, headers={"authorization": f"Bearer {key}"}, timeout=60)
         assert refused.status_code == 400 and param in refused.json()["errors"][0]["message"]
+
+
+def test_the_wrong_route_for_a_model_says_which_is_right(gateway: InProcessGateway, key: str) -> None:
+    client = openai.OpenAI(api_key=key, base_url=f"{gateway.url}/client/v4/accounts/acc-emb/ai/v1", max_retries=0)
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(model=MINILM, messages=[{"role": "user", "content": "hi"}])
+    assert "/ai/v1/embeddings" in str(caught.value) and caught.value.body["param"] == "model"  # type: ignore[index]
