@@ -23,6 +23,7 @@ Request pipeline
     tokenization.py   chat template + tokenizer per model, fetched once and cached
     chat_template.py  a model's Jinja chat template, rendered in a sandbox
     routing.py        prompt tokens -> backends to try, and the in-flight bookkeeping
+    disagg.py         the two-step prefill -> decode flow across the prefill and decode pools
     tenant_salt.py    the per-tenant cache salt
 
 Fleet
@@ -34,6 +35,7 @@ Billing and administration
     metering.py       what a request may spend before it runs, the one ledger record after
     billing/          prices, exports, recomputation, the ledger spool (see billing/__init__.py)
     admin.py          tenants and keys: the service behind the admin API and `edgerun tenants|keys`
+    dashboard/        the usage dashboard: a page at /dashboard over a small JSON API
 
 Store and process-wide
     store/            the Store interface, embedded (memory + SQLite) and Redis implementations
