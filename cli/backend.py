@@ -38,6 +38,9 @@ _OVERRIDES: dict[str, tuple[str | None, str]] = {
     "kv_port": (None, "kv_port"),
     "kv_pin_ttl_s": (None, "kv_pin_ttl_s"),
 }
+# flags that set the same field of both engines' sections (speculative decoding is configured one way)
+_BOTH_ENGINES = ("speculative", "num_speculative_tokens", "speculative_model", "prompt_lookup_max",
+                 "speculative_max_concurrency")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -63,6 +66,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--max-num-seqs", type=int, help="requests running at once (built-in engine)")
     add("--max-num-batched-tokens", type=int, help="tokens per engine step (built-in engine)")
     add("--max-model-len", type=int, help="context length cap")
+    add("--speculative", choices=["none", "ngram", "eagle3"], help="speculative decoding: n-gram lookup or an EAGLE-3 head")
+    add("--num-speculative-tokens", type=int, help="drafted tokens verified per step (default 4 built-in, 3 trtllm)")
+    add("--speculative-model", help="the EAGLE-3 head's directory (config.json + safetensors)")
+    add("--prompt-lookup-max", type=int, help="longest n-gram matched by --speculative ngram")
+    add("--prompt-lookup-min", type=int, help="shortest n-gram matched by --speculative ngram (built-in engine)")
+    add("--speculative-max-concurrency", type=int, help="no speculation with more running requests than this")
     add("--trtllm-version", help="installed TensorRT-LLM version (picks the EAGLE-3 decoding_type)")
     add("--trtllm-in-process", action="store_true", default=None, help="host tensorrt_llm.LLM in our server")
 
@@ -78,6 +87,12 @@ def build_settings(args: argparse.Namespace) -> BackendSettings:
             overrides[name] = value
         else:
             overrides.setdefault(section, {})[name] = value
+    for name in _BOTH_ENGINES:
+        if getattr(args, name, None) is not None:
+            overrides.setdefault("engine", {})[name] = getattr(args, name)
+            overrides.setdefault("trtllm", {})[name] = getattr(args, name)
+    if getattr(args, "prompt_lookup_min", None) is not None:
+        overrides.setdefault("engine", {})["prompt_lookup_min"] = args.prompt_lookup_min
     if getattr(args, "model", None):
         overrides.setdefault("engine", {})["model"] = args.model
         overrides.setdefault("trtllm", {})["model"] = args.model

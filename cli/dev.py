@@ -6,8 +6,9 @@
    line) is the one the gateway sends, so only this gateway can use the backend;
 2. opens the embedded store (its own SQLite file under ~/.local/share/edgerun), makes sure a
    development tenant owning account "dev" exists and creates a fresh API key for it;
-3. starts the gateway in this process, in front of that backend, and prints a curl command that
-   works as printed, the admin token and the usage dashboard's URL;
+3. starts the gateway in this process, in front of that backend (the admin API, /metrics and the
+   admin's dashboard on their own loopback listener, --admin-port), and prints a curl command that
+   works as printed, the admin token and the usage dashboard's URLs;
 4. on Ctrl-C (or SIGTERM) stops the gateway, then the backend, and waits for both.
 """
 
@@ -20,13 +21,13 @@ import secrets
 import shlex
 from pathlib import Path
 
-import uvicorn
 from pydantic import SecretStr
 
 from cli.processes import ChildProcess, ProcessError, free_port
 from cli.serve import quiet_http_client_logs
 from gateway.app import create_app
 from gateway.catalog import DEFAULT_MODEL_ID
+from gateway.listeners import Listeners, listener_configs
 from gateway.settings import GatewaySettings
 from gateway.store.base import Store
 
@@ -37,6 +38,7 @@ BACKEND_START_TIMEOUT_S = 600.0  # the first start converts the GGUF weights onc
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, default=8080, help="gateway port (default 8080)")
+    parser.add_argument("--admin-port", type=int, default=8081, help="admin API and /metrics port (default 8081)")
     parser.add_argument("--backend-port", type=int, help="backend port (default: a free one)")
     parser.add_argument("--model", default="smollm2", help="what the backend loads (default smollm2)")
     parser.add_argument("--sqlite-path", default=str(Path.home() / ".local" / "share" / "edgerun" / "dev.sqlite3"))
@@ -84,7 +86,8 @@ async def serve_dev(args: argparse.Namespace) -> int:
             port=args.port,
             sqlite_path=args.sqlite_path,
             redis_url=None,
-            admin_token=secrets.token_urlsafe(24),
+            admin_token=secrets.token_urlsafe(32),
+            admin_port=args.admin_port,
             backend_api_key=SecretStr(backend_key),
             backends=[{"id": "local-1", "base_url": f"http://127.0.0.1:{backend_port}", "region": "local"}],
             log_level=args.log_level,
@@ -94,17 +97,9 @@ async def serve_dev(args: argparse.Namespace) -> int:
         store = open_store(settings)
         try:
             secret = await dev_key(store)
-            server = uvicorn.Server(
-                uvicorn.Config(
-                    create_app(settings, store=store),
-                    host="127.0.0.1",
-                    port=args.port,
-                    log_config=None,
-                    access_log=False,
-                )
-            )
-            serving = asyncio.create_task(server.serve())
-            while not server.started and not serving.done():
+            listeners = Listeners(listener_configs(settings, create_app(settings, store=store)))
+            serving = asyncio.create_task(listeners.serve())
+            while not listeners.started and not serving.done():
                 await asyncio.sleep(0.05)
             if serving.done():
                 await serving
@@ -113,9 +108,10 @@ async def serve_dev(args: argparse.Namespace) -> int:
             print(
                 f"\nedgerun is running: gateway http://127.0.0.1:{args.port} -> backend http://127.0.0.1:{backend_port}\n"
                 f"development key (tenant {DEV_TENANT!r}, account {DEV_ACCOUNT!r}): {secret}\n"
+                f"admin API and /metrics: http://127.0.0.1:{args.admin_port}\n"
                 f"admin token: {settings.admin_token.get_secret_value()}\n"
-                f"usage dashboard: http://127.0.0.1:{args.port}/dashboard (log in with the admin token, "
-                "or the development key for its tenant alone)\n\n"
+                f"usage dashboard: http://127.0.0.1:{args.admin_port}/dashboard (log in with the admin token); "
+                f"http://127.0.0.1:{args.port}/dashboard with the development key (its tenant alone)\n\n"
                 f"try:\n\n  {curl_line(args.port, secret)}\n\n"
                 '(add "stream": true for server-sent events; OpenAI clients use base URL '
                 f"http://127.0.0.1:{args.port}/client/v4/accounts/{DEV_ACCOUNT}/ai/v1)\n"

@@ -5,15 +5,16 @@ from __future__ import annotations
 import argparse
 import logging
 
-import uvicorn
-
 from gateway.app import create_app
+from gateway.listeners import Listeners, listener_configs
 from gateway.settings import GatewaySettings
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", help="interface to listen on (default: settings.host, 127.0.0.1)")
     parser.add_argument("--port", type=int, help="port to listen on (default: settings.port, 8080)")
+    parser.add_argument("--admin-port", type=int, help="separate admin listener for /admin and /metrics (default: none)")
+    parser.add_argument("--admin-host", help="interface of the admin listener (default: settings.admin_host, 127.0.0.1)")
     parser.add_argument("--region", help="this gateway's region (default: settings.region)")
     parser.add_argument("--log-level", help="debug, info, warning, error")
 
@@ -21,7 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def settings_from_args(args: argparse.Namespace) -> GatewaySettings:
     overrides = {
         name: getattr(args, name)
-        for name in ("host", "port", "region", "log_level")
+        for name in ("host", "port", "admin_host", "admin_port", "region", "log_level")
         if getattr(args, name, None) is not None
     }
     return GatewaySettings(**overrides)
@@ -41,15 +42,9 @@ def quiet_http_client_logs(level: str) -> None:
 
 
 def serve(settings: GatewaySettings) -> None:
+    """The public listener, and the admin listener when `admin_port` is set (gateway/listeners.py)."""
     quiet_http_client_logs(settings.log_level)
-    uvicorn.run(
-        create_app(settings),
-        host=settings.host,
-        port=settings.port,
-        log_config=None,  # keep our structured logging
-        access_log=False,  # the gateway's middleware logs each request with its request id
-        timeout_graceful_shutdown=10,
-    )
+    Listeners(listener_configs(settings, create_app(settings))).run()
 
 
 def run(args: argparse.Namespace) -> int:

@@ -50,6 +50,10 @@ class GenerationOutput:
     num_cached_tokens: int  # prompt tokens served from the prefix cache
     num_generated_tokens: int  # total so far, including new_token_ids
     finish_reason: FinishReason | None = None
+    # Speculative decoding, totals so far: drafts verified, drafts accepted, steps that verified drafts
+    num_draft_tokens: int = 0
+    num_accepted_draft_tokens: int = 0
+    num_verify_steps: int = 0
     kv_pin: KVPin | None = None  # set on the final output of a `pin_kv_on_finish` request that pinned
 
     @property
@@ -71,6 +75,8 @@ class EngineStats:
     num_prompt_tokens: int  # cumulative prompt tokens
     num_generated_tokens: int  # cumulative generated tokens
     num_preemptions: int = 0  # cumulative sequences preempted (KV blocks ran out) and recomputed
+    num_draft_tokens: int = 0  # cumulative speculative drafts verified
+    num_accepted_draft_tokens: int = 0  # cumulative drafts the target accepted
     num_kv_blocks_pinned: int = 0  # blocks held for decode backends to pull (disaggregated serving)
 
 

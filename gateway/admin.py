@@ -6,11 +6,11 @@ returned only by `create_key`, once. Listings never include hashes.
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from gateway.admin_guard import presented_bearer, token_matches
 from gateway.errors import AuthenticationFailed, GatewayError, InvalidInput
 from gateway.store.base import Store
 from gateway.store.errors import Conflict, InvalidArgument, NotFound
@@ -53,9 +53,9 @@ def key_json(key: ApiKey) -> dict[str, Any]:
 
 
 def check_admin_token(expected: str | None, authorization: str | None) -> None:
-    """Constant-time check of `Authorization: Bearer <admin token>`; no token configured: refuse all."""
-    presented = (authorization or "").removeprefix("Bearer ").strip()
-    if not expected or not presented or not hmac.compare_digest(expected.encode(), presented.encode()):
+    """Constant-time check of `Authorization: Bearer <admin token>` (that header only); no token
+    configured: refuse all. Not throttled: HTTP handlers use `AdminGuard` (gateway/admin_guard.py)."""
+    if not token_matches(expected, presented_bearer(authorization)):
         raise AuthenticationFailed("Authentication error: the admin API needs 'Authorization: Bearer <admin token>'")
 
 

@@ -17,7 +17,6 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.admin import check_admin_token
 from gateway.body import read_json_object
 from gateway.envelopes import JSONBytes, workers_ai_success
 from gateway.errors import InvalidInput
@@ -26,11 +25,13 @@ from gateway.services import Services
 MAX_ADMIN_INT = 2**63  # SQLite INTEGER and Redis counters are signed 64-bit
 
 
-def _admin(request: Request) -> Services:
+def require_admin(request: Request) -> Services:
+    """The services, once the request carries the admin token (throttled per client address)."""
     g: Services = request.app.state.services
-    token = g.settings.admin_token
-    check_admin_token(token.get_secret_value() if token is not None else None, request.headers.get("authorization"))
+    client = request.client.host if request.client is not None else None
+    g.admin_guard.check(request.headers.get("authorization"), client)
     return g
+
 
 
 def _strings(body: dict[str, Any], name: str, *, required: bool = False) -> list[str] | None:
@@ -57,7 +58,7 @@ def _optional_str(body: dict[str, Any], name: str) -> str | None:
 
 
 async def create_tenant(request: Request) -> Response:
-    g = _admin(request)
+    g = require_admin(request)
     body = await read_json_object(request, g.settings.max_body_bytes)
     name = _optional_str(body, "name")
     if not name:
@@ -74,12 +75,12 @@ async def create_tenant(request: Request) -> Response:
 
 
 async def list_tenants(request: Request) -> Response:
-    g = _admin(request)
+    g = require_admin(request)
     return JSONBytes(workers_ai_success(await g.admin.list_tenants()))
 
 
 async def create_key(request: Request) -> Response:
-    g = _admin(request)
+    g = require_admin(request)
     body = await read_json_object(request, g.settings.max_body_bytes, allow_empty=True)
     key = await g.admin.create_key(
         request.path_params["tenant_id"],
@@ -91,10 +92,10 @@ async def create_key(request: Request) -> Response:
 
 
 async def list_keys(request: Request) -> Response:
-    g = _admin(request)
+    g = require_admin(request)
     return JSONBytes(workers_ai_success(await g.admin.list_keys(request.path_params["tenant_id"])))
 
 
 async def revoke_key(request: Request) -> Response:
-    g = _admin(request)
+    g = require_admin(request)
     return JSONBytes(workers_ai_success(await g.admin.revoke_key(request.path_params["key_id"])))

@@ -19,7 +19,7 @@ from gateway.catalog import ModelSpec
 from gateway.envelopes import JSONBytes
 from gateway.errors import InvalidInput
 from gateway.generation import Generation, RequestMeta
-from gateway.routing import EXPLAIN_REQUEST_HEADER, explanation_headers
+from gateway.routing import EXPLAIN_REQUEST_HEADER, EXPLAIN_RESPONSE_HEADER
 from gateway.schemas import openai_model, parse_chat_completions, parse_completions, parse_workers_ai
 from gateway.services import Services
 from gateway.strict_json import JSONRejected, loads_strict
@@ -101,6 +101,19 @@ async def _authenticate(request: Request) -> Principal:
     return principal
 
 
+async def _admitted(request: Request) -> Principal:
+    """Authenticated and counted against the key's requests per minute, before the body is read:
+    strangers and keys over their limit cost no parsing or tokenizing, and invalid requests count."""
+    principal = await _authenticate(request)
+    await services(request).auth.admit_request(principal)
+    return principal
+
+
+async def _body(request: Request) -> dict[str, Any]:
+    g = services(request)
+    return await read_json_object(request, g.settings.max_body_bytes, offload=g.offload)
+
+
 def _model(request: Request, principal: Principal, model_id: str) -> ModelSpec:
     """The model, which must be in the catalog and allowed to the tenant and the key."""
     g = services(request)
@@ -124,9 +137,9 @@ def _meta(request: Request, principal: Principal, model: ModelSpec) -> RequestMe
 async def run_model(request: Request) -> Response:
     """POST /client/v4/accounts/{account_id}/ai/run/{model}"""
     g = services(request)
-    principal = await _authenticate(request)
+    principal = await _admitted(request)
     model = _model(request, principal, request.path_params["model"])
-    inp = parse_workers_ai(await read_json_object(request, g.settings.max_body_bytes))
+    inp = parse_workers_ai(await _body(request))
     generation = await g.generator.start(_meta(request, principal, model), inp)
     request.state.backend = generation.endpoint.id
     return _explained(request, generation, await render.workers_ai_response(generation, inp.stream, request.receive))
@@ -134,8 +147,8 @@ async def run_model(request: Request) -> Response:
 
 async def _openai(request: Request, *, chat: bool) -> Response:
     g = services(request)
-    principal = await _authenticate(request)  # before the body: strangers never get JSON parsed
-    body = await read_json_object(request, g.settings.max_body_bytes)
+    principal = await _admitted(request)  # before the body: strangers never get JSON parsed
+    body = await _body(request)
     model = _model(request, principal, openai_model(body))
     inp = parse_chat_completions(body) if chat else parse_completions(body)
     generation = await g.generator.start(_meta(request, principal, model), inp)
@@ -147,10 +160,11 @@ async def _openai(request: Request, *, chat: bool) -> Response:
 
 
 def _explained(request: Request, generation: Generation, response: Response) -> Response:
-    """The routing decision in a response header, for an admin who asks (gateway/routing.py)."""
-    token = services(request).settings.admin_token
-    secret = token.get_secret_value() if token is not None else None
-    response.headers.update(explanation_headers(generation.flight, secret, request.headers.get(EXPLAIN_REQUEST_HEADER)))
+    """The routing decision in a response header, for an admin who asks (gateway/routing.py): the
+    request's x-edgerun-explain must be the admin token (a wrong one counts as a failed admin attempt)."""
+    client = request.client.host if request.client is not None else None
+    if services(request).admin_guard.matches(request.headers.get(EXPLAIN_REQUEST_HEADER), client):
+        response.headers[EXPLAIN_RESPONSE_HEADER] = generation.flight.explanation
     return response
 
 

@@ -18,10 +18,12 @@ from starlette.routing import Route
 
 from backends.client import BackendClient
 from gateway import api_admin, api_inference
+from gateway.admin_guard import presented_bearer, token_matches
 from gateway.billing import api as api_billing
 from gateway.dashboard import dashboard_routes
 from gateway.envelopes import JSONBytes, error_response
-from gateway.errors import GatewayError, NoRoute, ServiceUnavailable
+from gateway.errors import AuthenticationFailed, GatewayError, NoRoute, ServiceUnavailable
+from gateway.listeners import ADMIN, ListenerGate, listener_of
 from gateway.metrics import GatewayMetrics
 from gateway.middleware import RequestContextMiddleware, is_openai_path
 from gateway.services import Services
@@ -76,7 +78,15 @@ async def healthz(request: Request) -> Response:
 
 
 async def metrics(request: Request) -> Response:
+    """Prometheus text: open on the admin listener; on a lone public listener it needs
+    `Authorization: Bearer <metrics_token>` unless `metrics_public` (gateway/listeners.py)."""
     g: Services = request.app.state.services
+    s = g.settings
+    if listener_of(request.scope) != ADMIN and not s.metrics_public:
+        expected = s.metrics_token.get_secret_value() if s.metrics_token is not None else None
+        if not token_matches(expected, presented_bearer(request.headers.get("authorization"))):
+            hint = "'Authorization: Bearer <metrics_token>'" if expected else "metrics_token, metrics_public or admin_port"
+            raise AuthenticationFailed(f"Authentication error: /metrics needs {hint}")
     return PlainTextResponse(g.metrics.render(), media_type=g.metrics.content_type)
 
 
@@ -101,6 +111,8 @@ def routes() -> list[Route]:
 def create_app(
     settings: GatewaySettings, *, store: Store | None = None, client: BackendClient | None = None
 ) -> Starlette:
+    """The gateway app. With `admin_port` set it serves two listeners (gateway/listeners.py): the
+    dashboard is on both and takes the admin token on the admin listener only."""
     app_metrics = GatewayMetrics()
 
     @asynccontextmanager
@@ -122,5 +134,6 @@ def create_app(
             HTTPException: render_http_exception,
         },
     )
+    app.add_middleware(ListenerGate, split=settings.admin_port is not None)
     app.add_middleware(RequestContextMiddleware, metrics=app_metrics)
     return app

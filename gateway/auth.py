@@ -2,10 +2,13 @@
 
 `Authenticator.authenticate` turns the `Authorization: Bearer <key>` header into a `Principal`
 (key + tenant) and checks the tenant owns the account in the URL. `authorize_model` applies the
-tenant's and the key's model allow-lists. `admit` counts the request against the key's
-requests- and tokens-per-minute limits in the shared store (atomic across gateway replicas, on
-the store's clock, so replicas whose clocks disagree still share one window) and refuses with
-429 + Retry-After when either is used up.
+tenant's and the key's model allow-lists. Limits are counted in the shared store (atomic across
+gateway replicas, on the store's clock, so replicas whose clocks disagree still share one window)
+and refuse with 429 + Retry-After when used up, in two steps: `admit_request` counts the request
+against requests-per-minute as soon as the key is known, before its body is read or parsed (so a
+request later refused as invalid still counts, and a key over its limit costs the gateway no
+parsing or tokenizing); `admit_tokens` counts its token estimate against tokens-per-minute once it
+is tokenized. `admit` does both at once.
 """
 
 from __future__ import annotations
@@ -55,13 +58,25 @@ class Authenticator:
         if not principal.tenant.allows_model(model_id) or not principal.key.allows_model(model_id):
             raise ModelNotAllowed(f"The account is not allowed to access this model: {model_id}", param="model")
 
+    async def admit_request(self, principal: Principal) -> None:
+        """Count one request against the key's requests-per-minute, or refuse it (nothing counted)."""
+        if principal.key.rpm is not None:
+            await self._consume(principal, principal.key.rpm, None, 0)
+
+    async def admit_tokens(self, principal: Principal, tokens_estimate: int) -> None:
+        """Count the token estimate against the key's tokens-per-minute, or refuse it (nothing counted)."""
+        if principal.key.tpm is not None:
+            await self._consume(principal, None, principal.key.tpm, tokens_estimate)
+
     async def admit(self, principal: Principal, tokens_estimate: int) -> None:
-        """Count the request against the key's limits, or refuse it (nothing counted)."""
+        """Both limits in one atomic step (one request and its tokens), or refuse (nothing counted)."""
+        if principal.key.rpm is not None or principal.key.tpm is not None:
+            await self._consume(principal, principal.key.rpm, principal.key.tpm, tokens_estimate)
+
+    async def _consume(self, principal: Principal, rpm: int | None, tpm: int | None, tokens_estimate: int) -> None:
         key = principal.key
-        if key.rpm is None and key.tpm is None:
-            return
         try:
-            decision = await self.store.check_and_consume(key.id, key.rpm, key.tpm, tokens_estimate)
+            decision = await self.store.check_and_consume(key.id, rpm, tpm, tokens_estimate)
         except TokensOverLimit as exc:
             raise RequestTooLarge(str(exc), param="max_tokens") from exc
         if not decision.allowed:

@@ -7,6 +7,7 @@ from typing import Any
 from starlette.requests import Request
 
 from gateway.errors import IncompleteRequest, InvalidInput, RequestTooLarge
+from gateway.offload import Offload
 from gateway.strict_json import JSONRejected, loads_strict
 
 
@@ -14,11 +15,14 @@ def _too_large(max_bytes: int) -> RequestTooLarge:
     return RequestTooLarge(f"Request is too large: the body may be at most {max_bytes} bytes")
 
 
-async def read_json_object(request: Request, max_bytes: int, *, allow_empty: bool = False) -> dict[str, Any]:
+async def read_json_object(
+    request: Request, max_bytes: int, *, allow_empty: bool = False, offload: Offload | None = None
+) -> dict[str, Any]:
     """The body as a JSON object (an empty body is `{}` when `allow_empty`).
 
     A declared Content-Length over `max_bytes` is refused before reading anything; a chunked
-    body is refused as soon as the bytes read pass the bound (the rest is never buffered).
+    body is refused as soon as the bytes read pass the bound (the rest is never buffered). A large
+    body is parsed on `offload`'s threads when given.
     """
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > max_bytes:
@@ -34,8 +38,9 @@ async def read_json_object(request: Request, max_bytes: int, *, allow_empty: boo
         if allow_empty:
             return {}
         raise IncompleteRequest("Request is missing headers or body: send a JSON object body")
+    raw = b"".join(chunks)
     try:
-        body = loads_strict(b"".join(chunks))
+        body = await offload.run_if_large(size, lambda: loads_strict(raw)) if offload else loads_strict(raw)
     except JSONRejected as exc:
         raise InvalidInput(f"the body is rejected: {exc}") from None
     if not isinstance(body, dict):

@@ -13,8 +13,9 @@ an ordinary request (TensorRT-LLM's conditional disaggregation). Otherwise:
 3. generation step: the request again, its prompt replaced by the context step's
    prompt_token_ids and its disaggregated_params copied with `request_type: generation_only`,
    streamed from the decode backend, failing over to the next decode backend before the first
-   byte (it pulls the same pinned KV). If every decode backend fails - the context backend died
-   or the pin expired - the context step runs again on the next prefill backend.
+   byte (it pulls the same pinned KV). If every decode backend fails, the context backend may
+   have died: the context step runs again on the next prefill backend; if the pin expired before
+   the pull (410), it runs again on the same one, once.
 
 Billing stays the caller's: one usage record per client request, whose prompt and cached tokens
 are the context step's (where the prompt was prefilled) and whose completion tokens are the
@@ -51,6 +52,7 @@ log = structlog.get_logger("edgerun.gateway.disagg")
 
 RouteFn = Callable[[list[Endpoint], int], Awaitable[Flight]]  # (pool, max_tokens) -> a counted flight
 KV_GONE_STATUS = 410  # our backends' answer when the pinned KV expired or was pulled already
+KV_GONE_RETRIES = 1  # context steps run again on the same prefill backend after a 410
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,26 +117,31 @@ class Disaggregator:
         attempt.flights.append(prefill)
         failures: list[BackendError] = []
         for context_endpoint in prefill.endpoints:
-            try:
-                answer = await self._context(context_endpoint, body, request_id)
-            except (BackendUnavailable, BackendTimeout, BackendOverloaded) as exc:
-                failures.append(exc)
-                continue
-            await self.router.started(prefill, context_endpoint)
-            await self.router.finished(prefill, success=True)
-            if not answer.needs_generation(max_tokens):
-                return Opened(prefill, context_endpoint, _answer_chunks(answer), disaggregated=True)
-            try:
-                endpoint, chunks = await self._stream(decode, generation_body(body, answer), "generation", request_id)
-            except BackendRejected as exc:
-                if exc.status != KV_GONE_STATUS:
-                    raise
-                failures.append(exc)
-                continue
-            except (BackendUnavailable, BackendTimeout, BackendOverloaded) as exc:
-                failures.append(exc)  # maybe the context backend is gone: prefill again elsewhere
-                continue
-            return Opened(decode, endpoint, with_context_usage(chunks, answer.usage), disaggregated=True)
+            for _ in range(1 + KV_GONE_RETRIES):
+                try:
+                    answer = await self._context(context_endpoint, body, request_id)
+                except (BackendUnavailable, BackendTimeout, BackendOverloaded) as exc:
+                    failures.append(exc)
+                    break  # the next prefill backend
+                await self.router.started(prefill, context_endpoint)
+                await self.router.finished(prefill, success=True)
+                await self.router.first_token(decode)  # the decode backend imports the prompt: no prefill there
+                if not answer.needs_generation(max_tokens):
+                    return Opened(prefill, context_endpoint, _answer_chunks(answer), disaggregated=True)
+                try:
+                    gen_body = generation_body(body, answer)
+                    endpoint, chunks = await self._stream(decode, gen_body, "generation", request_id)
+                except BackendRejected as exc:
+                    if exc.status != KV_GONE_STATUS:
+                        raise
+                    failures.append(exc)
+                    continue  # the KV expired before any decode backend pulled it: prefill again
+                except BackendOverloaded:
+                    raise  # every decode backend is full: prefilling again elsewhere would not help
+                except (BackendUnavailable, BackendTimeout) as exc:
+                    failures.append(exc)
+                    break  # maybe the context backend is gone: prefill on the next one
+                return Opened(decode, endpoint, with_context_usage(chunks, answer.usage), disaggregated=True)
         if not failures:
             raise BackendUnavailable("no prefill backend to try")
         raise failures[-1]

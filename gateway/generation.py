@@ -1,8 +1,9 @@
 """One text generation, from parsed input to a backend stream, with its accounting settled once.
 
 `Generator.start` runs the request path in order: take one of the tenant's concurrency slots
-(`gateway.concurrency`), tokenize once (chat template + tokenizer),
-check the context length, admit against the key's limits, reserve budget, route, and open the
+(`gateway.concurrency`), tokenize once (chat template + tokenizer; large prompts on the offload
+pool), check the context length, admit against the key's tokens-per-minute limit (its request was
+counted against requests-per-minute on arrival, before the body was read), reserve budget, route, and open the
 backend stream with failover before the first byte. Anything that fails before the stream opens
 undoes what was counted and raises a `GatewayError`, so the client gets a proper status.
 
@@ -45,6 +46,7 @@ from gateway.errors import GatewayError, InternalError, InvalidInput, OutOfCapac
 from gateway.metering import MeteredRequest, Metering
 from gateway.metrics import GatewayMetrics
 from gateway.monitor import BackendMonitor
+from gateway.offload import Offload
 from gateway.routing import Flight, Router
 from gateway.schemas import GenerationInput
 from gateway.store.errors import StoreUnavailable
@@ -239,6 +241,7 @@ class Generator:
         metrics: GatewayMetrics,
         slots: TenantSlots,
         disagg: Disaggregator,
+        offload: Offload | None = None,
     ) -> None:
         self.catalog = catalog
         self.tokenizers = tokenizers
@@ -250,6 +253,7 @@ class Generator:
         self.metrics = metrics
         self.slots = slots
         self.disagg = disagg
+        self.offload = offload  # large prompts are templated and tokenized there, off the event loop
 
     async def tokenizer(self, model: ModelSpec) -> ModelTokenizer:
         return await self.tokenizers.get(model, lambda: self.monitor.healthy_first(self.catalog.endpoints(model.id)))
@@ -270,7 +274,7 @@ class Generator:
     async def _start(self, meta: RequestMeta, inp: GenerationInput) -> Generation:
         model = meta.model
         tokenizer = await self.tokenizer(model)
-        prompt_ids = await tokenizer.encode(inp.prompt)
+        prompt_ids = await tokenizer.encode(inp.prompt, self.offload)
         max_tokens = inp.sampling.max_tokens
         if len(prompt_ids) + max_tokens > tokenizer.max_model_len:
             raise InvalidInput(
@@ -279,7 +283,7 @@ class Generator:
                 param="max_tokens",
             )
         estimate = len(prompt_ids) + max_tokens
-        await self.auth.admit(meta.principal, estimate)
+        await self.auth.admit_tokens(meta.principal, estimate)  # the request itself was counted on arrival
         metered = MeteredRequest(
             request_id=meta.request_id,
             principal=meta.principal,

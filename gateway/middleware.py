@@ -10,7 +10,8 @@ HTTP request it
 - when the last body byte is sent, counts the request and its latency by route template, status
   and model (handlers put the model id in `scope["state"]["model"]`) and logs one access line;
 - turns an exception that escaped every handler into a 500 envelope (with the request id) when
-  no response has started, and logs it with its traceback.
+  no response has started, and logs it with its traceback; a client that left while its body was
+  being read (`ClientDisconnect`) is no error: it is logged at INFO as status 499.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import uuid
 from typing import Any
 
 import structlog
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.envelopes import error_response
@@ -80,6 +82,8 @@ class RequestContextMiddleware:
 
         try:
             await self.app(scope, receive, send_with_context)
+        except ClientDisconnect:
+            pass  # nothing to answer; _observe logs it as 499 (not finished)
         except Exception:
             log.exception("unhandled error", path=scope["path"])
             if not started:

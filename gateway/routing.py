@@ -18,13 +18,12 @@ Every decision is explainable: a debug log line "routing decision" lists each ca
 tokens, load and the policy's score (`Policy.score_of`, lower wins; None for policies without
 one), and `Flight.explanation` carries the same in one line (`explain`). A request that
 presents the admin token in `x-edgerun-explain` gets it back in the response header
-`x-edgerun-routing` (`explanation_headers`); nobody else does (it names backends and loads).
+`x-edgerun-routing` (gateway/api_inference.py); nobody else does (it names backends and loads).
 """
 
 from __future__ import annotations
 
 import asyncio
-import hmac
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any
@@ -216,14 +215,6 @@ def explain(policy: Policy, chosen: Candidate, candidates: list[Candidate], info
         text += f",score={score:g}" if score is not None else ""
         parts.append(text if c.healthy else f"{text},unhealthy")
     return " ".join(parts)
-
-
-def explanation_headers(flight: Flight, admin_token: str | None, presented: str | None) -> dict[str, str]:
-    """`{x-edgerun-routing: explanation}` when `presented` (the request's x-edgerun-explain) is the
-    admin token, compared in constant time; otherwise (or with no admin token configured) nothing."""
-    if not admin_token or not presented or not hmac.compare_digest(admin_token.encode(), presented.encode()):
-        return {}
-    return {EXPLAIN_RESPONSE_HEADER: flight.explanation}
 
 
 async def _gather(awaitables: list[Awaitable[Any]]) -> list[Any]:

@@ -15,6 +15,7 @@ import structlog
 
 from backends.client import BackendClient
 from gateway.admin import AdminService
+from gateway.admin_guard import AdminGuard
 from gateway.auth import Authenticator
 from gateway.billing.retention import archive_forever
 from gateway.billing.spool import LedgerSpool, replay_forever, spool_path
@@ -27,6 +28,7 @@ from gateway.kv_index import KVEventIndexer
 from gateway.metering import Metering
 from gateway.metrics import GatewayMetrics
 from gateway.monitor import BackendMonitor, MonitorIntervals
+from gateway.offload import Offload
 from gateway.routing import Router
 from gateway.settings import GatewaySettings
 from gateway.store.base import Store
@@ -51,6 +53,8 @@ class Services:
     auth: Authenticator
     generator: Generator
     admin: AdminService
+    admin_guard: AdminGuard
+    offload: Offload
     owns_store: bool
     owns_client: bool
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
@@ -101,7 +105,10 @@ class Services:
         tokenizers = TokenizerRegistry(settings.tokenizer_cache_dir, client)
         slots = TenantSlots(store, settings.tenant_max_concurrent_requests)
         disagg = Disaggregator(router, client, monitor, metrics, settings.disagg_max_local_prefill_length)
-        generator = Generator(catalog, tokenizers, auth, metering, router, monitor, client, metrics, slots, disagg)
+        offload = Offload(settings.offload_threads, settings.offload_max_pending)
+        generator = Generator(
+            catalog, tokenizers, auth, metering, router, monitor, client, metrics, slots, disagg, offload
+        )
         return cls(
             settings,
             metrics,
@@ -112,6 +119,12 @@ class Services:
             auth,
             generator,
             AdminService(store),
+            AdminGuard(
+                settings.admin_token.get_secret_value() if settings.admin_token is not None else None,
+                max_failures=settings.admin_max_failures,
+                window_s=settings.admin_failure_window_s,
+            ),
+            offload,
             owns_store,
             owns_client,
         )
@@ -144,6 +157,7 @@ class Services:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await self.monitor.stop()
+        self.offload.close()
         if self.owns_client:
             await self.client.aclose()
         if self.owns_store:

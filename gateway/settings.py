@@ -12,6 +12,7 @@ from pathlib import Path
 from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
 
 from backends.toml_settings import TomlSettings, check_secret
+from gateway.admin_guard import MIN_ADMIN_TOKEN_CHARS
 from gateway.billing.prices import default_prices
 from gateway.catalog import BackendSpec, ModelSpec, default_models
 
@@ -37,6 +38,23 @@ class GatewaySettings(TomlSettings):
     # --- HTTP gateway (gateway/app.py and the services it builds) ---
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
+    # An optional second listener for /admin/v1/* and /metrics (loopback by default); when set, those
+    # paths answer 404 on the public listener (gateway/listeners.py).
+    admin_host: str = "127.0.0.1"
+    admin_port: int | None = Field(default=None, ge=0, le=65535)
+    # /metrics on the public listener (no admin_port) needs `Authorization: Bearer <metrics_token>`
+    # unless metrics_public; with neither it is refused (401).
+    metrics_token: SecretStr | None = None
+    metrics_public: bool = False
+    # What one connection may cost a listener (gateway/listener_limits.py): 414 / 431 / 408 / 503.
+    max_request_line_bytes: int = Field(default=8192, ge=256)
+    max_header_bytes: int = Field(default=32_768, ge=1024)
+    max_headers: int = Field(default=100, ge=8)
+    headers_timeout_s: float = Field(default=10.0, gt=0)  # from connect (or the last response) to the headers' end
+    body_timeout_s: float = Field(default=60.0, gt=0)  # from the headers' end to the body's end
+    keep_alive_s: float = Field(default=5.0, gt=0)  # an idle kept-alive connection is closed after this
+    max_connections_per_client: int = Field(default=64, ge=1)  # per client address, per listener
+    max_connections: int = Field(default=10_000, ge=1)  # per listener
     region: str = Field(default="local", min_length=1)  # this gateway's region: tried first
     region_fallbacks: list[str] = Field(default_factory=list)  # other regions, nearest first
     routing_policy: str = "cache_aware"  # round_robin, least_tokens, session_hash, prefix_threshold, cache_aware
@@ -48,8 +66,17 @@ class GatewaySettings(TomlSettings):
     # a model without one is metered at cost 0 (price version "unpriced"). The default prices the
     # default model (gateway/billing/prices.py), so `edgerun dev` meters real amounts.
     prices: dict[str, dict[str, str | int]] = Field(default_factory=default_prices)
-    admin_token: SecretStr | None = None  # guards /admin/v1/*; None turns the admin API off
+    # Guards /admin/v1/* (`Authorization: Bearer <token>` only; at least 32 characters); None turns the
+    # admin API off. A client address with admin_max_failures wrong tokens within admin_failure_window_s
+    # is refused (429, code 971) until the oldest failure is that old (gateway/admin_guard.py).
+    admin_token: SecretStr | None = None
+    admin_max_failures: int = Field(default=10, ge=1)
+    admin_failure_window_s: float = Field(default=60.0, gt=0)
     max_body_bytes: int = Field(default=1 << 20, ge=1024)  # larger bodies get 413 / code 3006
+    # Large bodies are parsed, and large prompts templated and tokenized, on this many worker threads
+    # (gateway/offload.py); with offload_max_pending jobs waiting or running, more get 429 / 3040.
+    offload_threads: int = Field(default=2, ge=1)
+    offload_max_pending: int = Field(default=64, ge=1)
     tokenizer_cache_dir: Path | None = Path.home() / ".cache" / "edgerun" / "tokenizers"
     health_interval_s: float = Field(default=2.0, gt=0)  # GET /health of every backend
     load_interval_s: float = Field(default=1.0, gt=0)  # GET /load: corrects the in-flight counters
@@ -78,6 +105,22 @@ class GatewaySettings(TomlSettings):
     @classmethod
     def _long_enough(cls, value: SecretStr | None, info: ValidationInfo) -> SecretStr | None:
         return check_secret(value, f"{info.field_name} (EDGERUN_{str(info.field_name).upper()})")
+
+    @field_validator("metrics_token")
+    @classmethod
+    def _metrics_token_long_enough(cls, value: SecretStr | None) -> SecretStr | None:
+        return check_secret(value, "metrics_token (EDGERUN_METRICS_TOKEN)")
+
+    @field_validator("admin_token")
+    @classmethod
+    def _admin_token_long_enough(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and len(value.get_secret_value()) < MIN_ADMIN_TOKEN_CHARS:
+            raise ValueError(
+                f"admin_token (EDGERUN_ADMIN_TOKEN) must be at least {MIN_ADMIN_TOKEN_CHARS} characters: "
+                "generate one with `openssl rand -hex 32`"
+            )
+        return value
+
     log_level: str = "info"
     log_json: bool = True
 

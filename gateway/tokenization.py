@@ -30,9 +30,9 @@ from backends.client import BackendClient, BackendError, Endpoint
 from gateway.catalog import ModelSpec
 from gateway.chat_template import ChatTemplate
 from gateway.errors import InvalidInput, OutOfCapacity
+from gateway.offload import Offload, is_large
 from gateway.schemas import Prompt
 
-OFFLOAD_CHARS = 16_384  # prompts longer than this are tokenized on a worker thread
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,18 +70,32 @@ class ModelTokenizer:
 
     def encode_text(self, text: str, is_raw: bool = False) -> list[int]:
         """Token ids of `text`; special tokens written in it (`<|im_start|>`) are matched whole."""
-        ids = self.tokenizer.encode(text, add_special_tokens=False).ids
+        if is_large(len(text)):  # `encode` holds the GIL throughout; `encode_batch` releases it
+            ids = self.tokenizer.encode_batch([text], add_special_tokens=False)[0].ids
+        else:
+            ids = self.tokenizer.encode(text, add_special_tokens=False).ids
         return [self.bos_token_id, *ids] if is_raw and self.bos_token_id is not None else ids
 
-    async def encode(self, prompt: Prompt) -> list[int]:
+    def encode_prompt(self, prompt: Prompt) -> list[int]:
+        """Template + tokenizer, synchronously: the prompt's token ids."""
         text, is_raw = self.render(prompt)
-        if len(text) > OFFLOAD_CHARS:
-            ids = await asyncio.to_thread(self.encode_text, text, is_raw)
-        else:
-            ids = self.encode_text(text, is_raw)
+        ids = self.encode_text(text, is_raw)
         if not ids:
             raise InvalidInput("the prompt encodes to zero tokens", param="prompt")
         return ids
+
+    async def encode(self, prompt: Prompt, offload: Offload | None = None) -> list[int]:
+        """`encode_prompt`, on the offload pool when the prompt is large (inline without a pool)."""
+        if offload is None:
+            return self.encode_prompt(prompt)
+        return await offload.run_if_large(prompt_size(prompt), lambda: self.encode_prompt(prompt))
+
+
+def prompt_size(prompt: Prompt) -> int:
+    """Characters of text in the prompt (what templating and tokenizing cost grows with)."""
+    if prompt.text is not None:
+        return len(prompt.text)
+    return sum(len(value) for message in prompt.messages or () for value in message.values())
 
 
 def load_hf_dir(path: Path) -> dict[str, Any]:

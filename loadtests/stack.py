@@ -69,6 +69,7 @@ def gateway_toml(config: StackConfig, workdir: Path, backends: Sequence[ChildPro
         f"sqlite_path = {json.dumps(str(workdir / 'gateway.sqlite3'))}",
         f"admin_token = {json.dumps(admin_token)}",
         f"log_level = {json.dumps(config.log_level)}",
+        "metrics_public = true",  # a local bench stack on loopback: the bench scrapes /metrics
         "health_interval_s = 1.0",
         f"backend_first_byte_timeout_s = {config.first_byte_timeout_s}",
         f"backend_read_timeout_s = {max(60.0, config.first_byte_timeout_s)}",
@@ -129,7 +130,7 @@ def running_stack(config: StackConfig) -> Iterator[Stack]:
         backends = start_backends(config, workdir)
         for backend in backends:
             cleanup.callback(backend.stop, STOP_TIMEOUT_S)
-        admin_token = secrets.token_urlsafe(24)
+        admin_token = secrets.token_urlsafe(32)
         gateway = start_gateway(config, workdir, backends, admin_token)
         cleanup.callback(gateway.stop, STOP_TIMEOUT_S)
         yield Stack(gateway, backends, admin_token, workdir, config.policy)

@@ -121,9 +121,8 @@ def build_channel(transport: str, layout: KVLayout, secret: bytes, host: str) ->
     return TcpChannel(layout, secret)
 
 
-def mooncake_available() -> bool:
-    try:
-        from mooncake.engine import TransferEngine  # noqa: F401
-    except ImportError:
-        return False
-    return True
+def mooncake_installed() -> bool:
+    """Whether the optional package is installed (importing it may still fail: missing libraries)."""
+    import importlib.util
+
+    return importlib.util.find_spec("mooncake") is not None

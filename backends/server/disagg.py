@@ -78,14 +78,15 @@ async def context_step(
     )
     try:
         completion = await generation.collect()
+        last = generation.last
+        assert last is not None
+        # registered before any other await: from here the pin is released on pull or by the TTL
+        opaque = state.kv.export(last.kv_pin) if last.kv_pin is not None else None
     finally:
         await generation.close()
-    last = generation.last
-    assert last is not None
     body = renderer.answer(completion)
     choice = body["choices"][0]
-    if last.kv_pin is not None:  # pending: the decode side continues
-        opaque = state.kv.export(last.kv_pin)
+    if last.kv_pin is not None and opaque is not None:  # pending: the decode side continues
         choice["finish_reason"] = PENDING_FINISH_REASON
         choice["disaggregated_params"] = {
             "request_type": "context_only",

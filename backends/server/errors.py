@@ -6,7 +6,9 @@
     engines.errors.InvalidRequest             -> 400 invalid_request_error
     ModelNotFound                             -> 404 not_found_error
     engines.errors.EngineOverloaded, Overloaded (admission) -> 429 + Retry-After
-    NotImplementedFeature (disaggregated_params)            -> 501
+    NotImplementedFeature (a disaggregated step without KV transfer here) -> 501
+    disagg.KVPinGone (the context step's KV expired or was pulled)       -> 410
+    disagg.KVTransferFailed (the context backend is unreachable)        -> 502
     engines.errors.EngineStopped, Unavailable (starting / draining) -> 503
     engines.errors.EngineError (anything else), any other exception -> 500 internal_error
 """

@@ -113,6 +113,8 @@ class Generation:
             metrics = self._service.metrics
             metrics.requests.labels(self.route, self.outcome).inc()
             metrics.latency.labels(self.route).observe(time.monotonic() - self._started_at)
+            if self.last is not None:
+                metrics.observe_speculation(self.last)
 
 
 class GenerationService:

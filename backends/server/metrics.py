@@ -12,9 +12,11 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from engines.base import EngineStats
+from engines.base import EngineStats, GenerationOutput
 
 PREFIX = "edgerun_backend"
+ACCEPTANCE_RATE_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+ACCEPTED_LENGTH_BUCKETS = (1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 8.0)
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 
 
@@ -56,6 +58,10 @@ class _EngineCollector(Collector):
         )
         yield counter("prompt_tokens", "Prompt tokens received.", stats.num_prompt_tokens)
         yield counter("generation_tokens", "Tokens generated.", stats.num_generated_tokens)
+        yield counter("spec_draft_tokens", "Speculative draft tokens verified.", stats.num_draft_tokens)
+        yield counter(
+            "spec_accepted_tokens", "Speculative draft tokens the target accepted.", stats.num_accepted_draft_tokens
+        )
 
 
 class BackendMetrics:
@@ -108,6 +114,26 @@ class BackendMetrics:
             buckets=LATENCY_BUCKETS,
             registry=self.registry,
         )
+
+        # speculative decoding, one observation per finished request that verified drafts
+        self.spec_acceptance_rate = Histogram(
+            f"{PREFIX}_spec_acceptance_rate",
+            "Per request: drafted tokens the target accepted / drafted tokens verified.",
+            buckets=ACCEPTANCE_RATE_BUCKETS,
+            registry=self.registry,
+        )
+        self.spec_accepted_length = Histogram(
+            f"{PREFIX}_spec_mean_accepted_length",
+            "Per request: mean tokens emitted per verify step (accepted drafts + the target's own token).",
+            buckets=ACCEPTED_LENGTH_BUCKETS,
+            registry=self.registry,
+        )
+
+    def observe_speculation(self, last: GenerationOutput) -> None:
+        """Record a finished request's acceptance, if it verified any drafts."""
+        if last.num_verify_steps and last.num_draft_tokens:
+            self.spec_acceptance_rate.observe(last.num_accepted_draft_tokens / last.num_draft_tokens)
+            self.spec_accepted_length.observe(1 + last.num_accepted_draft_tokens / last.num_verify_steps)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -178,6 +178,10 @@ class AsyncEngine:
             self._queues.pop(request_id, None)
             if not is_done:  # consumer left (break, cancel, aclose): free the blocks before the next step
                 self._send(_Abort(request_id))
+                while not queue.empty():  # a final output nobody will read may hold pinned KV
+                    item = queue.get_nowait()
+                    if isinstance(item, GenerationOutput):
+                        self._may_release_pin(item)
 
     async def abort(self, request_id: str) -> None:
         """Abort `request_id` and return once its blocks are free (no-op if unknown)."""
@@ -194,6 +198,12 @@ class AsyncEngine:
         return self.engine.drain_kv_events()
 
     # ---- worker thread ---------------------------------------------------------------------
+
+    def _may_release_pin(self, output: GenerationOutput) -> None:
+        """A context step whose caller left: nobody will export its pinned KV, so give it back."""
+        if output.kv_pin is not None and self._loop is not None:
+            pin_id = output.kv_pin.pin_id
+            self._send(_Call(lambda engine: engine.pins.release(pin_id), self._loop.create_future()))
 
     def _send(self, command: _Add | _Abort | _Call | _Stop) -> None:
         with self._wakeup:
@@ -289,6 +299,8 @@ class AsyncEngine:
             queue = self._queues.get(output.request_id)
             if queue is not None:
                 queue.put_nowait(output.error if isinstance(output, _Failed) else output)
+            elif isinstance(output, GenerationOutput):
+                self._may_release_pin(output)
         for ack in acks:
             if not ack.done():
                 ack.set_result(None)

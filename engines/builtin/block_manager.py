@@ -125,6 +125,14 @@ class BlockManager:
                 else:
                     self.free_block_ids.append(block_id)
 
+    def trim(self, seq: Sequence, num_tokens: int) -> None:
+        """Release the blocks of `seq` beyond those covering positions [0, num_tokens): the slots
+        of rejected draft tokens. Never a registered block: those hold computed tokens only."""
+        keep = self.num_blocks_for(num_tokens)
+        assert keep >= len(seq.block_hashes), f"{seq.request_id}: trimming a registered block"
+        self.release(seq.block_table[keep:])
+        del seq.block_table[keep:]
+
     # ---- registering computed blocks -------------------------------------------------------
 
     def commit_computed(self, seq: Sequence) -> None:

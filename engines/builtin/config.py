@@ -34,6 +34,18 @@ class EngineConfig:
     # torch intra-op CPU threads for this process (None: torch's default, one per core). One thread
     # is steadier when other busy processes share the cores: a parallel op waits for its slowest thread.
     num_threads: int | None = None
+    # Speculative decoding (engines/builtin/speculative): "none", "ngram" (prompt lookup, vLLM's
+    # method: the continuation of the latest earlier match of the context's last n tokens,
+    # prompt_lookup_max >= n >= prompt_lookup_min) or "eagle3" (a draft head in speculative_model).
+    # Up to num_speculative_tokens drafts per sequence are verified in one forward pass; output is
+    # the target's either way. With more than speculative_max_concurrency running requests the
+    # engine does not speculate: a bigger batch already keeps the weights busy.
+    speculative: str = "none"
+    num_speculative_tokens: int = 4
+    prompt_lookup_min: int = 2
+    prompt_lookup_max: int = 4
+    speculative_model: str | None = None
+    speculative_max_concurrency: int = 4
 
     def __post_init__(self) -> None:
         if self.block_size < 1 or self.block_size & (self.block_size - 1):
@@ -54,6 +66,16 @@ class EngineConfig:
             )
         if self.weight_dtype == "float16" != self.dtype and self.device != "cpu":
             raise ValueError("weight_dtype='float16' with dtype='float32' is for device='cpu' (on CUDA use dtype='bfloat16')")
+        if self.speculative not in ("none", "ngram", "eagle3"):
+            raise ValueError(f"speculative={self.speculative!r}: use none, ngram or eagle3")
+        if self.num_speculative_tokens < 1:
+            raise ValueError("num_speculative_tokens must be >= 1")
+        if not 1 <= self.prompt_lookup_min <= self.prompt_lookup_max:
+            raise ValueError("need 1 <= prompt_lookup_min <= prompt_lookup_max")
+        if self.speculative == "eagle3" and not self.speculative_model:
+            raise ValueError("speculative='eagle3' needs speculative_model: the EAGLE-3 head's directory")
+        if self.speculative_max_concurrency < 1:
+            raise ValueError("speculative_max_concurrency must be >= 1")
         if not (self.device == "cpu" or self.device.startswith("cuda")):
             raise ValueError(f"device={self.device!r}: use cpu or cuda[:N]")
 

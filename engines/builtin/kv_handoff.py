@@ -60,4 +60,4 @@ def finish_import(engine: LLMEngine, request_id: str, first_token_id: int) -> Ge
     engine.block_manager.commit_computed(seq)
     seq.status = SequenceStatus.RUNNING
     engine.scheduler.running.append(seq)
-    return engine.postprocess(seq, first_token_id)
+    return engine.postprocess(seq, [first_token_id])

@@ -15,6 +15,9 @@ from engines.builtin.model_runner import ForwardItem, ModelRunner
 from engines.builtin.sampler import Sampler
 from engines.builtin.scheduler import ScheduledChunk, Scheduler
 from engines.builtin.sequence import Sequence
+from engines.builtin.speculative.factory import build_proposer
+from engines.builtin.speculative.proposer import Proposer
+from engines.builtin.speculative.speculator import Speculator
 from engines.errors import EngineOverloaded, InvalidRequest
 
 
@@ -23,10 +26,11 @@ class LLMEngine:
 
     Pass `runner` to share an already loaded model (its KV cache must hold at least
     `config.num_kv_blocks` blocks of `config.block_size`); otherwise one is built from `config`.
-    Only one engine may drive a runner at a time.
+    Only one engine may drive a runner at a time. `proposer` overrides the draft proposer that
+    `config.speculative` names (tests and benchmarks bring their own).
     """
 
-    def __init__(self, config: EngineConfig, runner: ModelRunner | None = None) -> None:
+    def __init__(self, config: EngineConfig, runner: ModelRunner | None = None, proposer: Proposer | None = None) -> None:
         self.config = config
         self.runner = runner if runner is not None else ModelRunner(config)
         _check_runner_fits(self.runner, config)
@@ -43,6 +47,9 @@ class LLMEngine:
         self.pins = KVPins(self.block_manager)
         self.pin_on_finish: set[str] = set()  # request ids whose blocks are pinned if they stop at "length"
         self.sampler = Sampler()
+        if proposer is None:
+            proposer = build_proposer(config, self.runner)
+        self.speculator = Speculator(config, proposer, self.sampler, self.max_model_len, self.vocab_size)
         self.seqs: dict[str, Sequence] = {}
         self.streams: dict[str, TextStream] = {}
         self.num_generated_tokens = 0
@@ -106,35 +113,47 @@ class LLMEngine:
         chunks = self.scheduler.schedule()
         if not chunks:
             return []
-        logits = self.runner.execute([self.prepare_item(chunk) for chunk in chunks])  # [len(chunks), V]
-        rows = self.scheduler.update(chunks)
-        seqs = [chunks[i].seq for i in rows]
-        if len(rows) < len(chunks):
-            logits = logits[rows]  # [len(rows), V]: drop prefill chunks that did not reach the end
-        token_ids = self.sampler(logits, seqs) if rows else []
-        return [self.postprocess(seq, token_id) for seq, token_id in zip(seqs, token_ids)]
+        items = [self.prepare_item(chunk) for chunk in chunks]
+        run = self.runner.run(items, self.speculator.aux_layers)  # logits: [sum of 1 + drafts, V]
+        rows = self.scheduler.update(chunks)  # chunks that reached the end of their sequence
+        new_tokens = self.speculator.sample(run.logits, chunks, rows)
+        outputs = [self.commit(chunks[i], token_ids) for i, token_ids in zip(rows, new_tokens)]
+        self.speculator.propose(chunks, items, run.hidden, len(self.scheduler.running))
+        return outputs
 
     def prepare_item(self, chunk: ScheduledChunk) -> ForwardItem:
-        end = chunk.start_pos + chunk.num_tokens
+        token_ids = chunk.token_ids  # with the drafts to verify, if any
+        end = chunk.start_pos + len(token_ids)
         blocks = chunk.seq.block_table[: self.block_manager.num_blocks_for(end)]
-        return ForwardItem(chunk.token_ids, chunk.start_pos, blocks)
+        return ForwardItem(token_ids, chunk.start_pos, blocks, 1 + len(chunk.draft_token_ids))
 
-    def postprocess(self, seq: Sequence, token_id: int) -> GenerationOutput:
-        seq.token_ids.append(token_id)
-        self.num_generated_tokens += 1
+    def commit(self, chunk: ScheduledChunk, token_ids: list[int]) -> GenerationOutput:
+        """Append the step's new tokens (accepted drafts + one of the target's) to the sequence."""
+        output = self.postprocess(chunk.seq, token_ids)
+        if chunk.draft_token_ids and not output.is_finished:
+            self.scheduler.accept_drafts(chunk.seq, len(token_ids) - 1)
+        return output
+
+    def postprocess(self, seq: Sequence, token_ids: list[int]) -> GenerationOutput:
+        """Append tokens one by one until one ends the request (EOS, stop string, length)."""
         stream = self.streams[seq.request_id]
-        is_eos = token_id in self.eos_token_ids and not seq.sampling.ignore_eos
-        text, hit_stop = ("", False) if is_eos else stream.add(token_id)
-        reason: FinishReason | None = None
-        if hit_stop or is_eos:
-            reason = "stop"
-        elif seq.num_generated_tokens >= seq.sampling.max_tokens or len(seq) >= self.max_model_len:
-            reason = "length"
-        if reason is None:
-            return self._output(seq, [token_id], text, None)
-        if not hit_stop:
-            text += stream.finish()
-        return self._finish(seq, reason, [token_id], text)
+        text = ""
+        for n, token_id in enumerate(token_ids, 1):
+            seq.token_ids.append(token_id)
+            self.num_generated_tokens += 1
+            is_eos = token_id in self.eos_token_ids and not seq.sampling.ignore_eos
+            piece, hit_stop = ("", False) if is_eos else stream.add(token_id)
+            text += piece
+            reason: FinishReason | None = None
+            if hit_stop or is_eos:
+                reason = "stop"
+            elif seq.num_generated_tokens >= seq.sampling.max_tokens or len(seq) >= self.max_model_len:
+                reason = "length"
+            if reason is not None:
+                if not hit_stop:
+                    text += stream.finish()
+                return self._finish(seq, reason, token_ids[:n], text)
+        return self._output(seq, token_ids, text, None)
 
     def _finish(self, seq: Sequence, reason: FinishReason, new_token_ids: list[int], text: str) -> GenerationOutput:
         pin = None
@@ -143,6 +162,7 @@ class LLMEngine:
             if reason == "length":  # a context step that stopped at its budget: keep its KV for a decode backend
                 pin = self.pins.pin(seq)
         self.scheduler.finish(seq, reason)
+        self.speculator.finish(seq)
         del self.seqs[seq.request_id]
         del self.streams[seq.request_id]
         output = self._output(seq, new_token_ids, text, reason)
@@ -158,6 +178,9 @@ class LLMEngine:
             num_cached_tokens=seq.num_cached_tokens or 0,
             num_generated_tokens=seq.num_generated_tokens,
             finish_reason=reason,
+            num_draft_tokens=seq.num_draft_tokens,
+            num_accepted_draft_tokens=seq.num_accepted_tokens,
+            num_verify_steps=seq.num_verify_steps,
         )
 
     # ---- introspection ---------------------------------------------------------------------
@@ -175,6 +198,8 @@ class LLMEngine:
             num_prompt_tokens=s.num_prompt_tokens,
             num_generated_tokens=self.num_generated_tokens,
             num_preemptions=s.num_preemptions,
+            num_draft_tokens=self.speculator.num_draft_tokens,
+            num_accepted_draft_tokens=self.speculator.num_accepted_tokens,
             num_kv_blocks_pinned=self.pins.num_pinned_blocks,
         )
 

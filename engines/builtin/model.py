@@ -81,11 +81,17 @@ def forward(
     freqs_cis: Tensor,
     meta: AttentionMetadata,
     logit_indices: Tensor,
-) -> Tensor:
-    # token_ids [T] (all sequences' new tokens, packed) -> logits of the rows logit_indices   [N, V] float32
+    aux_layers: tuple[int, ...] = (),
+) -> tuple[Tensor, Tensor | None]:
+    # token_ids [T] (all sequences' new tokens, packed) -> logits of the rows logit_indices [N, V] float32,
+    # and the residual stream after each layer of aux_layers, joined [T, len(aux_layers) * D] (None without)
     x = F.embedding(token_ids, weights.embed)  # [T, D]
-    for layer, kv_cache in zip(weights.layers, kv_caches):
+    captured: dict[int, Tensor] = {}
+    for i, (layer, kv_cache) in enumerate(zip(weights.layers, kv_caches)):
         x = attention_block(x, layer, kv_cache, meta, freqs_cis, config)
-        x = mlp_block(x, layer, config)
+        x = mlp_block(x, layer, config)  # a new tensor each block: a captured one is never overwritten
+        if i in aux_layers:
+            captured[i] = x
+    aux = torch.cat([captured[i] for i in aux_layers], dim=-1) if aux_layers else None
     x = rms_norm(x[logit_indices], weights.norm, config.rms_norm_eps)  # [N, D]
-    return linear(x, weights.lm_head).float()
+    return linear(x, weights.lm_head).float(), aux

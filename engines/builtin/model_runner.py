@@ -2,7 +2,9 @@
 
 The model runner knows nothing of scheduling: the caller says, per sequence, which tokens to run,
 at which position, and which KV blocks hold it. It packs all tokens into one flat batch for the
-matmuls, writes their k/v into the cache and returns the logits of each item's last token.
+matmuls, writes their k/v into the cache and returns the logits of each item's last token (of its
+last `num_logits` tokens for a speculative verify row: the last committed token plus its drafts, run
+like a prefill chunk, causal within the row).
 """
 
 from __future__ import annotations
@@ -31,13 +33,25 @@ class ForwardItem:
     token_ids: list[int]  # new tokens to run now: a prefill chunk, or 1 decode token
     start_pos: int  # absolute position of token_ids[0]; KV of positions < start_pos is already in the cache
     block_table: list[int]  # physical KV block ids covering positions [0, start_pos + len(token_ids))
+    num_logits: int = 1  # logits of the last num_logits tokens (1 + k to verify k drafted tokens)
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.num_logits <= len(self.token_ids):
+            raise ValueError(f"num_logits={self.num_logits} must be in [1, {len(self.token_ids)}]")
+
+
+@dataclass(slots=True)
+class RunOutput:
+    logits: Tensor  # [sum of num_logits, V] float32, items in order, each item's rows in position order
+    hidden: list[Tensor] | None  # per item [len(token_ids), len(aux_layers) * D]; None without aux_layers
 
 
 @dataclass(slots=True)
 class PreparedBatch:
     token_ids: Tensor  # [T] packed: decodes first, then prefill chunks
     positions: Tensor  # [T]
-    logit_indices: Tensor  # [N] row of each item's last token, in item order
+    logit_indices: Tensor  # [sum of num_logits] rows of each item's logit tokens, in item order
+    item_rows: list[tuple[int, int]]  # packed rows [start, end) of each item's tokens
     meta: AttentionMetadata
 
 
@@ -52,7 +66,8 @@ class ModelRunner:
     """Owns the weights, the tokenizer and the KV cache of one model on one device.
 
     `execute(items)` runs one step for any mix of prefill chunks and decodes and returns float32
-    logits [len(items), vocab] of each item's last token.
+    logits [len(items), vocab] of each item's last token (more rows for items with num_logits > 1).
+    `run(items, aux_layers)` also returns the residual stream after those decoder layers.
     """
 
     def __init__(self, config: EngineConfig) -> None:
@@ -78,24 +93,32 @@ class ModelRunner:
         self.max_model_len = min(config.max_model_len or mc.max_position_embeddings, mc.max_position_embeddings)
 
     def execute(self, items: list[ForwardItem]) -> Tensor:
-        """Run the new tokens of every item; return logits [len(items), vocab] float32."""
+        """Run the new tokens of every item; return logits [sum of num_logits, vocab] float32."""
+        return self.run(items).logits
+
+    def run(self, items: list[ForwardItem], aux_layers: tuple[int, ...] = ()) -> RunOutput:
+        """`execute`, plus the outputs of decoder layers `aux_layers` (0-based) at every new token."""
         with torch.inference_mode():
             batch = self.prepare_batch(items)
             freqs_cis = rope_freqs_cis(batch.positions, self.inv_freq)
-            return forward(self.weights, self.model_config, self.kv_caches, batch.token_ids, freqs_cis, batch.meta, batch.logit_indices)
+            logits, aux = forward(self.weights, self.model_config, self.kv_caches, batch.token_ids, freqs_cis,
+                                  batch.meta, batch.logit_indices, aux_layers)
+        hidden = None if aux is None else [aux[start:end] for start, end in batch.item_rows]
+        return RunOutput(logits, hidden)
 
     def prepare_batch(self, items: list[ForwardItem]) -> PreparedBatch:
         if not items:
             raise ValueError("execute() needs at least one item")
         bs = self.block_size
-        decodes = [i for i, item in enumerate(items) if len(item.token_ids) == 1]
+        decodes = [i for i, item in enumerate(items) if len(item.token_ids) == 1]  # verify rows run as chunks
         prefills = [i for i, item in enumerate(items) if len(item.token_ids) > 1]
         if len(decodes) + len(prefills) != len(items):
             raise ValueError("every ForwardItem needs at least one token")
         token_ids: list[int] = []
         positions: list[int] = []
         slots: list[int] = []
-        logit_rows = [0] * len(items)
+        logit_rows: list[list[int]] = [[] for _ in items]
+        item_rows = [(0, 0)] * len(items)
         for row, i in enumerate(decodes):
             item = items[i]
             self.check_item(item)
@@ -103,7 +126,8 @@ class ModelRunner:
             token_ids.append(item.token_ids[0])
             positions.append(pos)
             slots.append(item.block_table[pos // bs] * bs + pos % bs)
-            logit_rows[i] = row
+            logit_rows[i] = [row]
+            item_rows[i] = (row, row + 1)
         decode_tables, decode_context, decode_mask = self.prepare_decode_tables([items[i] for i in decodes])
         chunks = []
         row = len(decodes)
@@ -116,8 +140,9 @@ class ModelRunner:
             positions.extend(range(start, start + n))
             slots.extend(table[p // bs] * bs + p % bs for p in range(start, start + n))
             chunks.append(self.prepare_prefill_chunk(row, item))
+            logit_rows[i] = list(range(row + n - item.num_logits, row + n))
+            item_rows[i] = (row, row + n)
             row += n
-            logit_rows[i] = row - 1
         meta = AttentionMetadata(
             slot_mapping=self.to_tensor(slots),
             num_decodes=len(decodes),
@@ -126,7 +151,8 @@ class ModelRunner:
             decode_mask=decode_mask,
             prefills=chunks,
         )
-        return PreparedBatch(self.to_tensor(token_ids), self.to_tensor(positions), self.to_tensor(logit_rows), meta)
+        logit_indices = self.to_tensor([r for rows in logit_rows for r in rows])
+        return PreparedBatch(self.to_tensor(token_ids), self.to_tensor(positions), logit_indices, item_rows, meta)
 
     def prepare_decode_tables(self, items: list[ForwardItem]) -> tuple[Tensor | slice | None, int, Tensor | None]:
         # -> block tables [B, max_blocks] (padded with block 0), longest context, mask [B, 1, 1, L] or None

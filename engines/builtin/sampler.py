@@ -64,7 +64,7 @@ class Sampler:
 
     def __call__(self, logits: torch.Tensor, seqs: list[Sequence]) -> list[int]:
         # logits: [B, V] float32
-        if all(s.sampling.is_greedy and not _has_penalty(s) for s in seqs):
+        if all(s.sampling.is_greedy and not has_penalty(s) for s in seqs):
             return logits.argmax(dim=-1).tolist()  # fast path
         logits = self.prepare_penalised(logits, seqs)
         next_ids = logits.argmax(dim=-1)  # [B]: right for greedy rows, overwritten for the rest
@@ -75,7 +75,7 @@ class Sampler:
         return next_ids.tolist()
 
     def prepare_penalised(self, logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
-        rows = [i for i, s in enumerate(seqs) if _has_penalty(s)]
+        rows = [i for i, s in enumerate(seqs) if has_penalty(s)]
         if not rows:
             return logits
         logits = logits.clone()
@@ -104,15 +104,7 @@ class Sampler:
     def sample_rows(self, logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
         # logits: [B, V] of non-greedy rows
         device, vocab = logits.device, logits.shape[-1]
-        temperature = torch.tensor([s.sampling.temperature for s in seqs], device=device).unsqueeze(-1)
-        logits = logits / temperature
-        if any(s.sampling.top_k is not None for s in seqs):
-            top_k = torch.tensor([min(s.sampling.top_k or vocab, vocab) for s in seqs], device=device)
-            logits = apply_top_k(logits, top_k)
-        if any(s.sampling.top_p < 1.0 for s in seqs):
-            top_p = torch.tensor([s.sampling.top_p for s in seqs], device=device).unsqueeze(-1)
-            logits = apply_top_p(logits, top_p)
-        probs = logits.softmax(dim=-1)
+        probs = self.probs(logits, seqs)
         noise = torch.empty_like(probs)
         unseeded = [i for i, s in enumerate(seqs) if s.sampling.seed is None]
         if unseeded:
@@ -121,6 +113,25 @@ class Sampler:
             if s.sampling.seed is not None:
                 noise[i] = exponential_noise((vocab,), device, self._request_generator(s, device))
         return sample_from_probs(probs, noise)
+
+    def probs(self, logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
+        # logits: [B, V] of non-greedy rows, penalties applied -> the distribution each row samples   [B, V]
+        device, vocab = logits.device, logits.shape[-1]
+        temperature = torch.tensor([s.sampling.temperature for s in seqs], device=device).unsqueeze(-1)
+        logits = logits / temperature
+        if any(s.sampling.top_k is not None for s in seqs):
+            top_k = torch.tensor([min(s.sampling.top_k or vocab, vocab) for s in seqs], device=device)
+            logits = apply_top_k(logits, top_k)
+        if any(s.sampling.top_p < 1.0 for s in seqs):
+            top_p = torch.tensor([s.sampling.top_p for s in seqs], device=device).unsqueeze(-1)
+            logits = apply_top_p(logits, top_p)
+        return logits.softmax(dim=-1)
+
+    def generator_for(self, seq: Sequence, device: torch.device) -> torch.Generator:
+        """The RNG `seq` draws from: its own with a seed, else the sampler's shared one."""
+        if seq.sampling.seed is not None:
+            return self._request_generator(seq, device)
+        return self._shared_generator(device)
 
     def _request_generator(self, seq: Sequence, device: torch.device) -> torch.Generator:
         if seq.generator is None:
@@ -138,6 +149,6 @@ class Sampler:
         return self._generators[device]
 
 
-def _has_penalty(seq: Sequence) -> bool:
+def has_penalty(seq: Sequence) -> bool:
     p = seq.sampling
     return p.repetition_penalty != 1.0 or p.frequency_penalty != 0.0 or p.presence_penalty != 0.0

@@ -7,12 +7,16 @@ KV cache allow. A long prompt is therefore spread over several steps while every
 decoding. When a decode needs a new KV block and none is left, the most recently admitted running
 sequence is preempted: its blocks are released and it goes back to the head of the queue, to be
 prefilled again later (generated tokens included) — recomputation, never a corrupted cache.
+
+Speculative decoding: a decoding sequence with `draft_token_ids` runs them after its last token in
+the same row when the budget and free blocks allow (never preempting anyone for a draft); after
+verification `accept_drafts` counts the accepted ones as computed and frees the rejected ones' slots.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from engines.base import FinishReason
 from engines.builtin.block_manager import BlockManager
@@ -22,10 +26,11 @@ from engines.builtin.sequence import Sequence, SequenceStatus
 
 @dataclass(slots=True)
 class ScheduledChunk:
-    """`num_tokens` tokens of `seq`, starting at its first uncomputed position."""
+    """`num_tokens` tokens of `seq`, starting at its first uncomputed position, then drafts to verify."""
 
     seq: Sequence
     num_tokens: int
+    draft_token_ids: list[int] = field(default_factory=list)
 
     @property
     def start_pos(self) -> int:
@@ -33,7 +38,7 @@ class ScheduledChunk:
 
     @property
     def token_ids(self) -> list[int]:
-        return self.seq.token_ids[self.start_pos : self.start_pos + self.num_tokens]
+        return self.seq.token_ids[self.start_pos : self.start_pos + self.num_tokens] + self.draft_token_ids
 
 
 class Scheduler:
@@ -57,6 +62,11 @@ class Scheduler:
 
         for seq in list(self.running):  # decodes first, oldest first
             if seq.status is not SequenceStatus.RUNNING or seq.is_prefilling or budget == 0:
+                continue
+            drafts = self._take_drafts(seq, budget)
+            if drafts:
+                chunks.append(ScheduledChunk(seq, 1, drafts))
+                budget -= 1 + len(drafts)
                 continue
             while not self.block_manager.may_append(seq, len(seq)):
                 victim = self.running[-1]
@@ -87,6 +97,22 @@ class Scheduler:
             budget -= num_tokens
         return chunks
 
+    def _take_drafts(self, seq: Sequence, budget: int) -> list[int]:
+        """The drafts `seq` can verify this step (blocks reserved), or [] to decode plainly."""
+        drafts, seq.draft_token_ids = seq.draft_token_ids[: budget - 1], []
+        if drafts and self.block_manager.may_append(seq, len(seq) + len(drafts)):
+            return drafts
+        return []
+
+    def accept_drafts(self, seq: Sequence, num_accepted: int) -> None:
+        """The first `num_accepted` drafts verified after the sequence's last computed token are now
+        in `token_ids` with their KV computed: count them, register the blocks they fill, and free
+        the blocks that only rejected drafts used."""
+        seq.num_computed_tokens += num_accepted
+        assert seq.num_computed_tokens == len(seq) - 1, f"{seq.request_id}: accepted drafts out of step"
+        self.block_manager.commit_computed(seq)
+        self.block_manager.trim(seq, len(seq))
+
     def _admit(self, seq: Sequence) -> None:
         num_cached = self.block_manager.allocate(seq)
         if seq.num_cached_tokens is None:  # first admission: this is what the request is billed for
@@ -100,6 +126,7 @@ class Scheduler:
         self.running.remove(seq)
         self.block_manager.deallocate(seq)
         seq.status = SequenceStatus.WAITING
+        seq.draft_token_ids = []
         self.waiting.appendleft(seq)
         self.num_preemptions += 1
 

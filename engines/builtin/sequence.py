@@ -41,6 +41,11 @@ class Sequence:
     block_hashes: list[int] = field(default_factory=list)
     finish_reason: FinishReason | None = None
     generator: torch.Generator | None = None  # per-request RNG when sampling.seed is set
+    # Speculative decoding: drafts proposed to follow token_ids, verified with the next decode.
+    draft_token_ids: list[int] = field(default_factory=list)
+    num_draft_tokens: int = 0  # drafts verified so far
+    num_accepted_tokens: int = 0  # of which accepted
+    num_verify_steps: int = 0  # decode steps that verified drafts
 
     def __post_init__(self) -> None:
         self.num_prompt_tokens = len(self.token_ids)

@@ -19,6 +19,11 @@ Where the keys come from (TensorRT-LLM's own documentation and examples):
   `speculative_model_dir` as its documented alias; `eagle3_one_model` from the Eagle3 config. The
   1.0-era examples (tech blog 6, Llama 4 Maverick on B200) spell it `decoding_type: Eagle` with
   `speculative_model_dir`; releases after 1.2 name it `Eagle3` and keep `Eagle` only as an alias.
+  N-gram: `decoding_type: NGram` with `max_draft_len` and `max_matching_ngram_size` (the
+  NGramDecodingConfig reference). `max_concurrency` (speculation off above that many requests) is
+  a field of DecodingBaseConfig in the 1.2+ references; it is written only when set.
+  The speculative fields carry the built-in engine's names (EngineConfig), so `--speculative`,
+  `--num-speculative-tokens` and `--speculative-model` configure either engine the same way.
 * cache_transceiver_config: examples/disaggregated/README.md: `backend` (DEFAULT, UCX, NIXL, MPI)
   and `max_tokens_in_buffer` (>= the longest prompt for best performance); the same README sets
   `disable_overlap_scheduler: true` on context servers, which do not support the overlap scheduler.
@@ -41,21 +46,6 @@ MODEL_ALIASES = {"smollm2": "HuggingFaceTB/SmolLM2-135M-Instruct"}
 
 
 @dataclass(frozen=True, slots=True)
-class Eagle3Config:
-    """EAGLE-3 speculative decoding: a draft head checkpoint trained for the target model."""
-
-    speculative_model_dir: str
-    max_draft_len: int = 3
-    one_model: bool = True  # run draft and target as one fused model (eagle3_one_model)
-
-    def __post_init__(self) -> None:
-        if not self.speculative_model_dir:
-            raise ValueError("eagle3.speculative_model_dir must name the EAGLE-3 draft checkpoint")
-        if self.max_draft_len < 1:
-            raise ValueError(f"eagle3.max_draft_len={self.max_draft_len} must be >= 1")
-
-
-@dataclass(frozen=True, slots=True)
 class TrtllmConfig:
     """What one region's TensorRT-LLM deployment runs, in edgerun's terms.
 
@@ -70,7 +60,13 @@ class TrtllmConfig:
     max_batch_size: int = 256
     max_num_tokens: int = 8192
     event_buffer_max_size: int = 16384  # KV events kept between two polls of /kv_cache_events
-    eagle3: Eagle3Config | None = None
+    # speculative decoding: "none", "ngram" (NGram) or "eagle3" (an EAGLE-3 head in speculative_model)
+    speculative: Literal["none", "ngram", "eagle3"] = "none"
+    num_speculative_tokens: int = 3  # max_draft_len
+    prompt_lookup_max: int = 4  # max_matching_ngram_size (NGram)
+    speculative_model: str | None = None  # speculative_model_dir (EAGLE-3)
+    speculative_max_concurrency: int | None = None  # max_concurrency; None: TensorRT-LLM's default
+    eagle3_one_model: bool = True  # run draft and target as one fused model
     cache_transceiver_backend: CacheTransceiverBackend = "DEFAULT"
     max_tokens_in_buffer: int = 8192
     context_servers: tuple[str, ...] = ()
@@ -86,6 +82,12 @@ class TrtllmConfig:
             raise ValueError(f"free_gpu_memory_fraction={self.free_gpu_memory_fraction} must be in (0, 1]")
         if self.max_batch_size < 1 or self.max_num_tokens < 1:
             raise ValueError("max_batch_size and max_num_tokens must be >= 1")
+        if self.num_speculative_tokens < 1 or self.prompt_lookup_max < 1:
+            raise ValueError("num_speculative_tokens and prompt_lookup_max must be >= 1")
+        if self.speculative == "eagle3" and not self.speculative_model:
+            raise ValueError("speculative='eagle3' needs speculative_model: the EAGLE-3 draft checkpoint")
+        if self.speculative_max_concurrency is not None and self.speculative_max_concurrency < 1:
+            raise ValueError("speculative_max_concurrency must be >= 1 (or unset)")
         if self.event_buffer_max_size < 1:
             raise ValueError("event_buffer_max_size must be > 0: the gateway routes on KV cache events")
         for address in (*self.context_servers, *self.generation_servers):
@@ -125,13 +127,9 @@ def llm_api_options(config: TrtllmConfig, role: Role = "mixed") -> dict[str, Any
             "free_gpu_memory_fraction": config.free_gpu_memory_fraction,
         },
     }
-    if config.eagle3 is not None:
-        options["speculative_config"] = {
-            "decoding_type": eagle_decoding_type(config.trtllm_version),
-            "max_draft_len": config.eagle3.max_draft_len,
-            "speculative_model_dir": config.eagle3.speculative_model_dir,
-            "eagle3_one_model": config.eagle3.one_model,
-        }
+    speculative = speculative_config(config)
+    if speculative is not None:
+        options["speculative_config"] = speculative
     if role == "prefill":
         options["disable_overlap_scheduler"] = True
     if role != "mixed":
@@ -139,6 +137,28 @@ def llm_api_options(config: TrtllmConfig, role: Role = "mixed") -> dict[str, Any
             "backend": config.cache_transceiver_backend,
             "max_tokens_in_buffer": config.max_tokens_in_buffer,
         }
+    return options
+
+
+def speculative_config(config: TrtllmConfig) -> dict[str, Any] | None:
+    """The `speculative_config` mapping, None without speculation."""
+    if config.speculative == "none":
+        return None
+    if config.speculative == "eagle3":
+        options: dict[str, Any] = {
+            "decoding_type": eagle_decoding_type(config.trtllm_version),
+            "max_draft_len": config.num_speculative_tokens,
+            "speculative_model_dir": config.speculative_model,
+            "eagle3_one_model": config.eagle3_one_model,
+        }
+    else:
+        options = {
+            "decoding_type": "NGram",
+            "max_draft_len": config.num_speculative_tokens,
+            "max_matching_ngram_size": config.prompt_lookup_max,
+        }
+    if config.speculative_max_concurrency is not None:
+        options["max_concurrency"] = config.speculative_max_concurrency
     return options
 
 

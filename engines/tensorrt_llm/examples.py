@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from engines.tensorrt_llm.config import Eagle3Config, TrtllmConfig, disaggregated_options, llm_api_options, to_yaml
+from engines.tensorrt_llm.config import TrtllmConfig, disaggregated_options, llm_api_options, to_yaml
 
 REGION = "eu-west"
 EXAMPLE = TrtllmConfig(
@@ -22,7 +22,9 @@ EXAMPLE = TrtllmConfig(
     free_gpu_memory_fraction=0.85,
     max_batch_size=128,
     max_num_tokens=8192,
-    eagle3=Eagle3Config(speculative_model_dir="yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", max_draft_len=3),
+    speculative="eagle3",
+    speculative_model="yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
+    num_speculative_tokens=3,
     cache_transceiver_backend="UCX",
     max_tokens_in_buffer=8192,
     context_servers=("ctx-0.eu-west.internal:8001", "ctx-1.eu-west.internal:8001"),

@@ -17,7 +17,7 @@ from typing import BinaryIO, cast
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from gateway.admin import check_admin_token
+from gateway.api_admin import require_admin
 from gateway.billing.export import ExportQuery, write_export
 from gateway.billing.formats import FORMATS, MEDIA_TYPES, Format
 from gateway.billing.prices import PriceHistory
@@ -30,11 +30,6 @@ PARTS = ("rows", "summary")
 _CHUNK = 1 << 16
 
 
-def _admin(request: Request) -> Services:
-    g: Services = request.app.state.services
-    token = g.settings.admin_token
-    check_admin_token(token.get_secret_value() if token is not None else None, request.headers.get("authorization"))
-    return g
 
 
 def _choice(request: Request, name: str, choices: tuple[str, ...], default: str) -> str:
@@ -63,7 +58,7 @@ def _chunks(file: BinaryIO) -> Iterator[bytes]:
 
 
 async def billing_export(request: Request) -> Response:
-    g = _admin(request)
+    g = require_admin(request)
     query = _query(request)
     fmt = cast(Format, _choice(request, "format", FORMATS, "csv"))
     part = _choice(request, "part", PARTS, "rows")

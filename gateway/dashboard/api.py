@@ -7,20 +7,21 @@
     GET /dashboard/api/tenants
         the tenants the caller may look at (id, name).
 
-Auth: `Authorization: Bearer <admin token>` sees every tenant and may filter by one; a tenant's API
+Auth: `Authorization: Bearer <admin token>` sees every tenant and may filter by one (on the admin
+listener only, when the gateway has one; failures throttled like the admin API's); a tenant's API
 key sees its own tenant only, and asking for another is 403 (code 10000). Errors come in the
 Workers AI envelope.
 """
 
 from __future__ import annotations
 
-import hmac
 import time
 from dataclasses import dataclass
 
 from starlette.requests import Request
 from starlette.responses import Response
 
+from gateway.admin_guard import token_matches
 from gateway.auth import bearer_token
 from gateway.billing.export import parse_time
 from gateway.billing.prices import PriceHistory
@@ -28,9 +29,11 @@ from gateway.billing.recompute import reprice
 from gateway.dashboard.summary import BackendLive, ErrorCount, Live, UsageSummary, Window
 from gateway.envelopes import JSONBytes
 from gateway.errors import AuthenticationFailed, InternalError, InvalidInput, TenantForbidden
+from gateway.listeners import accepts_admin_token
 from gateway.metrics import GatewayMetrics
 from gateway.services import Services
 from gateway.store.errors import InvalidArgument
+from gateway.store.models import UsageRecord
 from policies.errors import PricingError
 
 DEFAULT_SPAN_S = 3600.0
@@ -52,11 +55,15 @@ async def dashboard_scope(request: Request) -> Scope:
     presented = bearer_token(request.headers.get("authorization"))
     if presented is None:
         raise AuthenticationFailed("Authentication error: send the admin token or an API key as 'Bearer <token>'")
-    admin = g.settings.admin_token
-    if admin is not None and hmac.compare_digest(admin.get_secret_value().encode(), presented.encode()):
+    client = request.client.host if request.client is not None else ""
+    admin_here = accepts_admin_token(request)  # with a separate admin listener, only there
+    if admin_here and token_matches(g.admin_guard.token, presented):
+        g.admin_guard.check(f"Bearer {presented}", client)  # 429 while this address is throttled
         return Scope(tenant_id=None, is_admin=True)
     key = await g.store.lookup_key(presented)
     if key is None:
+        if admin_here:
+            g.admin_guard.record_failure(client)  # a wrong admin token, as far as anyone can tell
         raise AuthenticationFailed("Authentication error: the token is neither the admin token nor a live API key")
     return Scope(tenant_id=key.tenant_id, is_admin=False)
 
@@ -123,6 +130,24 @@ async def live_view(g: Services, scope: Scope) -> Live:
     return Live(backends=backends, errors=error_counts(g.metrics))
 
 
+def savings(record: UsageRecord, history: PriceHistory) -> int | None:
+    """What the record's cached tokens saved under its own price version (None: version unknown)."""
+    if record.cached_tokens == 0:
+        return 0
+    charge = reprice(record, history)
+    return None if charge is None else charge.savings_micros
+
+
+async def summarize(g: Services, window: Window, tenant: str | None, history: PriceHistory) -> UsageSummary:
+    summary = UsageSummary(window)
+    try:
+        async for record in g.store.iter_usage(window.start, window.end, tenant):
+            summary.add(record, savings(record, history))  # the store yields to the loop between pages
+    except InvalidArgument as exc:
+        raise InvalidInput(str(exc), param="tenant") from exc
+    return summary
+
+
 async def usage(request: Request) -> Response:
     g: Services = request.app.state.services
     scope = await dashboard_scope(request)
@@ -132,13 +157,7 @@ async def usage(request: Request) -> Response:
         history = PriceHistory.from_config(g.settings.prices, g.settings.price_history)
     except PricingError as exc:
         raise InternalError(f"the price configuration is invalid: {exc}") from exc
-    summary = UsageSummary(window)
-    try:
-        async for record in g.store.iter_usage(window.start, window.end, tenant):
-            charge = reprice(record, history)
-            summary.add(record, None if charge is None else charge.savings_micros)
-    except InvalidArgument as exc:
-        raise InvalidInput(str(exc), param="tenant") from exc
+    summary = await summarize(g, window, tenant, history)
     body = summary.to_json(await live_view(g, scope), tenant=tenant, is_admin=scope.is_admin)
     return JSONBytes(body, headers=NO_STORE)
 
@@ -149,7 +168,8 @@ async def tenants(request: Request) -> Response:
     if scope.is_admin:
         listed = await g.store.list_tenants()
     else:
-        own = await g.store.get_tenant(scope.tenant_id or "")
+        assert scope.tenant_id is not None  # a key always belongs to a tenant
+        own = await g.store.get_tenant(scope.tenant_id)
         listed = [own] if own is not None else []
     body = {"admin": scope.is_admin, "tenants": [{"id": t.id, "name": t.name} for t in listed]}
     return JSONBytes(body, headers=NO_STORE)

@@ -30,6 +30,21 @@ def test_flags_override_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     assert settings.max_queue == 3
 
 
+def test_speculative_flags_configure_both_engines(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    settings = build_settings(parse("--speculative", "eagle3", "--num-speculative-tokens", "5",
+                                    "--speculative-model", "/heads/smollm2", "--speculative-max-concurrency", "2"))
+    for section in (settings.engine, settings.trtllm):
+        assert (section.speculative, section.num_speculative_tokens, section.speculative_model) == ("eagle3", 5, "/heads/smollm2")
+        assert section.speculative_max_concurrency == 2
+    toml = tmp_path / "backend.toml"
+    toml.write_text('[engine]\nspeculative = "ngram"\nprompt_lookup_min = 1\nprompt_lookup_max = 3\n')
+    monkeypatch.setenv("EDGERUN_CONFIG", str(toml))
+    from_file = build_settings(parse())
+    assert (from_file.engine.speculative, from_file.engine.prompt_lookup_min, from_file.engine.prompt_lookup_max) == ("ngram", 1, 3)
+    with pytest.raises(ValueError, match="speculative_model"):
+        build_settings(parse("--speculative", "eagle3"))
+
+
 def test_no_flags_keep_defaults() -> None:
     settings = build_settings(parse())
     assert settings.engine_kind == "builtin" and settings.port == 8100 and settings.engine.model == "smollm2"

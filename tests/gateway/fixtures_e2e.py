@@ -26,16 +26,16 @@ from typing import Any, TypeVar
 
 import pytest
 import structlog
-import uvicorn
 
 from cli.processes import ChildProcess, free_port, threads_per_backend
 from gateway.app import create_app
 from gateway.catalog import DEFAULT_MODEL_ID
+from gateway.listeners import Listeners, listener_configs
 from gateway.settings import GatewaySettings
 from gateway.store import Store, open_store
 
 SINGLE_MODEL_ID = "@cf/test/smollm2-on-b1"  # the same weights, served by b1 only
-ADMIN_TOKEN = "test-admin-token"
+ADMIN_TOKEN = "test-admin-token-0123456789abcdefghij"  # settings want >= 32 characters
 BACKEND_READY_TIMEOUT_S = 180.0
 T = TypeVar("T")
 
@@ -87,14 +87,20 @@ class InProcessGateway:
 
     settings: GatewaySettings
     port: int = field(default_factory=free_port)
+    admin_port: int | None = None  # a free port when settings.admin_port is set
     store: Store | None = None
     _loop: asyncio.AbstractEventLoop | None = None
-    _server: uvicorn.Server | None = None
+    _listeners: Listeners | None = None
     _thread: threading.Thread | None = None
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def admin_url(self) -> str:
+        """The admin listener's URL, or the public one when there is no separate admin listener."""
+        return f"http://127.0.0.1:{self.admin_port}" if self.admin_port is not None else self.url
 
     def call(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run a coroutine (e.g. on the store) on the gateway's loop and wait for its result."""
@@ -112,19 +118,14 @@ class InProcessGateway:
             self._loop = loop
             asyncio.set_event_loop(loop)
             self.store = open_store(self.settings)
-            config = uvicorn.Config(
-                create_app(self.settings, store=self.store),
-                host="127.0.0.1",
-                port=self.port,
-                log_config=None,
-                access_log=False,
-                lifespan="on",
-            )
-            self._server = uvicorn.Server(config)
-            self._server.install_signal_handlers = lambda: None  # type: ignore[method-assign]  # not the main thread
+            if self.settings.admin_port is not None and self.admin_port is None:
+                self.admin_port = free_port()
+            app = create_app(self.settings, store=self.store)
+            configs = listener_configs(self.settings, app, port=self.port, admin_port=self.admin_port)
+            self._listeners = Listeners(configs)  # signals stay the main thread's: this is another one
             ready.set()
             try:
-                loop.run_until_complete(self._server.serve())
+                loop.run_until_complete(self._listeners.serve())
                 loop.run_until_complete(self.store.aclose())
             finally:
                 loop.close()
@@ -133,15 +134,15 @@ class InProcessGateway:
         self._thread.start()
         ready.wait(10)
         deadline = time.monotonic() + 20
-        while not (self._server is not None and self._server.started):
+        while not (self._listeners is not None and self._listeners.started):
             if time.monotonic() > deadline or not self._thread.is_alive():
                 raise RuntimeError("the in-process gateway did not start")
             time.sleep(0.02)
         return self
 
     def stop(self) -> None:
-        if self._server is not None:
-            self._server.should_exit = True
+        if self._listeners is not None and self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._listeners.stop)
         if self._thread is not None:
             self._thread.join(timeout=30)
 
@@ -171,6 +172,7 @@ def gateway_settings(tmp: Path, backends: list[dict[str, Any]], **overrides: Any
             {"id": SINGLE_MODEL_ID, "backend_model": "smollm2"},
         ],
         "log_level": "warning",
+        "metrics_public": True,  # the tests read /metrics without a token; tests/gateway/test_listeners.py checks it
         **overrides,
     }
     return GatewaySettings(**values)

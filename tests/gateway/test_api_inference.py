@@ -279,7 +279,7 @@ def test_json_nothing_downstream_can_use_gets_5004_not_500(
         '{"a": {"b": 1}}',
         '{"a": [1]}',
         '{"a": null}',
-        "[" * 50_000 + "]" * 50_000,
+        "[" * 5_000 + "]" * 5_000,  # deep, within the listener's header limit (larger: 431)
         '{"a": "\\ud800"}',
         '{"a": "' + "x" * 300 + '"}',
         '{"k": "' + "x" * 3000 + '"}',

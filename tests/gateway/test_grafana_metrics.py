@@ -71,6 +71,34 @@ def test_every_queried_metric_is_in_a_live_metrics_page(
     }
     assert not missing, f"the Grafana dashboard queries metrics no /metrics has: {missing}"
 
+    # a counter only ever goes up: the dashboard must read its rate, never the raw value
+    counters = counter_names(httpx.get(f"{gateway.url}/metrics", timeout=10).text)
+    counters |= counter_names(httpx.get(f"{backend_pair[0].url}/metrics", timeout=10).text)
+    for panel in dashboard()["panels"]:
+        for target in panel["targets"]:
+            for name in set(METRIC.findall(target["expr"])) & counters:
+                assert re.search(rf"rate\({name}(\{{[^}}]*\}})?\[", target["expr"]), target["expr"]
+
+
+def counter_names(text: str) -> set[str]:
+    return {line.split(" ")[2] for line in text.splitlines() if line.startswith("# TYPE ") and line.endswith(" counter")}
+
+
+def test_every_query_is_well_formed() -> None:
+    for panel in dashboard()["panels"]:
+        for target in panel["targets"]:
+            expr = target["expr"]
+            for opening, closing in ("()", "{}", "[]"):
+                depth = 0
+                for char in expr:
+                    depth += (char == opening) - (char == closing)
+                    assert depth >= 0, f"{panel['title']}: unbalanced {closing} in {expr}"
+                assert depth == 0, f"{panel['title']}: unbalanced {opening} in {expr}"
+            # histogram buckets are read as rates over Grafana's interval, never raw
+            for name in METRIC.findall(expr):
+                if name.endswith("_bucket"):
+                    assert re.search(rf"rate\({name}(\{{[^}}]*\}})?\[\$__rate_interval\]\)", expr), expr
+
 
 def test_the_dashboard_reads_the_provisioned_datasource() -> None:
     [source] = yaml.safe_load((GRAFANA / "provisioning" / "datasources" / "prometheus.yaml").read_text())["datasources"]
@@ -85,9 +113,11 @@ def test_prometheus_scrapes_what_compose_runs() -> None:
     config = yaml.safe_load((GRAFANA / "prometheus.yml").read_text())
     jobs = {job["job_name"]: job for job in config["scrape_configs"]}
     targets = {job: {t for c in j["static_configs"] for t in c["targets"]} for job, j in jobs.items()}
-    gateways = {n for n, s in compose.items() if s.get("command", [])[:2] == ["edgerun", "serve"]}
+    gateways = {n: s["command"] for n, s in compose.items() if s.get("command", [])[:2] == ["edgerun", "serve"]}
     backends = {n for n, s in compose.items() if s.get("command", [])[:2] == ["edgerun", "backend"]}
-    assert targets["edgerun-gateway"] == {f"{n}:8080" for n in gateways}
+    # a gateway's /metrics is on its admin listener (the public port answers 404 there)
+    admin_ports = {n: c[c.index("--admin-port") + 1] for n, c in gateways.items()}
+    assert targets["edgerun-gateway"] == {f"{n}:{port}" for n, port in admin_ports.items()}
     assert targets["edgerun-backend"] == {f"{n}:8100" for n in backends}
     # backends answer /metrics only with the backend key, which the prometheus service writes to this file
     assert jobs["edgerun-backend"]["authorization"]["credentials_file"] == "/tmp/backend-key"

@@ -54,7 +54,8 @@ def empty(url: str) -> None:
 
 def settings(url: str, tmp_path: Path) -> GatewaySettings:
     return GatewaySettings(
-        redis_url=url, key_prefix=PREFIX, sqlite_path=str(tmp_path / "unused.sqlite3"), admin_token="admin-secret",
+        redis_url=url, key_prefix=PREFIX, sqlite_path=str(tmp_path / "unused.sqlite3"),
+        admin_token="admin-secret-0123456789abcdefghijklmnop",
         tokenizer_cache_dir=None, ledger_spool_path=str(tmp_path / "spool.jsonl"),
     )
 
@@ -67,7 +68,7 @@ async def test_a_full_redis_answers_503_in_the_envelope(small_redis: str, tmp_pa
     fill(small_redis)
     with TestClient(create_app(settings(small_redis, tmp_path))) as client:
         admin = client.post("/admin/v1/tenants", json={"name": "B", "account_ids": ["b"]},
-                            headers={"authorization": "Bearer admin-secret"})
+                            headers={"authorization": "Bearer admin-secret-0123456789abcdefghijklmnop"})
         run = client.post(f"/client/v4/accounts/acc/ai/run/{DEFAULT_MODEL_ID}", json={"prompt": "hi"},
                           headers={"authorization": f"Bearer {secret}"})
     for answer in (admin, run):

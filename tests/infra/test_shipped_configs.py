@@ -1,5 +1,7 @@
 """The shipped deployment files keep backends closed: a backend listening beyond loopback has a
-key, every gateway sends it, and no backend port is published to the host."""
+key, every gateway sends it, and no backend port is published to the host. Gateways serve their
+admin API and /metrics on a separate listener that only the host's loopback (compose) or
+labelled pods (k8s) reach."""
 
 from __future__ import annotations
 
@@ -49,3 +51,49 @@ def test_k8s_backends_and_gateways_share_the_key_from_one_secret() -> None:
     policies = [d for d in k8s_documents("backend.yaml") if d["kind"] == "NetworkPolicy"]
     [ingress] = policies[0]["spec"]["ingress"]
     assert ingress["from"] == [{"podSelector": {"matchLabels": {"app": "edgerun-gateway"}}}]
+
+
+def test_the_disaggregated_examples_list_pools_and_keep_backends_closed(monkeypatch: Any) -> None:
+    from gateway.settings import GatewaySettings
+
+    for name, roles in (("gateway.disagg.toml", ["prefill", "decode", "decode"]),
+                        ("gateway.trtllm-disagg.toml", ["prefill", "prefill", "decode", "decode"])):
+        monkeypatch.setenv("EDGERUN_CONFIG", str(INFRA / name))
+        settings = GatewaySettings()
+        assert [b.role for b in settings.backends] == roles, name
+    services: dict[str, Any] = yaml.safe_load((INFRA / "compose.disagg.yaml").read_text())["services"]
+    backends = {n: s for n, s in services.items() if is_backend(s.get("command", []))}
+    assert {s["command"][s["command"].index("--role") + 1] for s in backends.values()} == {"prefill", "decode"}
+    for name, service in backends.items():
+        assert service["environment"]["EDGERUN_API_KEY"].startswith("${EDGERUN_BACKEND_API_KEY:?"), name
+        assert "ports" not in service, name
+    assert services["backend-prefill-a"]["environment"]["EDGERUN_KV_ADVERTISE_HOST"] == "backend-prefill-a"
+
+
+def option(command: list[str], name: str) -> str:
+    return command[command.index(name) + 1]
+
+
+def test_compose_gateways_publish_their_admin_listener_on_loopback_only() -> None:
+    services: dict[str, Any] = yaml.safe_load((INFRA / "compose.yaml").read_text())["services"]
+    gateways = {n: s for n, s in services.items() if s.get("command", [])[:2] == ["edgerun", "serve"]}
+    for name, service in gateways.items():
+        admin_port = option(service["command"], "--admin-port")
+        assert admin_port != option(service["command"], "--port"), name
+        admin_published = [p for p in service["ports"] if p.endswith(f":{admin_port}")]
+        assert admin_published and all(p.startswith("127.0.0.1:") for p in admin_published), name
+
+
+def test_k8s_admin_port_has_its_own_service_and_only_labelled_pods_reach_it() -> None:
+    documents = k8s_documents("gateway.yaml")
+    [deployment] = [d for d in documents if d["kind"] == "Deployment"]
+    [container] = deployment["spec"]["template"]["spec"]["containers"]
+    admin_port = int(option(container["command"], "--admin-port"))
+    services = {d["metadata"]["name"]: d for d in documents if d["kind"] == "Service"}
+    assert all(p["targetPort"] != admin_port for p in services["edgerun-gateway"]["spec"]["ports"])
+    assert [p["port"] for p in services["edgerun-gateway-admin"]["spec"]["ports"]] == [admin_port]
+    [policy] = [d for d in documents if d["kind"] == "NetworkPolicy"]
+    admin_rules = [r for r in policy["spec"]["ingress"] if {"port": admin_port} in r["ports"]]
+    assert admin_rules == [
+        {"from": [{"podSelector": {"matchLabels": {"edgerun-admin": "true"}}}], "ports": [{"port": admin_port}]}
+    ]

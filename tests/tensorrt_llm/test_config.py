@@ -4,7 +4,6 @@ import pytest
 import yaml
 
 from engines.tensorrt_llm.config import (
-    Eagle3Config,
     TrtllmConfig,
     disaggregated_options,
     eagle_decoding_type,
@@ -12,7 +11,7 @@ from engines.tensorrt_llm.config import (
     to_yaml,
 )
 
-EAGLE = Eagle3Config(speculative_model_dir="/models/eagle3", max_draft_len=4)
+EAGLE = {"speculative": "eagle3", "speculative_model": "/models/eagle3", "num_speculative_tokens": 4}
 
 
 def render(config: TrtllmConfig, role: str = "mixed") -> dict:
@@ -32,7 +31,7 @@ def render(config: TrtllmConfig, role: str = "mixed") -> dict:
 )
 def test_eagle_decoding_type_follows_the_version(version: str, expected: str) -> None:
     assert eagle_decoding_type(version) == expected
-    options = render(TrtllmConfig(model="m", trtllm_version=version, eagle3=EAGLE))
+    options = render(TrtllmConfig(model="m", trtllm_version=version, **EAGLE))
     assert options["speculative_config"] == {
         "decoding_type": expected,
         "max_draft_len": 4,
@@ -105,8 +104,19 @@ def test_bad_settings_fail_early(bad: dict) -> None:
 
 
 def test_eagle3_needs_a_draft_checkpoint() -> None:
-    with pytest.raises(ValueError, match="speculative_model_dir"):
-        Eagle3Config(speculative_model_dir="")
+    with pytest.raises(ValueError, match="speculative_model"):
+        TrtllmConfig(speculative="eagle3")
+
+
+def test_ngram_speculation_and_max_concurrency() -> None:
+    options = render(TrtllmConfig(speculative="ngram", num_speculative_tokens=5, prompt_lookup_max=3,
+                                  speculative_max_concurrency=4))
+    assert options["speculative_config"] == {
+        "decoding_type": "NGram",
+        "max_draft_len": 5,
+        "max_matching_ngram_size": 3,
+        "max_concurrency": 4,
+    }
 
 
 def test_model_alias_resolves_for_trtllm_serve() -> None:

@@ -4,9 +4,9 @@
 
 (() => {
   const TOKEN_KEY = "edgerun.dashboard.token";
-  const REFRESH_MS = 5000;
+  const REFRESH_MS = 5000; // at least; a slow answer (a long range of a busy ledger) spaces refreshes out
   const $ = (id) => document.getElementById(id);
-  const state = { charts: {}, timer: null, loads: 0, busy: false, again: false };
+  const state = { charts: {}, timer: null, loads: 0, busy: false, again: false, tookMs: 0, chain: 0 };
 
   // ---- formatting ----------------------------------------------------------------------------
   const dash = "–";
@@ -54,7 +54,7 @@
     showError(message);
   }
 
-  async function open() {
+  async function enter() {
     try {
       const who = await api("/dashboard/api/tenants");
       fillTenants(who);
@@ -65,7 +65,8 @@
       await refresh();
       startLive();
     } catch (error) {
-      if (error.status === 401) sessionStorage.removeItem(TOKEN_KEY);
+      // Keep the token only when the gateway itself failed (5xx): a retry may work then.
+      if (!(error.status >= 500)) sessionStorage.removeItem(TOKEN_KEY);
       showLogin(error.message);
     }
   }
@@ -94,8 +95,10 @@
       return;
     }
     state.busy = true;
+    const started = performance.now();
     try {
       const summary = await api("/dashboard/api/usage?" + query());
+      state.tookMs = performance.now() - started;
       render(summary);
       showError("");
       state.loads += 1;
@@ -122,11 +125,18 @@
 
   function startLive() {
     stopLive();
-    if ($("live").checked) state.timer = setInterval(refresh, REFRESH_MS);
+    if (!$("live").checked) return;
+    const chain = state.chain; // a later stop or start ends this chain
+    const tick = async () => {
+      await refresh();
+      if (state.chain === chain) state.timer = setTimeout(tick, Math.max(REFRESH_MS, 4 * state.tookMs));
+    };
+    state.timer = setTimeout(tick, REFRESH_MS);
   }
 
   function stopLive() {
-    if (state.timer !== null) clearInterval(state.timer);
+    state.chain += 1;
+    if (state.timer !== null) clearTimeout(state.timer);
     state.timer = null;
   }
 
@@ -216,7 +226,7 @@
     event.preventDefault();
     sessionStorage.setItem(TOKEN_KEY, $("token").value.trim());
     $("token").value = "";
-    open();
+    enter();
   });
   $("logout").addEventListener("click", () => {
     sessionStorage.removeItem(TOKEN_KEY);
@@ -226,6 +236,6 @@
   $("tenant").addEventListener("change", refresh);
   $("live").addEventListener("change", startLive);
 
-  if (sessionStorage.getItem(TOKEN_KEY)) open();
+  if (sessionStorage.getItem(TOKEN_KEY)) enter();
   else showLogin("");
 })();

@@ -3,7 +3,7 @@ import torch
 from engines.builtin.loader.random import random_weights
 from engines.builtin.speculative.eagle3.dataset import Conversation, collate, draft_vocab, pack, token_counts
 from engines.builtin.speculative.eagle3.features import target_features
-from engines.builtin.speculative.eagle3.train import TargetParts, TrainConfig, new_head, train_head
+from engines.builtin.speculative.eagle3.train import TargetParts, TrainConfig, initial_head, train_head
 from engines.builtin.speculative.eagle3.ttt import target_probs, unrolled_loss
 from engines.builtin.weights import LlamaWeights
 from tests.engines.eagle3.conftest import TINY_TARGET, VOCAB
@@ -38,7 +38,7 @@ def test_a_few_training_steps_lower_the_unrolled_loss(tmp_path):
     target, conversations = tiny_data()
     config = TrainConfig(draft_vocab_size=48, num_epochs=6, batch_tokens=96, lr=3e-3, warmup_steps=2, save_every=10)
     vocab = draft_vocab(token_counts(conversations, VOCAB), config.draft_vocab_size)
-    before, stats = mean_loss(new_head(target, AUX, vocab, config.seed), target, conversations, vocab)
+    before, stats = mean_loss(initial_head(conversations, target, AUX, config), target, conversations, vocab)
     assert len(stats) == 3  # one entry per unrolled step
     head = train_head(conversations, target, AUX, config, tmp_path / "state.pt")
     after, _ = mean_loss(head, target, conversations, vocab)

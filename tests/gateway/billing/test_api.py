@@ -17,7 +17,7 @@ from gateway.settings import GatewaySettings
 from gateway.store import Store
 from tests.gateway.billing.ledger_data import CURRENT, HISTORY, OLD, fill, records
 
-ADMIN = {"authorization": "Bearer admin-secret"}
+ADMIN = {"authorization": "Bearer admin-secret-0123456789abcdefghijklmnop"}
 URL = "/admin/v1/billing/export"
 
 
@@ -27,7 +27,7 @@ def client(tmp_path: Path) -> Iterator[TestClient]:
         redis_url=None,
         sqlite_path=str(tmp_path / "gateway.sqlite3"),  # the `store` fixture's file
         tokenizer_cache_dir=None,
-        admin_token="admin-secret",
+        admin_token="admin-secret-0123456789abcdefghijklmnop",
         prices=CURRENT,
         price_history=OLD,
     )

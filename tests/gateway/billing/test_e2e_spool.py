@@ -90,6 +90,7 @@ async def test_records_written_while_redis_is_down_arrive_once_it_is_back(
         "EDGERUN_BACKENDS": json.dumps([backend_pair[0].spec()]),
         "EDGERUN_LEDGER_SPOOL_PATH": str(spool_path),
         "EDGERUN_LEDGER_SPOOL_REPLAY_INTERVAL_S": "0.3",
+        "EDGERUN_METRICS_PUBLIC": "true",
         "EDGERUN_HEALTH_INTERVAL_S": "3600",
         "EDGERUN_LOG_LEVEL": "warning",
         "EDGERUN_LOG_JSON": "false",

@@ -17,6 +17,8 @@ from typing import Any
 import httpx
 import pytest
 
+from gateway.billing.prices import PriceHistory, default_prices
+from gateway.billing.recompute import reprice
 from gateway.catalog import DEFAULT_MODEL_ID
 from gateway.store.models import UsageRecord
 from tests.gateway.dashboard.records import record
@@ -133,17 +135,27 @@ def show(page: Any, *, range_s: str | None = None, tenant: str | None = None) ->
 
 
 def kpis(page: Any) -> dict[str, str]:
-    ids = ("requests", "prompt-tokens", "cached-tokens", "completion-tokens", "spend", "failed")
+    ids = ("requests", "prompt-tokens", "cached-tokens", "cached-share", "completion-tokens", "spend", "saved", "failed")
     return {name: page.text_content(f"#kpi-{name}") for name in ids}
 
 
 def expected(records: list[UsageRecord]) -> dict[str, str]:
+    """The KPI texts the ledger's rows call for (savings re-priced as the billing export does)."""
+    history = PriceHistory.from_config(default_prices())  # what the session gateway is configured with
+    prompt, cached = sum(r.prompt_tokens for r in records), sum(r.cached_tokens for r in records)
+    saved = 0
+    for r in records:
+        charge = reprice(r, history)
+        assert charge is not None
+        saved += charge.savings_micros
     return {
         "requests": str(len(records)),
-        "prompt-tokens": str(sum(r.prompt_tokens for r in records)),
-        "cached-tokens": str(sum(r.cached_tokens for r in records)),
+        "prompt-tokens": str(prompt),
+        "cached-tokens": str(cached),
+        "cached-share": f"{cached / prompt * 100:.1f}%",
         "completion-tokens": str(sum(r.completion_tokens for r in records)),
         "spend": f"${sum(r.cost_micro for r in records) / 1e6:.6f}",
+        "saved": f"${saved / 1e6:.6f}",
         "failed": str(sum(r.status != "ok" for r in records)),
     }
 

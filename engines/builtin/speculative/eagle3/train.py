@@ -53,7 +53,10 @@ class TargetParts:
     lm_head: Tensor  # [V, D]
 
 
-def new_head(target: TargetParts, aux_layers: tuple[int, ...], vocab: Tensor, seed: int) -> Eagle3Head:
+def new_head(target: TargetParts, aux_layers: tuple[int, ...], vocab: Tensor, seed: int, aux_rms: float = 1.0) -> Eagle3Head:
+    """A head whose lm_head and norm are the target's; `aux_rms` (the target hidden states' RMS)
+    scales fc so the fused state starts at RMS ~1, like the attention and MLP branches added to it:
+    left at the default scale (RMS ~30 for SmolLM2) it drowns the token embedding's path."""
     torch.manual_seed(seed)
     t = target.config
     config = Eagle3Config(
@@ -65,9 +68,17 @@ def new_head(target: TargetParts, aux_layers: tuple[int, ...], vocab: Tensor, se
     head = Eagle3Head(config, target.embed)
     head.set_vocab(vocab)
     with torch.no_grad():
+        head.fc.weight.normal_(0.0, 1.0 / (math.sqrt(config.fc_in_features) * aux_rms))
         head.lm_head.weight.copy_(target.lm_head[vocab])
         head.norm.weight.copy_(target.norm)
     return head
+
+
+def initial_head(conversations: list[Conversation], target: TargetParts, aux_layers: tuple[int, ...], config: TrainConfig) -> Eagle3Head:
+    """The untrained head for this data: its draft vocabulary and fc scale come from it."""
+    vocab = draft_vocab(token_counts(conversations, target.config.vocab_size), config.draft_vocab_size)
+    aux_rms = float(torch.cat([c.aux[:64].float() for c in conversations[:32]]).pow(2).mean().sqrt())
+    return new_head(target, aux_layers, vocab, config.seed, aux_rms)
 
 
 def lr_at(step: int, total: int, config: TrainConfig) -> float:
@@ -79,8 +90,8 @@ def lr_at(step: int, total: int, config: TrainConfig) -> float:
 
 def train_head(conversations: list[Conversation], target: TargetParts, aux_layers: tuple[int, ...],
                config: TrainConfig, state_path: Path | None = None) -> Eagle3Head:
-    vocab = draft_vocab(token_counts(conversations, target.config.vocab_size), config.draft_vocab_size)
-    head = new_head(target, aux_layers, vocab, config.seed)
+    head = initial_head(conversations, target, aux_layers, config)
+    vocab = head.to_target(torch.arange(head.config.draft_vocab_size))
     optimizer = torch.optim.AdamW([p for p in head.parameters() if p.requires_grad], lr=config.lr, weight_decay=0.0)
     rng = random.Random(config.seed)
     epochs = [pack(conversations, config.batch_tokens, rng) for _ in range(config.num_epochs)]

@@ -1,0 +1,171 @@
+"""Speculative decoding on vs off in the same built-in engine, interleaved, at several stream counts.
+
+    python -m benchmarks.speculative                          # n-gram lookup vs none, SmolLM2, 1/4/16 streams
+    python -m benchmarks.speculative --speculative eagle3 --speculative-model DIR
+
+One model runner is loaded once; every measurement builds a fresh engine over it (a cold prefix
+cache each time, so both sides pay the same prefill) and generates greedily from `streams` chat
+prompts of one category at once: (a) "copy", tool calls, JSON and code edits that repeat their
+context; (b) "chat", open questions (benchmarks/speculative_prompts.json). Each round runs off,
+then on, so both see the same machine; the report gives the median tokens/s of each side, their
+ratio, and the acceptance of the speculating side (drafts accepted / verified, tokens per verify
+step). Both sides generate the same tokens up to float rounding (greedy is exact in exact weight
+mode; the default float16 weights may flip a near-tie).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from benchmarks.machine import machine
+from engines.base import GenerationRequest
+from engines.builtin.config import EngineConfig
+from engines.builtin.llm_engine import LLMEngine
+from engines.builtin.model_runner import ModelRunner
+from engines.builtin.speculative.factory import build_proposer
+from engines.builtin.speculative.proposer import Proposer
+from engines.sampling_params import SamplingParams
+
+PROMPTS = Path(__file__).with_name("speculative_prompts.json")
+
+
+@dataclass(slots=True)
+class Run:
+    seconds: float
+    num_tokens: int
+    decode_seconds: float  # from the step where every request had its first token
+    num_decode_tokens: int  # tokens after that step
+    num_drafts: int
+    num_accepted: int
+    num_verify_steps: int
+    num_steps: int
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.num_tokens / self.seconds
+
+    @property
+    def decode_tokens_per_s(self) -> float:
+        return self.num_decode_tokens / self.decode_seconds if self.decode_seconds > 0 else 0.0
+
+
+def generate(runner: ModelRunner, config: EngineConfig, proposer: Proposer | None, prompts: list[list[int]], max_tokens: int) -> Run:
+    engine = LLMEngine(config, runner, proposer=proposer)
+    for i, prompt in enumerate(prompts):
+        engine.add_request(GenerationRequest(f"r{i}", prompt, SamplingParams(max_tokens=max_tokens)))
+    num_tokens = num_drafts = num_accepted = num_verify = num_steps = 0
+    started: set[str] = set()
+    decode_start, tokens_at_decode_start = None, 0
+    start = time.perf_counter()
+    while engine.has_unfinished:
+        num_steps += 1
+        for output in engine.step():
+            num_tokens += len(output.new_token_ids)
+            started.add(output.request_id)
+            if output.is_finished:
+                num_drafts += output.num_draft_tokens
+                num_accepted += output.num_accepted_draft_tokens
+                num_verify += output.num_verify_steps
+        if decode_start is None and len(started) == len(prompts):
+            decode_start, tokens_at_decode_start = time.perf_counter(), num_tokens
+    end = time.perf_counter()
+    decode_start = end if decode_start is None else decode_start
+    return Run(end - start, num_tokens, end - decode_start, num_tokens - tokens_at_decode_start,
+               num_drafts, num_accepted, num_verify, num_steps)
+
+
+def summarise(off: list[Run], on: list[Run]) -> dict:
+    off_rate = statistics.median(r.tokens_per_s for r in off)
+    on_rate = statistics.median(r.tokens_per_s for r in on)
+    off_decode = statistics.median(r.decode_tokens_per_s for r in off)
+    on_decode = statistics.median(r.decode_tokens_per_s for r in on)
+    drafts, accepted, verify = (sum(getattr(r, f) for r in on) for f in ("num_drafts", "num_accepted", "num_verify_steps"))
+    return {
+        "off_tok_s": round(off_rate, 1),
+        "on_tok_s": round(on_rate, 1),
+        "ratio": round(on_rate / off_rate, 2),
+        "off_decode_tok_s": round(off_decode, 1),
+        "on_decode_tok_s": round(on_decode, 1),
+        "decode_ratio": round(on_decode / off_decode, 2) if off_decode else None,
+        "off_rounds": [round(r.tokens_per_s, 1) for r in off],
+        "on_rounds": [round(r.tokens_per_s, 1) for r in on],
+        "acceptance_rate": round(accepted / drafts, 3) if drafts else None,
+        "tokens_per_verify_step": round(1 + accepted / verify, 2) if verify else None,
+        "tokens_per_step_on": round(sum(r.num_tokens for r in on) / sum(r.num_steps for r in on), 2),
+        "tokens": [off[0].num_tokens, on[0].num_tokens],
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.speculative", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="smollm2")
+    parser.add_argument("--speculative", default="ngram", choices=["ngram", "eagle3"])
+    parser.add_argument("--speculative-model", help="EAGLE-3 head directory (--speculative eagle3)")
+    parser.add_argument("--num-speculative-tokens", type=int, default=4)
+    parser.add_argument("--prompt-lookup-min", type=int, default=2)
+    parser.add_argument("--prompt-lookup-max", type=int, default=4)
+    parser.add_argument("--weight-dtype", default="auto", help="auto (float16 linear weights on CPU) or float32 (exact)")
+    parser.add_argument("--speculative-max-concurrency", type=int, default=EngineConfig().speculative_max_concurrency,
+                        help="no speculation above this many running requests (the engine's default unless given)")
+    parser.add_argument("--streams", type=int, nargs="+", default=[1, 4, 16])
+    parser.add_argument("--categories", nargs="+", default=["copy", "chat"])
+    parser.add_argument("--max-tokens", type=int, default=96)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--num-threads", type=int, help="torch CPU threads (default: torch's)")
+    parser.add_argument("--out", type=Path, help="also write the results as JSON here")
+    args = parser.parse_args(argv)
+
+    base = dict(model=args.model, num_kv_blocks=4096, max_num_seqs=max(args.streams), weight_dtype=args.weight_dtype,
+                num_threads=args.num_threads)
+    off_config = EngineConfig(**base)
+    on_config = EngineConfig(**base, speculative=args.speculative, num_speculative_tokens=args.num_speculative_tokens,
+                             prompt_lookup_min=args.prompt_lookup_min, prompt_lookup_max=args.prompt_lookup_max,
+                             speculative_model=args.speculative_model, speculative_max_concurrency=args.speculative_max_concurrency)
+    runner = ModelRunner(off_config)
+    proposer = build_proposer(on_config, runner)
+    tok = runner.tokenizer
+    texts = json.loads(PROMPTS.read_text())
+    results: dict = {"machine": machine(with_torch=True), "command": " ".join(sys.argv), "rows": []}
+    generate(runner, off_config, None, [tok.encode("Hello")], 8)  # warm-up
+    for category in args.categories:
+        prompts = [tok.encode(tok.apply_chat_template([{"role": "user", "content": t}])) for t in texts[category]]
+        for streams in args.streams:
+            batch = [prompts[i % len(prompts)] for i in range(streams)]
+            off, on = [], []
+            for _ in range(args.rounds):
+                off.append(generate(runner, off_config, None, batch, args.max_tokens))
+                on.append(generate(runner, on_config, proposer, batch, args.max_tokens))
+            row = {"category": category, "streams": streams, **summarise(off, on)}
+            results["rows"].append(row)
+            print(json.dumps(row), flush=True)
+    print(report(results, args))
+    if args.out:
+        args.out.write_text(json.dumps(results, indent=1))
+
+
+def report(results: dict, args: argparse.Namespace) -> str:
+    lines = [
+        f"machine: {results['machine']}",
+        f"command: {results['command']}",
+        "",
+        "tok/s: generated tokens / wall time, prefill included; decode: after every request's first token.",
+        "",
+        f"| prompts | streams | off tok/s | {args.speculative} tok/s | ratio | off decode | {args.speculative} decode "
+        "| decode ratio | acceptance | tokens/verify step |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results["rows"]:
+        lines.append(f"| {r['category']} | {r['streams']} | {r['off_tok_s']} | {r['on_tok_s']} | {r['ratio']}x | "
+                     f"{r['off_decode_tok_s']} | {r['on_decode_tok_s']} | {r['decode_ratio']}x | "
+                     f"{r['acceptance_rate']} | {r['tokens_per_verify_step']} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

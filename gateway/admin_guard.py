@@ -1,0 +1,123 @@
+"""Who may use the admin surface: the admin token, as `Authorization: Bearer <token>` only,
+compared in constant time, with failed attempts throttled per client address.
+
+A client address that presents a wrong token `max_failures` times within `window_s` is refused
+(429, code 971, `Retry-After`) until its oldest failure leaves the window, even when it then
+presents the right token: a guesser learns nothing more while throttled. The table of failing
+addresses is bounded (`max_clients`, oldest first out), so a flood of addresses costs a fixed
+amount of memory. Each replica throttles on its own; with the admin token at least 32
+characters (settings), guessing is hopeless anyway, and the throttle keeps the logs and the CPU
+quiet.
+"""
+
+from __future__ import annotations
+
+import hmac
+import math
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable
+
+from gateway.errors import AuthenticationFailed, GatewayError
+
+MIN_ADMIN_TOKEN_CHARS = 32
+
+
+class AdminThrottled(GatewayError):
+    """Too many failed admin attempts from one address; code 971 is the Cloudflare API's
+    "Please wait and consider throttling your request speed"."""
+
+    code, status, openai_type = 971, 429, "rate_limit_error"
+
+
+def presented_bearer(authorization: str | None) -> str | None:
+    """The token of `Authorization: Bearer <token>` (the scheme in any case, as RFC 9110 allows);
+    any other scheme, or a bare token, is None."""
+    scheme, _, token = (authorization or "").partition(" ")
+    if scheme.lower() != "bearer":
+        return None
+    return token.strip() or None
+
+
+def token_matches(expected: str | None, presented: str | None) -> bool:
+    """Constant-time equality; no configured token matches nothing."""
+    if not expected or not presented:
+        return False
+    return hmac.compare_digest(expected.encode(), presented.encode())
+
+
+class AdminGuard:
+    """The admin token check plus the per-address throttle of failures (one per process)."""
+
+    def __init__(
+        self,
+        token: str | None,
+        *,
+        max_failures: int = 10,
+        window_s: float = 60.0,
+        max_clients: int = 10_000,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.token = token
+        self.max_failures = max_failures
+        self.window_s = window_s
+        self.max_clients = max_clients
+        self._clock = clock
+        self._failures: OrderedDict[str, deque[float]] = OrderedDict()
+
+    def check(self, authorization: str | None, client: str | None) -> None:
+        """Pass, or raise AdminThrottled (429) / AuthenticationFailed (401, counted as a failure)."""
+        self._refuse_if_throttled(client or "")
+        if not token_matches(self.token, presented_bearer(authorization)):
+            self.record_failure(client or "")
+            raise AuthenticationFailed("Authentication error: the admin API needs 'Authorization: Bearer <admin token>'")
+
+    def matches(self, presented: str | None, client: str | None) -> bool:
+        """For optional admin extras on public routes (x-edgerun-explain): True only for the right
+        token from an address that is not throttled; a wrong one counts as a failure."""
+        if not presented:
+            return False
+        if self.retry_after_s(client or "") is not None:
+            return False
+        if token_matches(self.token, presented):
+            return True
+        self.record_failure(client or "")
+        return False
+
+    def retry_after_s(self, client: str) -> float | None:
+        """Seconds until `client` may try again, or None when it is not throttled."""
+        failures = self._failures.get(client)
+        if failures is None:
+            return None
+        self._expire(failures, self._clock())
+        if not failures:
+            del self._failures[client]
+            return None
+        if len(failures) < self.max_failures:
+            return None
+        return max(failures[0] + self.window_s - self._clock(), 0.001)
+
+    def _refuse_if_throttled(self, client: str) -> None:
+        wait = self.retry_after_s(client)
+        if wait is not None:
+            raise AdminThrottled(
+                f"Please wait and consider throttling your request speed: too many failed admin attempts "
+                f"from this address; retry in {math.ceil(wait)}s",
+                retry_after_s=wait,
+            )
+
+    def record_failure(self, client: str) -> None:
+        """Count one failed admin attempt from `client` (also for callers that check tokens themselves)."""
+        now = self._clock()
+        failures = self._failures.pop(client, None) or deque()
+        self._expire(failures, now)
+        failures.append(now)
+        while len(failures) > self.max_failures:
+            failures.popleft()
+        self._failures[client] = failures  # most recent last
+        while len(self._failures) > self.max_clients:
+            self._failures.popitem(last=False)
+
+    def _expire(self, failures: deque[float], now: float) -> None:
+        while failures and failures[0] <= now - self.window_s:
+            failures.popleft()

@@ -1,0 +1,43 @@
+"""A real backend process serving with n-gram speculation: same answers, acceptance in /metrics."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from tests.backends.conftest import running_backend
+
+pytestmark = pytest.mark.slow
+
+PROMPT = ('Copy this JSON exactly: {"name": "Ada Lovelace", "city": "London", "born": 1815, '
+          '"fields": ["mathematics", "computing"]}')
+
+
+@pytest.fixture(scope="module")
+def http() -> Iterator[httpx.Client]:
+    with running_backend("--speculative", "ngram", "--num-speculative-tokens", "4", "--num-kv-blocks", "256") as backend:
+        with httpx.Client(base_url=backend.url, timeout=120) as client:
+            yield client
+
+
+def metric(text: str, name: str) -> float:
+    return float(next(line for line in text.splitlines() if line.startswith(name)).rsplit(" ", 1)[1])
+
+
+def test_speculative_backend_answers_and_reports_acceptance(http: httpx.Client) -> None:
+    body = {"messages": [{"role": "user", "content": PROMPT}], "max_tokens": 32, "temperature": 0}
+    answer = http.post("/v1/chat/completions", json=body).json()
+    usage = answer["usage"]
+    assert usage["completion_tokens"] == 32 or answer["choices"][0]["finish_reason"] == "stop"
+    assert "Ada Lovelace" in answer["choices"][0]["message"]["content"]
+    streamed = http.post("/v1/chat/completions", json={**body, "stream": True})
+    deltas = [json.loads(line[6:]) for line in streamed.text.splitlines() if line.startswith("data: {")]
+    content = "".join(d["choices"][0]["delta"].get("content") or "" for d in deltas if d["choices"])
+    assert content == answer["choices"][0]["message"]["content"]  # several tokens per chunk, same text
+    text = http.get("/metrics").text
+    assert metric(text, "edgerun_backend_spec_acceptance_rate_count") == 2  # one per finished request
+    assert 0 < metric(text, "edgerun_backend_spec_accepted_tokens_total") <= metric(text, "edgerun_backend_spec_draft_tokens_total")
+    assert metric(text, "edgerun_backend_spec_mean_accepted_length_sum") > 2  # two requests, each >= 1 token per step

@@ -1,0 +1,64 @@
+"""The admin token check: Bearer only, constant-time, failures throttled per address; a long token."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from gateway.admin_guard import AdminGuard, AdminThrottled, presented_bearer
+from gateway.errors import AuthenticationFailed
+from gateway.settings import GatewaySettings
+
+TOKEN = "a" * 40
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_only_the_bearer_scheme_carries_the_token() -> None:
+    assert presented_bearer(f"Bearer {TOKEN}") == TOKEN
+    assert presented_bearer(f"bearer {TOKEN}") == TOKEN  # the scheme is case-insensitive
+    assert presented_bearer(TOKEN) is None  # a bare token was accepted before
+    assert presented_bearer(f"Basic {TOKEN}") is None
+    assert presented_bearer("Bearer ") is None and presented_bearer(None) is None
+
+
+def test_failures_are_throttled_per_address_even_for_the_right_token() -> None:
+    clock = Clock()
+    guard = AdminGuard(TOKEN, max_failures=3, window_s=60, clock=clock)
+    guard.check(f"Bearer {TOKEN}", "10.0.0.1")
+    for _ in range(3):
+        with pytest.raises(AuthenticationFailed):
+            guard.check("Bearer wrong", "10.0.0.1")
+    with pytest.raises(AdminThrottled) as throttled:
+        guard.check(f"Bearer {TOKEN}", "10.0.0.1")
+    assert throttled.value.status == 429 and throttled.value.code == 971
+    assert throttled.value.retry_after_s == pytest.approx(60)
+    guard.check(f"Bearer {TOKEN}", "10.0.0.2")  # another address is not affected
+    assert not guard.matches(TOKEN, "10.0.0.1")  # nor does the explain header help while throttled
+    clock.now += 60.5
+    guard.check(f"Bearer {TOKEN}", "10.0.0.1")  # the window passed
+
+
+def test_the_table_of_failing_addresses_is_bounded() -> None:
+    guard = AdminGuard(TOKEN, max_failures=1, max_clients=100, clock=Clock())
+    for i in range(1000):
+        with pytest.raises(AuthenticationFailed):
+            guard.check("Bearer wrong", f"10.0.{i // 256}.{i % 256}")
+    assert len(guard._failures) == 100
+
+
+def test_no_configured_token_refuses_everything() -> None:
+    with pytest.raises(AuthenticationFailed):
+        AdminGuard(None).check("Bearer ", "10.0.0.1")
+
+
+def test_a_short_admin_token_is_a_clear_settings_error() -> None:
+    with pytest.raises(ValidationError, match="at least 32 characters"):
+        GatewaySettings(redis_url=None, admin_token="short-admin-token")
+    assert GatewaySettings(redis_url=None, admin_token="x" * 32).admin_token is not None
