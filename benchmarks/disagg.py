@@ -216,7 +216,8 @@ def report(baseline: Phase, subject: Phase, args: argparse.Namespace, command: s
     for q in (0.5, 0.9):
         lines.append(row(f"TTFT p{int(q * 100)} long prompts", ms, 1e3 * pct(baseline.long_ttft_s, q), 1e3 * pct(subject.long_ttft_s, q)))
     for q in (0.5, 0.9):
-        lines.append(row(f"TTFT p{int(q * 100)} steady streams", ms, 1e3 * pct(baseline.stream_ttft_s, q), 1e3 * pct(subject.stream_ttft_s, q)))
+        base_ttft, subject_ttft = 1e3 * pct(baseline.stream_ttft_s, q), 1e3 * pct(subject.stream_ttft_s, q)
+        lines.append(row(f"TTFT p{int(q * 100)} steady streams", ms, base_ttft, subject_ttft))
     lines.append(row("tokens/s (all streams)", "{:.1f}", baseline.num_tokens / baseline.seconds,
                      subject.num_tokens / subject.seconds, better_lower=False))
     lines.append(f"| long prompts answered | {len(baseline.long_ttft_s)} | {len(subject.long_ttft_s)} | |")
@@ -235,6 +236,8 @@ def report(baseline: Phase, subject: Phase, args: argparse.Namespace, command: s
 async def transfer_only(transport: str, num_tokens: int = 1000, repeats: int = 20) -> tuple[float, float]:
     """The transport alone, between two SmolLM2-shaped caches in this process with nothing else running:
     (median ms per `num_tokens` tokens, GB/s). Each pull takes a fresh pin of the same blocks."""
+    import torch
+
     from backends.kv_transfer.channel import build_channel
     from backends.kv_transfer.exports import KVExports
     from backends.kv_transfer.layout import KVLayout
@@ -242,8 +245,6 @@ async def transfer_only(transport: str, num_tokens: int = 1000, repeats: int = 2
     from backends.kv_transfer.tcp import TcpExporter
     from engines.base import KVPin
     from engines.builtin.attention import allocate_kv_caches
-
-    import torch
 
     num_blocks = -(-num_tokens // 16)
     src = KVLayout.of(allocate_kv_caches(30, 256, 16, 3, 64, torch.float32, torch.device("cpu")), "smollm2")

@@ -186,7 +186,8 @@ def test_killed_prefill_and_decode_backends_are_failed_over_before_the_first_byt
 def test_pulling_a_pin_twice_is_a_clear_error(backend_pair: list[BackendProcess]) -> None:
     b1, b2 = backend_pair
     body = {"prompt": list(range(1000, 1040)), "max_tokens": 4, "temperature": 0.0}
-    context = httpx.post(f"{b1.url}/v1/completions", json={**body, "disaggregated_params": {"request_type": "context_only"}}, timeout=60).json()
+    context_body = {**body, "disaggregated_params": {"request_type": "context_only"}}
+    context = httpx.post(f"{b1.url}/v1/completions", json=context_body, timeout=60).json()
     choice = context["choices"][0]
     assert choice["finish_reason"] == "not_finished" and context["prompt_token_ids"] == body["prompt"]
     params = {**choice["disaggregated_params"], "request_type": "generation_only"}
