@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from gateway.catalog import EMBEDDING_TASK
 from gateway.errors import InvalidInput
 from gateway.request_fields import OPENAI_EMBEDDINGS, WORKERS_AI_EMBEDDINGS, check_fields
 from gateway.schemas import MAX_PROMPT_CHARS

@@ -20,9 +20,7 @@ import httpx
 import openai
 import pytest
 
-from cli.processes import child_env
-
-from cli.processes import ROOT, free_port
+from cli.processes import ROOT, child_env, free_port
 from gateway.catalog import DEFAULT_MODEL_ID, EMBEDDING_MODEL_ID
 
 pytestmark = pytest.mark.slow

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from gateway.errors import InvalidInput
 from gateway.embedding_input import parse_openai_embedding, parse_workers_ai_embedding
+from gateway.errors import InvalidInput
 from gateway.request_fields import (
     OPENAI_CHAT,
     OPENAI_COMPLETIONS,
