@@ -40,7 +40,7 @@ import httpx
 from benchmarks import stub_backend
 from benchmarks.machine import machine, process_cpu_s
 from benchmarks.stub_backend import MODEL_ID
-from loadtests.processes import ROOT, ChildProcess, free_port
+from cli.processes import ROOT, ChildProcess, free_port
 
 ADMIN_TOKEN = "bench-admin-token-0123456789abcdefghij"
 PROBE_INTERVAL_S = 0.05

@@ -40,7 +40,8 @@ class ProcessError(RuntimeError):
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        port: int = sock.getsockname()[1]
+        return port
 
 
 def threads_per_backend(num_backends: int) -> int:

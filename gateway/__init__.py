@@ -5,6 +5,7 @@ the composition root that builds the parts from `settings.py`; `app.py` wires th
 
 HTTP (the only modules that speak Starlette)
     app.py            the ASGI app: routes, error rendering in one place, the lifespan's tasks
+    listeners.py      the public listener and the optional admin listener, with their limits
     middleware.py     request id, access log, request metrics, last-resort errors
     api_inference.py  `ai/run`, the OpenAI-compatible routes, model search
     api_admin.py      `/admin/v1/...` behind the admin token
@@ -21,8 +22,10 @@ Request pipeline
     auth.py           API key -> tenant, account and model checks, rate limits
     concurrency.py    per-tenant requests in flight
     tokenization.py   chat template + tokenizer per model, fetched once and cached
+    offload.py        CPU-heavy request work (large bodies, templates, tokenizing) off the event loop
     chat_template.py  a model's Jinja chat template, rendered in a sandbox
     routing.py        prompt tokens -> backends to try, and the in-flight bookkeeping
+    disagg.py         the two-step prefill -> decode flow across the prefill and decode pools
     tenant_salt.py    the per-tenant cache salt
 
 Fleet
@@ -34,6 +37,7 @@ Billing and administration
     metering.py       what a request may spend before it runs, the one ledger record after
     billing/          prices, exports, recomputation, the ledger spool (see billing/__init__.py)
     admin.py          tenants and keys: the service behind the admin API and `edgerun tenants|keys`
+    dashboard/        the usage dashboard: a page at /dashboard over a small JSON API
 
 Store and process-wide
     store/            the Store interface, embedded (memory + SQLite) and Redis implementations

@@ -11,8 +11,9 @@ and `/metrics`. Each path is served where it belongs and is a plain 404 on the o
     anything else           yes                       yes   (/healthz, /dashboard)
 
 Each request's scope names the listener it came in on (`listener_of`), so a route on both (the
-dashboard) can accept the admin token on the admin listener only (`accepts_admin_token`). Without `admin_port` there is one listener and it accepts everything,
-as before. Both listeners enforce `gateway.listener_limits`, each with its own connection counts.
+dashboard) can accept the admin token on the admin listener only (`accepts_admin_token`). Without
+`admin_port` there is one listener and it accepts everything, as before. Both listeners enforce
+`gateway.listener_limits`, each with its own connection counts.
 """
 
 from __future__ import annotations

@@ -34,7 +34,6 @@ from gateway.offload import Offload, is_large
 from gateway.schemas import Prompt
 
 
-
 @dataclass(frozen=True, slots=True)
 class ModelTokenizer:
     model_id: str

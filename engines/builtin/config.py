@@ -39,13 +39,14 @@ class EngineConfig:
     # prompt_lookup_max >= n >= prompt_lookup_min) or "eagle3" (a draft head in speculative_model).
     # Up to num_speculative_tokens drafts per sequence are verified in one forward pass; output is
     # the target's either way. With more than speculative_max_concurrency running requests the
-    # engine does not speculate: a bigger batch already keeps the weights busy.
+    # engine does not speculate: a bigger batch already keeps the weights busy, and on a 2-core CPU
+    # 4 speculating streams measured 0.44x of plain decoding (BENCHMARKS.md), so 1 by default.
     speculative: str = "none"
-    num_speculative_tokens: int = 4
+    num_speculative_tokens: int = 8
     prompt_lookup_min: int = 2
     prompt_lookup_max: int = 4
     speculative_model: str | None = None
-    speculative_max_concurrency: int = 4
+    speculative_max_concurrency: int = 1
 
     def __post_init__(self) -> None:
         if self.block_size < 1 or self.block_size & (self.block_size - 1):

@@ -22,7 +22,6 @@ from gateway.billing.export import ExportQuery, write_export
 from gateway.billing.formats import FORMATS, MEDIA_TYPES, Format
 from gateway.billing.prices import PriceHistory
 from gateway.errors import InternalError, InvalidInput
-from gateway.services import Services
 from gateway.store.errors import InvalidArgument
 from policies.errors import PricingError
 

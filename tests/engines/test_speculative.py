@@ -54,6 +54,8 @@ class ScriptedProposer:
 
 
 def make_engine(runner: ModelRunner, proposer: object = None, num_kv_blocks: int = 256, **overrides: object) -> LLMEngine:
+    # speculating in batches of up to 4 (the default, 1, would leave batches without verify rows)
+    overrides = {"speculative_max_concurrency": 4, **overrides}
     config = EngineConfig(block_size=BLOCK_SIZE, num_kv_blocks=num_kv_blocks, weight_dtype="float32", **overrides)
     return LLMEngine(config, runner, proposer=proposer)
 
@@ -146,6 +148,7 @@ def test_scripted_drafts_in_a_mixed_batch_with_a_prefill_chunk(smollm2_runner: M
         assert len(outputs["r3"]) < 12
     else:
         assert last.num_accepted_draft_tokens == 0 and len(outputs["r3"]) == 12
+        assert last.num_draft_tokens < 2 * last.num_verify_steps  # after a miss it drafts one token at a time
     assert sorted(proposer.finished) == ["r0", "r1", "r2", "r3"]
     assert_no_leak(engine)
 
@@ -153,7 +156,7 @@ def test_scripted_drafts_in_a_mixed_batch_with_a_prefill_chunk(smollm2_runner: M
 def test_mixed_batch_outputs_match_reference(smollm2_runner: ModelRunner, reference) -> None:
     proposer = ScriptedProposer(full_outputs(reference), 0, skip=("r1",))
     engine = make_engine(smollm2_runner, proposer, max_num_batched_tokens=32, max_num_seqs=4,
-                         num_speculative_tokens=3, speculative_max_concurrency=4)
+                         num_speculative_tokens=3)
     outputs = run(engine, *(greedy(k, prompt, MAX_TOKENS[k]) for k, (prompt, _) in reference.items()), check=blocks_fit_tokens)
     assert {k: tokens_of(v) for k, v in outputs.items()} == {k: out for k, (_, out) in reference.items()}
     assert outputs["r1"][-1].num_verify_steps == 0 and outputs["r0"][-1].num_verify_steps > 0

@@ -5,6 +5,11 @@ tokens: one per plain row (the sampler, as without speculation), 1 to k + 1 per 
 `rejection`). After the step, `propose` asks the proposer for the next drafts of every sequence
 that is decoding, unless more than `max_concurrency` requests are running, and hands proposers
 that read the target's hidden states the ones of the positions committed this step.
+
+Draft length adapts per sequence: after a verify step that rejected a draft, the next one drafts at
+most one token more than were accepted (a wrong guess is cheap again quickly); after one that
+accepted every draft, the full `num_speculative_tokens`. On a CPU a verify row of k + 1 tokens
+costs more than a plain decode as k grows, so long drafts are kept for runs that copy.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ class Speculator:
         self.max_concurrency = config.speculative_max_concurrency
         self.max_model_len = max_model_len
         self.vocab_size = vocab_size
+        self.draft_limits: dict[str, int] = {}  # request id -> most drafts for its next verify step
         self.num_draft_tokens = 0  # cumulative, every request
         self.num_accepted_tokens = 0
 
@@ -74,6 +80,8 @@ class Speculator:
                 probs = self.sampler.probs(logits, views)
                 tokens = accept_sampled(probs, drafts, None, self.sampler.generator_for(seq, logits.device))
         num_accepted = len(tokens) - 1
+        limit = self.num_speculative_tokens if num_accepted == len(drafts) else num_accepted + 1
+        self.draft_limits[seq.request_id] = limit
         seq.num_verify_steps += 1
         seq.num_draft_tokens += len(drafts)
         seq.num_accepted_tokens += num_accepted
@@ -113,9 +121,11 @@ class Speculator:
 
     def num_drafts(self, seq: Sequence) -> int:
         # each verify step emits up to drafts + 1 tokens, all within max_tokens and the context
-        return max(0, min(self.num_speculative_tokens, seq.num_tokens_left - 1, self.max_model_len - len(seq)))
+        limit = self.draft_limits.get(seq.request_id, self.num_speculative_tokens)
+        return max(0, min(limit, seq.num_tokens_left - 1, self.max_model_len - len(seq)))
 
     def finish(self, seq: Sequence) -> None:
+        self.draft_limits.pop(seq.request_id, None)
         if self.proposer is not None:
             self.proposer.finish(seq.request_id)
 

@@ -37,7 +37,8 @@ def test_random_head_through_the_factory_keeps_greedy_output(tmp_path):
     save_head(head, tmp_path)
     expected = generate(LLMEngine(base, runner))
     config = EngineConfig(model="random:tiny", num_kv_blocks=64, weight_dtype="float32", speculative="eagle3",
-                          speculative_model=str(tmp_path), num_speculative_tokens=3)
+                          speculative_model=str(tmp_path), num_speculative_tokens=3,
+                          speculative_max_concurrency=4)  # all three run at once
     proposer = build_proposer(config, runner)
     engine = LLMEngine(config, runner, proposer=proposer)
     assert generate(engine) == expected
