@@ -4,10 +4,10 @@ vLLM's embeddings protocol, so the gateway reaches it as it would reach `vllm se
     POST /v1/embeddings  {"model": M, "input": "text" | ["text", ...]}
         -> {"object": "list", "model": M, "data": [{"object": "embedding", "index": i, "embedding": [...]}],
             "usage": {"prompt_tokens": N, "total_tokens": N}}
-    GET /v1/models, GET /health (503 while the checkpoint loads)
+    GET /v1/models, GET /health (the server listens once the checkpoint is loaded)
 
-The encoder runs in a worker thread, one request's batch at a time (engines/embedding/encoder.py
-pads each request's texts into batches of `max_batch`). Only `encoding_format: "float"` is served.
+Requests that arrive together are encoded in one batch (engines/embedding/batcher.py, a worker
+task owned by the app's lifespan), in a worker thread. Only `encoding_format: "float"` is served.
 Auth is the same bearer secret as every backend (backends/server/auth.py).
 """
 
@@ -29,6 +29,7 @@ from starlette.routing import Route
 from backends.server.auth import BearerAuth
 from backends.server.errors import EXCEPTION_HANDLERS, BadRequest, Unavailable
 from backends.settings import BackendSettings
+from engines.embedding.batcher import EmbeddingBatcher
 from engines.embedding.encoder import SentenceEncoder
 from engines.embedding.package import MINILM_NAME, minilm_dir
 
@@ -58,36 +59,34 @@ class EmbeddingService:
     def __init__(self, settings: BackendSettings, encoder: SentenceEncoder | None = None) -> None:
         self.settings = settings
         self.encoder = encoder
-        self.lock = asyncio.Lock()
+        self.batcher: EmbeddingBatcher | None = None  # set by the lifespan once the encoder is loaded
 
-    def ready(self) -> SentenceEncoder:
-        if self.encoder is None:
+    def ready(self) -> EmbeddingBatcher:
+        if self.batcher is None:
             raise Unavailable("the embedding model is still loading")
-        return self.encoder
+        return self.batcher
 
     async def health(self, request: Request) -> Response:
-        if self.encoder is None:
+        if self.batcher is None:
             return JSONResponse({"status": "starting"}, status_code=503)
-        return JSONResponse({"status": "ok", "model": self.encoder.name})
+        return JSONResponse({"status": "ok", "model": self.batcher.encoder.name})
 
     async def models(self, request: Request) -> Response:
-        encoder = self.ready()
-        model = {"id": encoder.name, "object": "model", "owned_by": "edgerun"}
+        model = {"id": self.ready().encoder.name, "object": "model", "owned_by": "edgerun"}
         return JSONResponse({"object": "list", "data": [model]})
 
     async def embeddings(self, request: Request) -> Response:
-        encoder = self.ready()
+        batcher = self.ready()
         try:
             body = await request.json()
         except ValueError:
             raise BadRequest("the body is not valid JSON") from None
         texts = parse_inputs(body)
-        async with self.lock:  # one batch on the CPU at a time: concurrent ones would only contend
-            result = await asyncio.to_thread(encoder.embed, texts)
+        result = await batcher.embed(texts)
         num_tokens = sum(result.num_tokens)
         data = [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(result.vectors.tolist())]
         usage = {"prompt_tokens": num_tokens, "total_tokens": num_tokens}
-        return JSONResponse({"object": "list", "model": encoder.name, "data": data, "usage": usage})
+        return JSONResponse({"object": "list", "model": batcher.encoder.name, "data": data, "usage": usage})
 
 
 def create_embedding_app(settings: BackendSettings, encoder: SentenceEncoder | None = None) -> Starlette:
@@ -95,10 +94,18 @@ def create_embedding_app(settings: BackendSettings, encoder: SentenceEncoder | N
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        if service.encoder is None:
-            service.encoder = await asyncio.to_thread(load_encoder, settings.embedding_model, settings.engine.cache_dir)
-            log.info("embedding backend ready: model=%s", service.encoder.name)
-        yield
+        encoder = service.encoder
+        if encoder is None:
+            encoder = await asyncio.to_thread(load_encoder, settings.embedding_model, settings.engine.cache_dir)
+        batcher = EmbeddingBatcher(encoder)
+        batcher.start()
+        service.encoder, service.batcher = encoder, batcher
+        log.info("embedding backend ready: model=%s", encoder.name)
+        try:
+            yield
+        finally:
+            service.batcher = None
+            await batcher.stop()
 
     api_key = settings.api_key.get_secret_value() if settings.api_key is not None else None
     return Starlette(

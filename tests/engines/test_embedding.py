@@ -3,12 +3,14 @@ checkpoint's mean pooling and normalisation, to 1e-4 cosine; batching and paddin
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 
+from engines.embedding.batcher import EmbeddingBatcher
 from engines.embedding.encoder import SentenceEncoder
 from engines.embedding.package import minilm_dir
 
@@ -59,3 +61,21 @@ def test_a_vector_does_not_depend_on_its_batch(encoder: SentenceEncoder) -> None
     assert torch.allclose(together, alone, atol=1e-5)
     paraphrase = encoder.embed(["A fast brown fox leaps over a lazy dog."]).vectors[0]
     assert F.cosine_similarity(together[0], paraphrase, dim=0) > F.cosine_similarity(together[0], together[1], dim=0)
+
+
+def test_requests_arriving_together_share_a_forward_pass(encoder: SentenceEncoder) -> None:
+    requests = [["the sea"], ["a lake", "a river"], ["tax law"], ["x"]]
+
+    async def run() -> tuple[list[torch.Tensor], int]:
+        batcher = EmbeddingBatcher(encoder)
+        batcher.start()
+        try:
+            results = await asyncio.gather(*(batcher.embed(texts) for texts in requests))
+        finally:
+            await batcher.stop()
+        return [r.vectors for r in results], batcher.num_batches
+
+    vectors, num_batches = asyncio.run(run())
+    assert num_batches < len(requests)
+    for texts, got in zip(requests, vectors):
+        assert torch.allclose(got, encoder.embed(texts).vectors, atol=1e-5)
