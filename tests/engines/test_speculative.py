@@ -183,7 +183,8 @@ def test_preemption_with_speculation_keeps_outputs_exact(smollm2_runner: ModelRu
     plain = run(make_engine(smollm2_runner), *(greedy(k, p, 12) for k, p in prompts.items()))
     expected = {k: tokens_of(v) for k, v in plain.items()}
     proposer = ScriptedProposer({k: prompts[k] + expected[k] for k in prompts}, 0, skip=("r3",))
-    engine = make_engine(smollm2_runner, proposer, num_kv_blocks=5, max_num_seqs=3, max_num_batched_tokens=64)
+    engine = make_engine(smollm2_runner, proposer, num_kv_blocks=5, max_num_seqs=3, max_num_batched_tokens=64,
+                         num_speculative_tokens=4)  # short drafts: sequences grow into new blocks while decoding
     outputs = run(engine, *(greedy(k, p, 12) for k, p in prompts.items()), check=blocks_fit_tokens)
     assert engine.stats().num_preemptions > 0
     assert {k: tokens_of(v) for k, v in outputs.items()} == expected
