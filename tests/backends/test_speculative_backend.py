@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 
 import httpx
@@ -37,7 +38,11 @@ def test_speculative_backend_answers_and_reports_acceptance(http: httpx.Client) 
     deltas = [json.loads(line[6:]) for line in streamed.text.splitlines() if line.startswith("data: {")]
     content = "".join(d["choices"][0]["delta"].get("content") or "" for d in deltas if d["choices"])
     assert content == answer["choices"][0]["message"]["content"]  # several tokens per chunk, same text
-    text = http.get("/metrics").text
+    # A stream's request is recorded when the server closes it, just after the client read [DONE].
+    deadline = time.monotonic() + 10
+    while metric(text := http.get("/metrics").text, "edgerun_backend_spec_acceptance_rate_count") < 2:
+        assert time.monotonic() < deadline, "the streamed request was never recorded"
+        time.sleep(0.05)
     assert metric(text, "edgerun_backend_spec_acceptance_rate_count") == 2  # one per finished request
     assert 0 < metric(text, "edgerun_backend_spec_accepted_tokens_total") <= metric(text, "edgerun_backend_spec_draft_tokens_total")
     assert metric(text, "edgerun_backend_spec_mean_accepted_length_sum") > 2  # two requests, each >= 1 token per step
