@@ -20,7 +20,6 @@ from gateway.store.models import UsageRecord, to_us
 from gateway.store.sqlite_db import Database
 
 T = TypeVar("T")
-_PAGE = 500
 
 
 class LedgerArchive:
@@ -45,14 +44,8 @@ class LedgerArchive:
 
     async def iter_usage(self, start: float, end: float, tenant_id: str | None) -> AsyncIterator[UsageRecord]:
         """As `Store.iter_usage`: by (ended_us, request_id), in pages."""
-        after: tuple[int, str] | None = None
-        while True:
-            page = await self._run(self._db.usage_page, to_us(start), to_us(end), tenant_id, after, _PAGE)
-            for record in page:
-                yield record
-            if len(page) < _PAGE:
-                return
-            after = (page[-1].ended_us, page[-1].request_id)
+        async for record in self._db.iter_usage(self._run, to_us(start), to_us(end), tenant_id):
+            yield record
 
     async def get_usage(self, request_id: str) -> UsageRecord | None:
         return await self._run(self._db.get_usage, request_id)

@@ -41,7 +41,6 @@ from gateway.store.sqlite_db import Database
 from policies.limits import WindowRule, sliding_window
 
 T = TypeVar("T")
-_PAGE = 500
 
 
 class EmbeddedStore(Store):
@@ -411,14 +410,8 @@ class EmbeddedStore(Store):
     async def iter_usage(self, start: float, end: float, tenant_id: str | None = None) -> AsyncIterator[UsageRecord]:
         if tenant_id is not None:
             check_id("tenant id", tenant_id)
-        after: tuple[int, str] | None = None
-        while True:
-            page = await self._run(self._db.usage_page, to_us(start), to_us(end), tenant_id, after, _PAGE)
-            for record in page:
-                yield record
-            if len(page) < _PAGE:
-                return
-            after = (page[-1].ended_us, page[-1].request_id)
+        async for record in self._db.iter_usage(self._run, to_us(start), to_us(end), tenant_id):
+            yield record
 
     async def get_usage(self, request_id: str) -> UsageRecord | None:
         return await self._run(self._db.get_usage, request_id)

@@ -10,10 +10,12 @@ from __future__ import annotations
 import json
 import secrets
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 
 from gateway.store.models import ApiKey, Tenant, UsageRecord
+
+USAGE_PAGE = 500  # ledger records read per query when iterating a range
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS tenants (
@@ -189,6 +191,20 @@ class Database:
             args.extend(after)
         sql = f"SELECT record FROM usage WHERE {' AND '.join(where)} ORDER BY ended_us, request_id LIMIT ?"
         return [UsageRecord.from_json(r) for (r,) in self._conn.execute(sql, (*args, limit))]
+
+    async def iter_usage(
+        self, run: Callable[..., Awaitable[list[UsageRecord]]], start_us: int, end_us: int, tenant_id: str | None
+    ) -> AsyncIterator[UsageRecord]:
+        """Every record of `usage_page`'s range, a page of `USAGE_PAGE` at a time, each read through `run`
+        (the owner's worker thread)."""
+        after: tuple[int, str] | None = None
+        while True:
+            page = await run(self.usage_page, start_us, end_us, tenant_id, after, USAGE_PAGE)
+            for record in page:
+                yield record
+            if len(page) < USAGE_PAGE:
+                return
+            after = (page[-1].ended_us, page[-1].request_id)
 
     def get_usage(self, request_id: str) -> UsageRecord | None:
         row = self._conn.execute("SELECT record FROM usage WHERE request_id = ?", (request_id,)).fetchone()
