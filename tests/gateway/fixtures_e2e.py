@@ -33,6 +33,7 @@ from gateway.catalog import DEFAULT_MODEL_ID
 from gateway.listeners import Listeners, listener_configs
 from gateway.settings import GatewaySettings
 from gateway.store import Store, open_store
+from gateway.store.models import UsageRecord
 
 SINGLE_MODEL_ID = "@cf/test/smollm2-on-b1"  # the same weights, served by b1 only
 LLAMA_ALIAS = "@cf/meta/llama-3.1-8b-instruct"  # the `gateway` fixture's alias of DEFAULT_MODEL_ID
@@ -107,6 +108,15 @@ class InProcessGateway:
         """Run a coroutine (e.g. on the store) on the gateway's loop and wait for its result."""
         assert self._loop is not None
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout=30)
+
+    def ledger_record(self, request_id: str, timeout_s: float = 10.0) -> UsageRecord:
+        """The request's ledger record, waiting for it: records are written just after the response ends."""
+        assert self.store is not None
+        deadline = time.monotonic() + timeout_s
+        while (record := self.call(self.store.get_usage(request_id))) is None:
+            assert time.monotonic() < deadline, f"no ledger record for {request_id}"
+            time.sleep(0.05)
+        return record
 
     def start(self) -> InProcessGateway:
         logging.getLogger("httpx").setLevel(logging.WARNING)  # not one line per backend request

@@ -41,15 +41,6 @@ def sse_payloads(text: str) -> list[Any]:
     return [json.loads(e) for e in events[:-1]]
 
 
-def ledger(gw: InProcessGateway, request_id: str, timeout_s: float = 10.0) -> UsageRecord:
-    assert gw.store is not None
-    deadline = time.monotonic() + timeout_s
-    while (record := gw.call(gw.store.get_usage(request_id))) is None:
-        assert time.monotonic() < deadline, f"no ledger record for {request_id}"
-        time.sleep(0.05)
-    return record
-
-
 def post(gw: InProcessGateway, secret: str, body: dict[str, Any], **kwargs: Any) -> httpx.Response:
     return httpx.post(run_url(gw, **kwargs), json=body, headers=auth(secret), timeout=60)
 
@@ -68,7 +59,7 @@ def test_run_prompt_answers_in_the_workers_ai_envelope(gateway: InProcessGateway
     assert 0 < usage["completion_tokens"] <= 8 and usage["prompt_tokens"] > 5
     assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
     assert "cached_tokens" in usage["prompt_tokens_details"]
-    record = ledger(gateway, response.headers["cf-ray"])
+    record = gateway.ledger_record(response.headers["cf-ray"])
     assert (record.tenant_id, record.account_id, record.status) == ("ta", "acc-a", "ok")
     assert (record.prompt_tokens, record.completion_tokens) == (usage["prompt_tokens"], usage["completion_tokens"])
 
@@ -86,7 +77,7 @@ def test_run_stream_sends_padded_chunks_then_usage_then_done(gateway: InProcessG
     assert chunks and all(set(c) == {"response", "p"} and c["p"] for c in chunks)
     assert final["response"] == "" and 0 < final["usage"]["completion_tokens"] <= 8
     assert final["usage"]["prompt_tokens_details"]["cached_tokens"] >= 0
-    record = ledger(gateway, response.headers["cf-ray"])
+    record = gateway.ledger_record(response.headers["cf-ray"])
     assert record.completion_tokens == final["usage"]["completion_tokens"]
 
 
@@ -197,7 +188,7 @@ def test_an_alias_runs_its_model_and_bills_it(
     )
     completion = answer.parse()
     assert completion.model == DEFAULT_MODEL_ID and completion.choices[0].message.content
-    record = ledger(gateway, answer.headers["cf-ray"])
+    record = gateway.ledger_record(answer.headers["cf-ray"])
     assert record.model == DEFAULT_MODEL_ID
     run = post(gateway, keys["a"], {"prompt": "Hi", "max_tokens": 2}, model=LLAMA_ALIAS)
     assert run.status_code == 200 and run.json()["result"]["response"]
@@ -389,7 +380,7 @@ def test_session_affinity_holds_across_requests(gateway: InProcessGateway, keys:
             timeout=60,
         )
         assert response.status_code == 200
-        backends.add(ledger(gateway, response.headers["cf-ray"]).backend_id)
+        backends.add(gateway.ledger_record(response.headers["cf-ray"]).backend_id)
     assert len(backends) == 1
 
 
@@ -399,7 +390,7 @@ def test_the_routing_decision_is_explained_to_admins_only(gateway: InProcessGate
         run_url(gateway), json=body, headers={**auth(keys["a"]), "x-edgerun-explain": ADMIN_TOKEN}, timeout=60
     )
     explanation = asked.headers["x-edgerun-routing"]
-    backend = ledger(gateway, asked.headers["cf-ray"]).backend_id
+    backend = gateway.ledger_record(asked.headers["cf-ray"]).backend_id
     assert explanation.startswith(f"chosen={backend} ") and ",score=" in explanation
     assert {"b1:cached=", "b2:cached="} <= {part.split(":")[0] + ":cached=" for part in explanation.split()[1:]}
     for wrong in ("not-the-token", ""):
@@ -415,9 +406,9 @@ def test_a_repeated_prefix_returns_to_its_backend_and_hits_the_cache(
     first = post(gateway, keys["a"], {"prompt": LONG_PROMPT, "max_tokens": 2})
     second = post(gateway, keys["a"], {"prompt": LONG_PROMPT, "max_tokens": 2})
     usage = second.json()["result"]["usage"]
-    assert ledger(gateway, first.headers["cf-ray"]).backend_id == ledger(gateway, second.headers["cf-ray"]).backend_id
+    assert gateway.ledger_record(first.headers["cf-ray"]).backend_id == gateway.ledger_record(second.headers["cf-ray"]).backend_id
     assert usage["prompt_tokens_details"]["cached_tokens"] >= 32  # at least two full 16-token blocks
-    assert ledger(gateway, second.headers["cf-ray"]).cached_tokens == usage["prompt_tokens_details"]["cached_tokens"]
+    assert gateway.ledger_record(second.headers["cf-ray"]).cached_tokens == usage["prompt_tokens_details"]["cached_tokens"]
 
 
 def test_another_tenant_never_gets_the_cached_tokens(gateway: InProcessGateway, keys: dict[str, str]) -> None:
@@ -428,7 +419,7 @@ def test_another_tenant_never_gets_the_cached_tokens(gateway: InProcessGateway, 
     other = post(gateway, keys["b"], {"prompt": prompt, "max_tokens": 1}, model=SINGLE_MODEL_ID, account="acc-b")
     assert other.status_code == 200
     assert other.json()["result"]["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
-    assert ledger(gateway, other.headers["cf-ray"]).backend_id == "b1"  # the same backend held the blocks
+    assert gateway.ledger_record(other.headers["cf-ray"]).backend_id == "b1"  # the same backend held the blocks
 
 
 # ---- cancellation and observability -----------------------------------------------------------
@@ -457,7 +448,7 @@ def test_a_client_that_leaves_cancels_the_generation_and_is_billed_for_what_was_
                 received += 1
                 if received == 3:
                     break
-    record = ledger(gateway, request_id)
+    record = gateway.ledger_record(request_id)
     assert record.status == "cancelled"
     assert 3 <= record.completion_tokens < 400
     # the backend reported usage on every chunk, so the cached part of the prompt is billed at the

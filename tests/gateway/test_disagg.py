@@ -114,7 +114,7 @@ def test_disaggregated_answers_equal_collocated_ones_and_are_billed_once(
             assert result["response"] == collocated[prompt], (attempt, prompt)
             usage = result["usage"]
             assert gw.store is not None
-            record = _ledger(gw, response.headers["cf-ray"])
+            record = gw.ledger_record(response.headers["cf-ray"])
             assert record.backend_id == "b2" and record.status == "ok"
             assert (record.prompt_tokens, record.completion_tokens) == (usage["prompt_tokens"], usage["completion_tokens"])
             assert record.cached_tokens == usage["prompt_tokens_details"]["cached_tokens"]
@@ -176,7 +176,7 @@ def test_killed_prefill_and_decode_backends_are_failed_over_before_the_first_byt
         counts = steps(gw)
         assert counts[("context", "p-victim", "error")] == 1 and counts[("context", "b1", "ok")] == 1
         assert counts[("generation", "b2", "ok")] == 1
-        assert _ledger(gw, response.headers["cf-ray"]).backend_id == "b2"
+        assert gw.ledger_record(response.headers["cf-ray"]).backend_id == "b2"
         assert 'edgerun_gateway_failovers_total{backend="b2"} 1.0' in httpx.get(f"{gw.url}/metrics", timeout=10).text
     finally:
         gw.stop()
@@ -199,14 +199,5 @@ def test_pulling_a_pin_twice_is_a_clear_error(backend_pair: list[BackendProcess]
     assert again.status_code == 410
     assert "run the context step again" in again.json()["error"]["message"]
     assert_nothing_pinned_or_leaked(backend_pair)
-
-
-def _ledger(gw: InProcessGateway, request_id: str) -> Any:
-    assert gw.store is not None
-    deadline = time.monotonic() + 10
-    while (record := gw.call(gw.store.get_usage(request_id))) is None:
-        assert time.monotonic() < deadline, f"no ledger record for {request_id}"
-        time.sleep(0.05)
-    return record
 
 

@@ -3,7 +3,6 @@ to a real `edgerun backend --engine embedding` process (all-MiniLM-L6-v2), bille
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 
 import httpx
@@ -11,7 +10,6 @@ import openai
 import pytest
 
 from cli.processes import ChildProcess
-from gateway.store.models import UsageRecord
 from policies.pricing import Price, Usage, cost_micros
 from tests.gateway.fixtures_e2e import InProcessGateway, gateway_settings
 
@@ -50,15 +48,6 @@ def key(gateway: InProcessGateway) -> str:
     return gateway.new_key("emb", "acc-emb")
 
 
-def ledger(gw: InProcessGateway, request_id: str) -> UsageRecord:
-    assert gw.store is not None
-    deadline = time.monotonic() + 10
-    while (record := gw.call(gw.store.get_usage(request_id))) is None:
-        assert time.monotonic() < deadline, f"no ledger record for {request_id}"
-        time.sleep(0.05)
-    return record
-
-
 def test_openai_sdk_embeddings_are_unit_vectors_billed_per_input_token(gateway: InProcessGateway, key: str) -> None:
     client = openai.OpenAI(api_key=key, base_url=f"{gateway.url}/client/v4/accounts/acc-emb/ai/v1", max_retries=0)
     raw = client.embeddings.with_raw_response.create(model=MINILM, input=["the sea", "a lake", "tax law"])
@@ -70,7 +59,7 @@ def test_openai_sdk_embeddings_are_unit_vectors_billed_per_input_token(gateway: 
     sea_tax = sum(a * b for a, b in zip(vectors[0], vectors[2]))
     assert sea_lake > sea_tax
     assert answer.usage.prompt_tokens == 12 == answer.usage.total_tokens  # [CLS] w w [SEP] x 3
-    record = ledger(gateway, raw.headers["cf-ray"])
+    record = gateway.ledger_record(raw.headers["cf-ray"])
     assert (record.model, record.prompt_tokens, record.completion_tokens, record.status) == (MINILM, 12, 0, "ok")
     price = Price.from_config(MINILM, PRICE)
     assert record.price_version == "emb-1" and record.cost_micro == cost_micros(Usage(12, 0), price) > 0
