@@ -3,7 +3,6 @@ backend's bearer secret, vectors equal to the encoder's own, usage counting ever
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -13,22 +12,15 @@ import torch
 from cli.processes import ChildProcess
 from engines.embedding.encoder import SentenceEncoder
 from engines.embedding.package import minilm_dir
-
-API_KEY = "embedding-backend-test-secret-0123456789"
+from tests.gateway.fixtures_e2e import EMBEDDING_BACKEND_KEY
 
 
 @pytest.fixture(scope="module")
-def backend() -> Iterator[ChildProcess]:
-    options = ["--engine", "embedding", "--log-level", "warning"]
-    child = ChildProcess.spawn("embedding backend", "backend", options, env={"EDGERUN_API_KEY": API_KEY})
-    try:
-        child.wait_ready("/health", timeout_s=120)
-        yield child
-    finally:
-        child.stop()
+def backend(embedding_backend: ChildProcess) -> ChildProcess:
+    return embedding_backend
 
 
-def post(backend: ChildProcess, body: object, key: str = API_KEY) -> httpx.Response:
+def post(backend: ChildProcess, body: object, key: str = EMBEDDING_BACKEND_KEY) -> httpx.Response:
     return httpx.post(f"{backend.url}/v1/embeddings", json=body, headers={"authorization": f"Bearer {key}"}, timeout=60)
 
 

@@ -223,3 +223,18 @@ def gateway(backend_pair: list[BackendProcess], tmp_path_factory: pytest.TempPat
     started = InProcessGateway(settings).start()
     yield started
     started.stop()
+
+
+EMBEDDING_BACKEND_KEY = "embedding-backend-test-secret-0123456789"
+
+
+@pytest.fixture(scope="session")
+def embedding_backend() -> Iterator[ChildProcess]:
+    """One `edgerun backend --engine embedding` (all-MiniLM-L6-v2) for every test that needs one."""
+    options = ["--engine", "embedding", "--log-level", "warning"]
+    child = ChildProcess.spawn("embedding backend", "backend", options, env={"EDGERUN_API_KEY": EMBEDDING_BACKEND_KEY})
+    try:
+        child.wait_ready("/health", timeout_s=120)
+        yield child
+    finally:
+        child.stop()

@@ -11,22 +11,15 @@ import pytest
 
 from cli.processes import ChildProcess
 from policies.pricing import Price, Usage, cost_micros
-from tests.gateway.fixtures_e2e import InProcessGateway, gateway_settings
+from tests.gateway.fixtures_e2e import EMBEDDING_BACKEND_KEY, InProcessGateway, gateway_settings
 
 MINILM = "@cf/sentence-transformers/all-minilm-l6-v2"
-BACKEND_KEY = "embedding-e2e-backend-key-0123456789"
 PRICE = {"version": "emb-1", "input": "100", "output": "0"}  # per 1M input tokens: 12 tokens cost 1200 micro-units
 
 
 @pytest.fixture(scope="module")
-def backend() -> Iterator[ChildProcess]:
-    options = ["--engine", "embedding", "--log-level", "warning"]
-    child = ChildProcess.spawn("embedding backend", "backend", options, env={"EDGERUN_API_KEY": BACKEND_KEY})
-    try:
-        child.wait_ready("/health", timeout_s=120)
-        yield child
-    finally:
-        child.stop()
+def backend(embedding_backend: ChildProcess) -> ChildProcess:
+    return embedding_backend
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +29,7 @@ def gateway(backend: ChildProcess, tmp_path_factory: pytest.TempPathFactory) -> 
         [{"id": "emb-1", "base_url": backend.url, "region": "local", "models": [MINILM]}],
         models=[{"id": MINILM, "backend_model": "all-minilm-l6-v2", "task": "Text Embeddings"}],
         prices={MINILM: PRICE},
-        backend_api_key=BACKEND_KEY,
+        backend_api_key=EMBEDDING_BACKEND_KEY,
     )
     started = InProcessGateway(settings).start()
     yield started
