@@ -15,10 +15,10 @@ from starlette.responses import Response
 from gateway import envelopes, render
 from gateway.auth import Principal
 from gateway.body import read_json_object
-from gateway.catalog import EMBEDDING_TASK, ModelSpec
 from gateway.embedding_input import MAX_TEXTS, parse_openai_embedding, parse_workers_ai_embedding
 from gateway.envelopes import JSONBytes
 from gateway.errors import InvalidInput
+from gateway.fleet.catalog import EMBEDDING_TASK, ModelSpec
 from gateway.generation import Generation, RequestMeta
 from gateway.model_schema import text_embeddings_schema, text_generation_schema
 from gateway.routing import EXPLAIN_REQUEST_HEADER, EXPLAIN_RESPONSE_HEADER

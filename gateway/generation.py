@@ -38,14 +38,14 @@ from backends.client import (
     Usage,
 )
 from gateway.auth import Authenticator, Principal
-from gateway.catalog import Catalog, ModelSpec
 from gateway.concurrency import Slot, TenantSlots
 from gateway.disagg import Attempt, Disaggregator, Pools
 from gateway.envelopes import TokenUsage
 from gateway.errors import GatewayError, InternalError, InvalidInput, OutOfCapacity, RequestTimeout
+from gateway.fleet.catalog import Catalog, ModelSpec
+from gateway.fleet.monitor import BackendMonitor
 from gateway.metering import MeteredRequest, Metering
 from gateway.metrics import GatewayMetrics
-from gateway.monitor import BackendMonitor
 from gateway.offload import Offload
 from gateway.routing import Flight, Router
 from gateway.schemas import GenerationInput

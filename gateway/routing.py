@@ -31,10 +31,10 @@ from typing import Any
 import structlog
 
 from backends.client import Endpoint
-from gateway.catalog import ModelSpec
 from gateway.errors import OutOfCapacity
+from gateway.fleet.catalog import ModelSpec
+from gateway.fleet.monitor import BackendMonitor
 from gateway.metrics import GatewayMetrics
-from gateway.monitor import BackendMonitor
 from gateway.store.base import Store
 from gateway.tenant_salt import TenantSalts
 from policies.base import Candidate, Policy, RouteInfo

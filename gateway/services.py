@@ -19,16 +19,16 @@ from gateway.admin_guard import AdminGuard
 from gateway.auth import Authenticator
 from gateway.billing.retention import archive_forever
 from gateway.billing.spool import LedgerSpool, replay_forever, spool_path
-from gateway.catalog import EMBEDDING_TASK, Catalog
 from gateway.concurrency import TenantSlots
 from gateway.disagg import Disaggregator
 from gateway.embedding import Embedder
 from gateway.errors import GatewayError
+from gateway.fleet.catalog import EMBEDDING_TASK, Catalog
+from gateway.fleet.kv_index import KVEventIndexer
+from gateway.fleet.monitor import BackendMonitor, MonitorIntervals
 from gateway.generation import Generator
-from gateway.kv_index import KVEventIndexer
 from gateway.metering import Metering
 from gateway.metrics import GatewayMetrics
-from gateway.monitor import BackendMonitor, MonitorIntervals
 from gateway.offload import Offload
 from gateway.routing import Router
 from gateway.settings import GatewaySettings

@@ -14,7 +14,7 @@ from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_va
 from backends.toml_settings import TomlSettings, check_secret
 from gateway.admin_guard import MIN_ADMIN_TOKEN_CHARS
 from gateway.billing.prices import default_prices
-from gateway.catalog import BackendSpec, ModelSpec, default_models
+from gateway.fleet.catalog import BackendSpec, ModelSpec, default_models
 
 
 class GatewaySettings(TomlSettings):

@@ -27,9 +27,9 @@ from typing import Any
 from tokenizers import Tokenizer
 
 from backends.client import BackendClient, BackendError, Endpoint
-from gateway.catalog import ModelSpec
 from gateway.chat_template import ChatTemplate
 from gateway.errors import InvalidInput, OutOfCapacity
+from gateway.fleet.catalog import ModelSpec
 from gateway.offload import Offload, is_large
 from gateway.schemas import Prompt
 

@@ -98,7 +98,7 @@ def test_rpm_holds_across_two_gateway_processes(backend_pair, redis_url: str, re
 
     import httpx
 
-    from gateway.catalog import DEFAULT_MODEL_ID
+    from gateway.fleet.catalog import DEFAULT_MODEL_ID
     from tests.gateway.fixtures_e2e import start_gateway_process
 
     secret = asyncio.run(_limited_key(redis_url, redis_prefix))

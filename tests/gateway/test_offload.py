@@ -9,8 +9,8 @@ from typing import TypeVar
 
 import pytest
 
-from gateway.catalog import ModelSpec
 from gateway.errors import OutOfCapacity
+from gateway.fleet.catalog import ModelSpec
 from gateway.offload import Offload
 from gateway.schemas import Prompt
 from gateway.tokenization import ModelTokenizer

@@ -7,10 +7,10 @@ from collections.abc import AsyncIterator
 import pytest
 
 from backends.client import BackendClient, Endpoint
-from gateway.catalog import ModelSpec
 from gateway.errors import OutOfCapacity
+from gateway.fleet.catalog import ModelSpec
+from gateway.fleet.monitor import BackendMonitor, MonitorIntervals
 from gateway.metrics import GatewayMetrics
-from gateway.monitor import BackendMonitor, MonitorIntervals
 from gateway.routing import Router
 from gateway.store import Store
 from gateway.tenant_salt import TenantSalts, derive_cache_salt
