@@ -13,8 +13,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway import envelopes, render
-from gateway.auth import Principal
 from gateway.body import read_json_object
+from gateway.context import Principal
 from gateway.embedding_input import MAX_TEXTS, parse_openai_embedding, parse_workers_ai_embedding
 from gateway.envelopes import JSONBytes
 from gateway.errors import InvalidInput

@@ -28,12 +28,12 @@ from backends.client import (
     Endpoint,
 )
 from gateway.auth import Authenticator
+from gateway.billing.metering import MeteredRequest, Metering
 from gateway.concurrency import TenantSlots
 from gateway.envelopes import TokenUsage
 from gateway.fleet.catalog import Catalog
 from gateway.fleet.monitor import BackendMonitor
 from gateway.generation import RequestMeta, backend_error_to_gateway
-from gateway.metering import MeteredRequest, Metering
 from gateway.store.models import UsageStatus
 
 log = structlog.get_logger("edgerun.gateway.embedding")

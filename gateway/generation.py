@@ -37,14 +37,15 @@ from backends.client import (
     Endpoint,
     Usage,
 )
-from gateway.auth import Authenticator, Principal
+from gateway.auth import Authenticator
+from gateway.billing.metering import MeteredRequest, Metering
 from gateway.concurrency import Slot, TenantSlots
+from gateway.context import Principal
 from gateway.disagg import Attempt, Disaggregator, Pools
 from gateway.envelopes import TokenUsage
 from gateway.errors import GatewayError, InternalError, InvalidInput, OutOfCapacity, RequestTimeout
 from gateway.fleet.catalog import Catalog, ModelSpec
 from gateway.fleet.monitor import BackendMonitor
-from gateway.metering import MeteredRequest, Metering
 from gateway.metrics import GatewayMetrics
 from gateway.offload import Offload
 from gateway.routing import Flight, Router

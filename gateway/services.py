@@ -17,6 +17,7 @@ from backends.client import BackendClient
 from gateway.admin import AdminService
 from gateway.admin_guard import AdminGuard
 from gateway.auth import Authenticator
+from gateway.billing.metering import Metering
 from gateway.billing.retention import archive_forever
 from gateway.billing.spool import LedgerSpool, replay_forever, spool_path
 from gateway.concurrency import TenantSlots
@@ -27,7 +28,6 @@ from gateway.fleet.catalog import EMBEDDING_TASK, Catalog
 from gateway.fleet.kv_index import KVEventIndexer
 from gateway.fleet.monitor import BackendMonitor, MonitorIntervals
 from gateway.generation import Generator
-from gateway.metering import Metering
 from gateway.metrics import GatewayMetrics
 from gateway.offload import Offload
 from gateway.routing import Router

@@ -6,10 +6,10 @@ import dataclasses
 import time
 
 from gateway.auth import Authenticator
+from gateway.billing.metering import MeteredRequest, Metering
 from gateway.billing.prices import PriceHistory
 from gateway.billing.recompute import recompute
 from gateway.envelopes import TokenUsage
-from gateway.metering import MeteredRequest, Metering
 from gateway.metrics import GatewayMetrics
 from gateway.store import Store
 from gateway.store.models import UsageStatus
