@@ -10,7 +10,7 @@ import pytest
 from backends.client import BackendOverloaded, BackendRejected, BackendTimeout, BackendUnavailable
 from gateway.errors import InvalidInput, OutOfCapacity, RequestTimeout
 from gateway.fleet.catalog import DEFAULT_MODEL_ID
-from gateway.generation import backend_error_to_gateway
+from gateway.pipeline.generation import backend_error_to_gateway
 from tests.gateway.fixtures_e2e import BackendProcess, InProcessGateway, gateway_settings, start_backend
 
 

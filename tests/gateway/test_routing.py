@@ -11,9 +11,9 @@ from gateway.errors import OutOfCapacity
 from gateway.fleet.catalog import ModelSpec
 from gateway.fleet.monitor import BackendMonitor, MonitorIntervals
 from gateway.metrics import GatewayMetrics
-from gateway.routing import Router
+from gateway.pipeline.routing import Router
+from gateway.pipeline.tenant_salt import TenantSalts, derive_cache_salt
 from gateway.store import Store
-from gateway.tenant_salt import TenantSalts, derive_cache_salt
 from policies.factory import build_policy
 from policies.prefix import block_hashes
 from policies.regions import RegionPreference

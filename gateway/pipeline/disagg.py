@@ -46,7 +46,7 @@ from backends.client import (
 )
 from gateway.fleet.monitor import BackendMonitor
 from gateway.metrics import GatewayMetrics
-from gateway.routing import Flight, Router
+from gateway.pipeline.routing import Flight, Router
 
 log = structlog.get_logger("edgerun.gateway.disagg")
 
