@@ -34,7 +34,7 @@ from benchmarks.stub_backend import MODEL_ID, PROMPT
 from cli.processes import ChildProcess
 from gateway.billing.metering import MeteredRequest, Metering
 from gateway.context import Principal
-from gateway.envelopes import TokenUsage
+from gateway.http.envelopes import TokenUsage
 from gateway.metrics import GatewayMetrics
 from gateway.settings import GatewaySettings
 from gateway.store import Store, open_store

@@ -14,8 +14,6 @@ from dataclasses import dataclass, field
 import structlog
 
 from backends.client import BackendClient
-from gateway.admin import AdminService
-from gateway.admin_guard import AdminGuard
 from gateway.billing.metering import Metering
 from gateway.billing.retention import archive_forever
 from gateway.billing.spool import LedgerSpool, replay_forever, spool_path
@@ -23,6 +21,8 @@ from gateway.errors import GatewayError
 from gateway.fleet.catalog import EMBEDDING_TASK, Catalog
 from gateway.fleet.kv_index import KVEventIndexer
 from gateway.fleet.monitor import BackendMonitor, MonitorIntervals
+from gateway.http.admin import AdminService
+from gateway.http.admin_guard import AdminGuard
 from gateway.metrics import GatewayMetrics
 from gateway.pipeline.auth import Authenticator
 from gateway.pipeline.concurrency import TenantSlots

@@ -26,8 +26,8 @@ import structlog
 from gateway.billing.rules import billable_usage
 from gateway.billing.spool import LedgerSpool
 from gateway.context import Principal
-from gateway.envelopes import TokenUsage
 from gateway.errors import BudgetExhausted
+from gateway.http.envelopes import TokenUsage
 from gateway.metrics import GatewayMetrics
 from gateway.store.base import Store
 from gateway.store.errors import InvalidArgument

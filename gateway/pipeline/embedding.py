@@ -28,9 +28,9 @@ from backends.client import (
     Endpoint,
 )
 from gateway.billing.metering import MeteredRequest, Metering
-from gateway.envelopes import TokenUsage
 from gateway.fleet.catalog import Catalog
 from gateway.fleet.monitor import BackendMonitor
+from gateway.http.envelopes import TokenUsage
 from gateway.pipeline.auth import Authenticator
 from gateway.pipeline.concurrency import TenantSlots
 from gateway.pipeline.generation import RequestMeta, backend_error_to_gateway

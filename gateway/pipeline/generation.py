@@ -39,10 +39,10 @@ from backends.client import (
 )
 from gateway.billing.metering import MeteredRequest, Metering
 from gateway.context import Principal
-from gateway.envelopes import TokenUsage
 from gateway.errors import GatewayError, InternalError, InvalidInput, OutOfCapacity, RequestTimeout
 from gateway.fleet.catalog import Catalog, ModelSpec
 from gateway.fleet.monitor import BackendMonitor
+from gateway.http.envelopes import TokenUsage
 from gateway.metrics import GatewayMetrics
 from gateway.pipeline.auth import Authenticator
 from gateway.pipeline.concurrency import Slot, TenantSlots

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from gateway.envelopes import (
+from gateway.errors import InvalidInput, NoSuchModel, RateLimited
+from gateway.http.envelopes import (
     TokenUsage,
     error_response,
     openai_error,
@@ -12,7 +13,6 @@ from gateway.envelopes import (
     workers_ai_success,
     workers_ai_text_result,
 )
-from gateway.errors import InvalidInput, NoSuchModel, RateLimited
 
 
 def test_usage_always_has_cached_tokens() -> None:

@@ -7,8 +7,8 @@ import time
 import pytest
 
 from gateway.billing.metering import UNPRICED, MeteredRequest, Metering
-from gateway.envelopes import TokenUsage
 from gateway.errors import BudgetExhausted
+from gateway.http.envelopes import TokenUsage
 from gateway.metrics import GatewayMetrics
 from gateway.pipeline.auth import Authenticator
 from gateway.store import Store

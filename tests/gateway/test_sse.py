@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from gateway import sse
-from gateway.envelopes import TokenUsage
+from gateway.http import sse
+from gateway.http.envelopes import TokenUsage
 
 
 def decode(event: bytes) -> dict:

@@ -11,12 +11,12 @@ import pytest
 import redis
 from starlette.testclient import TestClient
 
-from gateway.app import create_app
 from gateway.billing.metering import MeteredRequest, Metering
 from gateway.billing.spool import LedgerSpool
 from gateway.context import Principal
-from gateway.envelopes import TokenUsage
 from gateway.fleet.catalog import DEFAULT_MODEL_ID
+from gateway.http.app import create_app
+from gateway.http.envelopes import TokenUsage
 from gateway.metrics import GatewayMetrics
 from gateway.settings import GatewaySettings
 from gateway.store import StoreUnavailable

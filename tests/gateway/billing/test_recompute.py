@@ -8,7 +8,7 @@ import time
 from gateway.billing.metering import MeteredRequest, Metering
 from gateway.billing.prices import PriceHistory
 from gateway.billing.recompute import recompute
-from gateway.envelopes import TokenUsage
+from gateway.http.envelopes import TokenUsage
 from gateway.metrics import GatewayMetrics
 from gateway.pipeline.auth import Authenticator
 from gateway.store import Store

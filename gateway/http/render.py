@@ -17,9 +17,9 @@ from contextlib import aclosing
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from gateway import envelopes, sse
-from gateway.envelopes import JSONBytes, TokenUsage
 from gateway.errors import GatewayError
+from gateway.http import envelopes, sse
+from gateway.http.envelopes import JSONBytes, TokenUsage
 from gateway.pipeline.generation import Generation
 
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}

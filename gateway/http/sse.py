@@ -17,8 +17,8 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.envelopes import TokenUsage, dumps
 from gateway.errors import GatewayError
+from gateway.http.envelopes import TokenUsage, dumps
 
 DONE = b"data: [DONE]\n\n"
 MAX_PADDING_CHARS = 32  # even: the padding is hex
