@@ -35,14 +35,13 @@ from backends.client import (
     ClientAtCapacity,
     CompletionChunk,
     Endpoint,
-    Usage,
 )
+from contracts.usage import Usage
 from gateway.billing.metering import MeteredRequest, Metering
 from gateway.context import Principal
 from gateway.errors import GatewayError, InternalError, InvalidInput, OutOfCapacity, RequestTimeout
 from gateway.fleet.catalog import Catalog, ModelSpec
 from gateway.fleet.monitor import BackendMonitor
-from gateway.http.envelopes import TokenUsage
 from gateway.metrics import GatewayMetrics
 from gateway.pipeline.auth import Authenticator
 from gateway.pipeline.concurrency import Slot, TenantSlots
@@ -121,7 +120,7 @@ class Generation:
         self._first_text_at: float | None = None  # perf_counter() of the first and last text received
         self._last_text_at: float | None = None
         self.finish_reason: str | None = None
-        self.usage: TokenUsage | None = None  # set once the stream is over
+        self.usage: Usage | None = None  # set once the stream is over
         self.slot: Slot | None = None  # the tenant's concurrency slot, given back when it is settled
         self.created = int(time.time())
 
@@ -171,10 +170,10 @@ class Generation:
     def text(self) -> str:
         return "".join(self._parts)
 
-    def _final_usage(self, status: UsageStatus) -> TokenUsage:
+    def _final_usage(self, status: UsageStatus) -> Usage:
         backend = self._backend_usage
         if status == "ok" and backend is not None:
-            return TokenUsage(
+            return Usage(
                 backend.prompt_tokens, backend.completion_tokens, min(backend.cached_tokens, backend.prompt_tokens)
             )
         # Cancelled, broken, or a backend that sent no usage: count what was received, by the ids the
@@ -187,9 +186,9 @@ class Generation:
         if backend is not None:
             completion = max(completion, backend.completion_tokens)
         cached = backend.cached_tokens if backend is not None else 0
-        return TokenUsage(self.prompt_tokens, completion, min(cached, self.prompt_tokens))
+        return Usage(self.prompt_tokens, completion, min(cached, self.prompt_tokens))
 
-    def _timings(self, usage: TokenUsage) -> None:
+    def _timings(self, usage: Usage) -> None:
         """Time to first text and the mean inter-token gap, onto the ledger record and /metrics."""
         first, last = self._first_text_at, self._last_text_at
         if first is None or last is None:
@@ -372,7 +371,7 @@ class Generator:
                     "rejected" if isinstance(exc, (BackendRejected, BackendOverloaded)) else "backend_error"
                 )
                 region = next((e.region for f in flights for e in f.endpoints if e.id == exc.endpoint_id), None)
-                usage = TokenUsage(metered.prompt_tokens, 0, 0)
+                usage = Usage(metered.prompt_tokens, 0, 0)
                 await self.metering.settle(metered, usage, status=status, backend_id=exc.endpoint_id, region=region)
             else:
                 await self.metering.release(metered)
