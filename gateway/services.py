@@ -32,6 +32,7 @@ from gateway.monitor import BackendMonitor, MonitorIntervals
 from gateway.offload import Offload
 from gateway.routing import Router
 from gateway.settings import GatewaySettings
+from gateway.setup_gate import SetupGate
 from gateway.store.base import Store
 from gateway.store.redis_store import default_replica_id
 from gateway.tenant_salt import TenantSalts
@@ -109,7 +110,18 @@ class Services:
         disagg = Disaggregator(router, client, monitor, metrics, settings.disagg_max_local_prefill_length)
         offload = Offload(settings.offload_threads, settings.offload_max_pending)
         generator = Generator(
-            catalog, tokenizers, auth, metering, router, monitor, client, metrics, slots, disagg, offload
+            catalog,
+            tokenizers,
+            auth,
+            metering,
+            router,
+            monitor,
+            client,
+            metrics,
+            slots,
+            disagg,
+            offload,
+            SetupGate(settings.setup_concurrency),
         )
         return cls(
             settings,
