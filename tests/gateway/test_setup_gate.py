@@ -1,11 +1,11 @@
-"""gateway/setup_gate.py: at most `concurrency` places held, waiters served in arrival order,
+"""gateway/pipeline/setup_gate.py: at most `concurrency` places held, waiters served in arrival order,
 a place given back early (`leave`) or at the end of its block, exactly once."""
 
 from __future__ import annotations
 
 import asyncio
 
-from gateway.setup_gate import SetupGate
+from gateway.pipeline.setup_gate import SetupGate
 
 
 async def test_waiters_enter_in_arrival_order_once_a_place_is_left() -> None:
