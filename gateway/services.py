@@ -31,6 +31,7 @@ from gateway.pipeline.embedding import Embedder
 from gateway.pipeline.generation import Generator
 from gateway.pipeline.offload import Offload
 from gateway.pipeline.routing import Router
+from gateway.pipeline.setup_gate import SetupGate
 from gateway.pipeline.tenant_salt import TenantSalts
 from gateway.pipeline.tokenization import TokenizerRegistry
 from gateway.settings import GatewaySettings
@@ -109,7 +110,18 @@ class Services:
         disagg = Disaggregator(router, client, monitor, metrics, settings.disagg_max_local_prefill_length)
         offload = Offload(settings.offload_threads, settings.offload_max_pending)
         generator = Generator(
-            catalog, tokenizers, auth, metering, router, monitor, client, metrics, slots, disagg, offload
+            catalog,
+            tokenizers,
+            auth,
+            metering,
+            router,
+            monitor,
+            client,
+            metrics,
+            slots,
+            disagg,
+            offload,
+            SetupGate(settings.setup_concurrency),
         )
         return cls(
             settings,

@@ -80,6 +80,10 @@ class GatewaySettings(TomlSettings):
     # (gateway/pipeline/offload.py); with offload_max_pending jobs waiting or running, more get 429 / 3040.
     offload_threads: int = Field(default=2, ge=1)
     offload_max_pending: int = Field(default=64, ge=1)
+    # Requests doing their CPU-bound setup (template, tokenize, limits, route) at once; the others wait
+    # in arrival order, so a burst of thousands never makes one turn of the event loop last seconds
+    # (gateway/pipeline/setup_gate.py).
+    setup_concurrency: int = Field(default=32, ge=1)
     tokenizer_cache_dir: Path | None = Path.home() / ".cache" / "edgerun" / "tokenizers"
     health_interval_s: float = Field(default=2.0, gt=0)  # GET /health of every backend
     load_interval_s: float = Field(default=1.0, gt=0)  # GET /load: corrects the in-flight counters

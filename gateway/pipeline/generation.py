@@ -1,9 +1,11 @@
 """One text generation, from parsed input to a backend stream, with its accounting settled once.
 
 `Generator.start` runs the request path in order: take one of the tenant's concurrency slots
-(`gateway.pipeline.concurrency`), tokenize once (chat template + tokenizer; large prompts on the offload
-pool), check the context length, admit against the key's tokens-per-minute limit (its request was
-counted against requests-per-minute on arrival, before the body was read), reserve budget, route, and open the
+(`gateway.pipeline.concurrency`), wait for a place in the setup gate (`gateway.pipeline.setup_gate`),
+tokenize once (chat template + tokenizer; large prompts on the offload pool), check the context
+length, admit against the key's tokens-per-minute limit (its request was counted against
+requests-per-minute on arrival, before the body was read), reserve budget, route, leave the gate,
+and open the
 backend stream with failover before the first byte. Anything that fails before the stream opens
 undoes what was counted and raises a `GatewayError`, so the client gets a proper status.
 
@@ -49,6 +51,7 @@ from gateway.pipeline.disagg import Attempt, Disaggregator, Pools
 from gateway.pipeline.offload import Offload
 from gateway.pipeline.routing import Flight, Router
 from gateway.pipeline.schemas import GenerationInput
+from gateway.pipeline.setup_gate import Place, SetupGate
 from gateway.pipeline.tokenization import ModelTokenizer, TokenizerRegistry
 from gateway.store.errors import StoreUnavailable
 from gateway.store.models import UsageStatus
@@ -242,6 +245,7 @@ class Generator:
         slots: TenantSlots,
         disagg: Disaggregator,
         offload: Offload | None = None,
+        setup: SetupGate | None = None,
     ) -> None:
         self.catalog = catalog
         self.tokenizers = tokenizers
@@ -254,6 +258,7 @@ class Generator:
         self.slots = slots
         self.disagg = disagg
         self.offload = offload  # large prompts are templated and tokenized there, off the event loop
+        self.setup = setup or SetupGate(32)  # requests in their CPU-bound setup at once (setup_gate.py)
 
     async def tokenizer(self, model: ModelSpec) -> ModelTokenizer:
         return await self.tokenizers.get(model, lambda: self.monitor.healthy_first(self.catalog.endpoints(model.id)))
@@ -272,6 +277,10 @@ class Generator:
         return generation
 
     async def _start(self, meta: RequestMeta, inp: GenerationInput) -> Generation:
+        async with self.setup.enter() as place:
+            return await self._set_up_and_open(meta, inp, place)
+
+    async def _set_up_and_open(self, meta: RequestMeta, inp: GenerationInput, place: Place) -> Generation:
         model = meta.model
         tokenizer = await self.tokenizer(model)
         prompt_ids = await tokenizer.encode(inp.prompt, self.offload)
@@ -324,8 +333,10 @@ class Generator:
             if pools is None:
                 flight = await route(endpoints, max_tokens)
                 attempt.flights.append(flight)
+                place.leave()  # the setup is done: waiting for the backend holds no place
                 endpoint, chunks = await self.client.stream_with_failover(flight.endpoints, body)
             else:
+                place.leave()
                 opened = await self.disagg.open(attempt, route, pools, body, max_tokens, meta.request_id)
                 flight, endpoint, chunks = opened.flight, opened.endpoint, opened.chunks
         except BaseException as exc:
