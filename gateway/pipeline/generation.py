@@ -334,7 +334,7 @@ class Generator:
                 flight = await route(endpoints, max_tokens)
                 attempt.flights.append(flight)
                 place.leave()  # the setup is done: waiting for the backend holds no place
-                endpoint, chunks = await self.client.stream_with_failover(flight.endpoints, body)
+                endpoint, chunks = await self.client.stream_with_failover(flight.endpoints, body, meta.request_id)
             else:
                 place.leave()
                 opened = await self.disagg.open(attempt, route, pools, body, max_tokens, meta.request_id)
