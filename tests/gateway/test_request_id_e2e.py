@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from tests.gateway.fixtures_e2e import BackendProcess, InProcessGateway, gateway_settings
+from tests.gateway.fixtures_e2e import BackendProcess, InProcessGateway, gateway_settings, running_tiny_backend
 
 pytestmark = pytest.mark.slow
 MODEL = "@cf/test/tiny"
@@ -21,13 +21,8 @@ MODEL = "@cf/test/tiny"
 
 @pytest.fixture(scope="module")
 def backend() -> Iterator[BackendProcess]:
-    args = ["--model", "random:tiny", "--log-level", "info"]  # info: one line per finished request
-    process = BackendProcess.spawn("ids", "backend", args, env={"EDGERUN_LOG_JSON": "false"})
-    try:
-        process.wait_ready()
+    with running_tiny_backend("ids", "--log-level", "info") as process:  # info: one line per finished request
         yield process
-    finally:
-        process.stop()
 
 
 @pytest.fixture(scope="module")
