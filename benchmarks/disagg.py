@@ -58,14 +58,14 @@ class Phase:
     kv_pull_s: float = 0.0
     kv_pull_bytes: float = 0.0
     kv_pulls: float = 0.0
-    round_itl_p90_s: list[float] = field(default_factory=list)  # each round's own, to show the noise
+    rounds: list[str] = field(default_factory=list)  # each round's own ITL p50/p90/p99 and long prompts, to show the noise
 
     def __add__(self, other: Phase) -> Phase:
         return Phase(
             self.name, self.itl_s + other.itl_s, self.stream_ttft_s + other.stream_ttft_s,
             self.long_ttft_s + other.long_ttft_s, self.num_tokens + other.num_tokens, self.seconds + other.seconds,
             self.errors + other.errors, self.kv_pull_s + other.kv_pull_s, self.kv_pull_bytes + other.kv_pull_bytes,
-            self.kv_pulls + other.kv_pulls, self.round_itl_p90_s + other.round_itl_p90_s,
+            self.kv_pulls + other.kv_pulls, self.rounds + other.rounds,
         )
 
 
@@ -186,7 +186,8 @@ async def run_phase(name: str, gateway_url: str, key: str, account: str, decode_
         phase.seconds = time.perf_counter() - started
     after = await kv_counters(decode_url)
     phase.kv_pull_s, phase.kv_pull_bytes, phase.kv_pulls = (a - b for a, b in zip(after, before, strict=True))
-    phase.round_itl_p90_s = [pct(phase.itl_s, 0.9)]
+    itl_ms = [f"{1e3 * pct(phase.itl_s, q):.0f}" for q in (0.5, 0.9, 0.99)]
+    phase.rounds = [f"{'/'.join(itl_ms)} ms, {len(phase.long_ttft_s)} long, {stalled_share(phase.itl_s):.0%} stalled"]
     return phase
 
 
@@ -223,8 +224,8 @@ def report(baseline: Phase, subject: Phase, args: argparse.Namespace, command: s
     lines.append(f"| long prompts answered | {len(baseline.long_ttft_s)} | {len(subject.long_ttft_s)} | |")
     lines.append(f"| ITL samples | {len(baseline.itl_s)} | {len(subject.itl_s)} | |")
     lines.append(f"| errors | {baseline.errors} | {subject.errors} | |")
-    rounds = " / ".join(f"{1e3 * b:.0f} vs {1e3 * s:.0f}" for b, s in zip(baseline.round_itl_p90_s, subject.round_itl_p90_s))
-    lines.append(f"| ITL p90 per round (ms) | {rounds} | | |")
+    for i, (b, s) in enumerate(zip(baseline.rounds, subject.rounds, strict=True)):
+        lines.append(f"| round {i + 1}: ITL p50/p90/p99, long prompts, time in gaps > 1 s | {b} | {s} | |")
     if subject.kv_pulls:
         k_tokens = subject.kv_pull_bytes / KV_BYTES_PER_TOKEN / 1000
         lines += ["", f"KV transfer (decode backend's /metrics): {subject.kv_pulls:.0f} pulls, "
