@@ -41,7 +41,7 @@ from benchmarks.machine import machine
 from cli.processes import ChildProcess
 
 MODEL_ID = "@cf/huggingface/smollm2-135m-instruct"
-ADMIN_TOKEN = "bench-admin-token"
+ADMIN_TOKEN = "bench-admin-token-" + "0" * 32  # the gateway wants at least 32 characters
 LONG_MAX_TOKENS = 16
 KV_BYTES_PER_TOKEN = 30 * 2 * 3 * 64 * 4  # SmolLM2: layers x (k, v) x kv heads x head dim x float32
 

@@ -12,7 +12,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway import envelopes, render
+from gateway import envelopes, render, responses
 from gateway.auth import Principal
 from gateway.body import read_json_object
 from gateway.catalog import EMBEDDING_TASK, ModelSpec
@@ -22,7 +22,7 @@ from gateway.errors import InvalidInput
 from gateway.generation import Generation, RequestMeta
 from gateway.model_schema import text_embeddings_schema, text_generation_schema
 from gateway.routing import EXPLAIN_REQUEST_HEADER, EXPLAIN_RESPONSE_HEADER
-from gateway.schemas import openai_model, parse_chat_completions, parse_completions, parse_workers_ai
+from gateway.schemas import openai_model, parse_chat_completions, parse_completions, parse_responses, parse_workers_ai
 from gateway.services import Services
 from gateway.strict_json import JSONRejected, loads_strict
 
@@ -190,6 +190,20 @@ async def embeddings(request: Request) -> Response:
     request.state.backend = embedded.endpoint.id
     answer = envelopes.openai_embeddings(model.id, embedded.vectors, embedded.usage, base64=encoding == "base64")
     return JSONBytes(answer)
+
+
+async def create_response(request: Request) -> Response:
+    """POST /client/v4/accounts/{account_id}/ai/v1/responses (OpenAI's Responses API, text in and out)"""
+    g = services(request)
+    principal = await _admitted(request)
+    body = await _body(request)
+    model = _model(request, principal, openai_model(body))
+    if model.task == EMBEDDING_TASK:
+        raise InvalidInput(f"{model.id} is an embedding model: send it to /ai/v1/embeddings", param="model")
+    inp = parse_responses(body)
+    generation = await g.generator.start(_meta(request, principal, model), inp.generation)
+    request.state.backend = generation.endpoint.id
+    return _explained(request, generation, await responses.responses_response(generation, inp, request.receive))
 
 
 async def chat_completions(request: Request) -> Response:
