@@ -33,9 +33,9 @@ from starlette.types import Receive
 from gateway import sse
 from gateway.envelopes import JSONBytes, TokenUsage, dumps
 from gateway.errors import GatewayError
-from gateway.generation import Generation
+from gateway.pipeline.generation import Generation
+from gateway.pipeline.schemas import ResponsesInput
 from gateway.render import CLIENT_CLOSED_REQUEST, GenerationStream, collect_or_cancel
-from gateway.schemas import ResponsesInput
 
 
 def usage_object(usage: TokenUsage) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from typing import Any
 import openai
 import pytest
 
-from gateway.catalog import DEFAULT_MODEL_ID
+from gateway.fleet.catalog import DEFAULT_MODEL_ID
 from tests.gateway.fixtures_e2e import InProcessGateway
 
 pytestmark = pytest.mark.slow

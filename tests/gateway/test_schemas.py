@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.errors import InvalidInput
-from gateway.schemas import (
+from gateway.pipeline.schemas import (
     Prompt,
     Sampling,
     parse_chat_completions,
