@@ -76,8 +76,9 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def start_backend(name: str, core: int, num_kv_blocks: int) -> ChildProcess:
-    env = {"EDGERUN_LOG_JSON": "false", "EDGERUN_ENGINE__NUM_THREADS": "1", "EDGERUN_ENGINE__NUM_KV_BLOCKS": str(num_kv_blocks)}
+def start_backend(name: str, core: int, num_kv_blocks: int, extra_env: dict[str, str] | None = None) -> ChildProcess:
+    env = {"EDGERUN_LOG_JSON": "false", "EDGERUN_ENGINE__NUM_THREADS": "1", "EDGERUN_ENGINE__NUM_KV_BLOCKS": str(num_kv_blocks),
+           **(extra_env or {})}
     backend = ChildProcess.spawn(name, "backend", ["--model", "smollm2", "--log-level", "warning"], env=env, threads=1)
     os.sched_setaffinity(backend.process.pid, {core})  # `taskset -c <core>`: torch's threads start after this
     return backend

@@ -30,15 +30,16 @@ from typing import Any
 from starlette.responses import Response
 from starlette.types import Receive
 
-from gateway import sse
-from gateway.envelopes import JSONBytes, TokenUsage, dumps
+from contracts.usage import Usage
 from gateway.errors import GatewayError
+from gateway.http import sse
+from gateway.http.envelopes import JSONBytes, dumps
+from gateway.http.render import CLIENT_CLOSED_REQUEST, GenerationStream, collect_or_cancel
 from gateway.pipeline.generation import Generation
 from gateway.pipeline.schemas import ResponsesInput
-from gateway.render import CLIENT_CLOSED_REQUEST, GenerationStream, collect_or_cancel
 
 
-def usage_object(usage: TokenUsage) -> dict[str, Any]:
+def usage_object(usage: Usage) -> dict[str, Any]:
     return {
         "input_tokens": usage.prompt_tokens,
         "input_tokens_details": {"cached_tokens": usage.cached_tokens},
@@ -64,7 +65,7 @@ class ResponseShape:
         content = [] if text is None else [self.part(text)]
         return {"id": self.item_id, "type": "message", "status": status, "role": "assistant", "content": content}
 
-    def response(self, status: str, output: list[dict[str, Any]], usage: TokenUsage | None = None,
+    def response(self, status: str, output: list[dict[str, Any]], usage: Usage | None = None,
                  error: GatewayError | None = None) -> dict[str, Any]:
         sampling = self.inp.generation.sampling
         body: dict[str, Any] = {
@@ -97,7 +98,7 @@ class ResponseShape:
     def final_status(self) -> str:
         return "incomplete" if self.generation.finish_reason == "length" else "completed"
 
-    def whole(self, text: str, usage: TokenUsage) -> dict[str, Any]:
+    def whole(self, text: str, usage: Usage) -> dict[str, Any]:
         status = self.final_status()
         return self.response(status, [self.item(text, status)], usage)
 
