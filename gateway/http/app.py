@@ -93,6 +93,7 @@ def routes() -> list[Route]:
     return [
         Route(f"{ACCOUNT}/ai/run/{{model:path}}", api_inference.run_model, methods=["POST"]),
         Route(f"{ACCOUNT}/ai/v1/chat/completions", api_inference.chat_completions, methods=["POST"]),
+        Route(f"{ACCOUNT}/ai/v1/responses", api_inference.create_response, methods=["POST"]),
         Route(f"{ACCOUNT}/ai/v1/completions", api_inference.completions, methods=["POST"]),
         Route(f"{ACCOUNT}/ai/v1/embeddings", api_inference.embeddings, methods=["POST"]),
         Route(f"{ACCOUNT}/ai/models/search", api_inference.search_models, methods=["GET"]),
