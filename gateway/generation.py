@@ -151,6 +151,7 @@ class Generation:
         except BackendStreamBroken as exc:
             status = "backend_error"
             log.warning("backend stream broke", backend=self.endpoint.id, error=exc.message)
+            self._g.monitor.record_error(exc)
             raise InternalError("the backend failed while generating the answer; retry the request") from exc
         finally:
             with anyio.CancelScope(shield=True):
@@ -207,6 +208,8 @@ class Generation:
             await self._chunks.aclose()  # type: ignore[attr-defined]  # drops the connection: the backend aborts
         except Exception:  # the record below must be written whatever the connection did
             log.exception("closing the backend stream failed", request_id=self.meta.request_id)
+        if status == "ok":
+            self._g.monitor.record_success(self.endpoint.id)
         usage = self._final_usage(status)
         self.usage = usage
         self._timings(usage)
@@ -324,7 +327,9 @@ class Generator:
             if pools is None:
                 flight = await route(endpoints, max_tokens)
                 attempt.flights.append(flight)
-                endpoint, chunks = await self.client.stream_with_failover(flight.endpoints, body)
+                endpoint, chunks = await self.client.stream_with_failover(
+                    flight.endpoints, body, self.monitor.record_error
+                )
             else:
                 opened = await self.disagg.open(attempt, route, pools, body, max_tokens, meta.request_id)
                 flight, endpoint, chunks = opened.flight, opened.endpoint, opened.chunks

@@ -30,12 +30,14 @@ from gateway.metering import Metering
 from gateway.metrics import GatewayMetrics
 from gateway.monitor import BackendMonitor, MonitorIntervals
 from gateway.offload import Offload
+from gateway.outliers import OutlierDetector
 from gateway.routing import Router
 from gateway.settings import GatewaySettings
 from gateway.store.base import Store
 from gateway.store.redis_store import default_replica_id
 from gateway.tenant_salt import TenantSalts
 from gateway.tokenization import TokenizerRegistry
+from policies.breaker import BreakerConfig
 from policies.factory import PolicyConfig, build_policy
 from policies.pricing import PriceTable
 from policies.regions import RegionPreference
@@ -97,6 +99,13 @@ class Services:
             MonitorIntervals(settings.health_interval_s, settings.load_interval_s, settings.kv_events_interval_s),
             kv_sink=KVEventIndexer(store, block_size=block_sizes.pop()) if len(block_sizes) == 1 else None,
             kv_consumer=settings.replica_id or default_replica_id(),
+            outliers=OutlierDetector(
+                [e.id for e in catalog.all_endpoints()],
+                BreakerConfig(
+                    settings.breaker_failure_threshold, settings.breaker_ejection_s, settings.breaker_max_ejection_s
+                ),
+                metrics,
+            ),
         )
         auth = Authenticator(store)
         spool = spool_path(settings)
