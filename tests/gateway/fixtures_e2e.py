@@ -31,6 +31,7 @@ from cli.processes import ChildProcess, free_port, threads_per_backend
 from gateway.app import create_app
 from gateway.catalog import DEFAULT_MODEL_ID
 from gateway.listeners import Listeners, listener_configs
+from gateway.services import Services
 from gateway.settings import GatewaySettings
 from gateway.store import Store, open_store
 from gateway.store.models import UsageRecord
@@ -94,6 +95,12 @@ class InProcessGateway:
     _loop: asyncio.AbstractEventLoop | None = None
     _listeners: Listeners | None = None
     _thread: threading.Thread | None = None
+    app: Any = None  # the Starlette app, once started: `services` reaches its parts
+
+    @property
+    def services(self) -> Services:
+        """The app's services (monitor, router, metrics, ...); use them on the gateway's loop (`call`)."""
+        return self.app.state.services  # type: ignore[no-any-return]
 
     @property
     def url(self) -> str:
@@ -131,7 +138,7 @@ class InProcessGateway:
             self.store = open_store(self.settings)
             if self.settings.admin_port is not None and self.admin_port is None:
                 self.admin_port = free_port()
-            app = create_app(self.settings, store=self.store)
+            app = self.app = create_app(self.settings, store=self.store)
             configs = listener_configs(self.settings, app, port=self.port, admin_port=self.admin_port)
             self._listeners = Listeners(configs)  # signals stay the main thread's: this is another one
             ready.set()
