@@ -32,9 +32,9 @@ from benchmarks.machine import machine
 from benchmarks.raw_load import drive
 from benchmarks.stub_backend import MODEL_ID, PROMPT
 from cli.processes import ChildProcess
-from gateway.auth import Principal
+from gateway.billing.metering import MeteredRequest, Metering
+from gateway.context import Principal
 from gateway.envelopes import TokenUsage
-from gateway.metering import MeteredRequest, Metering
 from gateway.metrics import GatewayMetrics
 from gateway.settings import GatewaySettings
 from gateway.store import Store, open_store

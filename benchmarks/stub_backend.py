@@ -1,12 +1,13 @@
 """A backend that answers at once, for measuring what sits in front of it (the gateway, metering).
 
-    python -m benchmarks.stub_backend --port PORT [--chunks 8]
+    python -m benchmarks.stub_backend --port PORT [--chunks 8] [--chunk-delay-ms 0]
 
 A tiny Starlette app speaking the streaming /v1/completions protocol plus the routes the gateway
 polls (health, load, KV events, tokenizer). Every answer streams `--chunks` text chunks and a
 usage chunk. Its tokenizer is a small byte-level BPE trained at start-up, with a ChatML template,
 so a gateway in front does its real per-request work (template, tokenize, hash, route, meter,
-re-encode the stream). Used only by the benchmarks.
+re-encode the stream). With `--chunk-delay-ms` each chunk waits that long first: a slow backend
+holding many streams open (benchmarks/streams.py). Used only by the benchmarks.
 """
 
 from __future__ import annotations
@@ -25,9 +26,10 @@ MODEL_ID = "@cf/edgerun/bench-stub"
 PROMPT = "Summarise the design of an inference gateway in front of regional GPU backends, in one line."
 
 
-def command(port: int, num_chunks: int = 8) -> list[str]:
+def command(port: int, num_chunks: int = 8, chunk_delay_ms: float = 0.0) -> list[str]:
     """The argv that starts the stub on `port` as its own process."""
-    return [sys.executable, "-m", "benchmarks.stub_backend", "--port", str(port), "--chunks", str(num_chunks)]
+    argv = [sys.executable, "-m", "benchmarks.stub_backend", "--port", str(port), "--chunks", str(num_chunks)]
+    return argv + (["--chunk-delay-ms", str(chunk_delay_ms)] if chunk_delay_ms else [])
 
 
 def gateway_env(stub_port: int) -> dict[str, str]:
@@ -56,7 +58,9 @@ def _event(obj: dict[str, Any]) -> bytes:
     return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
 
 
-def stub_app(num_chunks: int) -> Any:
+def stub_app(num_chunks: int, chunk_delay_ms: float = 0.0) -> Any:
+    import asyncio
+
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import JSONResponse, StreamingResponse
@@ -78,6 +82,8 @@ def stub_app(num_chunks: int) -> Any:
 
         async def stream() -> AsyncIterator[bytes]:
             for i in range(num_chunks):
+                if chunk_delay_ms:
+                    await asyncio.sleep(chunk_delay_ms / 1000)
                 finish = "length" if i == num_chunks - 1 else None
                 choice = {"index": 0, "text": " tok", "finish_reason": finish}
                 yield _event({"id": "x", "object": "text_completion", "choices": [choice]})
@@ -121,8 +127,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.stub_backend", description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--chunks", type=int, default=8, help="text chunks streamed per answer")
+    parser.add_argument("--chunk-delay-ms", type=float, default=0.0, help="wait before each chunk (a slow backend)")
+    parser.add_argument(
+        "--backlog", type=int, default=8192, help="listen backlog (thousands of streams connect at once)"
+    )
     args = parser.parse_args(argv)
-    uvicorn.run(stub_app(args.chunks), host="127.0.0.1", port=args.port, log_level="warning", access_log=False)
+    app = stub_app(args.chunks, args.chunk_delay_ms)
+    uvicorn.run(
+        app,
+        host="127.0.0.1",
+        port=args.port,
+        log_level="warning",
+        access_log=False,
+        backlog=args.backlog,
+        timeout_keep_alive=30,
+    )
     return 0
 
 

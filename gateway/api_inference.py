@@ -13,16 +13,16 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway import envelopes, render
-from gateway.auth import Principal
 from gateway.body import read_json_object
-from gateway.catalog import EMBEDDING_TASK, ModelSpec
-from gateway.embedding_input import MAX_TEXTS, parse_openai_embedding, parse_workers_ai_embedding
+from gateway.context import Principal
 from gateway.envelopes import JSONBytes
 from gateway.errors import InvalidInput
-from gateway.generation import Generation, RequestMeta
-from gateway.model_schema import text_embeddings_schema, text_generation_schema
-from gateway.routing import EXPLAIN_REQUEST_HEADER, EXPLAIN_RESPONSE_HEADER
-from gateway.schemas import openai_model, parse_chat_completions, parse_completions, parse_workers_ai
+from gateway.fleet.catalog import EMBEDDING_TASK, ModelSpec
+from gateway.pipeline.embedding_input import MAX_TEXTS, parse_openai_embedding, parse_workers_ai_embedding
+from gateway.pipeline.generation import Generation, RequestMeta
+from gateway.pipeline.model_schema import text_embeddings_schema, text_generation_schema
+from gateway.pipeline.routing import EXPLAIN_REQUEST_HEADER, EXPLAIN_RESPONSE_HEADER
+from gateway.pipeline.schemas import openai_model, parse_chat_completions, parse_completions, parse_workers_ai
 from gateway.services import Services
 from gateway.strict_json import JSONRejected, loads_strict
 
@@ -169,7 +169,7 @@ async def _openai(request: Request, *, chat: bool) -> Response:
 
 
 def _explained(request: Request, generation: Generation, response: Response) -> Response:
-    """The routing decision in a response header, for an admin who asks (gateway/routing.py): the
+    """The routing decision in a response header, for an admin who asks (gateway/pipeline/routing.py): the
     request's x-edgerun-explain must be the admin token (a wrong one counts as a failed admin attempt)."""
     client = request.client.host if request.client is not None else None
     if services(request).admin_guard.matches(request.headers.get(EXPLAIN_REQUEST_HEADER), client):

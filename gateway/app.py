@@ -26,6 +26,7 @@ from gateway.errors import AuthenticationFailed, GatewayError, NoRoute, ServiceU
 from gateway.listeners import ADMIN, ListenerGate, listener_of
 from gateway.metrics import GatewayMetrics
 from gateway.middleware import RequestContextMiddleware, is_openai_path
+from gateway.openapi import openapi_document
 from gateway.services import Services
 from gateway.settings import GatewaySettings
 from gateway.store import errors as store_errors
@@ -90,6 +91,11 @@ async def metrics(request: Request) -> Response:
     return PlainTextResponse(g.metrics.render(), media_type=g.metrics.content_type)
 
 
+async def openapi_json(request: Request) -> Response:
+    """The OpenAPI document of every route here (gateway/openapi.py)."""
+    return JSONBytes(openapi_document())
+
+
 def routes() -> list[Route]:
     return [
         Route(f"{ACCOUNT}/ai/run/{{model:path}}", api_inference.run_model, methods=["POST"]),
@@ -106,6 +112,7 @@ def routes() -> list[Route]:
         Route("/admin/v1/billing/export", api_billing.billing_export, methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
+        Route("/openapi.json", openapi_json, methods=["GET"]),
         *dashboard_routes(),
     ]
 

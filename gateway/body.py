@@ -7,7 +7,7 @@ from typing import Any
 from starlette.requests import Request
 
 from gateway.errors import IncompleteRequest, InvalidInput, RequestTooLarge
-from gateway.offload import Offload
+from gateway.pipeline.offload import Offload
 from gateway.strict_json import JSONRejected, loads_strict
 
 

@@ -20,7 +20,7 @@ from starlette.types import Receive, Scope, Send
 from gateway import envelopes, sse
 from gateway.envelopes import JSONBytes, TokenUsage
 from gateway.errors import GatewayError
-from gateway.generation import Generation
+from gateway.pipeline.generation import Generation
 
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 CLIENT_CLOSED_REQUEST = 499  # nginx's status for a client that left; nobody reads it, the logs do

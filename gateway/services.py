@@ -16,18 +16,15 @@ import structlog
 from backends.client import BackendClient
 from gateway.admin import AdminService
 from gateway.admin_guard import AdminGuard
-from gateway.auth import Authenticator
+from gateway.billing.metering import Metering
 from gateway.billing.retention import archive_forever
 from gateway.billing.spool import LedgerSpool, replay_forever, spool_path
-from gateway.catalog import EMBEDDING_TASK, Catalog
-from gateway.concurrency import TenantSlots
-from gateway.disagg import Disaggregator
-from gateway.embedding import Embedder
 from gateway.errors import GatewayError
-from gateway.generation import Generator
-from gateway.kv_index import KVEventIndexer
-from gateway.metering import Metering
+from gateway.fleet.catalog import EMBEDDING_TASK, Catalog
+from gateway.fleet.kv_index import KVEventIndexer
+from gateway.fleet.monitor import BackendMonitor, MonitorIntervals
 from gateway.metrics import GatewayMetrics
+<<<<<<< HEAD
 from gateway.monitor import BackendMonitor, MonitorIntervals
 from gateway.offload import Offload
 from gateway.outliers import OutlierDetector
@@ -38,6 +35,20 @@ from gateway.store.redis_store import default_replica_id
 from gateway.tenant_salt import TenantSalts
 from gateway.tokenization import TokenizerRegistry
 from policies.breaker import BreakerConfig
+=======
+from gateway.pipeline.auth import Authenticator
+from gateway.pipeline.concurrency import TenantSlots
+from gateway.pipeline.disagg import Disaggregator
+from gateway.pipeline.embedding import Embedder
+from gateway.pipeline.generation import Generator
+from gateway.pipeline.offload import Offload
+from gateway.pipeline.routing import Router
+from gateway.pipeline.tenant_salt import TenantSalts
+from gateway.pipeline.tokenization import TokenizerRegistry
+from gateway.settings import GatewaySettings
+from gateway.store.base import Store
+from gateway.store.redis_store import default_replica_id
+>>>>>>> main
 from policies.factory import PolicyConfig, build_policy
 from policies.pricing import PriceTable
 from policies.regions import RegionPreference

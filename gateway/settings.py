@@ -14,7 +14,7 @@ from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_va
 from backends.toml_settings import TomlSettings, check_secret
 from gateway.admin_guard import MIN_ADMIN_TOKEN_CHARS
 from gateway.billing.prices import default_prices
-from gateway.catalog import BackendSpec, ModelSpec, default_models
+from gateway.fleet.catalog import BackendSpec, ModelSpec, default_models
 
 
 class GatewaySettings(TomlSettings):
@@ -77,14 +77,14 @@ class GatewaySettings(TomlSettings):
     admin_failure_window_s: float = Field(default=60.0, gt=0)
     max_body_bytes: int = Field(default=1 << 20, ge=1024)  # larger bodies get 413 / code 3006
     # Large bodies are parsed, and large prompts templated and tokenized, on this many worker threads
-    # (gateway/offload.py); with offload_max_pending jobs waiting or running, more get 429 / 3040.
+    # (gateway/pipeline/offload.py); with offload_max_pending jobs waiting or running, more get 429 / 3040.
     offload_threads: int = Field(default=2, ge=1)
     offload_max_pending: int = Field(default=64, ge=1)
     tokenizer_cache_dir: Path | None = Path.home() / ".cache" / "edgerun" / "tokenizers"
     health_interval_s: float = Field(default=2.0, gt=0)  # GET /health of every backend
     load_interval_s: float = Field(default=1.0, gt=0)  # GET /load: corrects the in-flight counters
     kv_events_interval_s: float = Field(default=1.0, gt=0)  # POST /kv_cache_events -> prefix index
-    # Disaggregated serving (gateway/disagg.py; backends with roles prefill / decode): a request whose
+    # Disaggregated serving (gateway/pipeline/disagg.py; backends with roles prefill / decode): a request whose
     # decode backend lacks at most this many prompt tokens is prefilled there, without a context step
     # (TensorRT-LLM's conditional disaggregation, max_local_prefill_length)
     disagg_max_local_prefill_length: int = Field(default=0, ge=0)
@@ -107,7 +107,7 @@ class GatewaySettings(TomlSettings):
     # Sent as `Authorization: Bearer <key>` on every backend request: the backends' EDGERUN_API_KEY
     # (vLLM's and SGLang's --api-key alike). None sends nothing (backends on loopback only).
     backend_api_key: SecretStr | None = None
-    # Keys the per-tenant cache_salt sent to backends (HMAC-SHA256 of the tenant id, gateway/tenant_salt.py).
+    # Keys the per-tenant cache_salt sent to backends (HMAC-SHA256 of the tenant id, gateway/pipeline/tenant_salt.py).
     # None: one is generated on first use and kept in the store, shared by every replica.
     cache_salt_secret: SecretStr | None = None
 

@@ -258,7 +258,7 @@ class BackendClient:
 
     async def tokenizer(self, endpoint: Endpoint) -> dict[str, Any]:
         """GET /edgerun/v1/tokenizer: our backend's tokenizer payload (`tokenizer_json`,
-        `chat_template`, special tokens, `max_model_len`; see `gateway.tokenization`)."""
+        `chat_template`, special tokens, `max_model_len`; see `gateway.pipeline.tokenization`)."""
         answer = await self._get_json(endpoint, "GET", TOKENIZER_PATH, self._read_timeout_s)
         if not isinstance(answer, dict) or not isinstance(answer.get("tokenizer_json"), str):
             message = f"{endpoint.id} answered {TOKENIZER_PATH} without tokenizer_json"

@@ -1,5 +1,6 @@
 """Billing: what the ledger's usage records cost, and getting them out of the gateway.
 
+    metering.py    what a request may spend before it runs (budget), the one ledger record after
     prices.py      the default price table and the price history (every version a bill may name)
     rules.py       which tokens of a record are billable (one rule, used by metering and recompute)
     recompute.py   re-price records from their raw tokens and price version; report mismatches

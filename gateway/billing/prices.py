@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from gateway.catalog import DEFAULT_MODEL_ID, EMBEDDING_MODEL_ID
+from gateway.fleet.catalog import DEFAULT_MODEL_ID, EMBEDDING_MODEL_ID
 from policies.errors import PricingError
 from policies.pricing import Price
 

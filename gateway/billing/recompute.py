@@ -16,7 +16,7 @@ from gateway.billing.rules import billable_usage
 from gateway.store.models import UsageRecord
 from policies.pricing import Charge, charge
 
-UNPRICED = "unpriced"  # = gateway.metering.UNPRICED
+UNPRICED = "unpriced"  # = gateway.billing.metering.UNPRICED
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,6 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.admin_guard import token_matches
-from gateway.auth import bearer_token
 from gateway.billing.export import parse_time
 from gateway.billing.prices import PriceHistory
 from gateway.billing.recompute import reprice
@@ -31,6 +30,7 @@ from gateway.envelopes import JSONBytes
 from gateway.errors import AuthenticationFailed, InternalError, InvalidInput, TenantForbidden
 from gateway.listeners import accepts_admin_token
 from gateway.metrics import GatewayMetrics
+from gateway.pipeline.auth import bearer_token
 from gateway.services import Services
 from gateway.store.errors import InvalidArgument
 from gateway.store.models import UsageRecord

@@ -236,7 +236,7 @@ class Store(ABC):
 
         Atomic set-if-absent: replicas racing at first start all get the one value that won, and
         it survives restarts (SQLite file, Redis key without TTL), so every gateway derives the
-        same values from it without configuration (e.g. the tenant cache salt, gateway/tenant_salt.py).
+        same values from it without configuration (e.g. the tenant cache salt, gateway/pipeline/tenant_salt.py).
         """
 
     async def archive_ledger(self, older_than: float) -> int:

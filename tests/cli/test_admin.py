@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from cli.main import main
-from gateway.catalog import DEFAULT_MODEL_ID
+from gateway.fleet.catalog import DEFAULT_MODEL_ID
 from tests.gateway.fixtures_e2e import ADMIN_TOKEN, InProcessGateway
 
 

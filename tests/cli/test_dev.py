@@ -21,7 +21,7 @@ import openai
 import pytest
 
 from cli.processes import ROOT, child_env, free_port
-from gateway.catalog import DEFAULT_MODEL_ID, EMBEDDING_MODEL_ID
+from gateway.fleet.catalog import DEFAULT_MODEL_ID, EMBEDDING_MODEL_ID
 
 pytestmark = pytest.mark.slow
 

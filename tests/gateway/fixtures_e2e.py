@@ -29,7 +29,7 @@ import structlog
 
 from cli.processes import ChildProcess, free_port, threads_per_backend
 from gateway.app import create_app
-from gateway.catalog import DEFAULT_MODEL_ID
+from gateway.fleet.catalog import DEFAULT_MODEL_ID
 from gateway.listeners import Listeners, listener_configs
 from gateway.services import Services
 from gateway.settings import GatewaySettings

@@ -6,7 +6,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from gateway.catalog import DEFAULT_MODEL_ID
+from gateway.fleet.catalog import DEFAULT_MODEL_ID
 from tests.gateway.fixtures_e2e import InProcessGateway
 
 pytestmark = pytest.mark.slow

@@ -10,7 +10,7 @@ import httpx
 import openai
 import pytest
 
-from gateway.catalog import DEFAULT_MODEL_ID
+from gateway.fleet.catalog import DEFAULT_MODEL_ID
 from gateway.store.models import UsageRecord
 from tests.gateway.fixtures_e2e import ADMIN_TOKEN, LLAMA_ALIAS, SINGLE_MODEL_ID, InProcessGateway
 

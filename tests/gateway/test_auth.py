@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.auth import Authenticator, bearer_token
 from gateway.errors import AccountMismatch, AuthenticationFailed, ModelNotAllowed, RateLimited, RequestTooLarge
+from gateway.pipeline.auth import Authenticator, bearer_token
 from gateway.store import Store
 
 
@@ -98,7 +98,7 @@ def test_rpm_holds_across_two_gateway_processes(backend_pair, redis_url: str, re
 
     import httpx
 
-    from gateway.catalog import DEFAULT_MODEL_ID
+    from gateway.fleet.catalog import DEFAULT_MODEL_ID
     from tests.gateway.fixtures_e2e import start_gateway_process
 
     secret = asyncio.run(_limited_key(redis_url, redis_prefix))
@@ -133,7 +133,7 @@ def test_rpm_holds_across_two_gateway_processes(backend_pair, redis_url: str, re
 
 
 class SkewedTime:
-    """Stands in for the `time` module of gateway.auth: the calling replica's clock, `offset_s` off."""
+    """Stands in for the `time` module of gateway.pipeline.auth: the calling replica's clock, `offset_s` off."""
 
     def __init__(self) -> None:
         self.offset_s = 0.0
@@ -151,7 +151,7 @@ async def test_two_replicas_with_skewed_clocks_share_one_window(
     from gateway.store.redis_store import RedisStore
 
     clock = SkewedTime()
-    monkeypatch.setattr("gateway.auth.time", clock, raising=False)  # the gateway's clock, if it reads one
+    monkeypatch.setattr("gateway.pipeline.auth.time", clock, raising=False)  # the gateway's clock, if it reads one
     settings = GatewaySettings(redis_url=redis_url, key_prefix=redis_prefix)
     replicas = [RedisStore(settings, clock=clock.time) for _ in range(2)]  # and each replica's own
     try:

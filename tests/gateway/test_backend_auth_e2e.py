@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from engines.builtin.prefix_hash import salt_root  # tests may import the engine: the gateway may not
-from gateway.tenant_salt import derive_cache_salt
+from gateway.pipeline.tenant_salt import derive_cache_salt
 from tests.gateway.fixtures_e2e import BackendProcess, InProcessGateway, gateway_settings
 
 pytestmark = pytest.mark.slow

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.catalog import DEFAULT_MODEL_ID, Catalog, default_models
 from gateway.errors import NoSuchModel
+from gateway.fleet.catalog import DEFAULT_MODEL_ID, Catalog, default_models
 
 LLAMA = "@cf/meta/llama-3.1-8b-instruct"
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.chat_template import ChatTemplate
 from gateway.errors import InternalError, InvalidInput
+from gateway.pipeline.chat_template import ChatTemplate
 from tests.gateway.fixtures_tokenizer import CHATML
 
 

@@ -8,9 +8,9 @@ import httpx
 import pytest
 
 from backends.client import BackendOverloaded, BackendRejected, BackendTimeout, BackendUnavailable
-from gateway.catalog import DEFAULT_MODEL_ID
 from gateway.errors import InvalidInput, OutOfCapacity, RequestTimeout
-from gateway.generation import backend_error_to_gateway
+from gateway.fleet.catalog import DEFAULT_MODEL_ID
+from gateway.pipeline.generation import backend_error_to_gateway
 from tests.gateway.fixtures_e2e import BackendProcess, InProcessGateway, gateway_settings, start_backend
 
 

@@ -12,7 +12,7 @@ import httpx
 import pytest
 import yaml
 
-from gateway.catalog import DEFAULT_MODEL_ID
+from gateway.fleet.catalog import DEFAULT_MODEL_ID
 from tests.gateway.fixtures_e2e import BackendProcess, InProcessGateway
 
 pytestmark = pytest.mark.slow

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from engines.builtin.prefix_hash import chain_hashes as engine_chain  # tests may import the engine: the gateway may not
 from engines.builtin.prefix_hash import salt_root
-from gateway.kv_index import KVEventIndexer
+from gateway.fleet.kv_index import KVEventIndexer
+from gateway.pipeline.tenant_salt import derive_cache_salt
 from gateway.store import Store
-from gateway.tenant_salt import derive_cache_salt
 from policies.prefix import block_hashes
 
 BLOCK = 4

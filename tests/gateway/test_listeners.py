@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gateway.catalog import DEFAULT_MODEL_ID
+from gateway.fleet.catalog import DEFAULT_MODEL_ID
 from tests.gateway.fixtures_e2e import ADMIN_TOKEN, InProcessGateway, gateway_settings
 
 ADMIN = {"authorization": f"Bearer {ADMIN_TOKEN}"}

@@ -6,11 +6,11 @@ import time
 
 import pytest
 
-from gateway.auth import Authenticator
+from gateway.billing.metering import UNPRICED, MeteredRequest, Metering
 from gateway.envelopes import TokenUsage
 from gateway.errors import BudgetExhausted
-from gateway.metering import UNPRICED, MeteredRequest, Metering
 from gateway.metrics import GatewayMetrics
+from gateway.pipeline.auth import Authenticator
 from gateway.store import Store
 from policies.pricing import PriceTable
 

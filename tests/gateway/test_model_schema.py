@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from gateway.errors import InvalidInput
-from gateway.model_schema import MESSAGES_INPUT, PROMPT_INPUT, SAMPLING
-from gateway.request_fields import WORKERS_AI, Treatment
-from gateway.schemas import parse_workers_ai
+from gateway.pipeline.model_schema import MESSAGES_INPUT, PROMPT_INPUT, SAMPLING
+from gateway.pipeline.request_fields import WORKERS_AI, Treatment
+from gateway.pipeline.schemas import parse_workers_ai
 
 
 def test_the_schema_names_exactly_the_honoured_fields() -> None:

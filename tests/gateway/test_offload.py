@@ -9,11 +9,11 @@ from typing import TypeVar
 
 import pytest
 
-from gateway.catalog import ModelSpec
 from gateway.errors import OutOfCapacity
-from gateway.offload import Offload
-from gateway.schemas import Prompt
-from gateway.tokenization import ModelTokenizer
+from gateway.fleet.catalog import ModelSpec
+from gateway.pipeline.offload import Offload
+from gateway.pipeline.schemas import Prompt
+from gateway.pipeline.tokenization import ModelTokenizer
 from tests.gateway.fixtures_tokenizer import payload
 
 T = TypeVar("T")

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from gateway.catalog import DEFAULT_MODEL_ID
+from gateway.fleet.catalog import DEFAULT_MODEL_ID
 from tests.gateway.fixtures_e2e import BackendProcess, InProcessGateway, gateway_settings
 
 pytestmark = pytest.mark.slow

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from gateway.embedding_input import parse_openai_embedding, parse_workers_ai_embedding
 from gateway.errors import InvalidInput
-from gateway.request_fields import (
+from gateway.pipeline.embedding_input import parse_openai_embedding, parse_workers_ai_embedding
+from gateway.pipeline.request_fields import (
     OPENAI_CHAT,
     OPENAI_COMPLETIONS,
     OPENAI_EMBEDDINGS,
@@ -17,7 +17,7 @@ from gateway.request_fields import (
     WORKERS_AI_EMBEDDINGS,
     Treatment,
 )
-from gateway.schemas import parse_chat_completions, parse_completions, parse_workers_ai
+from gateway.pipeline.schemas import parse_chat_completions, parse_completions, parse_workers_ai
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 JSON_SCHEMA = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}

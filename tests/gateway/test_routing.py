@@ -7,13 +7,13 @@ from collections.abc import AsyncIterator
 import pytest
 
 from backends.client import BackendClient, Endpoint
-from gateway.catalog import ModelSpec
 from gateway.errors import OutOfCapacity
+from gateway.fleet.catalog import ModelSpec
+from gateway.fleet.monitor import BackendMonitor, MonitorIntervals
 from gateway.metrics import GatewayMetrics
-from gateway.monitor import BackendMonitor, MonitorIntervals
-from gateway.routing import Router
+from gateway.pipeline.routing import Router
+from gateway.pipeline.tenant_salt import TenantSalts, derive_cache_salt
 from gateway.store import Store
-from gateway.tenant_salt import TenantSalts, derive_cache_salt
 from policies.factory import build_policy
 from policies.prefix import block_hashes
 from policies.regions import RegionPreference

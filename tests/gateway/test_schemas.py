@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.errors import InvalidInput
-from gateway.schemas import Prompt, Sampling, parse_chat_completions, parse_completions, parse_workers_ai
+from gateway.pipeline.schemas import Prompt, Sampling, parse_chat_completions, parse_completions, parse_workers_ai
 
 
 def test_workers_ai_defaults_follow_the_documented_schema() -> None:

@@ -12,11 +12,11 @@ import redis
 from starlette.testclient import TestClient
 
 from gateway.app import create_app
-from gateway.auth import Principal
+from gateway.billing.metering import MeteredRequest, Metering
 from gateway.billing.spool import LedgerSpool
-from gateway.catalog import DEFAULT_MODEL_ID
+from gateway.context import Principal
 from gateway.envelopes import TokenUsage
-from gateway.metering import MeteredRequest, Metering
+from gateway.fleet.catalog import DEFAULT_MODEL_ID
 from gateway.metrics import GatewayMetrics
 from gateway.settings import GatewaySettings
 from gateway.store import StoreUnavailable

@@ -1,12 +1,12 @@
-"""The tenant cache salt (gateway/tenant_salt.py): an HMAC with a secret from settings or the store."""
+"""The tenant cache salt (gateway/pipeline/tenant_salt.py): an HMAC with a secret from settings or the store."""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
 
+from gateway.pipeline.tenant_salt import SECRET_NAME, TenantSalts, derive_cache_salt
 from gateway.store import Store
-from gateway.tenant_salt import SECRET_NAME, TenantSalts, derive_cache_salt
 
 
 def test_the_salt_is_hmac_sha256_of_the_tenant() -> None:

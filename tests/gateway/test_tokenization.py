@@ -10,10 +10,10 @@ import pytest
 from tokenizers import Tokenizer
 
 from backends.client import BackendClient, Endpoint
-from gateway.catalog import ModelSpec
 from gateway.errors import InvalidInput, OutOfCapacity
-from gateway.schemas import Prompt
-from gateway.tokenization import ModelTokenizer, TokenizerRegistry, load_hf_dir
+from gateway.fleet.catalog import ModelSpec
+from gateway.pipeline.schemas import Prompt
+from gateway.pipeline.tokenization import ModelTokenizer, TokenizerRegistry, load_hf_dir
 from tests.gateway.fixtures_tokenizer import CHATML, payload
 
 MODEL = ModelSpec(id="@cf/test/tiny", backend_model="tiny")

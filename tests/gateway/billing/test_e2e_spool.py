@@ -19,7 +19,7 @@ import redis
 
 from cli.processes import ChildProcess, free_port
 from gateway.billing.spool import LedgerSpool
-from gateway.catalog import DEFAULT_MODEL_ID
+from gateway.fleet.catalog import DEFAULT_MODEL_ID
 from gateway.settings import GatewaySettings
 from gateway.store import open_store
 from gateway.store.models import UsageRecord

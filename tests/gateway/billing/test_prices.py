@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from gateway.billing.prices import DEFAULT_PRICE_VERSION, PriceHistory, default_prices
-from gateway.catalog import DEFAULT_MODEL_ID
+from gateway.fleet.catalog import DEFAULT_MODEL_ID
 from gateway.settings import GatewaySettings
 from policies.errors import PricingError
 from policies.pricing import PriceTable, Usage, cost_micros, neurons_micros

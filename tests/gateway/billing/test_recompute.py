@@ -5,12 +5,12 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from gateway.auth import Authenticator
+from gateway.billing.metering import MeteredRequest, Metering
 from gateway.billing.prices import PriceHistory
 from gateway.billing.recompute import recompute
 from gateway.envelopes import TokenUsage
-from gateway.metering import MeteredRequest, Metering
 from gateway.metrics import GatewayMetrics
+from gateway.pipeline.auth import Authenticator
 from gateway.store import Store
 from gateway.store.models import UsageStatus
 from policies.pricing import PriceTable

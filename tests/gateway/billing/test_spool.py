@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from cli.processes import free_port
-from gateway.auth import Principal
+from gateway.billing.metering import MeteredRequest, Metering, Reservation
 from gateway.billing.spool import LedgerSpool, replay_forever
+from gateway.context import Principal
 from gateway.envelopes import TokenUsage
-from gateway.metering import MeteredRequest, Metering, Reservation
 from gateway.metrics import GatewayMetrics
 from gateway.settings import GatewaySettings
 from gateway.store import Store, StoreUnavailable, open_store

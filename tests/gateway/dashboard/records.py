@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.catalog import DEFAULT_MODEL_ID
+from gateway.fleet.catalog import DEFAULT_MODEL_ID
 from gateway.store.models import UsageRecord
 
 

@@ -19,7 +19,7 @@ import pytest
 
 from gateway.billing.prices import PriceHistory, default_prices
 from gateway.billing.recompute import reprice
-from gateway.catalog import DEFAULT_MODEL_ID
+from gateway.fleet.catalog import DEFAULT_MODEL_ID
 from gateway.store.models import UsageRecord
 from tests.gateway.dashboard.records import record
 from tests.gateway.fixtures_e2e import ADMIN_TOKEN, InProcessGateway

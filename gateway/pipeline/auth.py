@@ -13,19 +13,10 @@ is tokenized. `admit` does both at once.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from gateway.context import Principal
 from gateway.errors import AccountMismatch, AuthenticationFailed, ModelNotAllowed, RateLimited, RequestTooLarge
 from gateway.store.base import Store
 from gateway.store.errors import TokensOverLimit
-from gateway.store.models import ApiKey, Tenant
-
-
-@dataclass(frozen=True, slots=True)
-class Principal:
-    key: ApiKey
-    tenant: Tenant
-    account_id: str
 
 
 def bearer_token(authorization: str | None) -> str | None:

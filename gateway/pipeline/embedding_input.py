@@ -1,14 +1,14 @@
 """Embedding request bodies parsed into the texts to encode, with a message naming the field when
 one is wrong. Workers AI: `{"text": "..." | ["...", ...]}`; OpenAI: `{"model", "input": ...}`.
-Fields either API defines that the gateway does not honour are refused (gateway/request_fields.py)."""
+Fields either API defines that the gateway does not honour are refused (gateway/pipeline/request_fields.py)."""
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
 from gateway.errors import InvalidInput
-from gateway.request_fields import OPENAI_EMBEDDINGS, WORKERS_AI_EMBEDDINGS, check_fields
-from gateway.schemas import MAX_PROMPT_CHARS
+from gateway.pipeline.request_fields import OPENAI_EMBEDDINGS, WORKERS_AI_EMBEDDINGS, check_fields
+from gateway.pipeline.schemas import MAX_PROMPT_CHARS
 
 MAX_TEXTS = 100  # Workers AI's batch limit for its embedding models
 EncodingFormat = Literal["float", "base64"]

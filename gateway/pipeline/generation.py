@@ -1,7 +1,7 @@
 """One text generation, from parsed input to a backend stream, with its accounting settled once.
 
 `Generator.start` runs the request path in order: take one of the tenant's concurrency slots
-(`gateway.concurrency`), tokenize once (chat template + tokenizer; large prompts on the offload
+(`gateway.pipeline.concurrency`), tokenize once (chat template + tokenizer; large prompts on the offload
 pool), check the context length, admit against the key's tokens-per-minute limit (its request was
 counted against requests-per-minute on arrival, before the body was read), reserve budget, route, and open the
 backend stream with failover before the first byte. Anything that fails before the stream opens
@@ -37,21 +37,22 @@ from backends.client import (
     Endpoint,
     Usage,
 )
-from gateway.auth import Authenticator, Principal
-from gateway.catalog import Catalog, ModelSpec
-from gateway.concurrency import Slot, TenantSlots
-from gateway.disagg import Attempt, Disaggregator, Pools
+from gateway.billing.metering import MeteredRequest, Metering
+from gateway.context import Principal
 from gateway.envelopes import TokenUsage
 from gateway.errors import GatewayError, InternalError, InvalidInput, OutOfCapacity, RequestTimeout
-from gateway.metering import MeteredRequest, Metering
+from gateway.fleet.catalog import Catalog, ModelSpec
+from gateway.fleet.monitor import BackendMonitor
 from gateway.metrics import GatewayMetrics
-from gateway.monitor import BackendMonitor
-from gateway.offload import Offload
-from gateway.routing import Flight, Router
-from gateway.schemas import GenerationInput
+from gateway.pipeline.auth import Authenticator
+from gateway.pipeline.concurrency import Slot, TenantSlots
+from gateway.pipeline.disagg import Attempt, Disaggregator, Pools
+from gateway.pipeline.offload import Offload
+from gateway.pipeline.routing import Flight, Router
+from gateway.pipeline.schemas import GenerationInput
+from gateway.pipeline.tokenization import ModelTokenizer, TokenizerRegistry
 from gateway.store.errors import StoreUnavailable
 from gateway.store.models import UsageStatus
-from gateway.tokenization import ModelTokenizer, TokenizerRegistry
 
 log = structlog.get_logger("edgerun.gateway.generation")
 
@@ -318,7 +319,7 @@ class Generator:
                 "model": model.backend_model,
                 "prompt": prompt_ids,
                 **inp.sampling.backend_fields(),
-                "cache_salt": cache_salt,  # HMAC of the tenant id: not guessable (gateway/tenant_salt.py)
+                "cache_salt": cache_salt,  # HMAC of the tenant id: not guessable (gateway/pipeline/tenant_salt.py)
                 "user": meta.request_id,
             }
             if model.return_token_ids:

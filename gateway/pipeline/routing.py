@@ -1,7 +1,7 @@
 """Routing: a prompt's tokens -> an ordered list of backends to try, and the bookkeeping around it.
 
 `Router.route` hashes the prompt into blocks salted with the tenant's cache salt
-(`gateway.tenant_salt`, the same salt the backend gets as `cache_salt`; `policies.prefix`), asks the store
+(`gateway.pipeline.tenant_salt`, the same salt the backend gets as `cache_salt`; `policies.prefix`), asks the store
 which backends hold how many of those blocks, what is in flight to each and where the session
 went last, builds one `policies.base.Candidate` per backend serving the model, picks the region
 (`policies.regions`: own first, then by distance, unhealthy skipped) and lets the configured
@@ -31,12 +31,12 @@ from typing import Any
 import structlog
 
 from backends.client import Endpoint
-from gateway.catalog import ModelSpec
 from gateway.errors import OutOfCapacity
+from gateway.fleet.catalog import ModelSpec
+from gateway.fleet.monitor import BackendMonitor
 from gateway.metrics import GatewayMetrics
-from gateway.monitor import BackendMonitor
+from gateway.pipeline.tenant_salt import TenantSalts
 from gateway.store.base import Store
-from gateway.tenant_salt import TenantSalts
 from policies.base import Candidate, Policy, RouteInfo
 from policies.prefix import block_hashes
 from policies.regions import RegionPreference, choose_region

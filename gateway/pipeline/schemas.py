@@ -18,7 +18,7 @@ OpenAI routes take OpenAI's names and ranges (temperature 0..2, `max_completion_
 alias of `max_tokens`, `stop`, `n` = 1 only, `stream_options.include_usage`); fields left out get
 the Workers AI defaults above, so one model behaves the same through both APIs. A field the
 gateway does not honour (JSON mode, tools, an unknown name) is refused before anything else is
-read: gateway/request_fields.py holds the table of every field and what happens to it.
+read: gateway/pipeline/request_fields.py holds the table of every field and what happens to it.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.errors import InvalidInput
-from gateway.request_fields import OPENAI_CHAT, OPENAI_COMPLETIONS, WORKERS_AI, check_fields
+from gateway.pipeline.request_fields import OPENAI_CHAT, OPENAI_COMPLETIONS, WORKERS_AI, check_fields
 
 MAX_PROMPT_CHARS = 131072
 ROLES = ("system", "user", "assistant", "tool", "developer")

@@ -10,7 +10,7 @@ Three asyncio loops, started and cancelled by the app's lifespan:
   token counts correct the store's in-flight counters (which drift when a replica dies with
   requests in flight). Backends without /load (third-party servers) are skipped quietly.
 - KV events: `POST /kv_cache_events?consumer=<replica id>` each `kv_events_interval_s`, fed to
-  a `KVEventSink` (the prefix index updater in `gateway.kv_index`). The consumer id gives this
+  a `KVEventSink` (the prefix index updater in `gateway.fleet.kv_index`). The consumer id gives this
   replica its own cursor on our backends, so replicas do not take each other's events.
 Backends start out healthy (optimistic) so a gateway can serve before its first check finishes.
 """

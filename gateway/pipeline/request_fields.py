@@ -25,7 +25,7 @@ from gateway.errors import InvalidInput
 
 
 class Treatment(Enum):
-    HONOURED = "honoured"  # parsed and acted on (gateway/schemas.py)
+    HONOURED = "honoured"  # parsed and acted on (gateway/pipeline/schemas.py)
     IGNORED = "ignored"  # accepted; it cannot change what the model answers
     REFUSED = "refused"  # not implemented: 400 unless the value is a no-op
 

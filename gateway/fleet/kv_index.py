@@ -3,7 +3,7 @@
 Backends report their KV blocks in TensorRT-LLM's event shape (`stored` blocks with their
 parent hash and tokens, `removed` block hashes). The built-in engine hashes blocks exactly as
 `policies.prefix` does, with the `cache_salt` the gateway sends (the tenant's derived salt,
-`gateway.tenant_salt`) as the salt, so its hashes *are* the gateway's and go into the index as
+`gateway.pipeline.tenant_salt`) as the salt, so its hashes *are* the gateway's and go into the index as
 they are.
 
 Our backends send no token ids by default (they would reveal prompts to whoever reads the

@@ -27,11 +27,11 @@ from typing import Any
 from tokenizers import Tokenizer
 
 from backends.client import BackendClient, BackendError, Endpoint
-from gateway.catalog import ModelSpec
-from gateway.chat_template import ChatTemplate
 from gateway.errors import InvalidInput, OutOfCapacity
-from gateway.offload import Offload, is_large
-from gateway.schemas import Prompt
+from gateway.fleet.catalog import ModelSpec
+from gateway.pipeline.chat_template import ChatTemplate
+from gateway.pipeline.offload import Offload, is_large
+from gateway.pipeline.schemas import Prompt
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,9 +23,9 @@ from typing import Any
 
 import structlog
 
-from gateway.auth import Principal
 from gateway.billing.rules import billable_usage
 from gateway.billing.spool import LedgerSpool
+from gateway.context import Principal
 from gateway.envelopes import TokenUsage
 from gateway.errors import BudgetExhausted
 from gateway.metrics import GatewayMetrics

@@ -44,9 +44,9 @@ from backends.client import (
     Endpoint,
     Usage,
 )
+from gateway.fleet.monitor import BackendMonitor
 from gateway.metrics import GatewayMetrics
-from gateway.monitor import BackendMonitor
-from gateway.routing import Flight, Router
+from gateway.pipeline.routing import Flight, Router
 
 log = structlog.get_logger("edgerun.gateway.disagg")
 

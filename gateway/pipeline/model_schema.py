@@ -3,7 +3,7 @@
 Workers AI answers `{"result": {"input": {...}, "output": {...}}}`, both JSON Schemas: for text
 generation the input is one of a prompt body and a messages body (with the sampling fields each
 takes), the output one of a JSON object (`response`, `usage`) and an event stream. Ours describe
-what gateway/schemas.py really accepts (the same fields, defaults and ranges; tests hold the two
+what gateway/pipeline/schemas.py really accepts (the same fields, defaults and ranges; tests hold the two
 together), so a client generated from the schema sends nothing the gateway refuses.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.schemas import MAX_PROMPT_CHARS, ROLES
+from gateway.pipeline.schemas import MAX_PROMPT_CHARS, ROLES
 
 
 def _number(

@@ -27,13 +27,13 @@ from backends.client import (
     BackendUnavailable,
     Endpoint,
 )
-from gateway.auth import Authenticator
-from gateway.catalog import Catalog
-from gateway.concurrency import TenantSlots
+from gateway.billing.metering import MeteredRequest, Metering
 from gateway.envelopes import TokenUsage
-from gateway.generation import RequestMeta, backend_error_to_gateway
-from gateway.metering import MeteredRequest, Metering
-from gateway.monitor import BackendMonitor
+from gateway.fleet.catalog import Catalog
+from gateway.fleet.monitor import BackendMonitor
+from gateway.pipeline.auth import Authenticator
+from gateway.pipeline.concurrency import TenantSlots
+from gateway.pipeline.generation import RequestMeta, backend_error_to_gateway
 from gateway.store.models import UsageStatus
 
 log = structlog.get_logger("edgerun.gateway.embedding")

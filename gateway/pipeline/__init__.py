@@ -1,0 +1,19 @@
+"""The request pipeline: from a parsed request to a settled generation or embedding.
+
+No module here imports Starlette; they import downwards only (fleet, billing, store).
+
+    generation.py       one generation: auth, limits, routing, the backend stream, settled once
+    embedding.py        one embedding request, the same steps without a stream
+    auth.py             API key -> tenant, account and model checks, rate limits
+    concurrency.py      per-tenant requests in flight
+    tokenization.py     chat template + tokenizer per model, fetched once and cached
+    chat_template.py    a model's Jinja chat template, rendered in a sandbox
+    offload.py          CPU-heavy request work (large bodies, templates, tokenizing) off the event loop
+    routing.py          prompt tokens -> backends to try, and the in-flight bookkeeping
+    disagg.py           the two-step prefill -> decode flow across the prefill and decode pools
+    tenant_salt.py      the per-tenant cache salt
+    schemas.py          request bodies -> plain data, with the field named when one is wrong
+    request_fields.py   which fields each API accepts, ignores or refuses
+    embedding_input.py  embedding request bodies -> plain data
+    model_schema.py     the input/output JSON schemas that model search returns
+"""
