@@ -1,8 +1,8 @@
 """The gateway's OpenAPI 3.1 document, served at `GET /openapi.json`.
 
-Built from what the handlers really accept: the Workers AI input schemas of `gateway.model_schema`
+Built from what the handlers really accept: the Workers AI input schemas of `gateway.pipeline.model_schema`
 (the same fields, defaults and ranges as `gateway.schemas`), OpenAI's bodies as
-`gateway.request_fields` lists them, and the admin bodies of `gateway.api_admin`. Every error is
+`gateway.pipeline.request_fields` lists them, and the admin bodies of `gateway.api_admin`. Every error is
 documented as the envelope `gateway.envelopes` renders: Workers AI's under the Workers AI and
 admin routes, OpenAI's `{"error": {...}}` under `/ai/v1/`. `OPERATIONS` has one entry per
 (path, method) the app routes; tests/gateway/test_openapi.py holds the two together, and a
@@ -15,9 +15,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.model_schema import MESSAGES_INPUT, PROMPT_INPUT, SAMPLING, USAGE, text_embeddings_schema
-from gateway.request_fields import OPENAI_CHAT, OPENAI_COMPLETIONS, FieldRule, Treatment
-from gateway.schemas import MAX_PROMPT_CHARS, ROLES
+from gateway.pipeline.model_schema import MESSAGES_INPUT, PROMPT_INPUT, SAMPLING, USAGE, text_embeddings_schema
+from gateway.pipeline.request_fields import OPENAI_CHAT, OPENAI_COMPLETIONS, FieldRule, Treatment
+from gateway.pipeline.schemas import MAX_PROMPT_CHARS, ROLES
 
 ACCOUNT = "/client/v4/accounts/{account_id}"
 JSON = "application/json"

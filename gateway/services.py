@@ -23,19 +23,8 @@ from gateway.errors import GatewayError
 from gateway.fleet.catalog import EMBEDDING_TASK, Catalog
 from gateway.fleet.kv_index import KVEventIndexer
 from gateway.fleet.monitor import BackendMonitor, MonitorIntervals
+from gateway.fleet.outliers import OutlierDetector
 from gateway.metrics import GatewayMetrics
-<<<<<<< HEAD
-from gateway.monitor import BackendMonitor, MonitorIntervals
-from gateway.offload import Offload
-from gateway.outliers import OutlierDetector
-from gateway.routing import Router
-from gateway.settings import GatewaySettings
-from gateway.store.base import Store
-from gateway.store.redis_store import default_replica_id
-from gateway.tenant_salt import TenantSalts
-from gateway.tokenization import TokenizerRegistry
-from policies.breaker import BreakerConfig
-=======
 from gateway.pipeline.auth import Authenticator
 from gateway.pipeline.concurrency import TenantSlots
 from gateway.pipeline.disagg import Disaggregator
@@ -48,7 +37,7 @@ from gateway.pipeline.tokenization import TokenizerRegistry
 from gateway.settings import GatewaySettings
 from gateway.store.base import Store
 from gateway.store.redis_store import default_replica_id
->>>>>>> main
+from policies.breaker import BreakerConfig
 from policies.factory import PolicyConfig, build_policy
 from policies.pricing import PriceTable
 from policies.regions import RegionPreference

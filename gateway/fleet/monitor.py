@@ -4,7 +4,7 @@ Three asyncio loops, started and cancelled by the app's lifespan:
 - health: `GET /health` on every backend each `health_interval_s`; the result decides whether a
   backend is a routing candidate. A request that finds a backend down before its first byte
   marks it unhealthy at once (`mark_unhealthy`), until a health check passes again. Repeated
-  failures eject it for longer (`gateway.outliers`: a circuit breaker per backend, which requests
+  failures eject it for longer (`gateway.fleet.outliers`: a circuit breaker per backend, which requests
   feed through `record_error` / `record_success` and which each health check probes).
 - load: `GET /load` on healthy backends each `load_interval_s`; the backend's own prefill/decode
   token counts correct the store's in-flight counters (which drift when a replica dies with
@@ -26,8 +26,8 @@ from typing import Any, Protocol
 import structlog
 
 from backends.client import BackendClient, BackendError, BackendRejected, Endpoint
+from gateway.fleet.outliers import OutlierDetector
 from gateway.metrics import GatewayMetrics
-from gateway.outliers import OutlierDetector
 from gateway.store.base import Store
 from gateway.store.errors import StoreError
 from policies.breaker import BreakerConfig
@@ -86,7 +86,7 @@ class BackendMonitor:
         return state is not None and state.healthy and self.outliers.admits(backend_id)
 
     def record_error(self, exc: BackendError) -> None:
-        """A request met this backend error: counted against the backend it names (`gateway.outliers`)."""
+        """A request met this backend error: counted against the backend it names (`gateway.fleet.outliers`)."""
         self.outliers.record_error(exc)
 
     def record_success(self, backend_id: str) -> None:

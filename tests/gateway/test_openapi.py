@@ -7,7 +7,7 @@ import schemathesis
 
 from gateway.app import routes
 from gateway.openapi import OPENAI_CHAT_BODY, OPENAI_COMPLETIONS_BODY, OPERATIONS, openapi_document, openapi_path
-from gateway.request_fields import OPENAI_CHAT, OPENAI_COMPLETIONS, Treatment
+from gateway.pipeline.request_fields import OPENAI_CHAT, OPENAI_COMPLETIONS, Treatment
 
 
 def routed() -> set[tuple[str, str]]:

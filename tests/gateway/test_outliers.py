@@ -1,8 +1,8 @@
 from __future__ import annotations
 
 from backends.client import BackendOverloaded, BackendRejected, BackendStreamBroken, BackendTimeout, BackendUnavailable
+from gateway.fleet.outliers import OutlierDetector
 from gateway.metrics import GatewayMetrics
-from gateway.outliers import OutlierDetector
 from policies.breaker import BreakerConfig
 
 

@@ -22,7 +22,7 @@ from backends.client import BackendError, BackendStreamBroken, BackendTimeout, B
 from gateway.metrics import GatewayMetrics
 from policies.breaker import Breaker, BreakerConfig, on_failure, on_probe, on_success
 
-log = structlog.get_logger("edgerun.gateway.outliers")
+log = structlog.get_logger("edgerun.gateway.fleet.outliers")
 
 STATE_VALUES = {"closed": 0, "half_open": 1, "open": 2}  # the gauge's values
 
