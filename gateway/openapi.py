@@ -115,16 +115,17 @@ OPENAI_EMBEDDINGS_BODY: dict[str, Any] = {
     "required": ["model", "input"],
     "additionalProperties": False,
 }
-_STRINGS = {"type": "array", "items": {"type": "string"}}
+_STRINGS = {"type": "array", "items": {"type": "string", "minLength": 1}}
+_COUNT = {"type": "integer", "minimum": 0, "maximum": 2**63 - 1}  # gateway/api_admin.py's _optional_int
 TENANT_BODY: dict[str, Any] = {
     "type": "object",
     "properties": {
         "name": {"type": "string", "minLength": 1},
-        "account_ids": _STRINGS,
+        "account_ids": {**_STRINGS, "minItems": 1},
         "allowed_models": _STRINGS,
-        "monthly_budget_micro": {"type": "integer", "minimum": 0},
+        "monthly_budget_micro": _COUNT,
         "id": {"type": "string"},
-        "max_concurrent_requests": {"type": "integer", "minimum": 1},
+        "max_concurrent_requests": {**_COUNT, "minimum": 1},
     },
     "required": ["name", "account_ids"],
 }
@@ -132,8 +133,8 @@ KEY_BODY: dict[str, Any] = {
     "type": "object",
     "properties": {
         "allowed_models": _STRINGS,
-        "rpm": {"type": "integer", "minimum": 1},
-        "tpm": {"type": "integer", "minimum": 1},
+        "rpm": {**_COUNT, "minimum": 1},
+        "tpm": {**_COUNT, "minimum": 1},
     },
 }
 

@@ -232,6 +232,21 @@ def gateway(backend_pair: list[BackendProcess], tmp_path_factory: pytest.TempPat
     started.stop()
 
 
+@pytest.fixture(scope="session")
+def stub_backend() -> Iterator[ChildProcess]:
+    """benchmarks/stub_backend.py (64 chunks an answer) for the tests where the model adds nothing:
+    faults between gateway and backend, fuzzing the gateway's API."""
+    from benchmarks import stub_backend as stub
+
+    port = free_port()
+    child = ChildProcess.launch("stub backend", stub.command(port, num_chunks=64), port)
+    try:
+        child.wait_ready("/health", timeout_s=60)
+        yield child
+    finally:
+        child.stop()
+
+
 EMBEDDING_BACKEND_KEY = "embedding-backend-test-secret-0123456789"
 
 

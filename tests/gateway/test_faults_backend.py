@@ -23,7 +23,7 @@ import pytest
 
 from benchmarks import stub_backend
 from benchmarks.fault_proxy import HEALTHY, Faults, ProxyThread, running_proxy
-from cli.processes import ChildProcess, free_port
+from cli.processes import ChildProcess
 from tests.gateway.fixtures_e2e import InProcessGateway, gateway_settings
 
 pytestmark = pytest.mark.slow
@@ -35,14 +35,8 @@ EJECTION_S = 1.0
 
 
 @pytest.fixture(scope="module")
-def stub() -> Iterator[ChildProcess]:
-    port = free_port()
-    child = ChildProcess.launch("stub backend", stub_backend.command(port, num_chunks=64), port)
-    try:
-        child.wait_ready("/health", timeout_s=60)
-        yield child
-    finally:
-        child.stop()
+def stub(stub_backend: ChildProcess) -> ChildProcess:
+    return stub_backend
 
 
 @pytest.fixture(scope="module")
