@@ -21,6 +21,7 @@ from gateway import api_admin, api_inference
 from gateway.admin_guard import presented_bearer, token_matches
 from gateway.billing import api as api_billing
 from gateway.dashboard import dashboard_routes
+from gateway.drain import Drain, DrainGate
 from gateway.envelopes import JSONBytes, error_response
 from gateway.errors import AuthenticationFailed, GatewayError, NoRoute, ServiceUnavailable
 from gateway.listeners import ADMIN, ListenerGate, listener_of
@@ -144,5 +145,7 @@ def create_app(
         },
     )
     app.add_middleware(ListenerGate, split=settings.admin_port is not None)
+    app.state.drain = drain = Drain(settings.shutdown_timeout_s)  # run by Listeners on SIGTERM
+    app.add_middleware(DrainGate, drain=drain)
     app.add_middleware(RequestContextMiddleware, metrics=app_metrics)
     return app

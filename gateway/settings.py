@@ -131,6 +131,10 @@ class GatewaySettings(TomlSettings):
             )
         return value
 
+    # SIGTERM / SIGINT: new requests get 503 while those in flight finish, for at most this long;
+    # streams still open then are cut (and billed for what was generated) (gateway/drain.py)
+    shutdown_timeout_s: float = Field(default=30.0, gt=0)
+
     log_level: str = "info"
     log_json: bool = True
 

@@ -140,7 +140,7 @@ class InProcessGateway:
                 self.admin_port = free_port()
             app = self.app = create_app(self.settings, store=self.store)
             configs = listener_configs(self.settings, app, port=self.port, admin_port=self.admin_port)
-            self._listeners = Listeners(configs)  # signals stay the main thread's: this is another one
+            self._listeners = Listeners(configs, drain=app.state.drain)  # signals stay the main thread's: this is another one
             ready.set()
             try:
                 loop.run_until_complete(self._listeners.serve())
