@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from engines.errors import InvalidRequest
+from engines.guided import Guide
 
 
 @dataclass(slots=True)
@@ -26,6 +27,7 @@ class SamplingParams:
     presence_penalty: float = 0.0
     stop: list[str] = field(default_factory=list)
     ignore_eos: bool = False
+    guide: Guide | None = None  # guided decoding: the output must match it (engines/guided.py)
 
     def __post_init__(self) -> None:
         def bad(name: str, rule: str) -> InvalidRequest:

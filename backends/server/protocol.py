@@ -7,10 +7,13 @@ once that a feature (logprobs, tools, ...) is not served here.
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, field_validator
 
+from engines.errors import InvalidRequest
+from engines.guided import Guide
 from engines.sampling_params import SamplingParams
 
 TokenId = Annotated[StrictInt, Field(ge=0)]
@@ -52,6 +55,47 @@ class DisaggregatedParams(BaseModel):
         return value.lower() if isinstance(value, str) else value
 
 
+class StructuralTag(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    begin: StrictStr
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+    end: StrictStr
+
+
+class ResponseFormat(BaseModel):
+    """trtllm-serve's `response_format` (its openai_protocol.py), which also reads OpenAI's and
+    vLLM's shapes: `json_object`; `json_schema` with `json_schema` either OpenAI's
+    `{name, schema, strict}` wrapper or the bare schema; trtllm's `json` with `schema`; and the
+    structural tag `{structures: [{begin, schema, end}], triggers}`. Regex and EBNF grammars are
+    not served by the built-in engine."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    type: Literal["text", "json", "json_object", "json_schema", "structural_tag"]
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+    json_schema: dict[str, Any] | None = None
+    structures: list[StructuralTag] | None = None
+    triggers: list[StrictStr] | None = None
+
+    def guide(self) -> Guide | None:
+        if self.type == "text":
+            return None
+        if self.type == "json_object":
+            return Guide("json_object")
+        if self.type == "structural_tag":
+            if not self.structures or not self.triggers:
+                raise InvalidRequest("a structural_tag response_format needs structures and triggers")
+            items = [{"begin": s.begin, "schema": s.schema_ or {}, "end": s.end} for s in self.structures]
+            return Guide.structural_tag(items, self.triggers)
+        schema = self.schema_ if self.type == "json" else self.json_schema
+        if schema is None:
+            raise InvalidRequest(f"a {self.type} response_format needs its schema")
+        if "schema" in schema and set(schema) <= {"name", "description", "schema", "strict"}:
+            schema = schema["schema"]  # OpenAI's wrapper
+        return Guide.json_schema(schema)
+
+
 class SamplingFields(BaseModel):
     """Fields shared by /v1/completions and /v1/chat/completions."""
 
@@ -76,6 +120,8 @@ class SamplingFields(BaseModel):
     disaggregated_params: DisaggregatedParams | None = None
     return_token_ids: StrictBool = False  # vLLM's extension: each choice also carries its token ids
     logprobs: Any = None
+    response_format: ResponseFormat | None = None  # guided decoding (trtllm-serve, vLLM, SGLang)
+    guided_json: dict[str, Any] | StrictStr | None = None  # vLLM's older field: a JSON schema
 
     @field_validator("n")
     @classmethod
@@ -129,7 +175,17 @@ class SamplingFields(BaseModel):
             presence_penalty=self.presence_penalty,
             stop=[self.stop] if isinstance(self.stop, str) else list(self.stop or []),
             ignore_eos=self.ignore_eos,
+            guide=self.guide(),
         )
+
+    def guide(self) -> Guide | None:
+        if self.guided_json is not None:
+            try:
+                schema = json.loads(self.guided_json) if isinstance(self.guided_json, str) else self.guided_json
+            except ValueError as exc:
+                raise InvalidRequest(f"guided_json is not valid JSON: {exc}") from exc
+            return Guide.json_schema(schema)
+        return self.response_format.guide() if self.response_format is not None else None
 
 
 class CompletionRequest(SamplingFields):

@@ -108,6 +108,7 @@ class AsyncEngine:
         if not self._accepting:
             raise EngineStopped("the engine is not running (not started, or shutting down)")
         self.engine.validate(request)  # reads fixed config only: safe from this thread
+        await self.may_compile_grammar(request)
         queue = self._open_queue(request)
         self._send(_Add(request))
         async for output in self._follow(request.request_id, queue):
@@ -122,6 +123,7 @@ class AsyncEngine:
         if not self._accepting:
             raise EngineStopped("the engine is not running (not started, or shutting down)")
         self.engine.validate(request)
+        await self.may_compile_grammar(request)
         queue = self._open_queue(request)
         request_id = request.request_id
         try:
@@ -144,6 +146,12 @@ class AsyncEngine:
             return
         async for output in self._follow(request_id, queue):
             yield output
+
+    async def may_compile_grammar(self, request: GenerationRequest) -> None:
+        """Compile a guided request's grammar on a worker thread (cached by guide), so neither the
+        event loop nor the engine's step waits for it; a bad schema raises InvalidRequest here."""
+        if request.sampling.guide is not None:
+            await asyncio.to_thread(self.engine.grammars.compile, request.sampling.guide)
 
     async def call(self, fn: Callable[[LLMEngine], Any]) -> Any:
         """Run `fn(engine)` on the worker thread between steps; returns its result or raises its error."""

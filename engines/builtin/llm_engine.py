@@ -9,6 +9,8 @@ from engines.base import EngineStats, FinishReason, GenerationOutput, Generation
 from engines.builtin.block_manager import BlockManager
 from engines.builtin.config import EngineConfig
 from engines.builtin.detokenizer import TextStream
+from engines.builtin.grammar.cache import GrammarCache
+from engines.builtin.grammar.llguidance_backend import LLGuidanceBackend
 from engines.builtin.kv_events import KVEventLog
 from engines.builtin.kv_pins import KVPins
 from engines.builtin.model_runner import ForwardItem, ModelRunner
@@ -46,6 +48,7 @@ class LLMEngine:
         self.scheduler = Scheduler(config, self.block_manager)
         self.pins = KVPins(self.block_manager)
         self.pin_on_finish: set[str] = set()  # request ids whose blocks are pinned if they stop at "length"
+        self.grammars = GrammarCache(lambda: LLGuidanceBackend(self.tokenizer, self.vocab_size))
         self.sampler = Sampler()
         if proposer is None:
             proposer = build_proposer(config, self.runner)
@@ -87,6 +90,8 @@ class LLMEngine:
         if len(self.scheduler.waiting) >= self.config.max_waiting:
             raise EngineOverloaded(f"{len(self.scheduler.waiting)} requests are already waiting: retry later")
         seq = Sequence(request.request_id, list(request.prompt_token_ids), request.sampling, request.cache_salt)
+        if request.sampling.guide is not None:
+            seq.matcher = self.grammars.matcher(request.sampling.guide)  # compiled already by AsyncEngine
         self.seqs[seq.request_id] = seq
         self.streams[seq.request_id] = TextStream(self.tokenizer, seq.token_ids, request.sampling.stop)
         if request.pin_kv_on_finish:
@@ -145,6 +150,9 @@ class LLMEngine:
             piece, hit_stop = ("", False) if is_eos else stream.add(token_id)
             text += piece
             reason: FinishReason | None = None
+            if seq.matcher is not None and not is_eos:
+                # a token the mask allowed always fits; the grammar ends the answer once it is complete
+                is_eos = not seq.matcher.accept(token_id) or seq.matcher.is_terminated()
             if hit_stop or is_eos:
                 reason = "stop"
             elif seq.num_generated_tokens >= seq.sampling.max_tokens or len(seq) >= self.max_model_len:

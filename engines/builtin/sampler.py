@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from engines.builtin.grammar.mask import allocate_bitmask, apply_bitmask
 from engines.builtin.sequence import Sequence
 
 
@@ -64,6 +65,7 @@ class Sampler:
 
     def __call__(self, logits: torch.Tensor, seqs: list[Sequence]) -> list[int]:
         # logits: [B, V] float32
+        logits = self.prepare_guided(logits, seqs)
         if all(s.sampling.is_greedy and not has_penalty(s) for s in seqs):
             return logits.argmax(dim=-1).tolist()  # fast path
         logits = self.prepare_penalised(logits, seqs)
@@ -73,6 +75,18 @@ class Sampler:
             sampled = self.sample_rows(logits[rows], [seqs[i] for i in rows])
             next_ids[rows] = sampled
         return next_ids.tolist()
+
+    def prepare_guided(self, logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
+        """Rows of guided sequences with the tokens their grammar forbids at -inf; other rows as they were."""
+        rows = [i for i, s in enumerate(seqs) if s.matcher is not None]
+        if not rows:
+            return logits
+        bitmask = allocate_bitmask(len(rows), logits.shape[-1])  # [R, ceil(V / 32)] int32, on the CPU
+        for j, i in enumerate(rows):
+            seqs[i].matcher.fill_bitmask(bitmask, j)
+        logits = logits.clone()
+        logits[rows] = apply_bitmask(logits[rows], bitmask)
+        return logits
 
     def prepare_penalised(self, logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
         rows = [i for i, s in enumerate(seqs) if has_penalty(s)]

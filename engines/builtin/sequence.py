@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -41,6 +42,7 @@ class Sequence:
     block_hashes: list[int] = field(default_factory=list)
     finish_reason: FinishReason | None = None
     generator: torch.Generator | None = None  # per-request RNG when sampling.seed is set
+    matcher: Any = None  # grammar.backend.Matcher of a guided request: which tokens may come next
     # Speculative decoding: drafts proposed to follow token_ids, verified with the next decode.
     draft_token_ids: list[int] = field(default_factory=list)
     num_draft_tokens: int = 0  # drafts verified so far

@@ -1,10 +1,14 @@
 from __future__ import annotations
 
+import json
+
 import pytest
 from pydantic import ValidationError
 
 from backends.server.errors import from_validation_error
 from backends.server.protocol import ChatCompletionRequest, CompletionRequest
+from engines.errors import InvalidRequest
+from engines.guided import Guide
 
 
 def test_defaults_and_sampling_mapping() -> None:
@@ -41,3 +45,47 @@ def test_chat_request() -> None:
     )
     assert request.chat_messages()[1] == {"role": "user", "content": "hi"}
     assert request.include_usage and request.max_completion_tokens == 4
+
+
+SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"response_format": {"type": "json_schema", "json_schema": {"name": "thing", "schema": SCHEMA, "strict": True}}},
+        {"response_format": {"type": "json_schema", "json_schema": SCHEMA}},  # trtllm-serve: the bare schema
+        {"response_format": {"type": "json", "schema": SCHEMA}},  # trtllm-serve's own type
+        {"guided_json": SCHEMA},  # vLLM's older field
+        {"guided_json": json.dumps(SCHEMA)},
+    ],
+)
+def test_every_json_schema_shape_becomes_the_same_guide(fields: dict) -> None:
+    sampling = CompletionRequest.model_validate({"prompt": [1], **fields}).sampling_params(max_tokens=4)
+    assert sampling.guide == Guide.json_schema(SCHEMA)
+
+
+def test_json_object_text_and_structural_tag_formats() -> None:
+    def guide(response_format: dict) -> Guide | None:
+        return CompletionRequest.model_validate({"prompt": [1], "response_format": response_format}).guide()
+
+    assert guide({"type": "json_object"}) == Guide("json_object")
+    assert guide({"type": "text"}) is None
+    tag = guide({"type": "structural_tag", "structures": [{"begin": "<f>", "schema": SCHEMA, "end": "</f>"}], "triggers": ["<f"]})
+    assert tag is not None and tag.kind == "structural_tag" and tag.value["triggers"] == ["<f"]
+
+
+@pytest.mark.parametrize(
+    "response_format",
+    [{"type": "json_schema"}, {"type": "structural_tag", "structures": [], "triggers": []}],
+)
+def test_a_format_missing_its_schema_is_an_invalid_request(response_format: dict) -> None:
+    with pytest.raises(InvalidRequest):
+        ChatCompletionRequest.model_validate(
+            {"messages": [{"role": "user", "content": "x"}], "response_format": response_format}
+        ).sampling_params(max_tokens=4)
+
+
+def test_regex_formats_are_refused_by_validation() -> None:
+    with pytest.raises(ValidationError, match="response_format"):
+        CompletionRequest.model_validate({"prompt": [1], "response_format": {"type": "regex", "regex": "a+"}})

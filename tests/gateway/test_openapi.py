@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import schemathesis
 
-from gateway.app import routes
-from gateway.openapi import OPENAI_CHAT_BODY, OPENAI_COMPLETIONS_BODY, OPERATIONS, openapi_document, openapi_path
+from gateway.http.app import routes
+from gateway.http.openapi import OPENAI_CHAT_BODY, OPENAI_COMPLETIONS_BODY, OPERATIONS, openapi_document, openapi_path
 from gateway.pipeline.request_fields import OPENAI_CHAT, OPENAI_COMPLETIONS, Treatment
 
 

@@ -18,7 +18,7 @@ from schemathesis import GenerationMode
 
 from benchmarks.stub_backend import MODEL_ID as STUB_MODEL
 from cli.processes import ChildProcess
-from gateway.openapi import OPERATIONS
+from gateway.http.openapi import OPERATIONS
 from tests.gateway.fixtures_e2e import ADMIN_TOKEN, InProcessGateway, gateway_settings
 
 pytestmark = pytest.mark.slow

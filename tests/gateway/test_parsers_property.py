@@ -11,11 +11,11 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.api_inference import parse_metadata
 from gateway.errors import GatewayError
+from gateway.http.api_inference import parse_metadata
+from gateway.http.strict_json import MAX_DEPTH, JSONRejected, loads_strict
 from gateway.pipeline.embedding_input import parse_openai_embedding, parse_workers_ai_embedding
 from gateway.pipeline.schemas import MAX_PROMPT_CHARS, parse_chat_completions, parse_completions, parse_workers_ai
-from gateway.strict_json import MAX_DEPTH, JSONRejected, loads_strict
 
 PARSERS = (parse_workers_ai, parse_chat_completions, parse_completions, parse_workers_ai_embedding, parse_openai_embedding)
 FIELDS = ("prompt", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "seed",

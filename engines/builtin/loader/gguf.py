@@ -134,3 +134,9 @@ def read_gguf(path: Path) -> tuple[ModelConfig, dict[str, Tensor], Tokenizer, st
     tokenizer = read_tokenizer(reader, config)
     name = field_value(reader, "general.name") or path.stem
     return config, weights, tokenizer, str(name)
+
+
+def read_gguf_tokenizer(path: Path) -> Tokenizer:
+    """The tokenizer of a GGUF file alone (no weights read): for tools that need only the vocabulary."""
+    reader = gguf.GGUFReader(path)
+    return read_tokenizer(reader, read_config(reader, {t.name for t in reader.tensors}))

@@ -120,7 +120,10 @@ class Speculator:
                 seq.draft_token_ids = drafts
 
     def num_drafts(self, seq: Sequence) -> int:
-        # each verify step emits up to drafts + 1 tokens, all within max_tokens and the context
+        # each verify step emits up to drafts + 1 tokens, all within max_tokens and the context;
+        # a guided sequence gets none (its grammar would have to check every draft position)
+        if seq.matcher is not None:
+            return 0
         limit = self.draft_limits.get(seq.request_id, self.num_speculative_tokens)
         return max(0, min(limit, seq.num_tokens_left - 1, self.max_model_len - len(seq)))
 

@@ -10,34 +10,12 @@ import json
 import math
 import struct
 from base64 import b64encode
-from dataclasses import dataclass
 from typing import Any
 
 from starlette.responses import Response
 
+from contracts.usage import Usage
 from gateway.errors import GatewayError
-
-
-@dataclass(frozen=True, slots=True)
-class TokenUsage:
-    """What one request consumed, as every API reports it."""
-
-    prompt_tokens: int
-    completion_tokens: int
-    cached_tokens: int
-
-    @property
-    def total_tokens(self) -> int:
-        return self.prompt_tokens + self.completion_tokens
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.completion_tokens,
-            "total_tokens": self.total_tokens,
-            "prompt_tokens_details": {"cached_tokens": self.cached_tokens},
-        }
-
 
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))  # json.dumps would build one per call
 
@@ -71,7 +49,7 @@ def workers_ai_error(error: GatewayError) -> dict[str, Any]:
     }
 
 
-def workers_ai_text_result(text: str, usage: TokenUsage) -> dict[str, Any]:
+def workers_ai_text_result(text: str, usage: Usage) -> dict[str, Any]:
     return {"response": text, "usage": usage.as_dict()}
 
 
@@ -83,7 +61,7 @@ def workers_ai_embeddings(vectors: list[list[float]]) -> dict[str, Any]:
     return {"shape": [len(vectors), len(vectors[0]) if vectors else 0], "data": vectors}
 
 
-def openai_embeddings(model: str, vectors: list[list[float]], usage: TokenUsage, *, base64: bool) -> dict[str, Any]:
+def openai_embeddings(model: str, vectors: list[list[float]], usage: Usage, *, base64: bool) -> dict[str, Any]:
     """OpenAI's embeddings list; `base64`: each vector as little-endian float32 bytes, base64-encoded."""
     encoded: list[Any] = [_base64_floats(v) for v in vectors] if base64 else vectors
     return {
@@ -110,7 +88,7 @@ def openai_error(error: GatewayError) -> dict[str, Any]:
 
 
 def chat_completion(
-    completion_id: str, created: int, model: str, text: str, finish_reason: str | None, usage: TokenUsage
+    completion_id: str, created: int, model: str, text: str, finish_reason: str | None, usage: Usage
 ) -> dict[str, Any]:
     return {
         "id": completion_id,
@@ -130,7 +108,7 @@ def chat_completion(
 
 
 def text_completion(
-    completion_id: str, created: int, model: str, text: str, finish_reason: str | None, usage: TokenUsage
+    completion_id: str, created: int, model: str, text: str, finish_reason: str | None, usage: Usage
 ) -> dict[str, Any]:
     return {
         "id": completion_id,

@@ -17,8 +17,8 @@ import time
 import structlog
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gateway.envelopes import error_response
 from gateway.errors import ServiceUnavailable
+from gateway.http.envelopes import error_response
 
 log = structlog.get_logger("edgerun.gateway.drain")
 

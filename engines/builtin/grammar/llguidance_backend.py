@@ -1,0 +1,70 @@
+"""Guided decoding with llguidance (trtllm-serve's and vLLM's other grammar backend)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import llguidance
+import torch
+
+from engines.builtin.tokenizer import Tokenizer
+from engines.errors import InvalidRequest
+from engines.guided import Guide, closed_objects
+
+COMPACT_JSON = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+
+
+def ll_tokenizer(tokenizer: Tokenizer, vocab_size: int | None = None) -> llguidance.LLTokenizer:
+    return llguidance.LLTokenizer(
+        tokenizer.backend.to_str(), n_vocab=vocab_size or tokenizer.vocab_size, eos_token=sorted(tokenizer.eos_token_ids)
+    )
+
+
+class LLGuidanceMatcher:
+    def __init__(self, matcher: llguidance.LLMatcher) -> None:
+        self._matcher = matcher
+
+    def fill_bitmask(self, bitmask: torch.Tensor, row: int) -> None:
+        view = bitmask[row]
+        self._matcher.unsafe_compute_mask_ptr(view.data_ptr(), view.numel() * view.element_size())
+
+    def accept(self, token_id: int) -> bool:
+        return self._matcher.consume_token(token_id)
+
+    def is_terminated(self) -> bool:
+        return self._matcher.is_stopped()
+
+
+class LLGuidanceBackend:
+    name = "llguidance"
+
+    def __init__(self, tokenizer: Tokenizer, vocab_size: int | None = None) -> None:
+        self.tokenizer = ll_tokenizer(tokenizer, vocab_size)
+        self.vocab_size = self.tokenizer.vocab_size
+
+    def compile(self, guide: Guide) -> str:
+        if guide.kind == "json_object":
+            grammar = llguidance.LLMatcher.grammar_from_json_schema({"type": "object"}, defaults=COMPACT_JSON)
+        elif guide.kind == "json_schema":
+            schema = closed_objects(guide.value)
+            grammar = llguidance.LLMatcher.grammar_from_json_schema(schema, defaults=COMPACT_JSON)
+        else:
+            spec = guide.value
+            tags = [
+                llguidance.StructTag(trigger=_trigger(s["begin"], spec["triggers"]), begin=s["begin"],
+                                     grammar=json.dumps(closed_objects(s.get("schema") or {})), end=s["end"])
+                for s in spec["structures"]
+            ]
+            grammar = llguidance.StructTag.to_grammar(tags)
+        is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(grammar, self.tokenizer)
+        if is_error:
+            raise InvalidRequest(f"the {guide.kind.replace('_', ' ')} cannot be compiled: {messages[0]}")
+        return grammar
+
+    def matcher(self, compiled: Any) -> LLGuidanceMatcher:
+        return LLGuidanceMatcher(llguidance.LLMatcher(self.tokenizer, compiled))
+
+
+def _trigger(begin: str, triggers: list[str]) -> str:
+    return next(t for t in triggers if begin.startswith(t))
