@@ -225,6 +225,8 @@ class Generation:
         try:
             await g.router.finished(self.flight, success=status == "ok")
             await g.auth.reconcile(self.meta.principal, self.metered.tokens_estimate, usage.total_tokens)
+        except StoreUnavailable as exc:  # an outage, not a bug: the counters' leases and /load correct them
+            log.warning("releasing counters failed", error=exc.args[0], request_id=self.meta.request_id)
         except Exception:
             log.exception("releasing counters failed", request_id=self.meta.request_id)
         await g.metering.settle(
