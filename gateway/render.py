@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import AsyncIterator
 from contextlib import aclosing
+from typing import Any
 
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
@@ -21,6 +23,8 @@ from gateway import envelopes, sse
 from gateway.envelopes import JSONBytes, TokenUsage
 from gateway.errors import GatewayError
 from gateway.pipeline.generation import Generation
+from gateway.pipeline.schemas import GenerationInput
+from gateway.pipeline.tools import CallStream, ToolCall, ToolUse
 
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 CLIENT_CLOSED_REQUEST = 499  # nginx's status for a client that left; nobody reads it, the logs do
@@ -76,26 +80,53 @@ def _usage(generation: Generation) -> TokenUsage:
 # ---- Workers AI -------------------------------------------------------------------------------
 
 
-async def workers_ai_events(generation: Generation) -> AsyncIterator[bytes]:
+async def workers_ai_events(generation: Generation, tools: ToolUse | None = None) -> AsyncIterator[bytes]:
     rng = sse.padding_source()
+    calls = CallStream(tools) if tools is not None else None
     async with aclosing(generation.texts()) as texts:
         try:
             async for text in texts:
-                yield sse.workers_ai_chunk(text, rng)
+                if calls is not None:
+                    text = calls.feed(text)
+                if text:
+                    yield sse.workers_ai_chunk(text, rng)
         except GatewayError as error:
             yield sse.workers_ai_error(error)
             return
+    if calls is not None:
+        rest, found = calls.finish()
+        if rest:
+            yield sse.workers_ai_chunk(rest, rng)
+        if found:
+            yield sse.workers_ai_tool_calls([c.workers_ai() for c in found])
     yield sse.workers_ai_usage(_usage(generation))
     yield sse.DONE
 
 
-async def workers_ai_response(generation: Generation, stream: bool, receive: Receive) -> Response:
-    if stream:
-        return GenerationStream(workers_ai_events(generation), generation)
+def _json_or_text(text: str) -> Any:
+    """JSON mode's answer as an object, as Workers AI returns it; the text when max_tokens cut it."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+async def workers_ai_response(
+    generation: Generation, inp: GenerationInput, receive: Receive
+) -> Response:
+    if inp.stream:
+        return GenerationStream(workers_ai_events(generation, inp.tools), generation)
     text = await collect_or_cancel(generation, receive)
     if text is None:
         return Response(status_code=CLIENT_CLOSED_REQUEST)
-    return JSONBytes(envelopes.workers_ai_success(envelopes.workers_ai_text_result(text, _usage(generation))))
+    usage = _usage(generation)
+    if inp.tools is not None:
+        rest, calls = inp.tools.split_calls(text)
+        result = envelopes.workers_ai_text_result(rest, usage, [c.workers_ai() for c in calls])
+    else:
+        response = _json_or_text(text) if inp.response_format is not None else text
+        result = envelopes.workers_ai_text_result(response, usage)
+    return JSONBytes(envelopes.workers_ai_success(result))
 
 
 # ---- OpenAI -----------------------------------------------------------------------------------
@@ -105,36 +136,54 @@ def _completion_id(generation: Generation, chat: bool) -> str:
     return f"{'chatcmpl' if chat else 'cmpl'}-{generation.meta.request_id}"
 
 
-async def openai_events(generation: Generation, stream: sse.OpenAIStream) -> AsyncIterator[bytes]:
+async def openai_events(
+    generation: Generation, stream: sse.OpenAIStream, tools: ToolUse | None = None
+) -> AsyncIterator[bytes]:
     first = stream.first()
     if first is not None:
         yield first
+    calls = CallStream(tools) if tools is not None else None
     async with aclosing(generation.texts()) as texts:
         try:
             async for text in texts:
-                yield stream.text(text)
+                if calls is not None:
+                    text = calls.feed(text)
+                if text:
+                    yield stream.text(text)
         except GatewayError as error:
             yield stream.error(error)
             return
-    yield stream.finish(generation.finish_reason)
+    finish_reason = generation.finish_reason
+    if calls is not None:
+        rest, found = calls.finish()
+        if rest:
+            yield stream.text(rest)
+        if found:
+            yield stream.tool_calls([c.openai(i) for i, c in enumerate(found)])
+            finish_reason = "tool_calls"
+    yield stream.finish(finish_reason)
     usage = stream.usage(_usage(generation))
     if usage is not None:
         yield usage
     yield sse.DONE
 
 
-async def openai_response(
-    generation: Generation, receive: Receive, *, chat: bool, stream: bool, include_usage: bool
-) -> Response:
+async def openai_response(generation: Generation, inp: GenerationInput, receive: Receive, *, chat: bool) -> Response:
     completion_id = _completion_id(generation, chat)
     model = generation.meta.model.id
-    if stream:
-        encoder = sse.OpenAIStream(completion_id, generation.created, model, chat=chat, include_usage=include_usage)
-        return GenerationStream(openai_events(generation, encoder), generation)
+    if inp.stream:
+        encoder = sse.OpenAIStream(completion_id, generation.created, model, chat=chat, include_usage=inp.include_usage)
+        return GenerationStream(openai_events(generation, encoder, inp.tools), generation)
     text = await collect_or_cancel(generation, receive)
     if text is None:
         return Response(status_code=CLIENT_CLOSED_REQUEST)
-    build = envelopes.chat_completion if chat else envelopes.text_completion
+    usage, finish_reason = _usage(generation), generation.finish_reason
+    if not chat:
+        return JSONBytes(envelopes.text_completion(completion_id, generation.created, model, text, finish_reason, usage))
+    calls: list[ToolCall] = []
+    if inp.tools is not None:
+        text, calls = inp.tools.split_calls(text)
+    tool_calls = [c.openai() for c in calls]
     return JSONBytes(
-        build(completion_id, generation.created, model, text, generation.finish_reason, _usage(generation))
+        envelopes.chat_completion(completion_id, generation.created, model, text, finish_reason, usage, tool_calls)
     )
