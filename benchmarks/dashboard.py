@@ -31,9 +31,9 @@ import uvicorn
 
 from benchmarks.machine import machine
 from cli.processes import free_port
-from gateway.app import create_app
 from gateway.billing.prices import DEFAULT_PRICE_VERSION
 from gateway.fleet.catalog import DEFAULT_MODEL_ID
+from gateway.http.app import create_app
 from gateway.settings import GatewaySettings
 from gateway.store import open_store
 from gateway.store.models import UsageRecord

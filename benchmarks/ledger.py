@@ -32,9 +32,9 @@ from benchmarks.machine import machine
 from benchmarks.raw_load import drive
 from benchmarks.stub_backend import MODEL_ID, PROMPT
 from cli.processes import ChildProcess
+from contracts.usage import Usage
 from gateway.billing.metering import MeteredRequest, Metering
 from gateway.context import Principal
-from gateway.envelopes import TokenUsage
 from gateway.metrics import GatewayMetrics
 from gateway.settings import GatewaySettings
 from gateway.store import Store, open_store
@@ -87,7 +87,7 @@ async def metering_per_request(store: Store, n: int) -> tuple[float, float]:
     for _ in range(n):
         request = MeteredRequest(uuid.uuid4().hex, principal, MODEL_ID, None, time.time(), 40, 48)
         await metering.reserve(request, max_tokens=8)
-        await metering.settle(request, TokenUsage(40, 8, 16), status="ok", backend_id="stub", region="local")
+        await metering.settle(request, Usage(40, 8, 16), status="ok", backend_id="stub", region="local")
     return (time.perf_counter() - wall) / n * 1000, (time.process_time() - cpu) / n * 1000
 
 

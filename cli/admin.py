@@ -24,8 +24,8 @@ from typing import Any
 
 import httpx
 
-from gateway.admin import AdminService
 from gateway.errors import GatewayError
+from gateway.http.admin import AdminService
 from gateway.settings import GatewaySettings
 from gateway.store.errors import StoreError
 

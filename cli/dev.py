@@ -34,9 +34,9 @@ from pydantic import SecretStr
 from cli.processes import ChildProcess, ProcessError, free_port
 from cli.serve import quiet_http_client_logs
 from engines.embedding.package import minilm_zip
-from gateway.app import create_app
 from gateway.fleet.catalog import DEFAULT_MODEL_ID, EMBEDDING_MODEL_ID, default_models, embedding_model
-from gateway.listeners import Listeners, listener_configs
+from gateway.http.app import create_app
+from gateway.http.listeners import Listeners, listener_configs
 from gateway.settings import GatewaySettings
 from gateway.store.base import Store
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import logging
 
-from gateway.app import create_app
-from gateway.listeners import Listeners, listener_configs
+from gateway.http.app import create_app
+from gateway.http.listeners import Listeners, listener_configs
 from gateway.settings import GatewaySettings
 
 
@@ -42,7 +42,7 @@ def quiet_http_client_logs(level: str) -> None:
 
 
 def serve(settings: GatewaySettings) -> None:
-    """The public listener, and the admin listener when `admin_port` is set (gateway/listeners.py)."""
+    """The public listener, and the admin listener when `admin_port` is set (gateway/http/listeners.py)."""
     quiet_http_client_logs(settings.log_level)
     Listeners(listener_configs(settings, create_app(settings))).run()
 

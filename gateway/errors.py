@@ -23,7 +23,7 @@ Codes and statuses follow the public Workers AI error table
 (https://developers.cloudflare.com/workers-ai/platform/errors/); 10000 is the Cloudflare API's
 "Authentication error" and 7000 its "No route for that URI". 3043 has no row in that table: it
 is the code edgerun uses for its own internal and temporary failures. Endpoints raise these; the
-handlers registered in `gateway.app` render them.
+handlers registered in `gateway.http.app` render them.
 """
 
 from __future__ import annotations

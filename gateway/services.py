@@ -14,8 +14,6 @@ from dataclasses import dataclass, field
 import structlog
 
 from backends.client import BackendClient
-from gateway.admin import AdminService
-from gateway.admin_guard import AdminGuard
 from gateway.billing.metering import Metering
 from gateway.billing.retention import archive_forever
 from gateway.billing.spool import LedgerSpool, replay_forever, spool_path
@@ -23,6 +21,8 @@ from gateway.errors import GatewayError
 from gateway.fleet.catalog import EMBEDDING_TASK, Catalog
 from gateway.fleet.kv_index import KVEventIndexer
 from gateway.fleet.monitor import BackendMonitor, MonitorIntervals
+from gateway.http.admin import AdminService
+from gateway.http.admin_guard import AdminGuard
 from gateway.metrics import GatewayMetrics
 from gateway.pipeline.auth import Authenticator
 from gateway.pipeline.concurrency import TenantSlots
@@ -31,6 +31,7 @@ from gateway.pipeline.embedding import Embedder
 from gateway.pipeline.generation import Generator
 from gateway.pipeline.offload import Offload
 from gateway.pipeline.routing import Router
+from gateway.pipeline.setup_gate import SetupGate
 from gateway.pipeline.tenant_salt import TenantSalts
 from gateway.pipeline.tokenization import TokenizerRegistry
 from gateway.settings import GatewaySettings
@@ -109,7 +110,18 @@ class Services:
         disagg = Disaggregator(router, client, monitor, metrics, settings.disagg_max_local_prefill_length)
         offload = Offload(settings.offload_threads, settings.offload_max_pending)
         generator = Generator(
-            catalog, tokenizers, auth, metering, router, monitor, client, metrics, slots, disagg, offload
+            catalog,
+            tokenizers,
+            auth,
+            metering,
+            router,
+            monitor,
+            client,
+            metrics,
+            slots,
+            disagg,
+            offload,
+            SetupGate(settings.setup_concurrency),
         )
         return cls(
             settings,

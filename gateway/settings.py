@@ -12,9 +12,9 @@ from pathlib import Path
 from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
 
 from backends.toml_settings import TomlSettings, check_secret
-from gateway.admin_guard import MIN_ADMIN_TOKEN_CHARS
 from gateway.billing.prices import default_prices
 from gateway.fleet.catalog import BackendSpec, ModelSpec, default_models
+from gateway.http.admin_guard import MIN_ADMIN_TOKEN_CHARS
 
 
 class GatewaySettings(TomlSettings):
@@ -35,18 +35,18 @@ class GatewaySettings(TomlSettings):
     prefix_index_ttl_s: float = Field(default=600.0, gt=0)  # a block not seen for this long is dropped
     inflight_lease_s: float = Field(default=15.0, gt=0)  # a crashed replica's counts vanish after this
 
-    # --- HTTP gateway (gateway/app.py and the services it builds) ---
+    # --- HTTP gateway (gateway/http/app.py and the services it builds) ---
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
     # An optional second listener for /admin/v1/* and /metrics (loopback by default); when set, those
-    # paths answer 404 on the public listener (gateway/listeners.py).
+    # paths answer 404 on the public listener (gateway/http/listeners.py).
     admin_host: str = "127.0.0.1"
     admin_port: int | None = Field(default=None, ge=0, le=65535)
     # /metrics on the public listener (no admin_port) needs `Authorization: Bearer <metrics_token>`
     # unless metrics_public; with neither it is refused (401).
     metrics_token: SecretStr | None = None
     metrics_public: bool = False
-    # What one connection may cost a listener (gateway/listener_limits.py): 414 / 431 / 408 / 503.
+    # What one connection may cost a listener (gateway/http/listener_limits.py): 414 / 431 / 408 / 503.
     max_request_line_bytes: int = Field(default=8192, ge=256)
     max_header_bytes: int = Field(default=32_768, ge=1024)
     max_headers: int = Field(default=100, ge=8)
@@ -71,7 +71,7 @@ class GatewaySettings(TomlSettings):
     prices: dict[str, dict[str, str | int]] = Field(default_factory=default_prices)
     # Guards /admin/v1/* (`Authorization: Bearer <token>` only; at least 32 characters); None turns the
     # admin API off. A client address with admin_max_failures wrong tokens within admin_failure_window_s
-    # is refused (429, code 971) until the oldest failure is that old (gateway/admin_guard.py).
+    # is refused (429, code 971) until the oldest failure is that old (gateway/http/admin_guard.py).
     admin_token: SecretStr | None = None
     admin_max_failures: int = Field(default=10, ge=1)
     admin_failure_window_s: float = Field(default=60.0, gt=0)
@@ -80,6 +80,10 @@ class GatewaySettings(TomlSettings):
     # (gateway/pipeline/offload.py); with offload_max_pending jobs waiting or running, more get 429 / 3040.
     offload_threads: int = Field(default=2, ge=1)
     offload_max_pending: int = Field(default=64, ge=1)
+    # Requests doing their CPU-bound setup (template, tokenize, limits, route) at once; the others wait
+    # in arrival order, so a burst of thousands never makes one turn of the event loop last seconds
+    # (gateway/pipeline/setup_gate.py).
+    setup_concurrency: int = Field(default=32, ge=1)
     tokenizer_cache_dir: Path | None = Path.home() / ".cache" / "edgerun" / "tokenizers"
     health_interval_s: float = Field(default=2.0, gt=0)  # GET /health of every backend
     load_interval_s: float = Field(default=1.0, gt=0)  # GET /load: corrects the in-flight counters

@@ -24,38 +24,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
+from contracts.usage import Usage
 from policies.errors import PricingError
 
 TOKENS_PER_RATE = 1_000_000  # rates are per million tokens
 _RATE_KEYS = ("input", "output", "cached_input", "input_neurons", "output_neurons", "cached_input_neurons")
-
-
-@dataclass(slots=True, frozen=True)
-class Usage:
-    """A request's final token counts; `prompt_tokens` includes the `cached_tokens`."""
-
-    prompt_tokens: int
-    completion_tokens: int
-    cached_tokens: int = 0
-
-    def __post_init__(self) -> None:
-        for name in ("prompt_tokens", "completion_tokens", "cached_tokens"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise PricingError(f"usage {name}={value!r} must be a non-negative integer")
-        if self.cached_tokens > self.prompt_tokens:
-            raise PricingError(f"cached_tokens={self.cached_tokens} exceeds prompt_tokens={self.prompt_tokens}")
-
-    @property
-    def uncached_prompt_tokens(self) -> int:
-        return self.prompt_tokens - self.cached_tokens
-
-    def __add__(self, other: Usage) -> Usage:
-        return Usage(
-            self.prompt_tokens + other.prompt_tokens,
-            self.completion_tokens + other.completion_tokens,
-            self.cached_tokens + other.cached_tokens,
-        )
 
 
 @dataclass(slots=True, frozen=True)

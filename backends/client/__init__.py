@@ -29,7 +29,8 @@ from backends.client.errors import (
     BackendUnavailable,
     ClientAtCapacity,
 )
-from backends.client.types import CompletionChunk, ContextAnswer, Endpoint, Usage
+from backends.client.types import CompletionChunk, ContextAnswer, Endpoint
+from contracts.usage import Usage
 
 __all__ = [
     "BackendClient",

@@ -33,7 +33,8 @@ from backends.client.errors import (
 )
 from backends.client.http import HTTPTransport, Response, TransportError, TransportTimeout
 from backends.client.sse import iter_sse_data
-from backends.client.types import CompletionChunk, ContextAnswer, Endpoint, Usage
+from backends.client.types import CompletionChunk, ContextAnswer, Endpoint
+from contracts.usage import Usage
 
 TOKENIZER_PATH = "/edgerun/v1/tokenizer"
 # After [DONE] a well-behaved backend only ends the body; one that sends more or stalls is cut off.

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from contracts.usage import Usage
+
 
 @dataclass(frozen=True, slots=True)
 class Endpoint:
@@ -17,27 +19,6 @@ class Endpoint:
 
     def url(self, path: str) -> str:
         return self.base_url.rstrip("/") + path
-
-
-@dataclass(slots=True)
-class Usage:
-    prompt_tokens: int
-    completion_tokens: int
-    cached_tokens: int  # prompt tokens served from the backend's prefix cache
-
-    @property
-    def total_tokens(self) -> int:
-        return self.prompt_tokens + self.completion_tokens
-
-    @classmethod
-    def from_json(cls, usage: dict[str, Any]) -> Usage:
-        """Read OpenAI's `usage`; `prompt_tokens_details` may be absent or null (then 0 cached)."""
-        details = usage.get("prompt_tokens_details") or {}
-        return cls(
-            prompt_tokens=int(usage.get("prompt_tokens") or 0),
-            completion_tokens=int(usage.get("completion_tokens") or 0),
-            cached_tokens=int(details.get("cached_tokens") or 0),
-        )
 
 
 @dataclass(slots=True)

@@ -10,7 +10,6 @@ Serving
 Deciding what runs
     scheduler.py      continuous batching with chunked prefill, preemption
     block_manager.py  paged KV blocks, reference counts, the prefix cache
-    prefix_hash.py    chained, tenant-salted block hashes
     sequence.py       one request's tokens, blocks and progress
     kv_events.py      the log of stored/removed blocks that the backend publishes
 

@@ -2,7 +2,7 @@
 
 The cache is `num_blocks` fixed-size blocks of `block_size` token slots. A sequence owns a
 block table (physical block ids covering its positions). Full blocks whose KV has been computed
-are registered under their chained, tenant-salted hash (see `prefix_hash`); a later sequence of
+are registered under their chained, tenant-salted hash (see `contracts.prefix_hash`); a later sequence of
 the same tenant whose prompt starts with the same blocks reuses them (tokens checked on a hit)
 instead of computing them again. Shared blocks are reference-counted. A block nobody references
 but that still holds a cached prefix sits in an LRU list and is only evicted (its hash dropped,
@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from dataclasses import dataclass
 
+from contracts.prefix_hash import block_hash, salt_root
 from engines.builtin.kv_events import KVEventLog
-from engines.builtin.prefix_hash import block_hash, salt_root
 from engines.builtin.sequence import Sequence
 
 

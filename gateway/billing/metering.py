@@ -23,16 +23,16 @@ from typing import Any
 
 import structlog
 
+from contracts.usage import Usage
 from gateway.billing.rules import billable_usage
 from gateway.billing.spool import LedgerSpool
 from gateway.context import Principal
-from gateway.envelopes import TokenUsage
 from gateway.errors import BudgetExhausted
 from gateway.metrics import GatewayMetrics
 from gateway.store.base import Store
 from gateway.store.errors import InvalidArgument
 from gateway.store.models import UsageRecord, UsageStatus
-from policies.pricing import Price, PriceTable, Usage, cost_micros
+from policies.pricing import Price, PriceTable, cost_micros
 
 log = structlog.get_logger("edgerun.gateway.metering")
 UNPRICED = "unpriced"
@@ -74,7 +74,7 @@ class Metering:
     def price(self, model_id: str) -> Price | None:
         return self.prices.prices.get(model_id)
 
-    def cost(self, model_id: str, usage: TokenUsage) -> tuple[int, str]:
+    def cost(self, model_id: str, usage: Usage) -> tuple[int, str]:
         price = self.price(model_id)
         if price is None:
             return 0, UNPRICED
@@ -84,7 +84,7 @@ class Metering:
 
     async def reserve(self, request: MeteredRequest, max_tokens: int) -> None:
         """Reserve the worst-case cost against the tenant's monthly budget, or refuse the request."""
-        worst = TokenUsage(prompt_tokens=request.prompt_tokens, completion_tokens=max_tokens, cached_tokens=0)
+        worst = Usage(prompt_tokens=request.prompt_tokens, completion_tokens=max_tokens, cached_tokens=0)
         amount, _ = self.cost(request.model_id, worst)
         tenant = request.principal.tenant
         if amount == 0 and tenant.monthly_budget_micro is None:
@@ -101,7 +101,7 @@ class Metering:
     async def settle(
         self,
         request: MeteredRequest,
-        usage: TokenUsage,
+        usage: Usage,
         *,
         status: UsageStatus,
         backend_id: str | None,
@@ -113,7 +113,7 @@ class Metering:
         """
         billable = billable_usage(status, usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens)
         cost, version = self.cost(
-            request.model_id, TokenUsage(billable.prompt_tokens, billable.completion_tokens, billable.cached_tokens)
+            request.model_id, Usage(billable.prompt_tokens, billable.completion_tokens, billable.cached_tokens)
         )
         record = UsageRecord(
             request_id=request.request_id,

@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from policies.pricing import Usage
+from contracts.usage import Usage
 
 FREE_STATUSES = ("backend_error", "rejected")
 

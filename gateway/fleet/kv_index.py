@@ -1,8 +1,8 @@
 """KV cache events -> the store's prefix index.
 
 Backends report their KV blocks in TensorRT-LLM's event shape (`stored` blocks with their
-parent hash and tokens, `removed` block hashes). The built-in engine hashes blocks exactly as
-`policies.prefix` does, with the `cache_salt` the gateway sends (the tenant's derived salt,
+parent hash and tokens, `removed` block hashes). The built-in engine hashes blocks with the one
+chain of `contracts.prefix_hash`, as the router does, with the `cache_salt` the gateway sends (the tenant's derived salt,
 `gateway.pipeline.tenant_salt`) as the salt, so its hashes *are* the gateway's and go into the index as
 they are.
 
@@ -10,7 +10,7 @@ Our backends send no token ids by default (they would reveal prompts to whoever 
 events): such blocks are recorded as reported, which is safe because the backend is
 authenticated and a hash of any other scheme simply never matches a prompt's chain. A block
 that does carry tokens (trtllm-serve sends them, and ours when `kv_events_include_tokens` is
-on) is checked first: its hash must equal `hash_block(parent, tokens)`. Blocks from a backend
+on) is checked first: its hash must equal `block_hash(parent, tokens)`. Blocks from a backend
 with another hash scheme fail that check and are skipped (counted in `num_skipped`): the index
 then relies on what the router recorded when it routed. Removed hashes are removed as given (a
 foreign hash is simply not in the index).
@@ -18,11 +18,10 @@ foreign hash is simply not in the index).
 
 from __future__ import annotations
 
-import struct
 from typing import Any
 
+from contracts.prefix_hash import block_hash
 from gateway.store.base import Store
-from policies.prefix import hash_block
 
 _INT64 = (-(2**63), 2**63 - 1)  # what the index stores
 
@@ -76,7 +75,7 @@ class KVEventIndexer:
                 not isinstance(parent, int)
                 or len(tokens) != self.block_size
                 or not all(isinstance(t, int) for t in tokens)
-                or hash_block(parent, struct.pack(f"<{len(tokens)}i", *tokens)) != claimed
+                or block_hash(parent, tokens) != claimed
             ):
                 self.num_skipped += 1
                 break

@@ -42,8 +42,8 @@ from backends.client import (
     CompletionChunk,
     ContextAnswer,
     Endpoint,
-    Usage,
 )
+from contracts.usage import Usage
 from gateway.fleet.monitor import BackendMonitor
 from gateway.metrics import GatewayMetrics
 from gateway.pipeline.routing import Flight, Router

@@ -27,8 +27,8 @@ from backends.client import (
     BackendUnavailable,
     Endpoint,
 )
+from contracts.usage import Usage
 from gateway.billing.metering import MeteredRequest, Metering
-from gateway.envelopes import TokenUsage
 from gateway.fleet.catalog import Catalog
 from gateway.fleet.monitor import BackendMonitor
 from gateway.pipeline.auth import Authenticator
@@ -42,7 +42,7 @@ log = structlog.get_logger("edgerun.gateway.embedding")
 @dataclass(frozen=True, slots=True)
 class Embedded:
     vectors: list[list[float]]  # one per input text, in order
-    usage: TokenUsage  # prompt_tokens: the input tokens the backend encoded
+    usage: Usage  # prompt_tokens: the input tokens the backend encoded
     endpoint: Endpoint
 
 
@@ -103,7 +103,7 @@ class Embedder:
                     self.monitor.mark_unhealthy(endpoint.id, exc.message)
                     failure = exc
                     continue
-                usage = TokenUsage(prompt_tokens=backend_usage.prompt_tokens, completion_tokens=0, cached_tokens=0)
+                usage = Usage(prompt_tokens=backend_usage.prompt_tokens, completion_tokens=0, cached_tokens=0)
                 await self.auth.reconcile(meta.principal, estimate, usage.total_tokens)
                 await self.metering.settle(metered, usage, status="ok", backend_id=endpoint.id, region=endpoint.region)
                 return Embedded(vectors, usage, endpoint)
@@ -126,7 +126,7 @@ class Embedder:
                 status: UsageStatus = (
                     "rejected" if isinstance(exc, (BackendRejected, BackendOverloaded)) else "backend_error"
                 )
-                usage = TokenUsage(metered.prompt_tokens, 0, 0)
+                usage = Usage(metered.prompt_tokens, 0, 0)
                 await self.metering.settle(metered, usage, status=status, backend_id=exc.endpoint_id, region=None)
             else:
                 await self.metering.release(metered)

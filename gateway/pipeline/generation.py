@@ -1,9 +1,11 @@
 """One text generation, from parsed input to a backend stream, with its accounting settled once.
 
 `Generator.start` runs the request path in order: take one of the tenant's concurrency slots
-(`gateway.pipeline.concurrency`), tokenize once (chat template + tokenizer; large prompts on the offload
-pool), check the context length, admit against the key's tokens-per-minute limit (its request was
-counted against requests-per-minute on arrival, before the body was read), reserve budget, route, and open the
+(`gateway.pipeline.concurrency`), wait for a place in the setup gate (`gateway.pipeline.setup_gate`),
+tokenize once (chat template + tokenizer; large prompts on the offload pool), check the context
+length, admit against the key's tokens-per-minute limit (its request was counted against
+requests-per-minute on arrival, before the body was read), reserve budget, route, leave the gate,
+and open the
 backend stream with failover before the first byte. Anything that fails before the stream opens
 undoes what was counted and raises a `GatewayError`, so the client gets a proper status.
 
@@ -35,11 +37,10 @@ from backends.client import (
     ClientAtCapacity,
     CompletionChunk,
     Endpoint,
-    Usage,
 )
+from contracts.usage import Usage
 from gateway.billing.metering import MeteredRequest, Metering
 from gateway.context import Principal
-from gateway.envelopes import TokenUsage
 from gateway.errors import GatewayError, InternalError, InvalidInput, OutOfCapacity, RequestTimeout
 from gateway.fleet.catalog import Catalog, ModelSpec
 from gateway.fleet.monitor import BackendMonitor
@@ -50,6 +51,7 @@ from gateway.pipeline.disagg import Attempt, Disaggregator, Pools
 from gateway.pipeline.offload import Offload
 from gateway.pipeline.routing import Flight, Router
 from gateway.pipeline.schemas import GenerationInput
+from gateway.pipeline.setup_gate import Place, SetupGate
 from gateway.pipeline.tokenization import ModelTokenizer, TokenizerRegistry
 from gateway.store.errors import StoreUnavailable
 from gateway.store.models import UsageStatus
@@ -121,7 +123,7 @@ class Generation:
         self._first_text_at: float | None = None  # perf_counter() of the first and last text received
         self._last_text_at: float | None = None
         self.finish_reason: str | None = None
-        self.usage: TokenUsage | None = None  # set once the stream is over
+        self.usage: Usage | None = None  # set once the stream is over
         self.slot: Slot | None = None  # the tenant's concurrency slot, given back when it is settled
         self.created = int(time.time())
 
@@ -171,10 +173,10 @@ class Generation:
     def text(self) -> str:
         return "".join(self._parts)
 
-    def _final_usage(self, status: UsageStatus) -> TokenUsage:
+    def _final_usage(self, status: UsageStatus) -> Usage:
         backend = self._backend_usage
         if status == "ok" and backend is not None:
-            return TokenUsage(
+            return Usage(
                 backend.prompt_tokens, backend.completion_tokens, min(backend.cached_tokens, backend.prompt_tokens)
             )
         # Cancelled, broken, or a backend that sent no usage: count what was received, by the ids the
@@ -187,9 +189,9 @@ class Generation:
         if backend is not None:
             completion = max(completion, backend.completion_tokens)
         cached = backend.cached_tokens if backend is not None else 0
-        return TokenUsage(self.prompt_tokens, completion, min(cached, self.prompt_tokens))
+        return Usage(self.prompt_tokens, completion, min(cached, self.prompt_tokens))
 
-    def _timings(self, usage: TokenUsage) -> None:
+    def _timings(self, usage: Usage) -> None:
         """Time to first text and the mean inter-token gap, onto the ledger record and /metrics."""
         first, last = self._first_text_at, self._last_text_at
         if first is None or last is None:
@@ -243,6 +245,7 @@ class Generator:
         slots: TenantSlots,
         disagg: Disaggregator,
         offload: Offload | None = None,
+        setup: SetupGate | None = None,
     ) -> None:
         self.catalog = catalog
         self.tokenizers = tokenizers
@@ -255,6 +258,7 @@ class Generator:
         self.slots = slots
         self.disagg = disagg
         self.offload = offload  # large prompts are templated and tokenized there, off the event loop
+        self.setup = setup or SetupGate(32)  # requests in their CPU-bound setup at once (setup_gate.py)
 
     async def tokenizer(self, model: ModelSpec) -> ModelTokenizer:
         return await self.tokenizers.get(model, lambda: self.monitor.healthy_first(self.catalog.endpoints(model.id)))
@@ -273,6 +277,10 @@ class Generator:
         return generation
 
     async def _start(self, meta: RequestMeta, inp: GenerationInput) -> Generation:
+        async with self.setup.enter() as place:
+            return await self._set_up_and_open(meta, inp, place)
+
+    async def _set_up_and_open(self, meta: RequestMeta, inp: GenerationInput, place: Place) -> Generation:
         model = meta.model
         tokenizer = await self.tokenizer(model)
         prompt_ids = await tokenizer.encode(inp.prompt, self.offload)
@@ -327,8 +335,10 @@ class Generator:
             if pools is None:
                 flight = await route(endpoints, max_tokens)
                 attempt.flights.append(flight)
+                place.leave()  # the setup is done: waiting for the backend holds no place
                 endpoint, chunks = await self.client.stream_with_failover(flight.endpoints, body)
             else:
+                place.leave()
                 opened = await self.disagg.open(attempt, route, pools, body, max_tokens, meta.request_id)
                 flight, endpoint, chunks = opened.flight, opened.endpoint, opened.chunks
         except BaseException as exc:
@@ -374,7 +384,7 @@ class Generator:
                     "rejected" if isinstance(exc, (BackendRejected, BackendOverloaded)) else "backend_error"
                 )
                 region = next((e.region for f in flights for e in f.endpoints if e.id == exc.endpoint_id), None)
-                usage = TokenUsage(metered.prompt_tokens, 0, 0)
+                usage = Usage(metered.prompt_tokens, 0, 0)
                 await self.metering.settle(metered, usage, status=status, backend_id=exc.endpoint_id, region=region)
             else:
                 await self.metering.release(metered)

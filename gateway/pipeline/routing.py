@@ -18,7 +18,7 @@ Every decision is explainable: a debug log line "routing decision" lists each ca
 tokens, load and the policy's score (`Policy.score_of`, lower wins; None for policies without
 one), and `Flight.explanation` carries the same in one line (`explain`). A request that
 presents the admin token in `x-edgerun-explain` gets it back in the response header
-`x-edgerun-routing` (gateway/api_inference.py); nobody else does (it names backends and loads).
+`x-edgerun-routing` (gateway/http/api_inference.py); nobody else does (it names backends and loads).
 """
 
 from __future__ import annotations

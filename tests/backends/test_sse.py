@@ -3,7 +3,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 from backends.client.sse import SSEDecoder, iter_sse_data
-from backends.client.types import CompletionChunk, Usage
+from backends.client.types import CompletionChunk
+from contracts.usage import Usage
 
 
 async def pieces(*items: bytes) -> AsyncIterator[bytes]:

@@ -9,8 +9,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+from contracts.prefix_hash import block_hash, chain_hashes, salt_root
 from engines.builtin.block_manager import BlockManager
-from engines.builtin.prefix_hash import block_hash, chain_hashes, salt_root
 from engines.builtin.sequence import Sequence
 from engines.sampling_params import SamplingParams
 
@@ -30,7 +30,7 @@ def compute_all(bm: BlockManager, seq: Sequence) -> None:
 def test_hashes_are_stable_across_processes_and_salted() -> None:
     tokens = list(range(10))
     here = chain_hashes(tokens, BS, "tenant-a")
-    code = "from engines.builtin.prefix_hash import chain_hashes; print(chain_hashes(list(range(10)), 4, 'tenant-a'))"
+    code = "from contracts.prefix_hash import chain_hashes; print(chain_hashes(list(range(10)), 4, 'tenant-a'))"
     there = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert str(here) == there.strip()
     assert len(here) == 2  # only full blocks

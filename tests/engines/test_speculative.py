@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import pytest
 
+from contracts.prefix_hash import chain_hashes
 from engines.base import GenerationOutput, GenerationRequest
 from engines.builtin.config import EngineConfig
 from engines.builtin.llm_engine import LLMEngine
 from engines.builtin.model_runner import ModelRunner
-from engines.builtin.prefix_hash import chain_hashes
 from engines.builtin.speculative.proposer import DraftInput
 from engines.sampling_params import SamplingParams
 

@@ -28,9 +28,9 @@ import pytest
 import structlog
 
 from cli.processes import ChildProcess, free_port, threads_per_backend
-from gateway.app import create_app
 from gateway.fleet.catalog import DEFAULT_MODEL_ID
-from gateway.listeners import Listeners, listener_configs
+from gateway.http.app import create_app
+from gateway.http.listeners import Listeners, listener_configs
 from gateway.settings import GatewaySettings
 from gateway.store import Store, open_store
 from gateway.store.models import UsageRecord

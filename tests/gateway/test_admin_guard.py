@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from gateway.admin_guard import AdminGuard, AdminThrottled, presented_bearer
 from gateway.errors import AuthenticationFailed
+from gateway.http.admin_guard import AdminGuard, AdminThrottled, presented_bearer
 from gateway.settings import GatewaySettings
 
 TOKEN = "a" * 40

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from starlette.testclient import TestClient
 
-from gateway.app import create_app
+from gateway.http.app import create_app
 from gateway.settings import GatewaySettings
 
 

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from engines.builtin.prefix_hash import salt_root  # tests may import the engine: the gateway may not
+from contracts.prefix_hash import salt_root
 from gateway.pipeline.tenant_salt import derive_cache_salt
 from tests.gateway.fixtures_e2e import BackendProcess, InProcessGateway, gateway_settings
 

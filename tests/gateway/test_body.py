@@ -11,9 +11,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
-from gateway.body import read_json_object
-from gateway.envelopes import error_response
 from gateway.errors import GatewayError
+from gateway.http.body import read_json_object
+from gateway.http.envelopes import error_response
 
 MAX = 1024
 

@@ -10,7 +10,8 @@ import openai
 import pytest
 
 from cli.processes import ChildProcess
-from policies.pricing import Price, Usage, cost_micros
+from contracts.usage import Usage
+from policies.pricing import Price, cost_micros
 from tests.gateway.fixtures_e2e import EMBEDDING_BACKEND_KEY, InProcessGateway, gateway_settings
 
 MINILM = "@cf/sentence-transformers/all-minilm-l6-v2"

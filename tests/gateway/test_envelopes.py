@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import json
 
-from gateway.envelopes import (
-    TokenUsage,
+from contracts.usage import Usage
+from gateway.errors import InvalidInput, NoSuchModel, RateLimited
+from gateway.http.envelopes import (
     error_response,
     openai_error,
     workers_ai_error,
     workers_ai_success,
     workers_ai_text_result,
 )
-from gateway.errors import InvalidInput, NoSuchModel, RateLimited
 
 
 def test_usage_always_has_cached_tokens() -> None:
-    assert TokenUsage(10, 3, 4).as_dict() == {
+    assert Usage(10, 3, 4).as_dict() == {
         "prompt_tokens": 10,
         "completion_tokens": 3,
         "total_tokens": 13,
@@ -25,7 +25,7 @@ def test_usage_always_has_cached_tokens() -> None:
 
 
 def test_workers_ai_success_and_error_envelopes() -> None:
-    ok = workers_ai_success(workers_ai_text_result("hi", TokenUsage(1, 1, 0)))
+    ok = workers_ai_success(workers_ai_text_result("hi", Usage(1, 1, 0)))
     assert ok["success"] is True and ok["errors"] == [] and ok["messages"] == []
     assert ok["result"]["response"] == "hi"
     error = workers_ai_error(NoSuchModel("No such model @cf/x or task"))

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from engines.builtin.prefix_hash import chain_hashes as engine_chain  # tests may import the engine: the gateway may not
-from engines.builtin.prefix_hash import salt_root
+from contracts.prefix_hash import chain_hashes as engine_chain
+from contracts.prefix_hash import salt_root
 from gateway.fleet.kv_index import KVEventIndexer
 from gateway.pipeline.tenant_salt import derive_cache_salt
 from gateway.store import Store

@@ -6,8 +6,8 @@ import time
 
 import pytest
 
+from contracts.usage import Usage
 from gateway.billing.metering import UNPRICED, MeteredRequest, Metering
-from gateway.envelopes import TokenUsage
 from gateway.errors import BudgetExhausted
 from gateway.metrics import GatewayMetrics
 from gateway.pipeline.auth import Authenticator
@@ -27,7 +27,7 @@ async def request_for(store: Store, budget: int | None = None) -> MeteredRequest
 async def test_one_record_priced_with_the_cached_discount(store: Store) -> None:
     request = await request_for(store)
     metering = Metering(store, PRICES, GatewayMetrics())
-    usage = TokenUsage(prompt_tokens=1000, completion_tokens=10, cached_tokens=800)
+    usage = Usage(prompt_tokens=1000, completion_tokens=10, cached_tokens=800)
     assert await metering.settle(request, usage, status="ok", backend_id="b1", region="r") is True
     assert await metering.settle(request, usage, status="ok", backend_id="b1", region="r") is False  # never twice
     record = await store.get_usage("req-1")
@@ -42,7 +42,7 @@ async def test_unpriced_models_are_recorded_at_zero(store: Store) -> None:
     request = await request_for(store)
     request.model_id = "other"
     await Metering(store, PRICES, GatewayMetrics()).settle(
-        request, TokenUsage(5, 5, 0), status="cancelled", backend_id="b", region=None
+        request, Usage(5, 5, 0), status="cancelled", backend_id="b", region=None
     )
     record = await store.get_usage("req-1")
     assert record is not None and (record.cost_micro, record.price_version, record.status) == (0, UNPRICED, "cancelled")
@@ -54,7 +54,7 @@ async def test_budget_is_reserved_for_the_worst_case_then_settled(store: Store) 
     month = time.strftime("%Y-%m", time.gmtime(request.started_at))
     await metering.reserve(request, max_tokens=100)  # 1000 x 0.60 + 100 x 3 = 900
     assert await store.budget_spent("ta", month) == 900
-    await metering.settle(request, TokenUsage(1000, 10, 800), status="ok", backend_id="b", region=None)
+    await metering.settle(request, Usage(1000, 10, 800), status="ok", backend_id="b", region=None)
     assert await store.budget_spent("ta", month) == 230
     second = MeteredRequest("req-2", request.principal, "m", None, time.time(), prompt_tokens=1000, tokens_estimate=0)
     with pytest.raises(BudgetExhausted) as caught:

@@ -8,8 +8,8 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
+from gateway.http.middleware import RequestContextMiddleware
 from gateway.metrics import GatewayMetrics
-from gateway.middleware import RequestContextMiddleware
 
 
 async def ok(request: Request) -> Response:

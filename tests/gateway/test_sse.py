@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from gateway import sse
-from gateway.envelopes import TokenUsage
+from contracts.usage import Usage
+from gateway.http import sse
 
 
 def decode(event: bytes) -> dict:
@@ -22,8 +22,8 @@ def test_workers_ai_chunks_carry_random_padding() -> None:
     assert len({len(p) for p in paddings}) > 1  # the length varies, which is the point
     first, second = sse.padding_source(), sse.padding_source()
     assert [first.random() for _ in range(3)] != [second.random() for _ in range(3)]
-    final = decode(sse.workers_ai_usage(TokenUsage(5, 2, 0)))
-    assert final == {"response": "", "usage": TokenUsage(5, 2, 0).as_dict()}
+    final = decode(sse.workers_ai_usage(Usage(5, 2, 0)))
+    assert final == {"response": "", "usage": Usage(5, 2, 0).as_dict()}
     assert sse.DONE == b"data: [DONE]\n\n"
 
 
@@ -36,7 +36,7 @@ def test_openai_chat_stream_shape() -> None:
     assert decode(stream.text("Hi"))["choices"][0]["delta"] == {"content": "Hi"}
     finish = decode(stream.finish("length"))
     assert finish["choices"][0] == {"index": 0, "delta": {}, "logprobs": None, "finish_reason": "length"}
-    usage = decode(stream.usage(TokenUsage(3, 1, 2)))
+    usage = decode(stream.usage(Usage(3, 1, 2)))
     assert usage["choices"] == [] and usage["usage"]["prompt_tokens_details"]["cached_tokens"] == 2
 
 
@@ -45,4 +45,4 @@ def test_openai_completion_stream_without_usage() -> None:
     assert stream.first() is None
     chunk = decode(stream.text("a"))
     assert chunk["object"] == "text_completion" and chunk["choices"][0]["text"] == "a" and "usage" not in chunk
-    assert stream.usage(TokenUsage(1, 1, 0)) is None
+    assert stream.usage(Usage(1, 1, 0)) is None

@@ -11,12 +11,12 @@ import pytest
 import redis
 from starlette.testclient import TestClient
 
-from gateway.app import create_app
+from contracts.usage import Usage
 from gateway.billing.metering import MeteredRequest, Metering
 from gateway.billing.spool import LedgerSpool
 from gateway.context import Principal
-from gateway.envelopes import TokenUsage
 from gateway.fleet.catalog import DEFAULT_MODEL_ID
+from gateway.http.app import create_app
 from gateway.metrics import GatewayMetrics
 from gateway.settings import GatewaySettings
 from gateway.store import StoreUnavailable
@@ -93,7 +93,7 @@ async def test_usage_records_go_to_the_spool_while_redis_is_full(small_redis: st
         )
         with pytest.raises(StoreUnavailable, match="full"):
             await store.check_and_consume("key_x", 1, None, 0)
-        assert await metering.settle(request, TokenUsage(5, 3, 0), status="ok", backend_id="b1", region="local")
+        assert await metering.settle(request, Usage(5, 3, 0), status="ok", backend_id="b1", region="local")
         assert spool.pending() and await store.get_usage("req-full") is None
         empty(small_redis)
         result = await spool.replay(store)

@@ -1,10 +1,10 @@
-"""gateway.strict_json: the JSON that `json.loads` accepts but nothing downstream can use."""
+"""gateway.http.strict_json: the JSON that `json.loads` accepts but nothing downstream can use."""
 
 from __future__ import annotations
 
 import pytest
 
-from gateway.strict_json import MAX_DEPTH, JSONRejected, loads_strict
+from gateway.http.strict_json import MAX_DEPTH, JSONRejected, loads_strict
 
 
 @pytest.mark.parametrize(

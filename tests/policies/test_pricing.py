@@ -6,11 +6,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from contracts.usage import Usage
 from policies.errors import PricingError
 from policies.pricing import (
     Price,
     PriceTable,
-    Usage,
     charge,
     cost_micros,
     format_micros,
@@ -106,15 +106,6 @@ def test_bad_price_configs_are_refused() -> None:
         Price.from_config("m", {"input": "1", "output": "1"})
     with pytest.raises(PricingError, match="both input_neurons"):
         Price.from_config("m", {"version": "v", "input": "1", "output": "1", "input_neurons": "5"})
-
-
-def test_bad_usage_is_refused() -> None:
-    with pytest.raises(PricingError, match="exceeds"):
-        Usage(10, 0, cached_tokens=11)
-    with pytest.raises(PricingError, match="non-negative"):
-        Usage(-1, 0)
-    with pytest.raises(PricingError, match="non-negative"):
-        Usage(1.0, 0)  # type: ignore[arg-type]
 
 
 def test_price_table_lookup() -> None:

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from starlette.testclient import TestClient
 
-from gateway.app import create_app
 from gateway.billing.export import ExportQuery, write_export
 from gateway.fleet.catalog import DEFAULT_MODEL_ID
+from gateway.http.app import create_app
 from gateway.settings import GatewaySettings
 from gateway.store import Store
 from tests.gateway.billing.ledger_data import CURRENT, HISTORY, OLD, fill, records

@@ -6,11 +6,12 @@ from pathlib import Path
 
 import pytest
 
+from contracts.usage import Usage
 from gateway.billing.prices import DEFAULT_PRICE_VERSION, PriceHistory, default_prices
 from gateway.fleet.catalog import DEFAULT_MODEL_ID
 from gateway.settings import GatewaySettings
 from policies.errors import PricingError
-from policies.pricing import PriceTable, Usage, cost_micros, neurons_micros
+from policies.pricing import PriceTable, cost_micros, neurons_micros
 
 MODEL = "@cf/test/m"
 TOML = f'''

@@ -5,10 +5,10 @@ from __future__ import annotations
 import dataclasses
 import time
 
+from contracts.usage import Usage
 from gateway.billing.metering import MeteredRequest, Metering
 from gateway.billing.prices import PriceHistory
 from gateway.billing.recompute import recompute
-from gateway.envelopes import TokenUsage
 from gateway.metrics import GatewayMetrics
 from gateway.pipeline.auth import Authenticator
 from gateway.store import Store
@@ -17,12 +17,12 @@ from policies.pricing import PriceTable
 
 V1 = {"m": {"version": "v1", "input": "0.60", "cached_input": "0.10", "output": "3"}}
 V2 = {"m": {"version": "v2", "input": "1.20", "output": "6"}}  # no cached rate: cached billed as input
-CASES: list[tuple[UsageStatus, TokenUsage]] = [
-    ("ok", TokenUsage(1000, 10, 800)),
-    ("cancelled", TokenUsage(333, 7, 16)),
-    ("backend_error", TokenUsage(500, 0, 0)),  # before the first token: free
-    ("backend_error", TokenUsage(500, 3, 0)),  # midway: free as well (the answer is broken)
-    ("rejected", TokenUsage(50, 0, 0)),
+CASES: list[tuple[UsageStatus, Usage]] = [
+    ("ok", Usage(1000, 10, 800)),
+    ("cancelled", Usage(333, 7, 16)),
+    ("backend_error", Usage(500, 0, 0)),  # before the first token: free
+    ("backend_error", Usage(500, 3, 0)),  # midway: free as well (the answer is broken)
+    ("rejected", Usage(50, 0, 0)),
 ]
 
 

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from cli.processes import free_port
+from contracts.usage import Usage
 from gateway.billing.metering import MeteredRequest, Metering, Reservation
 from gateway.billing.spool import LedgerSpool, replay_forever
 from gateway.context import Principal
-from gateway.envelopes import TokenUsage
 from gateway.metrics import GatewayMetrics
 from gateway.settings import GatewaySettings
 from gateway.store import Store, StoreUnavailable, open_store
@@ -113,7 +113,7 @@ async def test_metering_spools_when_the_ledger_is_down_and_never_raises_on_the_b
     spool = LedgerSpool(tmp_path / "spool.jsonl")
     metrics = GatewayMetrics()
     metering = Metering(down_store, PRICES, metrics, spool)
-    assert await metering.settle(request, TokenUsage(1000, 10, 800), status="ok", backend_id="b1", region="r")
+    assert await metering.settle(request, Usage(1000, 10, 800), status="ok", backend_id="b1", region="r")
     assert 'edgerun_gateway_usage_records_total{outcome="spooled"} 1.0' in metrics.render().decode()
     assert (await spool.replay(store)).written == 1
     replayed = await store.get_usage("req-1")
@@ -121,7 +121,7 @@ async def test_metering_spools_when_the_ledger_is_down_and_never_raises_on_the_b
 
     with pytest.raises(StoreUnavailable):  # without a spool there is nowhere to keep it: the caller hears
         await Metering(down_store, PRICES, metrics).settle(
-            request, TokenUsage(1, 1, 0), status="ok", backend_id="b1", region="r"
+            request, Usage(1, 1, 0), status="ok", backend_id="b1", region="r"
         )
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from starlette.testclient import TestClient
 
-from gateway.app import create_app
-from gateway.dashboard.page import STATIC
+from gateway.http.app import create_app
+from gateway.http.dashboard.page import STATIC
 from tests.gateway.fixtures_e2e import gateway_settings
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.dashboard.summary import (
+from gateway.http.dashboard.summary import (
     MAX_BUCKETS,
     BackendLive,
     ErrorCount,
@@ -100,7 +100,7 @@ def test_live_figures_join_the_ledger_by_backend() -> None:
 
 
 def test_samples_stay_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("gateway.dashboard.summary.MAX_SAMPLES", 100)
+    monkeypatch.setattr("gateway.http.dashboard.summary.MAX_SAMPLES", 100)
     samples = Samples()
     for i in range(10_000):
         samples.add(float(i))

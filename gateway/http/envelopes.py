@@ -10,34 +10,12 @@ import json
 import math
 import struct
 from base64 import b64encode
-from dataclasses import dataclass
 from typing import Any
 
 from starlette.responses import Response
 
+from contracts.usage import Usage
 from gateway.errors import GatewayError
-
-
-@dataclass(frozen=True, slots=True)
-class TokenUsage:
-    """What one request consumed, as every API reports it."""
-
-    prompt_tokens: int
-    completion_tokens: int
-    cached_tokens: int
-
-    @property
-    def total_tokens(self) -> int:
-        return self.prompt_tokens + self.completion_tokens
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.completion_tokens,
-            "total_tokens": self.total_tokens,
-            "prompt_tokens_details": {"cached_tokens": self.cached_tokens},
-        }
-
 
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))  # json.dumps would build one per call
 
@@ -72,7 +50,7 @@ def workers_ai_error(error: GatewayError) -> dict[str, Any]:
 
 
 def workers_ai_text_result(
-    response: Any, usage: TokenUsage, tool_calls: list[dict[str, Any]] | None = None
+    response: Any, usage: Usage, tool_calls: list[dict[str, Any]] | None = None
 ) -> dict[str, Any]:
     """`response` is the text, or in JSON mode the parsed object; `tool_calls` [{name, arguments}]."""
     result: dict[str, Any] = {"response": response}
@@ -90,7 +68,7 @@ def workers_ai_embeddings(vectors: list[list[float]]) -> dict[str, Any]:
     return {"shape": [len(vectors), len(vectors[0]) if vectors else 0], "data": vectors}
 
 
-def openai_embeddings(model: str, vectors: list[list[float]], usage: TokenUsage, *, base64: bool) -> dict[str, Any]:
+def openai_embeddings(model: str, vectors: list[list[float]], usage: Usage, *, base64: bool) -> dict[str, Any]:
     """OpenAI's embeddings list; `base64`: each vector as little-endian float32 bytes, base64-encoded."""
     encoded: list[Any] = [_base64_floats(v) for v in vectors] if base64 else vectors
     return {
@@ -122,7 +100,7 @@ def chat_completion(
     model: str,
     text: str,
     finish_reason: str | None,
-    usage: TokenUsage,
+    usage: Usage,
     tool_calls: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": text}
@@ -147,7 +125,7 @@ def chat_completion(
 
 
 def text_completion(
-    completion_id: str, created: int, model: str, text: str, finish_reason: str | None, usage: TokenUsage
+    completion_id: str, created: int, model: str, text: str, finish_reason: str | None, usage: Usage
 ) -> dict[str, Any]:
     return {
         "id": completion_id,

@@ -17,11 +17,11 @@ from typing import BinaryIO, cast
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from gateway.api_admin import require_admin
 from gateway.billing.export import ExportQuery, write_export
 from gateway.billing.formats import FORMATS, MEDIA_TYPES, Format
 from gateway.billing.prices import PriceHistory
 from gateway.errors import InternalError, InvalidInput
+from gateway.http.api_admin import require_admin
 from gateway.store.errors import InvalidArgument
 from policies.errors import PricingError
 

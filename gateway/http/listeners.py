@@ -13,7 +13,7 @@ and `/metrics`. Each path is served where it belongs and is a plain 404 on the o
 Each request's scope names the listener it came in on (`listener_of`), so a route on both (the
 dashboard) can accept the admin token on the admin listener only (`accepts_admin_token`). Without
 `admin_port` there is one listener and it accepts everything, as before. Both listeners enforce
-`gateway.listener_limits`, each with its own connection counts.
+`gateway.http.listener_limits`, each with its own connection counts.
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ import uvicorn
 from starlette.requests import HTTPConnection
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gateway.envelopes import error_response
 from gateway.errors import NoRoute
-from gateway.listener_limits import ListenerLimits, limited_protocol
+from gateway.http.envelopes import error_response
+from gateway.http.listener_limits import ListenerLimits, limited_protocol
 from gateway.settings import GatewaySettings
 
 LISTENER_KEY = "edgerun.listener"

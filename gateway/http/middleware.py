@@ -25,8 +25,8 @@ import structlog
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gateway.envelopes import error_response
 from gateway.errors import InternalError
+from gateway.http.envelopes import error_response
 from gateway.metrics import GatewayMetrics
 
 REQUEST_ID_HEADER = b"x-request-id"

@@ -21,14 +21,14 @@ from dataclasses import dataclass
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.admin_guard import token_matches
 from gateway.billing.export import parse_time
 from gateway.billing.prices import PriceHistory
 from gateway.billing.recompute import reprice
-from gateway.dashboard.summary import BackendLive, ErrorCount, Live, UsageSummary, Window
-from gateway.envelopes import JSONBytes
 from gateway.errors import AuthenticationFailed, InternalError, InvalidInput, TenantForbidden
-from gateway.listeners import accepts_admin_token
+from gateway.http.admin_guard import token_matches
+from gateway.http.dashboard.summary import BackendLive, ErrorCount, Live, UsageSummary, Window
+from gateway.http.envelopes import JSONBytes
+from gateway.http.listeners import accepts_admin_token
 from gateway.metrics import GatewayMetrics
 from gateway.pipeline.auth import bearer_token
 from gateway.services import Services

@@ -17,9 +17,9 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.body import read_json_object
-from gateway.envelopes import JSONBytes, workers_ai_success
 from gateway.errors import InvalidInput
+from gateway.http.body import read_json_object
+from gateway.http.envelopes import JSONBytes, workers_ai_success
 from gateway.services import Services
 
 MAX_ADMIN_INT = 2**63  # SQLite INTEGER and Redis counters are signed 64-bit

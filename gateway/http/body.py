@@ -7,8 +7,8 @@ from typing import Any
 from starlette.requests import Request
 
 from gateway.errors import IncompleteRequest, InvalidInput, RequestTooLarge
+from gateway.http.strict_json import JSONRejected, loads_strict
 from gateway.pipeline.offload import Offload
-from gateway.strict_json import JSONRejected, loads_strict
 
 
 def _too_large(max_bytes: int) -> RequestTooLarge:

@@ -15,7 +15,7 @@ indefinitely. `limited_protocol(limits, counter)` returns a subclass of it that
   `max_connections` in all, and closes it at once.
 
 The idle keep-alive limit is uvicorn's own `timeout_keep_alive`, set from the same settings by
-`gateway.listeners`. Each listener gets its own `ConnectionCounter`.
+`gateway.http.listeners`. Each listener gets its own `ConnectionCounter`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Inference endpoints: Workers AI `ai/run`, the OpenAI-compatible routes, and model search.
 
 Each handler parses, calls the services, renders; errors are `GatewayError`s rendered by the
-handlers registered in `gateway.app` (Workers AI envelope, or OpenAI's shape under /ai/v1/).
+handlers registered in `gateway.http.app` (Workers AI envelope, or OpenAI's shape under /ai/v1/).
 """
 
 from __future__ import annotations
@@ -12,19 +12,19 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway import envelopes, render
-from gateway.body import read_json_object
 from gateway.context import Principal
-from gateway.envelopes import JSONBytes
 from gateway.errors import InvalidInput
 from gateway.fleet.catalog import EMBEDDING_TASK, ModelSpec
+from gateway.http import envelopes, render
+from gateway.http.body import read_json_object
+from gateway.http.envelopes import JSONBytes
+from gateway.http.strict_json import JSONRejected, loads_strict
 from gateway.pipeline.embedding_input import MAX_TEXTS, parse_openai_embedding, parse_workers_ai_embedding
 from gateway.pipeline.generation import Generation, RequestMeta
 from gateway.pipeline.model_schema import text_embeddings_schema, text_generation_schema
 from gateway.pipeline.routing import EXPLAIN_REQUEST_HEADER, EXPLAIN_RESPONSE_HEADER
 from gateway.pipeline.schemas import openai_model, parse_chat_completions, parse_completions, parse_workers_ai
 from gateway.services import Services
-from gateway.strict_json import JSONRejected, loads_strict
 
 SESSION_HEADER = "x-session-affinity"
 METADATA_HEADER = "cf-aig-metadata"

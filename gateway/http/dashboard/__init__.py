@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from starlette.routing import Route
 
-from gateway.dashboard import api, page
+from gateway.http.dashboard import api, page
 
 
 def dashboard_routes() -> list[Route]:

@@ -18,8 +18,9 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.envelopes import TokenUsage, dumps
+from contracts.usage import Usage
 from gateway.errors import GatewayError
+from gateway.http.envelopes import dumps
 
 DONE = b"data: [DONE]\n\n"
 MAX_PADDING_CHARS = 32  # even: the padding is hex
@@ -52,7 +53,7 @@ def workers_ai_tool_calls(tool_calls: list[dict[str, Any]]) -> bytes:
     return event({"response": "", "tool_calls": tool_calls})
 
 
-def workers_ai_usage(usage: TokenUsage) -> bytes:
+def workers_ai_usage(usage: Usage) -> bytes:
     return event({"response": "", "usage": usage.as_dict()})
 
 
@@ -74,7 +75,7 @@ class OpenAIStream:
     chat: bool  # chat.completion.chunk (delta) or text_completion (text)
     include_usage: bool
 
-    def _chunk(self, choices: list[dict[str, Any]], usage: TokenUsage | None = None) -> bytes:
+    def _chunk(self, choices: list[dict[str, Any]], usage: Usage | None = None) -> bytes:
         payload: dict[str, Any] = {
             "id": self.completion_id,
             "object": "chat.completion.chunk" if self.chat else "text_completion",
@@ -111,7 +112,7 @@ class OpenAIStream:
     def finish(self, finish_reason: str | None) -> bytes:
         return self._chunk([self._choice(None if self.chat else "", finish_reason or "stop")])
 
-    def usage(self, usage: TokenUsage) -> bytes | None:
+    def usage(self, usage: Usage) -> bytes | None:
         return self._chunk([], usage) if self.include_usage else None
 
     @staticmethod

@@ -17,15 +17,14 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
 from backends.client import BackendClient
-from gateway import api_admin, api_inference
-from gateway.admin_guard import presented_bearer, token_matches
-from gateway.billing import api as api_billing
-from gateway.dashboard import dashboard_routes
-from gateway.envelopes import JSONBytes, error_response
 from gateway.errors import AuthenticationFailed, GatewayError, NoRoute, ServiceUnavailable
-from gateway.listeners import ADMIN, ListenerGate, listener_of
+from gateway.http import api_admin, api_billing, api_inference
+from gateway.http.admin_guard import presented_bearer, token_matches
+from gateway.http.dashboard import dashboard_routes
+from gateway.http.envelopes import JSONBytes, error_response
+from gateway.http.listeners import ADMIN, ListenerGate, listener_of
+from gateway.http.middleware import RequestContextMiddleware, is_openai_path
 from gateway.metrics import GatewayMetrics
-from gateway.middleware import RequestContextMiddleware, is_openai_path
 from gateway.services import Services
 from gateway.settings import GatewaySettings
 from gateway.store import errors as store_errors
@@ -79,7 +78,7 @@ async def healthz(request: Request) -> Response:
 
 async def metrics(request: Request) -> Response:
     """Prometheus text: open on the admin listener; on a lone public listener it needs
-    `Authorization: Bearer <metrics_token>` unless `metrics_public` (gateway/listeners.py)."""
+    `Authorization: Bearer <metrics_token>` unless `metrics_public` (gateway/http/listeners.py)."""
     g: Services = request.app.state.services
     s = g.settings
     if listener_of(request.scope) != ADMIN and not s.metrics_public:
@@ -113,7 +112,7 @@ def routes() -> list[Route]:
 def create_app(
     settings: GatewaySettings, *, store: Store | None = None, client: BackendClient | None = None
 ) -> Starlette:
-    """The gateway app. With `admin_port` set it serves two listeners (gateway/listeners.py): the
+    """The gateway app. With `admin_port` set it serves two listeners (gateway/http/listeners.py): the
     dashboard is on both and takes the admin token on the admin listener only."""
     app_metrics = GatewayMetrics()
 

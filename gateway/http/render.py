@@ -19,9 +19,10 @@ from typing import Any
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from gateway import envelopes, sse
-from gateway.envelopes import JSONBytes, TokenUsage
+from contracts.usage import Usage
 from gateway.errors import GatewayError
+from gateway.http import envelopes, sse
+from gateway.http.envelopes import JSONBytes
 from gateway.pipeline.generation import Generation
 from gateway.pipeline.schemas import GenerationInput
 from gateway.pipeline.tools import CallStream, ToolCall, ToolUse
@@ -72,7 +73,7 @@ class GenerationStream(StreamingResponse):
             await self.generation.aclose()
 
 
-def _usage(generation: Generation) -> TokenUsage:
+def _usage(generation: Generation) -> Usage:
     assert generation.usage is not None, "usage is set when the text iterator ends"
     return generation.usage
 

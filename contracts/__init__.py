@@ -1,0 +1,8 @@
+"""What the parts agree on: wire shapes and encodings shared by the gateway, backends and engines.
+
+A top-level package because both sides of an HTTP boundary (and `policies`) need the same
+definition, and none of them may import the others. Pure: it imports nothing of ours.
+
+    prefix_hash.py  the one tenant-salted chain of KV block hashes
+    usage.py        the one `Usage` (token counts), from a backend's chunk to the ledger record
+"""

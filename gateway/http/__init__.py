@@ -1,0 +1,18 @@
+"""HTTP: the only part of the gateway that speaks Starlette.
+
+    app.py              the ASGI app: routes, error rendering in one place, the lifespan's tasks
+    listeners.py        the public listener and the optional admin listener
+    listener_limits.py  what one connection may cost a listener (header sizes, timeouts)
+    middleware.py       request id, access log, request metrics, last-resort errors
+    api_inference.py    `ai/run`, the OpenAI-compatible routes, model search
+    api_admin.py        `/admin/v1/...` tenants and keys, behind the admin token
+    api_billing.py      `GET /admin/v1/billing/export`
+    admin.py            tenants and keys: the service behind the admin API and `edgerun tenants|keys`
+    admin_guard.py      the admin token check (constant time), shared by every admin route
+    body.py             reading a JSON body within a size bound
+    strict_json.py      JSON parsed strictly
+    render.py           a `Generation` -> Workers AI or OpenAI responses, streamed or whole
+    sse.py              server-sent event framing for both dialects
+    envelopes.py        the JSON bodies the gateway answers with
+    dashboard/          the usage dashboard: a page at /dashboard over a small JSON API
+"""

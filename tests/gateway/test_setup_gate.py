@@ -1,0 +1,43 @@
+"""gateway/pipeline/setup_gate.py: at most `concurrency` places held, waiters served in arrival order,
+a place given back early (`leave`) or at the end of its block, exactly once."""
+
+from __future__ import annotations
+
+import asyncio
+
+from gateway.pipeline.setup_gate import SetupGate
+
+
+async def test_waiters_enter_in_arrival_order_once_a_place_is_left() -> None:
+    gate = SetupGate(2)
+    entered: list[int] = []
+    release = asyncio.Event()
+
+    async def request(i: int) -> None:
+        async with gate.enter() as place:
+            entered.append(i)
+            await release.wait()
+            place.leave()
+            place.leave()  # a second leave gives nothing back twice
+            await asyncio.sleep(0)
+
+    tasks = [asyncio.create_task(request(i)) for i in range(5)]
+    await asyncio.sleep(0.01)
+    assert entered == [0, 1] and gate.is_full
+    release.set()
+    await asyncio.gather(*tasks)
+    assert entered == [0, 1, 2, 3, 4]
+    assert not gate.is_full
+
+
+async def test_a_failed_setup_gives_its_place_back() -> None:
+    gate = SetupGate(1)
+    try:
+        async with gate.enter():
+            raise ValueError("tokenizing failed")
+    except ValueError:
+        pass
+    assert not gate.is_full
+    async with asyncio.timeout(1):
+        async with gate.enter():
+            assert gate.is_full
