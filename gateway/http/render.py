@@ -25,7 +25,7 @@ from gateway.http import envelopes, sse
 from gateway.http.envelopes import JSONBytes
 from gateway.pipeline.generation import Generation
 from gateway.pipeline.schemas import GenerationInput
-from gateway.pipeline.tools import CallStream, ToolCall, ToolUse
+from gateway.pipeline.tools import CallDelta, CallStream, ToolCall, ToolUse
 
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 CLIENT_CLOSED_REQUEST = 499  # nginx's status for a client that left; nobody reads it, the logs do
@@ -87,19 +87,18 @@ async def workers_ai_events(generation: Generation, tools: ToolUse | None = None
     async with aclosing(generation.texts()) as texts:
         try:
             async for text in texts:
-                if calls is not None:
-                    text = calls.feed(text)
-                if text:
-                    yield sse.workers_ai_chunk(text, rng)
+                for piece in calls.feed(text) if calls is not None else [text]:
+                    if isinstance(piece, str) and piece:
+                        yield sse.workers_ai_chunk(piece, rng)
         except GatewayError as error:
             yield sse.workers_ai_error(error)
             return
-    if calls is not None:
-        rest, found = calls.finish()
-        if rest:
-            yield sse.workers_ai_chunk(rest, rng)
-        if found:
-            yield sse.workers_ai_tool_calls([c.workers_ai() for c in found])
+    if calls is not None:  # Workers AI sends whole calls, once, before the usage
+        for piece in calls.finish():
+            if isinstance(piece, str):
+                yield sse.workers_ai_chunk(piece, rng)
+        if calls.calls:
+            yield sse.workers_ai_tool_calls([c.workers_ai() for c in calls.calls])
     yield sse.workers_ai_usage(_usage(generation))
     yield sse.DONE
 
@@ -147,26 +146,26 @@ async def openai_events(
     async with aclosing(generation.texts()) as texts:
         try:
             async for text in texts:
-                if calls is not None:
-                    text = calls.feed(text)
-                if text:
-                    yield stream.text(text)
+                for piece in calls.feed(text) if calls is not None else [text]:
+                    yield _openai_piece(stream, piece)
         except GatewayError as error:
             yield stream.error(error)
             return
     finish_reason = generation.finish_reason
     if calls is not None:
-        rest, found = calls.finish()
-        if rest:
-            yield stream.text(rest)
-        if found:
-            yield stream.tool_calls([c.openai(i) for i, c in enumerate(found)])
+        for piece in calls.finish():
+            yield _openai_piece(stream, piece)
+        if calls.has_calls and finish_reason != "length":
             finish_reason = "tool_calls"
     yield stream.finish(finish_reason)
     usage = stream.usage(_usage(generation))
     if usage is not None:
         yield usage
     yield sse.DONE
+
+
+def _openai_piece(stream: sse.OpenAIStream, piece: str | CallDelta) -> bytes:
+    return stream.text(piece) if isinstance(piece, str) else stream.tool_calls([piece.openai()])
 
 
 async def openai_response(generation: Generation, inp: GenerationInput, receive: Receive, *, chat: bool) -> Response:

@@ -234,26 +234,111 @@ def with_tools_prompt(messages: tuple[dict[str, str], ...], use: ToolUse) -> tup
     return ({"role": "system", "content": prompt}, *messages)
 
 
+@dataclass(frozen=True, slots=True)
+class CallDelta:
+    """A piece of a streamed call, in OpenAI's delta shape: the first of a call has its `id` and
+    `name` (and empty arguments), the next ones pieces of its `arguments` JSON text."""
+
+    index: int
+    id: str | None = None
+    name: str | None = None
+    arguments: str = ""
+
+    def openai(self) -> dict[str, Any]:
+        if self.id is None:
+            return {"index": self.index, "function": {"arguments": self.arguments}}
+        function = {"name": self.name, "arguments": self.arguments}
+        return {"index": self.index, "id": self.id, "type": "function", "function": function}
+
+
 class CallStream:
-    """Streams an answer's text while holding back what may be a call: from the first `{` on (the
-    whole answer when it must be a call). `finish` splits the held text into text and calls."""
+    """Streams an answer that may hold calls: text goes out as it comes; a call's head
+    (`{"name": "<declared>", "arguments": `, the order the prompt asks for) opens it, and its
+    arguments go out in pieces as the model writes them. Text that might still become a head is
+    held back until it does or cannot. `calls` lists the calls completed so far.
+
+    A required call written in another key order is held whole and parsed at the end."""
 
     def __init__(self, use: ToolUse) -> None:
         self.use = use
-        self._held: list[str] = []
-        self._holding = use.is_whole_answer_a_call
+        self.calls: list[ToolCall] = []
+        self._heads = {f"{CALL_TRIGGER}{json.dumps(t.name)}, \"arguments\": ": t.name for t in use.callable_tools}
+        self._buf = ""  # held text, or the open call's arguments so far
+        self._open: CallDelta | None = None  # the call whose arguments are streaming
+        self._num_sent = 0  # characters of the open call's arguments already sent
+        self._closing = False  # a call's arguments ended: its closing brace comes next
 
-    def feed(self, text: str) -> str:
-        """The part of `text` that can be sent now."""
-        if not self._holding:
-            brace = text.find("{")
-            if brace == -1:
-                return text
-            self._holding = True
-            text, self._held = text[:brace], [text[brace:]]
-            return text
-        self._held.append(text)
-        return ""
+    @property
+    def has_calls(self) -> bool:
+        return bool(self.calls) or self._open is not None
 
-    def finish(self) -> tuple[str, list[ToolCall]]:
-        return self.use.split_calls("".join(self._held))
+    def feed(self, text: str) -> list[str | CallDelta]:
+        """What can be sent now: text pieces and call deltas, in order."""
+        self._buf += text
+        events: list[str | CallDelta] = []
+        while self._step(events):
+            pass
+        return events
+
+    def _step(self, events: list[str | CallDelta]) -> bool:
+        """One move on the held text; False when it must wait for more."""
+        if self._closing:
+            if not self._buf:
+                return False
+            self._closing = False
+            if self._buf[0] == "}":
+                self._buf = self._buf[1:]
+            return True
+        if self._open is not None:
+            return self._advance_arguments(events)
+        brace = self._buf.find("{")
+        if brace == -1:
+            if self._buf and not self.use.is_whole_answer_a_call:
+                events.append(self._buf)
+                self._buf = ""
+            return False
+        if brace > 0:
+            events.append(self._buf[:brace])
+            self._buf = self._buf[brace:]
+        heads = self._heads if self.use.parallel or not self.calls else {}
+        for head, name in heads.items():
+            if self._buf.startswith(head):
+                self._open = CallDelta(len(self.calls), f"call_{uuid.uuid4().hex[:24]}", name)
+                events.append(self._open)
+                self._buf, self._num_sent = self._buf[len(head) :], 0
+                return True
+        if any(head.startswith(self._buf) for head in heads) or self.use.is_whole_answer_a_call:
+            return False  # may still become a head (or, for a required call, is parsed at the end)
+        events.append("{")  # a brace that opens no call
+        self._buf = self._buf[1:]
+        return True
+
+    def _advance_arguments(self, events: list[str | CallDelta]) -> bool:
+        assert self._open is not None
+        try:
+            arguments, end = json.JSONDecoder().raw_decode(self._buf)
+        except ValueError:  # not complete yet: everything so far belongs to the arguments
+            if len(self._buf) > self._num_sent:
+                events.append(CallDelta(self._open.index, arguments=self._buf[self._num_sent :]))
+                self._num_sent = len(self._buf)
+            return False
+        if end > self._num_sent:
+            events.append(CallDelta(self._open.index, arguments=self._buf[self._num_sent : end]))
+        assert self._open.id is not None and self._open.name is not None
+        if isinstance(arguments, dict):
+            self.calls.append(ToolCall(self._open.name, arguments, self._open.id))
+        self._buf, self._open, self._closing = self._buf[end:], None, True
+        return True
+
+    def finish(self) -> list[str | CallDelta]:
+        """What is left once the answer ended: held text, or a required call written out of order."""
+        held, self._buf = self._buf, ""
+        if self._open is not None or not held:  # an open call was cut by max_tokens: it stays partial
+            return []
+        rest, calls = self.use.split_calls(held)
+        first = len(self.calls)
+        self.calls += calls
+        events: list[str | CallDelta] = [rest] if rest else []
+        for i, call in enumerate(calls):
+            events.append(CallDelta(first + i, call.id, call.name, json.dumps(call.arguments, ensure_ascii=False)))
+        return events

@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 import cloudflare
+import httpx
 import jsonschema
 import openai
 import pytest
@@ -159,5 +160,21 @@ def test_cloudflare_sdk_tool_call_in_the_workers_ai_shape(cf: cloudflare.Cloudfl
     tool_calls = result["tool_calls"] if isinstance(result, dict) else result.tool_calls
     (call,) = tool_calls
     call = call if isinstance(call, dict) else call.model_dump()
+    assert call["name"] == "get_weather"
+    jsonschema.validate(call["arguments"], WEATHER["parameters"])
+
+
+def test_workers_ai_stream_sends_the_calls_before_the_usage(gateway: InProcessGateway, key: str) -> None:
+    url = f"{gateway.url}/client/v4/accounts/{ACCOUNT}/ai/run/{DEFAULT_MODEL_ID}"
+    body = {"messages": ASK_WEATHER, "max_tokens": 40, "temperature": 0, "stream": True,
+            "tools": [WEATHER], "tool_choice": "required"}
+    with httpx.stream("POST", url, json=body, headers={"authorization": f"Bearer {key}"}, timeout=120) as response:
+        assert response.status_code == 200
+        events = [line.removeprefix("data: ") for line in response.iter_lines() if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    payloads = [json.loads(e) for e in events[:-1]]
+    calls = [p["tool_calls"] for p in payloads if "tool_calls" in p]
+    assert len(calls) == 1 and "usage" in payloads[-1] and "tool_calls" in payloads[-2]
+    (call,) = calls[0]
     assert call["name"] == "get_weather"
     jsonschema.validate(call["arguments"], WEATHER["parameters"])

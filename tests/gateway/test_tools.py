@@ -9,7 +9,7 @@ import pytest
 from gateway.errors import InvalidInput
 from gateway.pipeline.schemas import parse_chat_completions, parse_workers_ai
 from gateway.pipeline.structured import parse_response_format
-from gateway.pipeline.tools import CALL_TRIGGER, CallStream, parse_tool_use
+from gateway.pipeline.tools import CALL_TRIGGER, CallDelta, CallStream, parse_tool_use
 
 WEATHER = {
     "name": "get_weather",
@@ -100,14 +100,43 @@ def test_calls_are_cut_out_of_the_text() -> None:
     assert len(single.split_calls(two)[1]) == 1
 
 
-def test_a_stream_holds_back_from_the_first_brace() -> None:
+def feed_all(stream: CallStream, pieces: list[str]) -> list[str | CallDelta]:
+    events = [e for piece in pieces for e in stream.feed(piece)]
+    return events + stream.finish()
+
+
+def test_a_stream_sends_text_then_the_call_head_then_argument_pieces() -> None:
+    stream = CallStream(parse_tool_use([WEATHER, TIME], "auto"))
+    events = feed_all(stream, ["It is ", "{curly} ", '{"name": "get_', 'weather", "argu', 'ments": {"city": ', '"Oslo"}', "} ok"])
+    text = "".join(e for e in events if isinstance(e, str))
+    deltas = [e for e in events if isinstance(e, CallDelta)]
+    assert text == "It is {curly}  ok"
+    assert deltas[0].id is not None and deltas[0].name == "get_weather" and deltas[0].arguments == ""
+    assert "".join(d.arguments for d in deltas) == '{"city": "Oslo"}'
+    assert all(d.index == 0 for d in deltas) and all(d.id is None for d in deltas[1:])
+    assert [(c.name, c.arguments, c.id) for c in stream.calls] == [("get_weather", {"city": "Oslo"}, deltas[0].id)]
+    assert deltas[1].openai() == {"index": 0, "function": {"arguments": deltas[1].arguments}}
+
+
+def test_a_required_call_is_held_whole_when_written_in_another_key_order() -> None:
+    stream = CallStream(parse_tool_use([WEATHER], "required"))
+    assert stream.feed('{"arguments": {"city": "Rome"}, ') == []
+    (delta,) = [e for e in stream.feed('"name": "get_weather"}') + stream.finish() if isinstance(e, CallDelta)]
+    assert (delta.name, json.loads(delta.arguments)) == ("get_weather", {"city": "Rome"})
+
+
+def test_a_call_cut_by_max_tokens_stays_open_and_is_not_listed() -> None:
     stream = CallStream(parse_tool_use([WEATHER], "auto"))
-    sent = [stream.feed(piece) for piece in ["It is ", "sunny. ", '{"name": "get_', 'weather", "arguments": {"city": "Oslo"}}']]
-    assert sent == ["It is ", "sunny. ", "", ""]
-    rest, calls = stream.finish()
-    assert rest == "" and calls[0].arguments == {"city": "Oslo"}
-    whole = CallStream(parse_tool_use([WEATHER], "required"))
-    assert whole.feed('{"name"') == ""
+    events = feed_all(stream, ['{"name": "get_weather", "arguments": {"ci'])
+    assert stream.has_calls and not stream.calls
+    assert "".join(e.arguments for e in events if isinstance(e, CallDelta)) == '{"ci'
+
+
+def test_without_parallel_calls_a_second_head_is_text() -> None:
+    stream = CallStream(parse_tool_use([TIME], "auto", parallel_tool_calls=False))
+    call = '{"name": "get_time", "arguments": {}}'
+    events = feed_all(stream, [call, call])
+    assert len(stream.calls) == 1 and "".join(e for e in events if isinstance(e, str)) == call
 
 
 def test_a_later_turn_carries_calls_and_results() -> None:
