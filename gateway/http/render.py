@@ -16,9 +16,10 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Any
 
-from starlette.responses import Response, StreamingResponse
-from starlette.types import Receive, Scope, Send
+from starlette.responses import Response
+from starlette.types import Receive
 
+from contracts.sse import DONE, EventStream
 from contracts.usage import Usage
 from gateway.errors import GatewayError
 from gateway.http import envelopes, sse
@@ -27,7 +28,6 @@ from gateway.pipeline.generation import Generation
 from gateway.pipeline.schemas import GenerationInput
 from gateway.pipeline.tools import CallDelta, CallStream, ToolCall, ToolUse
 
-SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 CLIENT_CLOSED_REQUEST = 499  # nginx's status for a client that left; nobody reads it, the logs do
 
 
@@ -54,23 +54,6 @@ async def collect_or_cancel(generation: Generation, receive: Receive) -> str | N
             await collecting  # its texts() settle the accounting as `cancelled`
         return None
     return collecting.result()
-
-
-class GenerationStream(StreamingResponse):
-    """An SSE response that settles its generation however the response ends, even when the
-    client leaves before the body iterator ever starts."""
-
-    media_type = "text/event-stream"
-
-    def __init__(self, content: AsyncIterator[bytes], generation: Generation) -> None:
-        super().__init__(content, headers=SSE_HEADERS)
-        self.generation = generation
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            await self.generation.aclose()
 
 
 def _usage(generation: Generation) -> Usage:
@@ -100,7 +83,7 @@ async def workers_ai_events(generation: Generation, tools: ToolUse | None = None
         if calls.calls:
             yield sse.workers_ai_tool_calls([c.workers_ai() for c in calls.calls])
     yield sse.workers_ai_usage(_usage(generation))
-    yield sse.DONE
+    yield DONE
 
 
 def _json_or_text(text: str) -> Any:
@@ -111,11 +94,9 @@ def _json_or_text(text: str) -> Any:
         return text
 
 
-async def workers_ai_response(
-    generation: Generation, inp: GenerationInput, receive: Receive
-) -> Response:
+async def workers_ai_response(generation: Generation, inp: GenerationInput, receive: Receive) -> Response:
     if inp.stream:
-        return GenerationStream(workers_ai_events(generation, inp.tools), generation)
+        return EventStream(workers_ai_events(generation, inp.tools), generation.aclose)
     text = await collect_or_cancel(generation, receive)
     if text is None:
         return Response(status_code=CLIENT_CLOSED_REQUEST)
@@ -161,7 +142,7 @@ async def openai_events(
     usage = stream.usage(_usage(generation))
     if usage is not None:
         yield usage
-    yield sse.DONE
+    yield DONE
 
 
 def _openai_piece(stream: sse.OpenAIStream, piece: str | CallDelta) -> bytes:
@@ -173,7 +154,7 @@ async def openai_response(generation: Generation, inp: GenerationInput, receive:
     model = generation.meta.model.id
     if inp.stream:
         encoder = sse.OpenAIStream(completion_id, generation.created, model, chat=chat, include_usage=inp.include_usage)
-        return GenerationStream(openai_events(generation, encoder, inp.tools), generation)
+        return EventStream(openai_events(generation, encoder, inp.tools), generation.aclose)
     text = await collect_or_cancel(generation, receive)
     if text is None:
         return Response(status_code=CLIENT_CLOSED_REQUEST)

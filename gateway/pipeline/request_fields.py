@@ -53,6 +53,7 @@ def refused(reason: str, *no_ops: Any) -> FieldRule:
 
 _SAMPLING = ("max_tokens", "temperature", "top_p", "top_k", "seed", "repetition_penalty")
 _PENALTIES = ("frequency_penalty", "presence_penalty")
+_NOT_YET = "is not supported yet: edgerun would answer free text and ignore it"
 _LEGACY_FUNCTIONS = "is OpenAI's deprecated form of function calling: send tools (and tool_choice) instead"
 
 WORKERS_AI: Mapping[str, FieldRule] = {
@@ -99,6 +100,33 @@ OPENAI_COMPLETIONS: Mapping[str, FieldRule] = {
     "echo": refused("is not supported: the answer never repeats the prompt", False),
     "suffix": refused("is not supported (no fill-in-the-middle); leave it out", ""),
     "best_of": refused("is not supported: one completion is generated per request", 1),
+}
+
+
+OPENAI_RESPONSES: Mapping[str, FieldRule] = {
+    **{name: HONOURED for name in ("model", "input", "instructions", "max_output_tokens", "temperature", "top_p")},
+    **{name: HONOURED for name in ("stream", "stream_options")},  # stream_options.include_obfuscation
+    **{name: _OPENAI_SHARED[name] for name in ("user", "safety_identifier", "metadata", "service_tier",
+                                               "prompt_cache_key", "prompt_cache_retention")},
+    "store": ignored("asks OpenAI to keep the response for later retrieval; edgerun keeps none, and the answer "
+                     "does not depend on it (previous_response_id is refused)"),
+    "parallel_tool_calls": ignored("only shapes tool calls, and without `tools` (refused) there are none"),
+    "tools": refused(f"{_NOT_YET} on /responses (no function calling here); leave it out", []),
+    "tool_choice": refused(f"{_NOT_YET} on /responses (no function calling here); leave it out", "none", "auto"),
+    "text": refused("asks for a structured output format, which /responses does not enforce yet; leave it out or "
+                    "use /chat/completions", {"format": {"type": "text"}}),
+    "previous_response_id": refused("is not supported: edgerun stores no responses; send the whole conversation "
+                                    "as input items"),
+    "conversation": refused("is not supported: edgerun stores no conversations; send the whole conversation as "
+                            "input items"),
+    "reasoning": refused("applies to reasoning models; the served models do not reason"),
+    "include": refused("asks for extra output data (logprobs, encrypted reasoning) edgerun does not produce", []),
+    "background": refused("is not supported: responses are answered while the request is open", False),
+    "truncation": refused("auto is not supported: a conversation longer than the context is refused, never cut",
+                          "disabled"),
+    "max_tool_calls": refused("only bounds tool calls, and there are none on /responses"),
+    "top_logprobs": refused("is not supported: edgerun returns no logprobs; leave it out", 0),
+    "prompt": refused("names a stored prompt template; edgerun stores none: send the text as input"),
 }
 
 

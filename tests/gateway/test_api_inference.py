@@ -201,7 +201,9 @@ def test_model_schema_describes_input_and_output(gateway: InProcessGateway, keys
     inputs = {variant["title"]: variant for variant in body["result"]["input"]["oneOf"]}
     assert inputs["Prompt"]["required"] == ["prompt"] and inputs["Messages"]["required"] == ["messages"]
     assert inputs["Prompt"]["properties"]["max_tokens"]["default"] == 256
-    assert body["result"]["output"]["oneOf"][0]["properties"]["response"]["type"] == "string"
+    output = body["result"]["output"]["oneOf"][0]["properties"]
+    assert "string" in output["response"]["type"] and "object" in output["response"]["type"]  # text, or JSON mode
+    assert "tools" in inputs["Messages"]["properties"] and "tool_calls" in output
     unknown = httpx.get(url, params={"model": "@cf/nobody/nothing"}, headers=auth(keys["a"]), timeout=10)
     assert unknown.status_code == 400 and unknown.json()["errors"][0]["code"] == 5007
     missing = httpx.get(url, headers=auth(keys["a"]), timeout=10)
