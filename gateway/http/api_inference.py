@@ -156,7 +156,7 @@ async def run_model(request: Request) -> Response:
     inp = parse_workers_ai(await _body(request))
     generation = await g.generator.start(_meta(request, principal, model), inp)
     request.state.backend = generation.endpoint.id
-    return _explained(request, generation, await render.workers_ai_response(generation, inp.stream, request.receive))
+    return _explained(request, generation, await render.workers_ai_response(generation, inp, request.receive))
 
 
 async def _openai(request: Request, *, chat: bool) -> Response:
@@ -169,9 +169,7 @@ async def _openai(request: Request, *, chat: bool) -> Response:
     inp = parse_chat_completions(body) if chat else parse_completions(body)
     generation = await g.generator.start(_meta(request, principal, model), inp)
     request.state.backend = generation.endpoint.id
-    response = await render.openai_response(
-        generation, request.receive, chat=chat, stream=inp.stream, include_usage=inp.include_usage
-    )
+    response = await render.openai_response(generation, inp, request.receive, chat=chat)
     return _explained(request, generation, response)
 
 

@@ -334,6 +334,8 @@ class Generator:
             }
             if model.return_token_ids:
                 body["return_token_ids"] = True
+            if inp.backend_response_format is not None:  # JSON mode or tool calls: the backend's grammar
+                body["response_format"] = inp.backend_response_format
             pools = Pools.of(endpoints)
             if pools is None:
                 flight = await route(endpoints, max_tokens)
