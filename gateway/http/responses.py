@@ -30,11 +30,12 @@ from typing import Any
 from starlette.responses import Response
 from starlette.types import Receive
 
+from contracts.sse import EventStream as SSEResponse
 from contracts.usage import Usage
 from gateway.errors import GatewayError
 from gateway.http import sse
 from gateway.http.envelopes import JSONBytes, dumps
-from gateway.http.render import CLIENT_CLOSED_REQUEST, GenerationStream, collect_or_cancel
+from gateway.http.render import CLIENT_CLOSED_REQUEST, collect_or_cancel
 from gateway.pipeline.generation import Generation
 from gateway.pipeline.schemas import ResponsesInput
 
@@ -143,7 +144,7 @@ async def response_events(generation: Generation, shape: ResponseShape) -> Async
 async def responses_response(generation: Generation, inp: ResponsesInput, receive: Receive) -> Response:
     shape = ResponseShape(generation, inp)
     if inp.generation.stream:
-        return GenerationStream(response_events(generation, shape), generation)
+        return SSEResponse(response_events(generation, shape), generation.aclose)
     text = await collect_or_cancel(generation, receive)
     if text is None:
         return Response(status_code=CLIENT_CLOSED_REQUEST)
