@@ -28,6 +28,8 @@ _OVERRIDES: dict[str, tuple[str | None, str]] = {
     "allow_unauthenticated": (None, "allow_unauthenticated"),
     "device": ("engine", "device"),
     "dtype": ("engine", "dtype"),
+    "mode": ("engine", "mode"),
+    "weight_dtype": ("engine", "weight_dtype"),
     "block_size": ("engine", "block_size"),
     "num_kv_blocks": ("engine", "num_kv_blocks"),
     "max_num_seqs": ("engine", "max_num_seqs"),
@@ -37,6 +39,7 @@ _OVERRIDES: dict[str, tuple[str | None, str]] = {
     "kv_transport": (None, "kv_transport"),
     "kv_port": (None, "kv_port"),
     "kv_pin_ttl_s": (None, "kv_pin_ttl_s"),
+    "kv_mooncake_trusted_network": (None, "kv_mooncake_trusted_network"),
 }
 # flags that set the same field of both engines' sections (speculative decoding is configured one way)
 _BOTH_ENGINES = ("speculative", "num_speculative_tokens", "speculative_model", "prompt_lookup_max",
@@ -56,6 +59,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="listen beyond loopback without EDGERUN_API_KEY (only where the network authenticates callers)")
     add("--port", type=int, help="listen port (default 8100)")
     add("--kv-transport", choices=["tcp", "mooncake"], help="how decode backends pull KV (default tcp)")
+    add("--kv-mooncake-trusted-network", action="store_true", default=None,
+        help="allow --kv-transport mooncake, whose ports authenticate no one (only where backends alone reach them)")
     add("--kv-port", type=int, help="KV exporter port of prefill/mixed backends (default 0: any free port)")
     add("--kv-pin-ttl", dest="kv_pin_ttl_s", type=float, help="seconds a context step's KV waits to be pulled")
     add("--max-queue", type=int, help="waiting requests beyond the running batch before answering 429")
@@ -63,6 +68,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--log-level", help="debug, info, warning or error")
     add("--device", help="cpu or cuda[:N] (built-in engine)")
     add("--dtype", choices=["float32", "bfloat16", "float16"], help="weights and KV cache dtype (built-in engine)")
+    add("--mode", choices=["fast", "deterministic"],
+        help="fast (default): lower-precision arithmetic per batch shape within a stated tolerance (the GGUF's "
+             "4-bit weights at small batches); deterministic: the exact float32 model, batch-invariant (built-in engine)")
+    add("--weight-dtype", choices=["auto", "float32", "bfloat16", "float16", "int4"],
+        help="how linear weights are held (default auto: see EngineConfig.weight_dtype; built-in engine)")
     add("--block-size", type=int, help="tokens per KV block (built-in engine)")
     add("--num-kv-blocks", type=int, help="KV cache capacity in blocks (built-in engine)")
     add("--max-num-seqs", type=int, help="requests running at once (built-in engine)")

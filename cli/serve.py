@@ -44,7 +44,8 @@ def quiet_http_client_logs(level: str) -> None:
 def serve(settings: GatewaySettings) -> None:
     """The public listener, and the admin listener when `admin_port` is set (gateway/http/listeners.py)."""
     quiet_http_client_logs(settings.log_level)
-    Listeners(listener_configs(settings, create_app(settings))).run()
+    app = create_app(settings)
+    Listeners(listener_configs(settings, app), drain=app.state.drain).run()
 
 
 def run(args: argparse.Namespace) -> int:

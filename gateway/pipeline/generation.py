@@ -134,8 +134,17 @@ class Generation:
     async def texts(self) -> AsyncGenerator[str, None]:
         """Text deltas as they arrive; raises a GatewayError if the stream breaks midway."""
         status: UsageStatus = "cancelled"
+        deadline_s = self._g.deadline_s
+        deadline = self.meta.started_perf + deadline_s if deadline_s is not None else None
         try:
             async for chunk in self._chunks:
+                # a stalled backend hits the read timeout; one that trickles would go on for ever
+                if deadline is not None and time.perf_counter() > deadline:
+                    log.warning("request deadline reached", backend=self.endpoint.id, request_id=self.meta.request_id)
+                    raise RequestTimeout(
+                        f"Request timeout: the answer took longer than request_deadline_s ({deadline_s:g}s); "
+                        "ask for fewer max_tokens or retry"
+                    )
                 if chunk.usage is not None:
                     self._backend_usage = chunk.usage
                 if chunk.finish_reason is not None:
@@ -154,6 +163,7 @@ class Generation:
         except BackendStreamBroken as exc:
             status = "backend_error"
             log.warning("backend stream broke", backend=self.endpoint.id, error=exc.message)
+            self._g.monitor.record_error(exc)
             raise InternalError("the backend failed while generating the answer; retry the request") from exc
         finally:
             with anyio.CancelScope(shield=True):
@@ -210,6 +220,8 @@ class Generation:
             await self._chunks.aclose()  # type: ignore[attr-defined]  # drops the connection: the backend aborts
         except Exception:  # the record below must be written whatever the connection did
             log.exception("closing the backend stream failed", request_id=self.meta.request_id)
+        if status == "ok":
+            self._g.monitor.record_success(self.endpoint.id)
         usage = self._final_usage(status)
         self.usage = usage
         self._timings(usage)
@@ -222,6 +234,8 @@ class Generation:
         try:
             await g.router.finished(self.flight, success=status == "ok")
             await g.auth.reconcile(self.meta.principal, self.metered.tokens_estimate, usage.total_tokens)
+        except StoreUnavailable as exc:  # an outage, not a bug: the counters' leases and /load correct them
+            log.warning("releasing counters failed", error=exc.args[0], request_id=self.meta.request_id)
         except Exception:
             log.exception("releasing counters failed", request_id=self.meta.request_id)
         await g.metering.settle(
@@ -246,6 +260,7 @@ class Generator:
         disagg: Disaggregator,
         offload: Offload | None = None,
         setup: SetupGate | None = None,
+        deadline_s: float | None = None,
     ) -> None:
         self.catalog = catalog
         self.tokenizers = tokenizers
@@ -259,6 +274,7 @@ class Generator:
         self.disagg = disagg
         self.offload = offload  # large prompts are templated and tokenized there, off the event loop
         self.setup = setup or SetupGate(32)  # requests in their CPU-bound setup at once (setup_gate.py)
+        self.deadline_s = deadline_s  # a whole generation's limit, from its arrival (request_deadline_s)
 
     async def tokenizer(self, model: ModelSpec) -> ModelTokenizer:
         return await self.tokenizers.get(model, lambda: self.monitor.healthy_first(self.catalog.endpoints(model.id)))
@@ -329,12 +345,16 @@ class Generator:
             }
             if model.return_token_ids:
                 body["return_token_ids"] = True
+            if inp.backend_response_format is not None:  # JSON mode or tool calls: the backend's grammar
+                body["response_format"] = inp.backend_response_format
             pools = Pools.of(endpoints)
             if pools is None:
                 flight = await route(endpoints, max_tokens)
                 attempt.flights.append(flight)
                 place.leave()  # the setup is done: waiting for the backend holds no place
-                endpoint, chunks = await self.client.stream_with_failover(flight.endpoints, body, meta.request_id)
+                endpoint, chunks = await self.client.stream_with_failover(
+                    flight.endpoints, body, self.monitor.record_error, meta.request_id
+                )
             else:
                 place.leave()
                 opened = await self.disagg.open(attempt, route, pools, body, max_tokens, meta.request_id)

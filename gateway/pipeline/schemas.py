@@ -13,11 +13,17 @@ Workers AI text generation (the documented input schema):
     frequency_penalty   number      0         -2..2
     presence_penalty    number      0         -2..2
     stream, raw         boolean     false
+    response_format     object    none      JSON mode (gateway/pipeline/structured.py); guided_json too
+    tools, tool_choice  array, str|object   function calling (gateway/pipeline/tools.py)
+
+The OpenAI Responses route (`parse_responses`) takes `input` (a string, or message items whose
+content is a string or `input_text` / `output_text` parts), `instructions` (a system message put
+first), `max_output_tokens`, `temperature` and `top_p`.
 
 OpenAI routes take OpenAI's names and ranges (temperature 0..2, `max_completion_tokens` as an
 alias of `max_tokens`, `stop`, `n` = 1 only, `stream_options.include_usage`); fields left out get
 the Workers AI defaults above, so one model behaves the same through both APIs. A field the
-gateway does not honour (JSON mode, tools, an unknown name) is refused before anything else is
+gateway does not honour (an unknown name, legacy `functions`, ...) is refused before anything else is
 read: gateway/pipeline/request_fields.py holds the table of every field and what happens to it.
 """
 
@@ -27,7 +33,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.errors import InvalidInput
-from gateway.pipeline.request_fields import OPENAI_CHAT, OPENAI_COMPLETIONS, WORKERS_AI, check_fields
+from gateway.pipeline.request_fields import (
+    OPENAI_CHAT,
+    OPENAI_COMPLETIONS,
+    OPENAI_RESPONSES,
+    WORKERS_AI,
+    check_fields,
+)
+from gateway.pipeline.structured import parse_guided_json, parse_response_format
+from gateway.pipeline.tools import ToolUse, assistant_calls_text, parse_tool_use, with_tools_prompt
 
 MAX_PROMPT_CHARS = 131072
 ROLES = ("system", "user", "assistant", "tool", "developer")
@@ -81,6 +95,13 @@ class GenerationInput:
     sampling: Sampling = field(default_factory=Sampling)
     stream: bool = False
     include_usage: bool = False  # OpenAI streams only; Workers AI streams always end with usage
+    # JSON mode: the backend `response_format` (gateway/pipeline/structured.py); None for free text
+    response_format: dict[str, Any] | None = None
+    tools: ToolUse | None = None  # function calling (gateway/pipeline/tools.py)
+
+    @property
+    def backend_response_format(self) -> dict[str, Any] | None:
+        return self.tools.response_format() if self.tools is not None else self.response_format
 
 
 # ---- field readers ----------------------------------------------------------------------------
@@ -144,7 +165,12 @@ def _messages(value: Any) -> tuple[dict[str, str], ...]:
         role = message.get("role")
         if role not in ROLES:
             raise InvalidInput(f"messages[{i}].role must be one of {', '.join(ROLES)}, got {role!r}", param="messages")
-        content = _content(message.get("content"), f"messages[{i}].content")
+        if role == "assistant" and message.get("tool_calls"):  # an earlier turn's calls, as the model wrote them
+            text = message.get("content")
+            calls = assistant_calls_text(message["tool_calls"], f"messages[{i}]")
+            content = f"{_content(text, f'messages[{i}].content')}\n{calls}" if text else calls
+        else:
+            content = _content(message.get("content"), f"messages[{i}].content")
         messages.append({"role": role, "content": content})
     return tuple(messages)
 
@@ -209,7 +235,27 @@ def parse_workers_ai(body: dict[str, Any]) -> GenerationInput:
             )
         prompt = Prompt(messages=_messages(body["messages"]))
     sampling = _sampling(body, max_temperature=5.0, max_tokens_names=("max_tokens",), openai=False)
-    return GenerationInput(prompt=prompt, sampling=sampling, stream=_boolean(body, "stream"))
+    response_format = parse_response_format(body.get("response_format"), openai=False) or parse_guided_json(
+        body.get("guided_json")
+    )
+    tools = _tool_use(body, prompt, response_format)
+    if tools is not None:
+        assert prompt.messages is not None
+        prompt = Prompt(messages=with_tools_prompt(prompt.messages, tools))
+    return GenerationInput(prompt, sampling, _boolean(body, "stream"), False, response_format, tools)
+
+
+def _tool_use(body: dict[str, Any], prompt: Prompt, response_format: dict[str, Any] | None) -> ToolUse | None:
+    tools = parse_tool_use(body.get("tools"), body.get("tool_choice"), body.get("parallel_tool_calls"))
+    if tools is None:
+        return None
+    if prompt.messages is None:
+        raise InvalidInput("tools need a chat prompt: send messages (or prompt without raw)", param="tools")
+    if response_format is not None:
+        raise InvalidInput(
+            "send either tools or response_format: a constrained answer cannot also be a tool call", param="tools"
+        )
+    return tools
 
 
 def _openai_common(body: dict[str, Any]) -> tuple[Sampling, bool, bool]:
@@ -241,7 +287,13 @@ def parse_chat_completions(body: dict[str, Any]) -> GenerationInput:
     """`POST /ai/v1/chat/completions`."""
     check_fields(body, OPENAI_CHAT, "a chat completion request")
     sampling, stream, include_usage = _openai_common(body)
-    return GenerationInput(Prompt(messages=_messages(body.get("messages"))), sampling, stream, include_usage)
+    prompt = Prompt(messages=_messages(body.get("messages")))
+    response_format = parse_response_format(body.get("response_format"), openai=True)
+    tools = _tool_use(body, prompt, response_format)
+    if tools is not None:
+        assert prompt.messages is not None
+        prompt = Prompt(messages=with_tools_prompt(prompt.messages, tools))
+    return GenerationInput(prompt, sampling, stream, include_usage, response_format, tools)
 
 
 def parse_completions(body: dict[str, Any]) -> GenerationInput:
@@ -251,4 +303,74 @@ def parse_completions(body: dict[str, Any]) -> GenerationInput:
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
         prompt = prompt[0]
     sampling, stream, include_usage = _openai_common(body)
-    return GenerationInput(Prompt(text=_prompt_text(prompt)), sampling, stream, include_usage)
+    response_format = parse_response_format(body.get("response_format"), openai=True)
+    return GenerationInput(Prompt(text=_prompt_text(prompt)), sampling, stream, include_usage, response_format)
+
+
+@dataclass(frozen=True, slots=True)
+class ResponsesInput:
+    """`POST /ai/v1/responses`: the generation, plus what the response object echoes back."""
+
+    generation: GenerationInput
+    instructions: str | None
+    max_output_tokens: int | None
+    obfuscate: bool  # stream_options.include_obfuscation (OpenAI's default: on)
+
+
+_ITEM_PARTS = ("input_text", "output_text")  # an earlier answer may come back as output_text
+
+
+def _item_content(value: Any, where: str) -> str:
+    if isinstance(value, str):
+        return value
+    if not isinstance(value, list):
+        raise InvalidInput(f"{where} must be a string or an array of input_text parts", param="input")
+    texts = []
+    for i, part in enumerate(value):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind not in _ITEM_PARTS or not isinstance(part.get("text"), str):
+            raise InvalidInput(f"{where}[{i}] must be a text part {{type: 'input_text', text: str}}; got type "
+                               f"{kind!r} (the served models read text only)", param="input")
+        texts.append(part["text"])
+    return "".join(texts)
+
+
+def _input_items(value: Any) -> list[dict[str, str]]:
+    if isinstance(value, str):
+        return [{"role": "user", "content": _prompt_text(value)}]
+    if not isinstance(value, list) or not value:
+        raise InvalidInput("input must be a string or a non-empty array of message items", param="input")
+    messages = []
+    for i, item in enumerate(value):
+        if not isinstance(item, dict):
+            raise InvalidInput(f"input[{i}] must be a message item {{role, content}}", param="input")
+        kind = item.get("type", "message")
+        if kind != "message":
+            raise InvalidInput(f"input[{i}] is a {kind!r} item; /responses takes message items only (no tool "
+                               "calls or item references)", param="input")
+        role = item.get("role")
+        if role not in ("user", "assistant", "system", "developer"):
+            raise InvalidInput(f"input[{i}].role must be user, assistant, system or developer, got {role!r}",
+                               param="input")
+        messages.append({"role": role, "content": _item_content(item.get("content"), f"input[{i}].content")})
+    return messages
+
+
+def parse_responses(body: dict[str, Any]) -> ResponsesInput:
+    """`POST /ai/v1/responses`: text in, text out."""
+    check_fields(body, OPENAI_RESPONSES, "a Responses API request")
+    messages = _input_items(body.get("input"))
+    instructions = body.get("instructions")
+    if instructions is not None:
+        if not isinstance(instructions, str):
+            raise InvalidInput("instructions must be a string", param="instructions")
+        messages.insert(0, {"role": "system", "content": instructions})
+    obfuscate = True
+    options = body.get("stream_options")
+    if options is not None:
+        if not isinstance(options, dict) or set(options) - {"include_obfuscation"}:
+            raise InvalidInput("stream_options takes include_obfuscation only", param="stream_options")
+        obfuscate = _boolean(options, "include_obfuscation", True)
+    sampling = _sampling(body, max_temperature=2.0, max_tokens_names=("max_output_tokens",), openai=False)
+    generation = GenerationInput(Prompt(messages=tuple(messages)), sampling, _boolean(body, "stream"))
+    return ResponsesInput(generation, instructions, _integer(body, "max_output_tokens", None, 1, None), obfuscate)
