@@ -20,7 +20,7 @@ client asks for the usage so far on every chunk: `continuous_usage_stats`).
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -131,7 +131,7 @@ class Generation:
     def prompt_tokens(self) -> int:
         return self.metered.prompt_tokens
 
-    async def texts(self) -> AsyncIterator[str]:
+    async def texts(self) -> AsyncGenerator[str, None]:
         """Text deltas as they arrive; raises a GatewayError if the stream breaks midway."""
         status: UsageStatus = "cancelled"
         deadline_s = self._g.deadline_s
@@ -345,6 +345,8 @@ class Generator:
             }
             if model.return_token_ids:
                 body["return_token_ids"] = True
+            if inp.backend_response_format is not None:  # JSON mode or tool calls: the backend's grammar
+                body["response_format"] = inp.backend_response_format
             pools = Pools.of(endpoints)
             if pools is None:
                 flight = await route(endpoints, max_tokens)
