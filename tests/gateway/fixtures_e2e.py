@@ -259,6 +259,23 @@ def stub_backend() -> Iterator[ChildProcess]:
         child.stop()
 
 
+SLOW_STUB_CHUNKS, SLOW_STUB_DELAY_MS = 40, 100  # 4-second streams
+
+
+@pytest.fixture(scope="session")
+def slow_stub_backend() -> Iterator[ChildProcess]:
+    """The stub backend with 40 chunks 100 ms apart (4-second streams): shutdown, deadlines, overload."""
+    from benchmarks import stub_backend as stub
+
+    port = free_port()
+    child = ChildProcess.launch("slow stub backend", stub.command(port, SLOW_STUB_CHUNKS, SLOW_STUB_DELAY_MS), port)
+    try:
+        child.wait_ready("/health", timeout_s=60)
+        yield child
+    finally:
+        child.stop()
+
+
 EMBEDDING_BACKEND_KEY = "embedding-backend-test-secret-0123456789"
 
 
