@@ -42,7 +42,8 @@ MAX_METADATA_INT = 2**53
 
 
 def services(request: Request) -> Services:
-    return request.app.state.services
+    found: Services = request.app.state.services
+    return found
 
 
 def session_id(request: Request) -> str | None:

@@ -10,7 +10,6 @@ import json
 import signal
 import threading
 import time
-from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -18,7 +17,7 @@ import httpx
 import pytest
 
 from benchmarks import stub_backend
-from cli.processes import ChildProcess, free_port
+from cli.processes import ChildProcess
 from gateway.settings import GatewaySettings
 from gateway.store import open_store
 from gateway.store.models import UsageRecord
@@ -26,19 +25,12 @@ from tests.gateway.fixtures_e2e import GatewayProcess, start_gateway_process
 
 pytestmark = pytest.mark.slow
 
-NUM_CHUNKS, CHUNK_DELAY_MS = 40, 100  # 4-second streams
 NUM_STREAMS = 6
 
 
 @pytest.fixture(scope="module")
-def slow_stub() -> Iterator[ChildProcess]:
-    port = free_port()
-    child = ChildProcess.launch("slow stub", stub_backend.command(port, NUM_CHUNKS, CHUNK_DELAY_MS), port)
-    try:
-        child.wait_ready("/health", timeout_s=60)
-        yield child
-    finally:
-        child.stop()
+def slow_stub(slow_stub_backend: ChildProcess) -> ChildProcess:
+    return slow_stub_backend  # 4-second streams
 
 
 def start(slow_stub: ChildProcess, tmp_path: Path, shutdown_timeout_s: float) -> tuple[GatewayProcess, str, Path]:
@@ -129,6 +121,8 @@ def test_sigterm_drains_open_streams_and_refuses_new_requests(slow_stub: ChildPr
     assert {request_id for request_id, _ in results} == set(ledger)  # one each, none for the refused one
     assert all(r.status == "ok" for r in ledger.values())
     assert drained_s < 30  # the drain ended when the streams did, not at its deadline
+    print(f"drain: {NUM_STREAMS} streams in flight at SIGTERM, all completed, 1 new request refused 503, "
+          f"exit {drained_s:.2f} s after the signal")
 
 
 def test_streams_still_open_at_the_drain_deadline_are_cut_and_billed(slow_stub: ChildProcess, tmp_path: Path) -> None:
@@ -143,6 +137,8 @@ def test_streams_still_open_at_the_drain_deadline_are_cut_and_billed(slow_stub: 
         gateway.stop()
     ledger = records(sqlite)
     assert {request_id for request_id, _ in results} == set(ledger)
+    print(f"drain deadline: {NUM_STREAMS} streams cut at shutdown_timeout_s=0.5, "
+          f"{sum(len(lines) for _, lines in results)} chunks delivered, all {len(ledger)} billed as cancelled")
     for request_id, lines in results:
         assert lines[-1] != "data: [DONE]"  # cut before its end
         assert ledger[request_id].status == "cancelled" and ledger[request_id].completion_tokens > 0
