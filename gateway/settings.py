@@ -11,7 +11,7 @@ from pathlib import Path
 
 from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
 
-from backends.toml_settings import TomlSettings, check_secret
+from contracts.settings import TomlSettings, check_secret
 from gateway.billing.prices import default_prices
 from gateway.fleet.catalog import BackendSpec, ModelSpec, default_models
 from gateway.http.admin_guard import MIN_ADMIN_TOKEN_CHARS
