@@ -3,7 +3,8 @@
 A whole answer is one `response` object (`object: "response"`) whose `output` holds one assistant
 `message` item with one `output_text` part, and whose `usage` counts `input_tokens` (with
 `input_tokens_details.cached_tokens`) and `output_tokens`. An answer cut by `max_output_tokens`
-has `status: "incomplete"` and `incomplete_details.reason: "max_output_tokens"`.
+has `status: "incomplete"` and `incomplete_details.reason: "max_output_tokens"`. `text.format` (JSON
+mode) is echoed as sent; the backend's grammar enforces it.
 
 A stream is SSE with an `event:` line naming each event and a `sequence_number` counting from 0:
 
@@ -87,7 +88,7 @@ class ResponseShape:
             "reasoning": {"effort": None, "summary": None},
             "store": False,
             "temperature": sampling.temperature,
-            "text": {"format": {"type": "text"}},
+            "text": {"format": self.inp.text_format},
             "tool_choice": "none",
             "tools": [],
             "top_p": sampling.top_p,

@@ -18,7 +18,7 @@ Workers AI text generation (the documented input schema):
 
 The OpenAI Responses route (`parse_responses`) takes `input` (a string, or message items whose
 content is a string or `input_text` / `output_text` parts), `instructions` (a system message put
-first), `max_output_tokens`, `temperature` and `top_p`.
+first), `max_output_tokens`, `temperature`, `top_p` and `text.format` (JSON mode).
 
 OpenAI routes take OpenAI's names and ranges (temperature 0..2, `max_completion_tokens` as an
 alias of `max_tokens`, `stop`, `n` = 1 only, `stream_options.include_usage`); fields left out get
@@ -40,7 +40,7 @@ from gateway.pipeline.request_fields import (
     WORKERS_AI,
     check_fields,
 )
-from gateway.pipeline.structured import parse_guided_json, parse_response_format
+from gateway.pipeline.structured import parse_guided_json, parse_response_format, parse_text_format
 from gateway.pipeline.tools import ToolUse, assistant_calls_text, parse_tool_use
 
 MAX_PROMPT_CHARS = 131072
@@ -314,6 +314,7 @@ class ResponsesInput:
     instructions: str | None
     max_output_tokens: int | None
     obfuscate: bool  # stream_options.include_obfuscation (OpenAI's default: on)
+    text_format: dict[str, Any]  # `text.format` as the client sent it, echoed in the response
 
 
 _ITEM_PARTS = ("input_text", "output_text")  # an earlier answer may come back as output_text
@@ -371,5 +372,9 @@ def parse_responses(body: dict[str, Any]) -> ResponsesInput:
             raise InvalidInput("stream_options takes include_obfuscation only", param="stream_options")
         obfuscate = _boolean(options, "include_obfuscation", True)
     sampling = _sampling(body, max_temperature=2.0, max_tokens_names=("max_output_tokens",), openai=False)
-    generation = GenerationInput(Prompt(messages=tuple(messages)), sampling, _boolean(body, "stream"))
-    return ResponsesInput(generation, instructions, _integer(body, "max_output_tokens", None, 1, None), obfuscate)
+    text = body.get("text")
+    generation = GenerationInput(Prompt(messages=tuple(messages)), sampling, _boolean(body, "stream"),
+                                 response_format=parse_text_format(text))
+    text_format = text.get("format") if isinstance(text, dict) and text.get("format") else {"type": "text"}
+    return ResponsesInput(generation, instructions, _integer(body, "max_output_tokens", None, 1, None), obfuscate,
+                          text_format)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+import jsonschema
 import openai
 import pytest
 
@@ -83,6 +85,18 @@ def test_message_items_are_the_conversation_chat_completions_would_see(oai: open
     assert response.output_text == chat.choices[0].message.content  # greedy: the same prompt, the same answer
     assert response.usage is not None and chat.usage is not None
     assert response.usage.input_tokens == chat.usage.prompt_tokens
+
+
+def test_text_format_json_schema_constrains_the_answer(oai: openai.OpenAI) -> None:
+    colour = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12}, "warm": {"type": "boolean"}},
+              "required": ["name", "warm"], "additionalProperties": False}
+    response = oai.responses.create(
+        model=DEFAULT_MODEL_ID, input="Describe red as JSON.", max_output_tokens=40, temperature=0,
+        text={"format": {"type": "json_schema", "name": "colour", "schema": colour, "strict": True}},
+    )
+    assert response.status == "completed", response.output_text
+    jsonschema.validate(json.loads(response.output_text), colour)
+    assert response.text is not None and response.text.format.type == "json_schema"
 
 
 def test_a_response_cut_by_max_output_tokens_is_incomplete(oai: openai.OpenAI) -> None:

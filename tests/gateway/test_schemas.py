@@ -155,7 +155,8 @@ def test_responses_message_items_take_text_parts_and_earlier_answers() -> None:
     [
         ({"input": "x", "tools": [{"type": "function", "name": "f"}]}, "tools", "function calling"),
         ({"input": "x", "previous_response_id": "resp_1"}, "previous_response_id", "stores no responses"),
-        ({"input": "x", "text": {"format": {"type": "json_object"}}}, "text", "structured output"),
+        ({"input": "x", "text": {"format": {"type": "json_schema", "schema": {}}}}, "text", "needs a name"),
+        ({"input": "x", "text": {"verbosity": "low"}}, "text", "verbosity"),
         ({"input": "x", "max_token": 3}, "max_token", "not a field"),
         ({"input": [{"type": "function_call_output", "call_id": "c", "output": "1"}]}, "input", "message items only"),
         ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "u"}]}]}, "input", "text only"),
@@ -167,6 +168,16 @@ def test_responses_refuse_what_they_would_ignore_by_name(body: dict, param: str,
     with pytest.raises(InvalidInput) as caught:
         parse_responses({"model": "m", **body})
     assert caught.value.param == param and words in caught.value.message
+
+
+def test_responses_text_format_is_json_mode() -> None:
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+    fmt = {"type": "json_schema", "name": "thing", "schema": schema, "strict": True}
+    parsed = parse_responses({"model": "m", "input": "x", "text": {"format": fmt}})
+    assert parsed.generation.response_format == {"type": "json_schema", "json_schema": {"name": "thing", "schema": schema}}
+    assert parsed.text_format == fmt
+    assert parse_responses({"model": "m", "input": "x", "text": {"format": {"type": "json_object"}}}).generation.response_format \
+        == {"type": "json_object"}
 
 
 def test_responses_no_op_values_pass() -> None:
