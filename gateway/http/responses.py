@@ -127,7 +127,7 @@ class ResponseShape:
 
     def whole(self, text: str, usage: Usage) -> dict[str, Any]:
         """The whole answer: a message with its text (if any), then its function calls (if any)."""
-        status, calls = self.final_status(), []
+        status, calls = self.final_status(), list[ToolCall]()
         if self.inp.generation.tools is not None:
             text, calls = self.inp.generation.tools.split_calls(text)
         output = [self.item(0, text, status)] if text or not calls else []

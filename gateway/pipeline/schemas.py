@@ -414,6 +414,8 @@ def parse_responses(body: dict[str, Any]) -> ResponsesInput:
                            param="tools")
     generation = GenerationInput(Prompt(messages=tuple(messages), tools=tools), sampling, _boolean(body, "stream"),
                                  response_format=response_format, tools=tools)
-    text_format = text.get("format") if isinstance(text, dict) and text.get("format") else {"type": "text"}
+    text_format: dict[str, Any] = {"type": "text"}
+    if isinstance(text, dict) and isinstance(text.get("format"), dict):
+        text_format = text["format"]
     return ResponsesInput(generation, instructions, _integer(body, "max_output_tokens", None, 1, None), obfuscate,
                           text_format)
