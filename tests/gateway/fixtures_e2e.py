@@ -84,6 +84,18 @@ def running_backends(*ids_and_regions: tuple[str, str]) -> Iterator[list[Backend
             backend.stop()
 
 
+@contextlib.contextmanager
+def running_tiny_backend(name: str, *flags: str, env: dict[str, str] | None = None) -> Iterator[BackendProcess]:
+    """A backend serving `random:tiny` (random weights: ready at once), stopped at the end."""
+    args = ["--model", "random:tiny", "--log-level", "warning", *flags]  # a later --log-level wins
+    process = BackendProcess.spawn(name, "backend", args, env={"EDGERUN_LOG_JSON": "false", **(env or {})})
+    try:
+        process.wait_ready()
+        yield process
+    finally:
+        process.stop()
+
+
 @dataclass
 class InProcessGateway:
     """The gateway app on a loopback port, served from a thread with its own event loop."""
