@@ -136,5 +136,5 @@ def create_app(
         },
     )
     app.add_middleware(ListenerGate, split=settings.admin_port is not None)
-    app.add_middleware(RequestContextMiddleware, metrics=app_metrics)
+    app.add_middleware(RequestContextMiddleware, metrics=app_metrics, worker=settings.worker_index)
     return app
