@@ -14,13 +14,14 @@ import contextlib
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from contracts.usage import Usage
 from gateway.errors import GatewayError
 from gateway.http import envelopes, sse
 from gateway.http.envelopes import JSONBytes
+from gateway.http.event_stream import EventStream
 from gateway.pipeline.generation import Generation
 
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
@@ -52,7 +53,7 @@ async def collect_or_cancel(generation: Generation, receive: Receive) -> str | N
     return collecting.result()
 
 
-class GenerationStream(StreamingResponse):
+class GenerationStream(EventStream):
     """An SSE response that settles its generation however the response ends, even when the
     client leaves before the body iterator ever starts."""
 
