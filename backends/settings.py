@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 
 from backends.toml_settings import TomlSettings, check_secret
 from engines.builtin.config import EngineConfig
@@ -42,6 +42,11 @@ class BackendSettings(TomlSettings):
     # The host put in the context step's opaque state (EDGERUN_KV_ADVERTISE_HOST): how decode backends
     # reach this one; None: the bind address (127.0.0.1 for a wildcard bind)
     kv_advertise_host: str | None = None
+    # The Mooncake Transfer Engine listens on every interface (its RPC and data ports, whatever `host`
+    # is) and authenticates nobody: whoever reaches them can read and write the registered KV cache.
+    # kv_transport = "mooncake" is refused unless the operator states that only backends can reach
+    # this host (a firewall or NetworkPolicy): SECURITY.md.
+    kv_mooncake_trusted_network: bool = False
 
     # --- who may call (backends/server/auth.py; SECURITY.md) ---
     # The gateway's shared secret (its backend_api_key), required as `Authorization: Bearer <key>` on
@@ -57,6 +62,18 @@ class BackendSettings(TomlSettings):
     kv_events_capacity: int = Field(default=10_000, ge=1)  # events kept until every consumer has read them
     kv_events_max_consumers: int = Field(default=16, ge=1)  # readers with their own cursor (gateway replicas)
     kv_events_consumer_ttl_s: float = Field(default=300.0, gt=0)  # a reader silent this long is forgotten
+
+    @model_validator(mode="after")
+    def _mooncake_needs_a_trusted_network(self) -> BackendSettings:
+        if self.kv_transport == "mooncake" and not self.kv_mooncake_trusted_network:
+            raise ValueError(
+                "kv_transport = mooncake: the Mooncake Transfer Engine listens on every interface and "
+                "authenticates no one, so anyone who reaches its ports can read and overwrite every tenant's KV "
+                "cache. Use the default tcp transport (every pull signed with the backend key), or run Mooncake "
+                "where only backends reach this host and set kv_mooncake_trusted_network = true "
+                "(EDGERUN_KV_MOONCAKE_TRUSTED_NETWORK, --kv-mooncake-trusted-network)"
+            )
+        return self
 
     @field_validator("api_key")
     @classmethod

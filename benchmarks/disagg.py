@@ -1,6 +1,6 @@
 """Disaggregated prefill/decode against two mixed backends, under the same mixed workload.
 
-    python -m benchmarks.disagg [--duration 40] [--rounds 2] [--streams 4] [--long-rate 0.12]
+    python -m benchmarks.disagg [--duration 40] [--rounds 2] [--streams 4] [--long-rate 0.12 | --prefill-load 0.5]
 
 Two real backends (SmolLM2-135M, the built-in engine, one torch thread each), each pinned to its
 own core (sched_setaffinity, as `taskset -c`), and two gateways in front of the same two
@@ -13,7 +13,10 @@ serves both configurations, and the phases alternate (benchmarks/interleave.py).
 The workload, the same in both: `--streams` steady clients, each streaming short-prompt answers
 of `--stream-tokens` tokens back to back, plus long prompts (1,000-2,000 tokens, unique, so no
 prefix hits) arriving on a Poisson clock of `--long-rate` per second, each answered with 16
-tokens. Reported: inter-token latency of the steady streams (gaps between SSE chunks at the
+tokens. `--prefill-load U` picks the rate instead: it times three long prompts alone on the
+prefill backend first and sets the rate so that backend is busy a fraction U of the time (the
+shared machine's load decides how fast a core prefills, so a fixed rate may saturate it).
+Reported: inter-token latency of the steady streams (gaps between SSE chunks at the
 client) p50/p90/p99 and the longest gap, TTFT p50/p90 of the long prompts and of the streams,
 tokens/s, and the KV transfer time and bandwidth per 1,000 tokens (from the decode backend's
 /metrics).
@@ -41,7 +44,7 @@ from benchmarks.machine import machine
 from cli.processes import ChildProcess
 
 MODEL_ID = "@cf/huggingface/smollm2-135m-instruct"
-ADMIN_TOKEN = "bench-admin-token"
+ADMIN_TOKEN = "bench-admin-token-" + "0" * 32  # the gateway wants at least 32 characters
 LONG_MAX_TOKENS = 16
 KV_BYTES_PER_TOKEN = 30 * 2 * 3 * 64 * 4  # SmolLM2: layers x (k, v) x kv heads x head dim x float32
 
@@ -58,14 +61,14 @@ class Phase:
     kv_pull_s: float = 0.0
     kv_pull_bytes: float = 0.0
     kv_pulls: float = 0.0
-    round_itl_p90_s: list[float] = field(default_factory=list)  # each round's own, to show the noise
+    rounds: list[str] = field(default_factory=list)  # each round's own ITL p50/p90/p99 and long prompts, to show the noise
 
     def __add__(self, other: Phase) -> Phase:
         return Phase(
             self.name, self.itl_s + other.itl_s, self.stream_ttft_s + other.stream_ttft_s,
             self.long_ttft_s + other.long_ttft_s, self.num_tokens + other.num_tokens, self.seconds + other.seconds,
             self.errors + other.errors, self.kv_pull_s + other.kv_pull_s, self.kv_pull_bytes + other.kv_pull_bytes,
-            self.kv_pulls + other.kv_pulls, self.round_itl_p90_s + other.round_itl_p90_s,
+            self.kv_pulls + other.kv_pulls, self.rounds + other.rounds,
         )
 
 
@@ -76,8 +79,9 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def start_backend(name: str, core: int, num_kv_blocks: int) -> ChildProcess:
-    env = {"EDGERUN_LOG_JSON": "false", "EDGERUN_ENGINE__NUM_THREADS": "1", "EDGERUN_ENGINE__NUM_KV_BLOCKS": str(num_kv_blocks)}
+def start_backend(name: str, core: int, num_kv_blocks: int, extra_env: dict[str, str] | None = None) -> ChildProcess:
+    env = {"EDGERUN_LOG_JSON": "false", "EDGERUN_ENGINE__NUM_THREADS": "1", "EDGERUN_ENGINE__NUM_KV_BLOCKS": str(num_kv_blocks),
+           **(extra_env or {})}
     backend = ChildProcess.spawn(name, "backend", ["--model", "smollm2", "--log-level", "warning"], env=env, threads=1)
     os.sched_setaffinity(backend.process.pid, {core})  # `taskset -c <core>`: torch's threads start after this
     return backend
@@ -186,8 +190,23 @@ async def run_phase(name: str, gateway_url: str, key: str, account: str, decode_
         phase.seconds = time.perf_counter() - started
     after = await kv_counters(decode_url)
     phase.kv_pull_s, phase.kv_pull_bytes, phase.kv_pulls = (a - b for a, b in zip(after, before, strict=True))
-    phase.round_itl_p90_s = [pct(phase.itl_s, 0.9)]
+    itl_ms = [f"{1e3 * pct(phase.itl_s, q):.0f}" for q in (0.5, 0.9, 0.99)]
+    phase.rounds = [f"{'/'.join(itl_ms)} ms, {len(phase.long_ttft_s)} long, {stalled_share(phase.itl_s):.0%} stalled"]
     return phase
+
+
+async def prefill_seconds(url: str, repeats: int = 3) -> float:
+    """Median seconds one backend takes to prefill a long prompt (1,500 tokens on average) alone."""
+    rng = random.Random(5)
+    times = []
+    async with httpx.AsyncClient(timeout=httpx.Timeout(600.0)) as client:
+        for _ in range(repeats):
+            prompt = " ".join(str(rng.randrange(10, 99)) for _ in range(500))
+            started = time.perf_counter()
+            response = await client.post(f"{url}/v1/completions", json={"prompt": prompt, "max_tokens": 1})
+            response.raise_for_status()
+            times.append(time.perf_counter() - started)
+    return sorted(times)[len(times) // 2]
 
 
 def stalled_share(itl_s: list[float], threshold_s: float = 1.0) -> float:
@@ -204,7 +223,9 @@ def report(baseline: Phase, subject: Phase, args: argparse.Namespace, command: s
     lines = [
         f"`{command}`", "",
         f"Machine: {machine(with_torch=True)}. Each backend pinned to one core, one torch thread; gateways and",
-        f"client unpinned. {args.rounds} interleaved rounds of {args.duration:g} s per configuration.", "",
+        f"client unpinned. {args.rounds} interleaved rounds of {args.duration:g} s per configuration; long prompts at "
+        f"{args.long_rate:.3f}/s. Both configurations run the engine's defaults: chunked prefill of at most 512 tokens "
+        "per step (decodes first), max_num_seqs 32.", "",
         "| metric | 2 x mixed | prefill + decode | ratio (higher: disaggregated better) |", "|---|---|---|---|",
     ]
     ms = "{:.0f} ms"
@@ -223,8 +244,8 @@ def report(baseline: Phase, subject: Phase, args: argparse.Namespace, command: s
     lines.append(f"| long prompts answered | {len(baseline.long_ttft_s)} | {len(subject.long_ttft_s)} | |")
     lines.append(f"| ITL samples | {len(baseline.itl_s)} | {len(subject.itl_s)} | |")
     lines.append(f"| errors | {baseline.errors} | {subject.errors} | |")
-    rounds = " / ".join(f"{1e3 * b:.0f} vs {1e3 * s:.0f}" for b, s in zip(baseline.round_itl_p90_s, subject.round_itl_p90_s))
-    lines.append(f"| ITL p90 per round (ms) | {rounds} | | |")
+    for i, (b, s) in enumerate(zip(baseline.rounds, subject.rounds, strict=True)):
+        lines.append(f"| round {i + 1}: ITL p50/p90/p99, long prompts, time in gaps > 1 s | {b} | {s} | |")
     if subject.kv_pulls:
         k_tokens = subject.kv_pull_bytes / KV_BYTES_PER_TOKEN / 1000
         lines += ["", f"KV transfer (decode backend's /metrics): {subject.kv_pulls:.0f} pulls, "
@@ -285,6 +306,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--streams", type=int, default=4, help="steady streaming clients")
     parser.add_argument("--stream-tokens", type=int, default=64)
     parser.add_argument("--long-rate", type=float, default=0.12, help="long prompts per second (Poisson)")
+    parser.add_argument("--prefill-load", type=float, default=None,
+                        help="instead of --long-rate: the share of time the prefill backend should spend prefilling")
     parser.add_argument("--local-prefill", type=int, default=256, help="the subject's max_local_prefill_length")
     parser.add_argument("--cores", default="0,1", help="the two cores to pin the backends to")
     parser.add_argument("--num-kv-blocks", type=int, default=2048)
@@ -321,6 +344,11 @@ def main(argv: list[str] | None = None) -> int:
             warm = argparse.Namespace(**{**vars(args), "duration": 8.0})
             await run_phase("warm-up", mixed.url, mixed_key, "bench-m", second.url, warm, 1)
             await run_phase("warm-up", disagg.url, disagg_key, "bench-d", second.url, warm, 2)
+            if args.prefill_load is not None:
+                seconds = await prefill_seconds(first.url)
+                args.long_rate = args.prefill_load / seconds
+                print(f"a long prompt takes {seconds:.1f} s to prefill alone: --long-rate {args.long_rate:.3f}",
+                      file=sys.stderr)
             mixed_seeds, disagg_seeds = iter(range(100, 200)), iter(range(100, 200))  # the same arrivals per round
             paired = await interleave(
                 lambda: run_phase("mixed", mixed.url, mixed_key, "bench-m", second.url, args, next(mixed_seeds)),

@@ -37,6 +37,7 @@ _OVERRIDES: dict[str, tuple[str | None, str]] = {
     "kv_transport": (None, "kv_transport"),
     "kv_port": (None, "kv_port"),
     "kv_pin_ttl_s": (None, "kv_pin_ttl_s"),
+    "kv_mooncake_trusted_network": (None, "kv_mooncake_trusted_network"),
 }
 # flags that set the same field of both engines' sections (speculative decoding is configured one way)
 _BOTH_ENGINES = ("speculative", "num_speculative_tokens", "speculative_model", "prompt_lookup_max",
@@ -56,6 +57,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="listen beyond loopback without EDGERUN_API_KEY (only where the network authenticates callers)")
     add("--port", type=int, help="listen port (default 8100)")
     add("--kv-transport", choices=["tcp", "mooncake"], help="how decode backends pull KV (default tcp)")
+    add("--kv-mooncake-trusted-network", action="store_true", default=None,
+        help="allow --kv-transport mooncake, whose ports authenticate no one (only where backends alone reach them)")
     add("--kv-port", type=int, help="KV exporter port of prefill/mixed backends (default 0: any free port)")
     add("--kv-pin-ttl", dest="kv_pin_ttl_s", type=float, help="seconds a context step's KV waits to be pulled")
     add("--max-queue", type=int, help="waiting requests beyond the running batch before answering 429")

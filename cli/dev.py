@@ -132,7 +132,8 @@ async def serve_dev(args: argparse.Namespace) -> int:
         store = open_store(settings)
         try:
             secret = await dev_key(store)
-            listeners = Listeners(listener_configs(settings, create_app(settings, store=store)))
+            app = create_app(settings, store=store)
+            listeners = Listeners(listener_configs(settings, app), drain=app.state.drain)
             serving = asyncio.create_task(listeners.serve())
             while not listeners.started and not serving.done():
                 await asyncio.sleep(0.05)

@@ -50,8 +50,9 @@ def quiet_http_client_logs(level: str) -> None:
 def serve(settings: GatewaySettings) -> None:
     """The public listener, and the admin listener when `admin_port` is set (gateway/http/listeners.py)."""
     quiet_http_client_logs(settings.log_level)
+    app = create_app(settings)
     reuse_port = settings.worker_index is not None
-    Listeners(listener_configs(settings, create_app(settings)), reuse_port=reuse_port).run()
+    Listeners(listener_configs(settings, app), drain=app.state.drain, reuse_port=reuse_port).run()
 
 
 def worker_argv(args: argparse.Namespace, index: int) -> list[str]:

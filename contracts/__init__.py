@@ -1,8 +1,12 @@
 """What the parts agree on: wire shapes and encodings shared by the gateway, backends and engines.
 
 A top-level package because both sides of an HTTP boundary (and `policies`) need the same
-definition, and none of them may import the others. Pure: it imports nothing of ours.
+definition, and none of them may import the others. Pure: it imports nothing of ours (only
+Starlette, for the one shared streaming response).
 
     prefix_hash.py  the one tenant-salted chain of KV block hashes
     usage.py        the one `Usage` (token counts), from a backend's chunk to the ledger record
+    sse.py          server-sent event framing and the one closing event-stream response
+    streaming.py    the streaming response under it: ready events written together, one disconnect watcher
+    openai_error.py OpenAI's error body
 """

@@ -64,6 +64,18 @@ class GatewayMetrics:
         self.backend_healthy = Gauge(
             "edgerun_gateway_backend_healthy", "1 when the last health check passed", ["backend", "region"], registry=r
         )
+        self.backend_breaker_state = Gauge(
+            "edgerun_gateway_backend_breaker_state",
+            "Outlier ejection per backend: 0 closed (taking traffic), 1 half-open (on trial), 2 open (ejected)",
+            ["backend"],
+            registry=r,
+        )
+        self.backend_ejections = Counter(
+            "edgerun_gateway_backend_ejections",
+            "Times a backend was ejected after repeated failures (or a failed trial or probe)",
+            ["backend"],
+            registry=r,
+        )
         self.backend_in_flight = Gauge(
             "edgerun_gateway_backend_in_flight_tokens",
             "In-flight tokens per backend (store view)",

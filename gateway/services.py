@@ -21,6 +21,7 @@ from gateway.errors import GatewayError
 from gateway.fleet.catalog import EMBEDDING_TASK, Catalog
 from gateway.fleet.kv_index import KVEventIndexer
 from gateway.fleet.monitor import BackendMonitor, MonitorIntervals
+from gateway.fleet.outliers import OutlierDetector
 from gateway.http.admin import AdminService
 from gateway.http.admin_guard import AdminGuard
 from gateway.metrics import GatewayMetrics
@@ -37,6 +38,7 @@ from gateway.pipeline.tokenization import TokenizerRegistry
 from gateway.settings import GatewaySettings
 from gateway.store.base import Store
 from gateway.store.redis_store import default_replica_id
+from policies.breaker import BreakerConfig
 from policies.factory import PolicyConfig, build_policy
 from policies.pricing import PriceTable
 from policies.regions import RegionPreference
@@ -98,6 +100,13 @@ class Services:
             MonitorIntervals(settings.health_interval_s, settings.load_interval_s, settings.kv_events_interval_s),
             kv_sink=KVEventIndexer(store, block_size=block_sizes.pop()) if len(block_sizes) == 1 else None,
             kv_consumer=settings.replica_id or default_replica_id(),
+            outliers=OutlierDetector(
+                [e.id for e in catalog.all_endpoints()],
+                BreakerConfig(
+                    settings.breaker_failure_threshold, settings.breaker_ejection_s, settings.breaker_max_ejection_s
+                ),
+                metrics,
+            ),
         )
         auth = Authenticator(store)
         spool = spool_path(settings)

@@ -105,6 +105,13 @@ class GatewaySettings(TomlSettings):
     # Requests of one tenant in flight at once over all replicas, unless the tenant sets its own
     # (`max_concurrent_requests`); None: no default limit. Keeps one tenant from taking every connection.
     tenant_max_concurrent_requests: int | None = Field(default=128, ge=1)
+    # Outlier ejection (gateway/fleet/outliers.py, policies/breaker.py): this many failures in a row (refused,
+    # reset, 5xx or timed out before the first byte, or a stream broken midway) eject a backend for
+    # breaker_ejection_s, doubling with each ejection in a row up to breaker_max_ejection_s; then a
+    # passed health check lets it back on trial, and its first completed request readmits it fully.
+    breaker_failure_threshold: int = Field(default=3, ge=1)
+    breaker_ejection_s: float = Field(default=5.0, gt=0)
+    breaker_max_ejection_s: float = Field(default=60.0, gt=0)
     backend_connect_timeout_s: float = Field(default=2.0, gt=0)
     backend_first_byte_timeout_s: float = Field(default=30.0, gt=0)
     backend_read_timeout_s: float = Field(default=60.0, gt=0)
@@ -134,6 +141,10 @@ class GatewaySettings(TomlSettings):
                 "generate one with `openssl rand -hex 32`"
             )
         return value
+
+    # SIGTERM / SIGINT: new requests get 503 while those in flight finish, for at most this long;
+    # streams still open then are cut (and billed for what was generated) (gateway/http/drain.py)
+    shutdown_timeout_s: float = Field(default=30.0, gt=0)
 
     log_level: str = "info"
     log_json: bool = True

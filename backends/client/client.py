@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from typing import Any, NoReturn
 from urllib.parse import urlencode
 
@@ -169,14 +169,18 @@ class BackendClient:
             ) from exc
 
     async def stream_with_failover(
-        self, endpoints: list[Endpoint], body: dict[str, Any]
+        self,
+        endpoints: list[Endpoint],
+        body: dict[str, Any],
+        on_failure: Callable[[BackendError], None] | None = None,
     ) -> tuple[Endpoint, AsyncGenerator[CompletionChunk, None]]:
         """Open a stream on the first endpoint that produces a first chunk, trying them in order.
 
         Moves on when an endpoint is unavailable, times out or is overloaded before its first
         chunk; a BackendRejected (the request is wrong) is raised at once. When every endpoint
         fails, raises BackendOverloaded if they all were, else the last error. The returned
-        iterator starts with the chunk that was already read.
+        iterator starts with the chunk that was already read. `on_failure` hears of every error
+        an endpoint answered (the gateway's outlier ejection counts them).
         """
         if not endpoints:
             raise BackendUnavailable("no backend endpoints to try")
@@ -188,10 +192,14 @@ class BackendClient:
             except (BackendUnavailable, BackendTimeout, BackendOverloaded) as exc:
                 failures.append(exc)
                 await stream.aclose()
+                if on_failure is not None:
+                    on_failure(exc)
                 continue
             except StopAsyncIteration:
                 message = f"{endpoint.id} sent [DONE] before any chunk"
                 failures.append(BackendUnavailable(message, endpoint_id=endpoint.id))
+                if on_failure is not None:
+                    on_failure(failures[-1])
                 continue
             except BaseException:
                 await stream.aclose()

@@ -19,7 +19,7 @@ import json
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from backends.server.errors import error_body
+from contracts.openai_error import error_body
 
 OPEN_PATHS = frozenset({("GET", "/health"), ("HEAD", "/health")})
 _CHALLENGE = [(b"www-authenticate", b'Bearer realm="edgerun-backend"')]
@@ -48,7 +48,7 @@ class BearerAuth:
             "missing or wrong backend API key: send 'Authorization: Bearer <key>' with the key the backend "
             "was started with (the gateway's backend_api_key)"
         )
-        body = json.dumps(error_body(401, "authentication_error", message)).encode()
+        body = json.dumps(error_body(message, "authentication_error", 401)).encode()
         headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *_CHALLENGE]
         await send({"type": "http.response.start", "status": 401, "headers": headers})
         await send({"type": "http.response.body", "body": body})

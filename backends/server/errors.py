@@ -21,6 +21,7 @@ from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from contracts.openai_error import error_body
 from engines.errors import EngineError, EngineOverloaded, EngineStopped, InvalidRequest
 
 log = logging.getLogger(__name__)
@@ -58,13 +59,9 @@ class Unavailable(APIError):
     status, type = 503, "service_unavailable_error"
 
 
-def error_body(status: int, type_: str, message: str, param: str | None = None) -> dict:
-    return {"error": {"message": message, "type": type_, "param": param, "code": status}}
-
-
 def error_response(error: APIError) -> JSONResponse:
     headers = {"Retry-After": str(RETRY_AFTER_S)} if error.status in (429, 503) else None
-    return JSONResponse(error_body(error.status, error.type, error.message, error.param), error.status, headers=headers)
+    return JSONResponse(error_body(error.message, error.type, error.status, error.param), error.status, headers=headers)
 
 
 def from_engine_error(exc: EngineError) -> APIError:

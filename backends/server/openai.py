@@ -6,30 +6,16 @@ outputs into the JSON objects OpenAI clients (and the edgerun gateway) expect.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from backends.server.generation import Completion
+from contracts.openai_error import error_body
+from contracts.usage import Usage
 from engines.base import GenerationOutput
 
 Kind = Literal["completion", "chat"]  # which OpenAI route the answer is for
-DONE = b"data: [DONE]\n\n"
-
-
-def sse(payload: dict[str, Any]) -> bytes:
-    return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
-
-
-def usage(num_prompt_tokens: int, num_generated_tokens: int, num_cached_tokens: int) -> dict[str, Any]:
-    """OpenAI usage; `prompt_tokens_details.cached_tokens` is always present (0 when nothing hit)."""
-    return {
-        "prompt_tokens": num_prompt_tokens,
-        "completion_tokens": num_generated_tokens,
-        "total_tokens": num_prompt_tokens + num_generated_tokens,
-        "prompt_tokens_details": {"cached_tokens": num_cached_tokens},
-    }
 
 
 @dataclass(slots=True)
@@ -63,9 +49,9 @@ class Renderer:
         if self.return_token_ids:
             choice["token_ids"] = completion.token_ids
         body = self._envelope(self.object, [choice])
-        body["usage"] = usage(
+        body["usage"] = Usage(
             completion.num_prompt_tokens, completion.num_generated_tokens, completion.num_cached_tokens
-        )
+        ).as_dict()
         return body
 
     def chunk(self, output: GenerationOutput) -> dict[str, Any] | None:
@@ -96,8 +82,8 @@ class Renderer:
     @staticmethod
     def usage_so_far(output: GenerationOutput) -> dict[str, Any]:
         """Usage up to and including `output` (`continuous_usage_stats` puts it on every chunk)."""
-        return usage(output.num_prompt_tokens, output.num_generated_tokens, output.num_cached_tokens)
+        return Usage(output.num_prompt_tokens, output.num_generated_tokens, output.num_cached_tokens).as_dict()
 
     def error_chunk(self, status: int, type_: str, message: str) -> dict[str, Any]:
         """An error after the stream began (the status line is already sent)."""
-        return {"error": {"message": message, "type": type_, "param": None, "code": status}}
+        return error_body(message, type_, status)

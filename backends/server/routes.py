@@ -4,42 +4,26 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
 
 from backends.server import disagg
 from backends.server.disconnect import until_disconnect
 from backends.server.errors import APIError, BadRequest
 from backends.server.generation import Generation
 from backends.server.kv_feed import InvalidConsumer
-from backends.server.openai import DONE, Kind, Renderer, sse
+from backends.server.openai import Kind, Renderer
 from backends.server.protocol import ChatCompletionRequest, CompletionRequest, SamplingFields
 from backends.server.state import BackendState
 from backends.server.tokenizer_route import ROUTE as TOKENIZER_ROUTE
+from contracts.sse import DONE, EventStream, event
 
 DEFAULT_COMPLETION_MAX_TOKENS = 16  # OpenAI's (and trtllm-serve's) default for /v1/completions
-
-
-class EventStream(StreamingResponse):
-    """SSE response that always runs `on_close` (abort + release), even if never iterated."""
-
-    media_type = "text/event-stream"
-
-    def __init__(self, content: AsyncIterator[bytes], on_close: Callable[[], Awaitable[None]]) -> None:
-        super().__init__(content, headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-        self._on_close = on_close
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            await self._on_close()
 
 
 def backend(request: Request) -> BackendState:
@@ -122,13 +106,13 @@ async def _events(
             if chunk is not None:
                 if continuous_usage:
                     chunk["usage"] = renderer.usage_so_far(output)
-                yield sse(chunk)
+                yield event(chunk)
     except APIError as exc:  # the status line is gone: report it in-band, as OpenAI servers do
-        yield sse(renderer.error_chunk(exc.status, exc.type, exc.message))
+        yield event(renderer.error_chunk(exc.status, exc.type, exc.message))
         yield DONE
         return
     if include_usage and generation.last is not None:
-        yield sse(renderer.usage_chunk(generation.last))
+        yield event(renderer.usage_chunk(generation.last))
     yield DONE
 
 

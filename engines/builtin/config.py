@@ -26,10 +26,19 @@ class EngineConfig:
     max_model_len: int | None = None  # defaults to the model's context length
     max_waiting: int = 256  # queued requests beyond which submit refuses (EngineOverloaded)
     seed: int = 0  # for random weights
+    # "fast" (the default) may use lower-precision arithmetic chosen per batch shape, within the
+    # tolerance BENCHMARKS.md states (engines/builtin/quant.py); "deterministic" is the exact model:
+    # float32 weights exactly as loaded and float32 arithmetic, the same kernels at every batch size
+    # (what the parity and "same output alone and batched" tests run).
+    mode: str = "fast"
     # How the linear weights are held. "float16" (CPU with dtype float32 only): rounded to float16
     # for fbgemm's float16 GEMM; activations and sums stay float32 and decoding reads half the
-    # bytes (see weights.Fp16Linear). The same value as `dtype`: exactly as loaded. "auto" (the
-    # default): "float16" where it applies (CPU, float32, a torch with fbgemm), else `dtype`.
+    # bytes (see weights.Fp16Linear). "int4" (CPU, float32, fast mode): 4-bit groups of 32 through
+    # torch's packed int4 op, bfloat16 activations (see quant.Int4Linear); a weight that is not
+    # Q4_1 already is quantised, which loses precision. The same value as `dtype`: exactly as
+    # loaded. "auto" (the default): in fast mode on a CPU with float32, "int4" for every weight that
+    # is Q4_1 already (a GGUF's own 4-bit weights, reproduced exactly) and "float16" for the others
+    # (where fbgemm exists); in deterministic mode, or on CUDA, `dtype`.
     weight_dtype: str = "auto"
     # torch intra-op CPU threads for this process (None: torch's default, one per core). One thread
     # is steadier when other busy processes share the cores: a parallel op waits for its slowest thread.
@@ -61,12 +70,21 @@ class EngineConfig:
             raise ValueError(f"dtype={self.dtype!r}: use float32, bfloat16 or float16")
         if self.num_threads is not None and self.num_threads < 1:
             raise ValueError("num_threads must be >= 1 (or None for torch's default)")
-        if self.weight_dtype not in ("auto", self.dtype) and (self.weight_dtype, self.dtype) != ("float16", "float32"):
+        if self.mode not in ("fast", "deterministic"):
+            raise ValueError(f"mode={self.mode!r}: use fast or deterministic")
+        packed = self.weight_dtype in ("float16", "int4") and self.weight_dtype != self.dtype
+        if self.weight_dtype not in ("auto", self.dtype) and not (packed and self.dtype == "float32"):
             raise ValueError(
-                f"weight_dtype={self.weight_dtype!r}: use 'auto', the dtype ({self.dtype!r}), or 'float16' with dtype='float32'"
+                f"weight_dtype={self.weight_dtype!r}: use 'auto', the dtype ({self.dtype!r}), "
+                "or 'float16' / 'int4' with dtype='float32'"
             )
-        if self.weight_dtype == "float16" != self.dtype and self.device != "cpu":
-            raise ValueError("weight_dtype='float16' with dtype='float32' is for device='cpu' (on CUDA use dtype='bfloat16')")
+        if packed and self.device != "cpu":
+            raise ValueError(
+                f"weight_dtype={self.weight_dtype!r} with dtype='float32' is for device='cpu' (on CUDA use dtype='bfloat16')"
+            )
+        if self.mode == "deterministic" and packed:
+            raise ValueError(f"mode='deterministic' holds weights exactly as loaded: weight_dtype={self.weight_dtype!r} "
+                             "is a fast-mode format (use 'auto' or the dtype)")
         if self.speculative not in ("none", "ngram", "eagle3"):
             raise ValueError(f"speculative={self.speculative!r}: use none, ngram or eagle3")
         if self.num_speculative_tokens < 1:
@@ -81,15 +99,31 @@ class EngineConfig:
             raise ValueError(f"device={self.device!r}: use cpu or cuda[:N]")
 
     @property
-    def fp16_linear_weights(self) -> bool:
-        """Whether linear weights are held as float16 for fbgemm ("float16" over float32, or "auto"
-        where that applies); otherwise they stay in `dtype`."""
+    def linear_format(self) -> str | None:
+        """How linear weights are packed: "int4" (Q4_1 weights as 4-bit, others float16), "int4-all"
+        (every weight quantised to 4 bits), "float16", or None (they stay in `dtype`)."""
         if self.weight_dtype == "auto":
-            return self.device == "cpu" and self.dtype == "float32" and fp16_gemm_available()
-        return self.weight_dtype == "float16" != self.dtype
+            if self.mode != "fast" or self.device != "cpu" or self.dtype != "float32" or not fp16_gemm_available():
+                return None
+            return "int4" if int4_matmul_available() else "float16"
+        if self.weight_dtype == self.dtype:
+            return None
+        return "int4-all" if self.weight_dtype == "int4" else self.weight_dtype
+
+    @property
+    def fp16_linear_weights(self) -> bool:
+        """Whether linear weights are held as float16 for fbgemm (the "float16" format)."""
+        return self.linear_format == "float16"
 
 
 def fp16_gemm_available() -> bool:
     import torch  # here, not at the top: reading settings must not pay for importing torch
 
     return "fbgemm" in torch.backends.quantized.supported_engines
+
+
+def int4_matmul_available() -> bool:
+    """torch's CPU int4 weight-only matmul, fast with bfloat16 activations (AVX-512 builds)."""
+    import torch
+
+    return hasattr(torch.ops.aten, "_weight_int4pack_mm_for_cpu") and torch.backends.cpu.get_cpu_capability() == "AVX512"

@@ -6,7 +6,8 @@ their contents: those past the local hits. The caller fills them (a KV transfer)
 engine goes on stepping other requests - the sequence is IMPORTING, outside the scheduler, so
 nothing reads or writes its blocks meanwhile. `finish_import` then marks the prompt computed,
 registers its full blocks in the prefix cache and continues from the first token the prefill
-side sampled, exactly as if this engine had prefilled the prompt itself. `abort` works at any
+side sampled, exactly as if this engine had prefilled the prompt itself: the sequence joins the
+running batch through the scheduler (`add_imported`), so `max_num_seqs` bounds it like any other. `abort` works at any
 point (scheduler.finish frees an IMPORTING sequence's blocks).
 
 These functions run on the engine thread (`AsyncEngine.call`).
@@ -58,6 +59,5 @@ def finish_import(engine: LLMEngine, request_id: str, first_token_id: int) -> Ge
         raise InvalidRequest(f"first_gen_tokens holds {first_token_id}, outside the vocabulary")
     seq.num_computed_tokens = len(seq)
     engine.block_manager.commit_computed(seq)
-    seq.status = SequenceStatus.RUNNING
-    engine.scheduler.running.append(seq)
+    engine.scheduler.add_imported(seq)
     return engine.postprocess(seq, [first_token_id])

@@ -197,7 +197,7 @@ class LLMEngine:
         s = self.scheduler
         return EngineStats(
             num_running=len(s.running),
-            num_waiting=len(s.waiting),
+            num_waiting=len(s.waiting) + len(s.imported),
             num_prefill_tokens=s.num_prefill_tokens(),
             num_decode_tokens=s.num_decode_tokens(),
             num_kv_blocks_total=self.block_manager.num_blocks,

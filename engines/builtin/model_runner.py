@@ -9,8 +9,10 @@ like a prefill chunk, causal within the row).
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch import Tensor
@@ -21,11 +23,13 @@ from engines.builtin.attention import (
     allocate_kv_caches,
 )
 from engines.builtin.config import EngineConfig
-from engines.builtin.loader import load_model
+from engines.builtin.loader import cache, load_model
 from engines.builtin.model import forward, rope_freqs_cis, rope_inv_freq
 from engines.builtin.model_config import ModelConfig
 from engines.builtin.tokenizer import Tokenizer
 from engines.builtin.weights import LlamaWeights
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -85,14 +89,25 @@ class ModelRunner:
         self.tokenizer: Tokenizer = loaded.tokenizer
         state = {name: t.to(device=self.device, dtype=self.dtype) for name, t in loaded.weights.items()}
         self.weights = LlamaWeights.from_state_dict(state, self.model_config)
-        if config.fp16_linear_weights:
-            self.weights.pack_fp16()
+        if config.linear_format is not None:
+            self.pack_weights(config.linear_format, loaded.cache_entry)
         mc = self.model_config
         self.kv_caches = allocate_kv_caches(
             mc.num_layers, config.num_kv_blocks, config.block_size, mc.num_kv_heads, mc.head_dim, self.dtype, self.device
         )
         self.inv_freq = rope_inv_freq(mc, self.device)
         self.max_model_len = min(config.max_model_len or mc.max_position_embeddings, mc.max_position_embeddings)
+
+    def pack_weights(self, linear_format: str, cache_entry: Path | None) -> None:
+        # the 4-bit weights of a cached model are found and packed once, then read from its entry
+        cached = cache_entry is not None and linear_format == "int4"
+        int4 = cache.read_derived(cache_entry, "int4") if cached else None
+        built = self.weights.pack(linear_format, int4)
+        if cached and int4 is None:
+            try:
+                cache.write_derived(cache_entry, "int4", built)
+            except OSError as exc:  # a read-only cache: later starts pack again
+                logger.warning("could not store the packed 4-bit weights in %s: %s", cache_entry, exc)
 
     def execute(self, items: list[ForwardItem]) -> Tensor:
         """Run the new tokens of every item; return logits [sum of num_logits, vocab] float32."""

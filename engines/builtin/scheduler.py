@@ -3,7 +3,9 @@
 Each step has a budget of `max_num_batched_tokens` tokens. Running sequences that are decoding
 get their one token first (oldest first), then running sequences still prefilling get chunks of
 their prompt, then waiting sequences are admitted (FIFO) while the budget, `max_num_seqs` and the
-KV cache allow. A long prompt is therefore spread over several steps while everyone else keeps
+KV cache allow. Prompts whose KV arrived from another backend (`add_imported`: the generation step
+of disaggregated serving) already hold their blocks and only decode; they take a running slot
+before the waiting queue does, under the same `max_num_seqs`. A long prompt is therefore spread over several steps while everyone else keeps
 decoding. When a decode needs a new KV block and none is left, the most recently admitted running
 sequence is preempted: its blocks are released and it goes back to the head of the queue, to be
 prefilled again later (generated tokens included) — recomputation, never a corrupted cache.
@@ -48,6 +50,7 @@ class Scheduler:
         self.block_manager = block_manager
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []  # in admission order
+        self.imported: deque[Sequence] = deque()  # KV in place (kv_handoff.py), waiting for a running slot
         self.num_preemptions = 0
         self.num_prefix_hit_tokens = 0
         self.num_prompt_tokens = 0
@@ -55,10 +58,21 @@ class Scheduler:
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
 
+    def add_imported(self, seq: Sequence) -> None:
+        """`seq`'s prompt KV is computed (pulled from another backend) and its blocks are held:
+        it decodes once a running slot is free."""
+        seq.status = SequenceStatus.IMPORTED
+        self.imported.append(seq)
+
     def schedule(self) -> list[ScheduledChunk]:
         budget = self.max_num_batched_tokens
         chunks: list[ScheduledChunk] = []
         preempted = False
+
+        while self.imported and len(self.running) < self.max_num_seqs:  # they hold blocks: run them first
+            seq = self.imported.popleft()
+            seq.status = SequenceStatus.RUNNING
+            self.running.append(seq)
 
         for seq in list(self.running):  # decodes first, oldest first
             if seq.status is not SequenceStatus.RUNNING or seq.is_prefilling or budget == 0:
@@ -149,6 +163,9 @@ class Scheduler:
             self.block_manager.deallocate(seq)
         elif seq.status is SequenceStatus.WAITING:
             self.waiting.remove(seq)
+        elif seq.status is SequenceStatus.IMPORTED:
+            self.imported.remove(seq)
+            self.block_manager.deallocate(seq)
         elif seq.status is SequenceStatus.IMPORTING:
             self.block_manager.deallocate(seq)
         seq.status = SequenceStatus.FINISHED
@@ -160,4 +177,4 @@ class Scheduler:
         )
 
     def num_decode_tokens(self) -> int:
-        return sum(s.num_tokens_left for s in self.running)
+        return sum(s.num_tokens_left for s in self.running) + sum(s.num_tokens_left for s in self.imported)

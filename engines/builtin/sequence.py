@@ -16,6 +16,7 @@ class SequenceStatus(enum.Enum):
     WAITING = enum.auto()
     RUNNING = enum.auto()
     IMPORTING = enum.auto()  # holds blocks whose KV is being pulled from another backend (kv_handoff)
+    IMPORTED = enum.auto()  # its KV is in place; waits for a running slot (scheduler.add_imported)
     FINISHED = enum.auto()
 
 

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from engines.builtin.model_config import ModelConfig
+from engines.builtin.quant import Int4Linear, may_quantize_q4_1
 
 
 @dataclass(slots=True, eq=False)
@@ -66,7 +67,7 @@ class Fp16Linear:
         return torch.fbgemm_linear_fp16_weight(x.contiguous(), self.packed, self.bias)
 
 
-Linear = Tensor | Fp16Linear
+Linear = Tensor | Fp16Linear | Int4Linear
 
 
 @dataclass(slots=True)
@@ -97,17 +98,40 @@ class LlamaWeights:
         lm_head = embed if config.tie_word_embeddings else state["lm_head"]
         return cls(embed=embed, layers=layers, norm=state["norm"], lm_head=lm_head)
 
-    def pack_fp16(self) -> None:
-        """Hold every linear weight as float16 (see Fp16Linear); the embedding lookup keeps its
-        float32 table. Packing is slow scalar work (~1.5 s for SmolLM2 on one core) and releases
-        the GIL, so the weights are packed on as many threads as torch uses."""
-        names = [(layer, name) for layer in self.layers for name in ("qkv", "o", "gate_up", "down")]
+    def pack(self, linear_format: str, int4_cache: dict[str, Tensor] | None = None) -> dict[str, Tensor]:
+        """Hold the linear weights packed (see EngineConfig.linear_format); the embedding lookup keeps
+        its float32 table. "float16": every one as Fp16Linear. "int4": each decoder weight that is Q4_1
+        already (`quant.may_quantize_q4_1`) as Int4Linear, the others and the lm_head as Fp16Linear (on
+        this CPU float16 reads SmolLM2's Q8_0 head faster than torch's per-row int8 op:
+        benchmarks/quant_matmul.py). "int4-all": every decoder weight quantised to 4 bits.
+
+        Finding and packing the 4-bit blocks takes seconds, so `int4_cache` may hand back what an
+        earlier call returned (every Int4Linear's tensors by "layers.{i}.{name}.{part}"; a weight
+        absent from it is float16). Packing float16 is slow scalar work (~1.5 s for SmolLM2 on one
+        core) and releases the GIL, so the weights are packed on as many threads as torch uses."""
+        if linear_format not in ("float16", "int4", "int4-all"):
+            raise ValueError(f"linear_format={linear_format!r}")
+
+        def pack_one(key: str, weight: Tensor) -> Linear:
+            if linear_format == "float16":
+                return Fp16Linear.from_weight(weight)
+            if int4_cache is not None:
+                parts = {part: int4_cache[f"{key}.{part}"] for part in ("packed", "scale_zeros") if f"{key}.{part}" in int4_cache}
+                return Int4Linear.from_tensors(parts, weight) if parts else Fp16Linear.from_weight(weight)
+            blocks = may_quantize_q4_1(weight, exact_only=linear_format == "int4")
+            return Fp16Linear.from_weight(weight) if blocks is None else Int4Linear.from_blocks(*blocks)
+
+        names = [(i, layer, name) for i, layer in enumerate(self.layers) for name in ("qkv", "o", "gate_up", "down")]
         with ThreadPoolExecutor(max_workers=max(1, torch.get_num_threads())) as pool:
             lm_head = pool.submit(Fp16Linear.from_weight, self.lm_head)  # the largest, first
-            packed = list(pool.map(lambda item: Fp16Linear.from_weight(getattr(*item)), names))
+            packed = list(pool.map(lambda item: pack_one(f"layers.{item[0]}.{item[2]}", getattr(item[1], item[2])), names))
             self.lm_head = lm_head.result()
-        for (layer, name), linear in zip(names, packed):
+        int4_tensors: dict[str, Tensor] = {}
+        for (i, layer, name), linear in zip(names, packed):
             setattr(layer, name, linear)
+            if isinstance(linear, Int4Linear):
+                int4_tensors.update({f"layers.{i}.{name}.{part}": t for part, t in linear.to_tensors().items()})
+        return int4_tensors
 
 
 HF_LAYER_NAMES = {

@@ -3,7 +3,9 @@
 Three asyncio loops, started and cancelled by the app's lifespan:
 - health: `GET /health` on every backend each `health_interval_s`; the result decides whether a
   backend is a routing candidate. A request that finds a backend down before its first byte
-  marks it unhealthy at once (`mark_unhealthy`), until a health check passes again.
+  marks it unhealthy at once (`mark_unhealthy`), until a health check passes again. Repeated
+  failures eject it for longer (`gateway.fleet.outliers`: a circuit breaker per backend, which requests
+  feed through `record_error` / `record_success` and which each health check probes).
 - load: `GET /load` on healthy backends each `load_interval_s`; the backend's own prefill/decode
   token counts correct the store's in-flight counters (which drift when a replica dies with
   requests in flight). Backends without /load (third-party servers) are skipped quietly.
@@ -24,9 +26,11 @@ from typing import Any, Protocol
 import structlog
 
 from backends.client import BackendClient, BackendError, BackendRejected, Endpoint
+from gateway.fleet.outliers import OutlierDetector
 from gateway.metrics import GatewayMetrics
 from gateway.store.base import Store
 from gateway.store.errors import StoreError
+from policies.breaker import BreakerConfig
 
 log = structlog.get_logger("edgerun.gateway.monitor")
 
@@ -61,6 +65,7 @@ class BackendMonitor:
         intervals: MonitorIntervals,
         kv_sink: KVEventSink | None = None,
         kv_consumer: str | None = None,
+        outliers: OutlierDetector | None = None,
     ) -> None:
         self.kv_consumer = kv_consumer  # our cursor's name on each backend (the replica id)
         self.states = {e.id: MonitoredBackend(e) for e in endpoints}
@@ -70,6 +75,7 @@ class BackendMonitor:
         self.intervals = intervals
         self.kv_sink = kv_sink
         self._tasks: list[asyncio.Task[None]] = []
+        self.outliers = outliers or OutlierDetector(self.states, BreakerConfig(), metrics)
         for state in self.states.values():
             self._set_gauge(state)
 
@@ -77,7 +83,14 @@ class BackendMonitor:
 
     def is_healthy(self, backend_id: str) -> bool:
         state = self.states.get(backend_id)
-        return state is not None and state.healthy
+        return state is not None and state.healthy and self.outliers.admits(backend_id)
+
+    def record_error(self, exc: BackendError) -> None:
+        """A request met this backend error: counted against the backend it names (`gateway.fleet.outliers`)."""
+        self.outliers.record_error(exc)
+
+    def record_success(self, backend_id: str) -> None:
+        self.outliers.record_success(backend_id)
 
     def healthy_first(self, endpoints: Iterable[Endpoint]) -> list[Endpoint]:
         return sorted(endpoints, key=lambda e: not self.is_healthy(e.id))
@@ -100,6 +113,7 @@ class BackendMonitor:
                 log.info("backend health changed", backend=state.endpoint.id, healthy=healthy)
             state.healthy, state.checked_at = healthy, now
             self._set_gauge(state)
+            self.outliers.record_probe(state.endpoint.id, passed=healthy)
 
     async def poll_loads(self) -> None:
         async def one(state: MonitoredBackend) -> None:

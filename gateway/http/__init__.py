@@ -12,6 +12,7 @@
     body.py             reading a JSON body within a size bound
     strict_json.py      JSON parsed strictly
     render.py           a `Generation` -> Workers AI or OpenAI responses, streamed or whole
+    responses.py        a `Generation` -> an OpenAI Responses API `response` or its stream of events
     sse.py              server-sent event framing for both dialects
     envelopes.py        the JSON bodies the gateway answers with
     dashboard/          the usage dashboard: a page at /dashboard over a small JSON API

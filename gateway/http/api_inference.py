@@ -15,7 +15,7 @@ from starlette.responses import Response
 from gateway.context import Principal
 from gateway.errors import InvalidInput
 from gateway.fleet.catalog import EMBEDDING_TASK, ModelSpec
-from gateway.http import envelopes, render
+from gateway.http import envelopes, render, responses
 from gateway.http.body import read_json_object
 from gateway.http.envelopes import JSONBytes
 from gateway.http.strict_json import JSONRejected, loads_strict
@@ -23,7 +23,13 @@ from gateway.pipeline.embedding_input import MAX_TEXTS, parse_openai_embedding, 
 from gateway.pipeline.generation import Generation, RequestMeta
 from gateway.pipeline.model_schema import text_embeddings_schema, text_generation_schema
 from gateway.pipeline.routing import EXPLAIN_REQUEST_HEADER, EXPLAIN_RESPONSE_HEADER
-from gateway.pipeline.schemas import openai_model, parse_chat_completions, parse_completions, parse_workers_ai
+from gateway.pipeline.schemas import (
+    openai_model,
+    parse_chat_completions,
+    parse_completions,
+    parse_responses,
+    parse_workers_ai,
+)
 from gateway.services import Services
 
 SESSION_HEADER = "x-session-affinity"
@@ -190,6 +196,20 @@ async def embeddings(request: Request) -> Response:
     request.state.backend = embedded.endpoint.id
     answer = envelopes.openai_embeddings(model.id, embedded.vectors, embedded.usage, base64=encoding == "base64")
     return JSONBytes(answer)
+
+
+async def create_response(request: Request) -> Response:
+    """POST /client/v4/accounts/{account_id}/ai/v1/responses (OpenAI's Responses API, text in and out)"""
+    g = services(request)
+    principal = await _admitted(request)
+    body = await _body(request)
+    model = _model(request, principal, openai_model(body))
+    if model.task == EMBEDDING_TASK:
+        raise InvalidInput(f"{model.id} is an embedding model: send it to /ai/v1/embeddings", param="model")
+    inp = parse_responses(body)
+    generation = await g.generator.start(_meta(request, principal, model), inp.generation)
+    request.state.backend = generation.endpoint.id
+    return _explained(request, generation, await responses.responses_response(generation, inp, request.receive))
 
 
 async def chat_completions(request: Request) -> Response:

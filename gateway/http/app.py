@@ -21,9 +21,11 @@ from gateway.errors import AuthenticationFailed, GatewayError, NoRoute, ServiceU
 from gateway.http import api_admin, api_billing, api_inference
 from gateway.http.admin_guard import presented_bearer, token_matches
 from gateway.http.dashboard import dashboard_routes
+from gateway.http.drain import Drain, DrainGate
 from gateway.http.envelopes import JSONBytes, error_response
 from gateway.http.listeners import ADMIN, ListenerGate, listener_of
 from gateway.http.middleware import RequestContextMiddleware, is_openai_path
+from gateway.http.openapi import openapi_document
 from gateway.metrics import GatewayMetrics
 from gateway.services import Services
 from gateway.settings import GatewaySettings
@@ -89,10 +91,16 @@ async def metrics(request: Request) -> Response:
     return PlainTextResponse(g.metrics.render(), media_type=g.metrics.content_type)
 
 
+async def openapi_json(request: Request) -> Response:
+    """The OpenAPI document of every route here (gateway/http/openapi.py)."""
+    return JSONBytes(openapi_document())
+
+
 def routes() -> list[Route]:
     return [
         Route(f"{ACCOUNT}/ai/run/{{model:path}}", api_inference.run_model, methods=["POST"]),
         Route(f"{ACCOUNT}/ai/v1/chat/completions", api_inference.chat_completions, methods=["POST"]),
+        Route(f"{ACCOUNT}/ai/v1/responses", api_inference.create_response, methods=["POST"]),
         Route(f"{ACCOUNT}/ai/v1/completions", api_inference.completions, methods=["POST"]),
         Route(f"{ACCOUNT}/ai/v1/embeddings", api_inference.embeddings, methods=["POST"]),
         Route(f"{ACCOUNT}/ai/models/search", api_inference.search_models, methods=["GET"]),
@@ -105,6 +113,7 @@ def routes() -> list[Route]:
         Route("/admin/v1/billing/export", api_billing.billing_export, methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
+        Route("/openapi.json", openapi_json, methods=["GET"]),
         *dashboard_routes(),
     ]
 
@@ -136,5 +145,7 @@ def create_app(
         },
     )
     app.add_middleware(ListenerGate, split=settings.admin_port is not None)
+    app.state.drain = drain = Drain(settings.shutdown_timeout_s)  # run by Listeners on SIGTERM
+    app.add_middleware(DrainGate, drain=drain)
     app.add_middleware(RequestContextMiddleware, metrics=app_metrics, worker=settings.worker_index)
     return app

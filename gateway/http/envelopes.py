@@ -6,7 +6,6 @@ written once and tested without HTTP.
 
 from __future__ import annotations
 
-import json
 import math
 import struct
 from base64 import b64encode
@@ -14,14 +13,10 @@ from typing import Any
 
 from starlette.responses import Response
 
+from contracts.openai_error import error_body
+from contracts.sse import dumps
 from contracts.usage import Usage
 from gateway.errors import GatewayError
-
-_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))  # json.dumps would build one per call
-
-
-def dumps(obj: Any) -> bytes:
-    return _ENCODER.encode(obj).encode()
 
 
 class JSONBytes(Response):
@@ -77,14 +72,7 @@ def _base64_floats(vector: list[float]) -> str:
 
 
 def openai_error(error: GatewayError) -> dict[str, Any]:
-    return {
-        "error": {
-            "message": error.message,
-            "type": error.openai_type,
-            "param": error.param,
-            "code": str(error.code),
-        }
-    }
+    return error_body(error.message, error.openai_type, str(error.code), error.param)
 
 
 def chat_completion(

@@ -31,6 +31,7 @@ from starlette.requests import HTTPConnection
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.errors import NoRoute
+from gateway.http.drain import Drain
 from gateway.http.envelopes import error_response
 from gateway.http.listener_limits import ListenerLimits, limited_protocol
 from gateway.settings import GatewaySettings
@@ -116,7 +117,7 @@ def listener_configs(
         "log_config": None,  # keep our structured logging
         "access_log": False,  # the gateway's middleware logs each request with its request id
         "timeout_keep_alive": int(max(1, settings.keep_alive_s)),
-        "timeout_graceful_shutdown": 10,
+        "timeout_graceful_shutdown": 1,  # a backstop: `Drain` already waited for the requests in flight
     }
     configs = [
         uvicorn.Config(
@@ -158,8 +159,9 @@ class Listeners:
     first and stops last, so the other listeners never run without the services. With
     `reuse_port`, each listener binds its port with SO_REUSEPORT (one of several worker processes)."""
 
-    def __init__(self, configs: list[uvicorn.Config], *, reuse_port: bool = False) -> None:
+    def __init__(self, configs: list[uvicorn.Config], drain: Drain | None = None, *, reuse_port: bool = False) -> None:
         self.servers = [_Server(config) for config in configs]
+        self.drain = drain  # the app's (`app.state.drain`): run when asked to stop, before the servers stop
         self._stopping = asyncio.Event()
         self._reuse_port = reuse_port
 
@@ -189,6 +191,8 @@ class Listeners:
                 tasks += [asyncio.create_task(self._serve(server)) for server in rest]
             stopping = asyncio.create_task(self._stopping.wait())
             await asyncio.wait([*tasks, stopping], return_when=asyncio.FIRST_COMPLETED)
+            if stopping.done() and self.drain is not None and not any(t.done() for t in tasks):
+                await self.drain.run()
             stopping.cancel()
             for server, task in reversed(list(zip(self.servers, tasks, strict=False))):
                 server.should_exit = True  # the admin listener drains first, then the public one

@@ -15,16 +15,15 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing
 
 from starlette.responses import Response
-from starlette.types import Receive, Scope, Send
+from starlette.types import Receive
 
+from contracts.sse import DONE, EventStream
 from contracts.usage import Usage
 from gateway.errors import GatewayError
 from gateway.http import envelopes, sse
 from gateway.http.envelopes import JSONBytes
-from gateway.http.event_stream import EventStream
 from gateway.pipeline.generation import Generation
 
-SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 CLIENT_CLOSED_REQUEST = 499  # nginx's status for a client that left; nobody reads it, the logs do
 
 
@@ -53,23 +52,6 @@ async def collect_or_cancel(generation: Generation, receive: Receive) -> str | N
     return collecting.result()
 
 
-class GenerationStream(EventStream):
-    """An SSE response that settles its generation however the response ends, even when the
-    client leaves before the body iterator ever starts."""
-
-    media_type = "text/event-stream"
-
-    def __init__(self, content: AsyncIterator[bytes], generation: Generation) -> None:
-        super().__init__(content, headers=SSE_HEADERS)
-        self.generation = generation
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            await self.generation.aclose()
-
-
 def _usage(generation: Generation) -> Usage:
     assert generation.usage is not None, "usage is set when the text iterator ends"
     return generation.usage
@@ -88,12 +70,12 @@ async def workers_ai_events(generation: Generation) -> AsyncIterator[bytes]:
             yield sse.workers_ai_error(error)
             return
     yield sse.workers_ai_usage(_usage(generation))
-    yield sse.DONE
+    yield DONE
 
 
 async def workers_ai_response(generation: Generation, stream: bool, receive: Receive) -> Response:
     if stream:
-        return GenerationStream(workers_ai_events(generation), generation)
+        return EventStream(workers_ai_events(generation), generation.aclose)
     text = await collect_or_cancel(generation, receive)
     if text is None:
         return Response(status_code=CLIENT_CLOSED_REQUEST)
@@ -122,7 +104,7 @@ async def openai_events(generation: Generation, stream: sse.OpenAIStream) -> Asy
     usage = stream.usage(_usage(generation))
     if usage is not None:
         yield usage
-    yield sse.DONE
+    yield DONE
 
 
 async def openai_response(
@@ -132,7 +114,7 @@ async def openai_response(
     model = generation.meta.model.id
     if stream:
         encoder = sse.OpenAIStream(completion_id, generation.created, model, chat=chat, include_usage=include_usage)
-        return GenerationStream(openai_events(generation, encoder), generation)
+        return EventStream(openai_events(generation, encoder), generation.aclose)
     text = await collect_or_cancel(generation, receive)
     if text is None:
         return Response(status_code=CLIENT_CLOSED_REQUEST)

@@ -17,16 +17,12 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
+from contracts.openai_error import error_body
+from contracts.sse import event
 from contracts.usage import Usage
 from gateway.errors import GatewayError
-from gateway.http.envelopes import dumps
 
-DONE = b"data: [DONE]\n\n"
 MAX_PADDING_CHARS = 32  # even: the padding is hex
-
-
-def event(payload: Any) -> bytes:
-    return b"data: " + dumps(payload) + b"\n\n"
 
 
 def padding_source() -> random.Random:
@@ -106,6 +102,4 @@ class OpenAIStream:
 
     @staticmethod
     def error(error: GatewayError) -> bytes:
-        return event(
-            {"error": {"message": error.message, "type": error.openai_type, "param": None, "code": str(error.code)}}
-        )
+        return event(error_body(error.message, error.openai_type, str(error.code)))

@@ -1,8 +1,9 @@
 """JSON from clients, parsed strictly: what Python's `json` lets through but nothing downstream can use.
 
 `json.loads` accepts `NaN` and `Infinity` (not JSON: they break range checks, the ledger and
-exports), lone UTF-16 surrogates such as `"\\ud800"` (valid escapes, but no UTF-8 text: the
-tokenizer and every encoder fail on them), and nesting as deep as the stack allows (a body nested
+exports) and turns a number too large for a float (`1e999`) into infinity too, lone UTF-16
+surrogates such as `"\\ud800"` (valid escapes, but no UTF-8 text: the tokenizer and every encoder
+fail on them), and nesting as deep as the stack allows (a body nested
 100,000 levels raises RecursionError here or later, in validation or when the ledger encodes it).
 `loads_strict` refuses all three with `JSONRejected`, whose message says what to fix; callers turn
 it into their own 400.
@@ -11,6 +12,7 @@ it into their own 400.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 MAX_DEPTH = 32  # Workers AI bodies nest 4 levels (messages -> content parts -> fields)
@@ -24,10 +26,17 @@ def _no_constants(name: str) -> Any:
     raise JSONRejected(f"{name} is not a JSON number: send a finite number")
 
 
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise JSONRejected(f"{text[:40]} is too large for a number: send a finite number")
+    return value
+
+
 def loads_strict(data: bytes | str, max_depth: int = MAX_DEPTH) -> Any:
     """Parse `data`; raise JSONRejected for invalid JSON, NaN/Infinity, lone surrogates or deep nesting."""
     try:
-        value = json.loads(data, parse_constant=_no_constants)
+        value = json.loads(data, parse_constant=_no_constants, parse_float=_finite_float)
     except JSONRejected:
         raise
     except RecursionError:

@@ -153,6 +153,7 @@ class Disaggregator:
         except BackendError as exc:
             self.metrics.disagg_steps.labels("context", endpoint.id, "error").inc()
             log.warning("context step failed", request_id=request_id, backend=endpoint.id, error=exc.message)
+            self.monitor.record_error(exc)
             if isinstance(exc, BackendUnavailable):
                 self.monitor.mark_unhealthy(endpoint.id, "failed a context step")
             raise
@@ -169,7 +170,7 @@ class Disaggregator:
         self, flight: Flight, body: dict[str, Any], step: str, request_id: str
     ) -> tuple[Endpoint, AsyncGenerator[CompletionChunk, None]]:
         try:
-            endpoint, chunks = await self.client.stream_with_failover(flight.endpoints, body)
+            endpoint, chunks = await self.client.stream_with_failover(flight.endpoints, body, self.monitor.record_error)
         except BackendError as exc:
             self.metrics.disagg_steps.labels(step, exc.endpoint_id or "", "error").inc()
             log.warning(f"{step} step failed", request_id=request_id, error=exc.message)

@@ -101,6 +101,7 @@ class Embedder:
                     vectors, backend_usage = await self.client.embeddings(endpoint, body)
                 except BackendUnavailable as exc:  # never reached it: the next backend may answer
                     self.monitor.mark_unhealthy(endpoint.id, exc.message)
+                    self.monitor.record_error(exc)
                     failure = exc
                     continue
                 usage = Usage(prompt_tokens=backend_usage.prompt_tokens, completion_tokens=0, cached_tokens=0)

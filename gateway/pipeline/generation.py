@@ -154,6 +154,7 @@ class Generation:
         except BackendStreamBroken as exc:
             status = "backend_error"
             log.warning("backend stream broke", backend=self.endpoint.id, error=exc.message)
+            self._g.monitor.record_error(exc)
             raise InternalError("the backend failed while generating the answer; retry the request") from exc
         finally:
             with anyio.CancelScope(shield=True):
@@ -210,6 +211,8 @@ class Generation:
             await self._chunks.aclose()  # type: ignore[attr-defined]  # drops the connection: the backend aborts
         except Exception:  # the record below must be written whatever the connection did
             log.exception("closing the backend stream failed", request_id=self.meta.request_id)
+        if status == "ok":
+            self._g.monitor.record_success(self.endpoint.id)
         usage = self._final_usage(status)
         self.usage = usage
         self._timings(usage)
@@ -222,6 +225,8 @@ class Generation:
         try:
             await g.router.finished(self.flight, success=status == "ok")
             await g.auth.reconcile(self.meta.principal, self.metered.tokens_estimate, usage.total_tokens)
+        except StoreUnavailable as exc:  # an outage, not a bug: the counters' leases and /load correct them
+            log.warning("releasing counters failed", error=exc.args[0], request_id=self.meta.request_id)
         except Exception:
             log.exception("releasing counters failed", request_id=self.meta.request_id)
         await g.metering.settle(
@@ -334,7 +339,9 @@ class Generator:
                 flight = await route(endpoints, max_tokens)
                 attempt.flights.append(flight)
                 place.leave()  # the setup is done: waiting for the backend holds no place
-                endpoint, chunks = await self.client.stream_with_failover(flight.endpoints, body)
+                endpoint, chunks = await self.client.stream_with_failover(
+                    flight.endpoints, body, self.monitor.record_error
+                )
             else:
                 place.leave()
                 opened = await self.disagg.open(attempt, route, pools, body, max_tokens, meta.request_id)

@@ -108,6 +108,33 @@ OPENAI_COMPLETIONS: Mapping[str, FieldRule] = {
 }
 
 
+OPENAI_RESPONSES: Mapping[str, FieldRule] = {
+    **{name: HONOURED for name in ("model", "input", "instructions", "max_output_tokens", "temperature", "top_p")},
+    **{name: HONOURED for name in ("stream", "stream_options")},  # stream_options.include_obfuscation
+    **{name: _OPENAI_SHARED[name] for name in ("user", "safety_identifier", "metadata", "service_tier",
+                                               "prompt_cache_key", "prompt_cache_retention")},
+    "store": ignored("asks OpenAI to keep the response for later retrieval; edgerun keeps none, and the answer "
+                     "does not depend on it (previous_response_id is refused)"),
+    "parallel_tool_calls": ignored("only shapes tool calls, and without `tools` (refused) there are none"),
+    "tools": refused(f"{_NOT_YET} on /responses (no function calling here); leave it out", []),
+    "tool_choice": refused(f"{_NOT_YET} on /responses (no function calling here); leave it out", "none", "auto"),
+    "text": refused("asks for a structured output format, which /responses does not enforce yet; leave it out or "
+                    "use /chat/completions", {"format": {"type": "text"}}),
+    "previous_response_id": refused("is not supported: edgerun stores no responses; send the whole conversation "
+                                    "as input items"),
+    "conversation": refused("is not supported: edgerun stores no conversations; send the whole conversation as "
+                            "input items"),
+    "reasoning": refused("applies to reasoning models; the served models do not reason"),
+    "include": refused("asks for extra output data (logprobs, encrypted reasoning) edgerun does not produce", []),
+    "background": refused("is not supported: responses are answered while the request is open", False),
+    "truncation": refused("auto is not supported: a conversation longer than the context is refused, never cut",
+                          "disabled"),
+    "max_tool_calls": refused("only bounds tool calls, and there are none on /responses"),
+    "top_logprobs": refused("is not supported: edgerun returns no logprobs; leave it out", 0),
+    "prompt": refused("names a stored prompt template; edgerun stores none: send the text as input"),
+}
+
+
 WORKERS_AI_EMBEDDINGS: Mapping[str, FieldRule] = {
     "text": HONOURED,
     "pooling": refused("is fixed by the model's checkpoint (mean for all-MiniLM-L6-v2); leave it out", "mean"),

@@ -132,8 +132,12 @@ class Router:
             model=model.id,
         )
         ordered = self.order(candidates, info)
-        if not ordered:
-            raise OutOfCapacity(f"No more data centers to forward the request to: no healthy backend serves {model.id}")
+        if not ordered:  # every backend down or ejected: say when the first ejection runs out
+            wait = self.monitor.outliers.retry_after_s(e.id for e in endpoints)
+            raise OutOfCapacity(
+                f"No more data centers to forward the request to: no healthy backend serves {model.id}",
+                retry_after_s=max(1.0, wait or 1.0),
+            )
         by_id = {e.id: e for e in endpoints}
         first = ordered[0]
         explanation = explain(self.policy, first, candidates, info)

@@ -14,6 +14,10 @@ Workers AI text generation (the documented input schema):
     presence_penalty    number      0         -2..2
     stream, raw         boolean     false
 
+The OpenAI Responses route (`parse_responses`) takes `input` (a string, or message items whose
+content is a string or `input_text` / `output_text` parts), `instructions` (a system message put
+first), `max_output_tokens`, `temperature` and `top_p`.
+
 OpenAI routes take OpenAI's names and ranges (temperature 0..2, `max_completion_tokens` as an
 alias of `max_tokens`, `stop`, `n` = 1 only, `stream_options.include_usage`); fields left out get
 the Workers AI defaults above, so one model behaves the same through both APIs. A field the
@@ -27,7 +31,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.errors import InvalidInput
-from gateway.pipeline.request_fields import OPENAI_CHAT, OPENAI_COMPLETIONS, WORKERS_AI, check_fields
+from gateway.pipeline.request_fields import (
+    OPENAI_CHAT,
+    OPENAI_COMPLETIONS,
+    OPENAI_RESPONSES,
+    WORKERS_AI,
+    check_fields,
+)
 
 MAX_PROMPT_CHARS = 131072
 ROLES = ("system", "user", "assistant", "tool", "developer")
@@ -252,3 +262,72 @@ def parse_completions(body: dict[str, Any]) -> GenerationInput:
         prompt = prompt[0]
     sampling, stream, include_usage = _openai_common(body)
     return GenerationInput(Prompt(text=_prompt_text(prompt)), sampling, stream, include_usage)
+
+
+@dataclass(frozen=True, slots=True)
+class ResponsesInput:
+    """`POST /ai/v1/responses`: the generation, plus what the response object echoes back."""
+
+    generation: GenerationInput
+    instructions: str | None
+    max_output_tokens: int | None
+    obfuscate: bool  # stream_options.include_obfuscation (OpenAI's default: on)
+
+
+_ITEM_PARTS = ("input_text", "output_text")  # an earlier answer may come back as output_text
+
+
+def _item_content(value: Any, where: str) -> str:
+    if isinstance(value, str):
+        return value
+    if not isinstance(value, list):
+        raise InvalidInput(f"{where} must be a string or an array of input_text parts", param="input")
+    texts = []
+    for i, part in enumerate(value):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind not in _ITEM_PARTS or not isinstance(part.get("text"), str):
+            raise InvalidInput(f"{where}[{i}] must be a text part {{type: 'input_text', text: str}}; got type "
+                               f"{kind!r} (the served models read text only)", param="input")
+        texts.append(part["text"])
+    return "".join(texts)
+
+
+def _input_items(value: Any) -> list[dict[str, str]]:
+    if isinstance(value, str):
+        return [{"role": "user", "content": _prompt_text(value)}]
+    if not isinstance(value, list) or not value:
+        raise InvalidInput("input must be a string or a non-empty array of message items", param="input")
+    messages = []
+    for i, item in enumerate(value):
+        if not isinstance(item, dict):
+            raise InvalidInput(f"input[{i}] must be a message item {{role, content}}", param="input")
+        kind = item.get("type", "message")
+        if kind != "message":
+            raise InvalidInput(f"input[{i}] is a {kind!r} item; /responses takes message items only (no tool "
+                               "calls or item references)", param="input")
+        role = item.get("role")
+        if role not in ("user", "assistant", "system", "developer"):
+            raise InvalidInput(f"input[{i}].role must be user, assistant, system or developer, got {role!r}",
+                               param="input")
+        messages.append({"role": role, "content": _item_content(item.get("content"), f"input[{i}].content")})
+    return messages
+
+
+def parse_responses(body: dict[str, Any]) -> ResponsesInput:
+    """`POST /ai/v1/responses`: text in, text out."""
+    check_fields(body, OPENAI_RESPONSES, "a Responses API request")
+    messages = _input_items(body.get("input"))
+    instructions = body.get("instructions")
+    if instructions is not None:
+        if not isinstance(instructions, str):
+            raise InvalidInput("instructions must be a string", param="instructions")
+        messages.insert(0, {"role": "system", "content": instructions})
+    obfuscate = True
+    options = body.get("stream_options")
+    if options is not None:
+        if not isinstance(options, dict) or set(options) - {"include_obfuscation"}:
+            raise InvalidInput("stream_options takes include_obfuscation only", param="stream_options")
+        obfuscate = _boolean(options, "include_obfuscation", True)
+    sampling = _sampling(body, max_temperature=2.0, max_tokens_names=("max_output_tokens",), openai=False)
+    generation = GenerationInput(Prompt(messages=tuple(messages)), sampling, _boolean(body, "stream"))
+    return ResponsesInput(generation, instructions, _integer(body, "max_output_tokens", None, 1, None), obfuscate)

@@ -67,3 +67,12 @@ def test_short_secrets_are_refused_with_a_hint() -> None:
     with pytest.raises(ValueError, match="EDGERUN_CACHE_SALT_SECRET"):
         GatewaySettings(cache_salt_secret="short")
     assert BackendSettings(api_key="x" * 16).api_key is not None
+
+
+def test_the_unauthenticated_mooncake_transport_needs_the_operator_to_vouch_for_the_network() -> None:
+    from backends.settings import BackendSettings
+
+    with pytest.raises(ValueError, match="authenticates no one"):
+        BackendSettings(kv_transport="mooncake")
+    assert BackendSettings(kv_transport="mooncake", kv_mooncake_trusted_network=True).kv_transport == "mooncake"
+    assert BackendSettings().kv_transport == "tcp"  # the default signs every pull

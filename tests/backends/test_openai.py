@@ -3,7 +3,9 @@ from __future__ import annotations
 import json
 
 from backends.server.generation import Completion
-from backends.server.openai import Renderer, sse, usage
+from backends.server.openai import Renderer
+from contracts.sse import event
+from contracts.usage import Usage
 from engines.base import GenerationOutput
 
 
@@ -13,7 +15,7 @@ def output(text: str, ids: list[int], finish: str | None = None, generated: int 
 
 
 def test_usage_always_has_cached_tokens() -> None:
-    assert usage(10, 3, 0) == {"prompt_tokens": 10, "completion_tokens": 3, "total_tokens": 13,
+    assert Usage(10, 3, 0).as_dict() == {"prompt_tokens": 10, "completion_tokens": 3, "total_tokens": 13,
                                "prompt_tokens_details": {"cached_tokens": 0}}
 
 
@@ -47,6 +49,6 @@ def test_whole_answers() -> None:
 
 
 def test_sse_framing() -> None:
-    frame = sse({"a": 1})
+    frame = event({"a": 1})
     assert frame.startswith(b"data: ") and frame.endswith(b"\n\n")
     assert json.loads(frame[6:]) == {"a": 1}

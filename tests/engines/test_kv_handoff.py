@@ -69,3 +69,36 @@ def test_an_aborted_import_frees_its_blocks_and_cannot_be_finished(engine: LLMEn
     assert engine.stats().num_kv_blocks_free == 32
     with pytest.raises(InvalidRequest, match="not waiting for imported KV"):
         finish_import(engine, "gone", 5)
+
+
+def test_imported_requests_wait_for_a_running_slot_under_max_num_seqs() -> None:
+    config = EngineConfig(model="random:tiny", num_kv_blocks=32, weight_dtype="float32", max_num_seqs=2)
+    engine = LLMEngine(config, ModelRunner(config))
+    engine.add_request(GenerationRequest("local", list(range(200, 210)), SamplingParams(max_tokens=6), "v"))
+    engine.step()  # one running request of its own
+    for i in range(3):
+        reserve_import(engine, GenerationRequest(f"imp{i}", list(range(300 + 20 * i, 317 + 20 * i)),
+                                                 SamplingParams(max_tokens=3), "v"))
+        first = finish_import(engine, f"imp{i}", 9)
+        assert first.new_token_ids == [9] and not first.is_finished
+    assert len(engine.scheduler.running) == 1 and engine.stats().num_waiting == 3
+    finished: dict[str, str | None] = {}
+    while engine.has_unfinished:
+        outputs = engine.step()
+        assert len(engine.scheduler.running) <= 2  # the imports never push the batch past max_num_seqs
+        finished |= {o.request_id: o.finish_reason for o in outputs if o.is_finished}
+    assert finished == {"local": "length", "imp0": "length", "imp1": "length", "imp2": "length"}
+    assert engine.stats().num_kv_blocks_free == 32
+
+
+def test_an_imported_request_aborted_while_it_waits_for_a_slot_frees_its_blocks() -> None:
+    config = EngineConfig(model="random:tiny", num_kv_blocks=32, weight_dtype="float32", max_num_seqs=1)
+    engine = LLMEngine(config, ModelRunner(config))
+    engine.add_request(GenerationRequest("busy", list(range(200, 210)), SamplingParams(max_tokens=4), "w"))
+    engine.step()
+    reserve_import(engine, GenerationRequest("queued", list(range(400, 440)), SamplingParams(max_tokens=4), "w"))
+    finish_import(engine, "queued", 9)
+    assert engine.seqs["queued"].status is SequenceStatus.IMPORTED
+    engine.abort("queued")
+    run(engine)
+    assert engine.stats().num_kv_blocks_free == 32 and not engine.scheduler.imported

@@ -204,11 +204,19 @@ def test_float16_weights_batch_like_float32(tiny_runner: ModelRunner) -> None:
 
 def test_weight_dtype_is_validated() -> None:
     with pytest.raises(ValueError, match="weight_dtype"):
-        EngineConfig(weight_dtype="int4")
-    with pytest.raises(ValueError, match="'float16' with dtype='float32'"):
+        EngineConfig(weight_dtype="int8")
+    with pytest.raises(ValueError, match="'int4' with dtype='float32'"):
         EngineConfig(weight_dtype="float16", dtype="bfloat16")
     with pytest.raises(ValueError, match="is for device='cpu'"):
         EngineConfig(weight_dtype="float16", device="cuda")
+    with pytest.raises(ValueError, match="is for device='cpu'"):
+        EngineConfig(weight_dtype="int4", device="cuda")
+    with pytest.raises(ValueError, match="mode='deterministic'"):
+        EngineConfig(weight_dtype="int4", mode="deterministic")
+    with pytest.raises(ValueError, match="mode="):
+        EngineConfig(mode="exact")
+    assert EngineConfig(mode="deterministic").linear_format is None  # float32 exactly as loaded
+    assert EngineConfig(device="cuda", dtype="bfloat16").linear_format is None  # packed formats are CPU ops
     assert not EngineConfig(device="cuda", dtype="bfloat16").fp16_linear_weights  # "auto" resolves to the dtype
     assert not EngineConfig(weight_dtype="float32").fp16_linear_weights
     with pytest.raises(ValueError, match="num_threads"):

@@ -31,6 +31,7 @@ from cli.processes import ChildProcess, free_port, threads_per_backend
 from gateway.fleet.catalog import DEFAULT_MODEL_ID
 from gateway.http.app import create_app
 from gateway.http.listeners import Listeners, listener_configs
+from gateway.services import Services
 from gateway.settings import GatewaySettings
 from gateway.store import Store, open_store
 from gateway.store.models import UsageRecord
@@ -94,6 +95,12 @@ class InProcessGateway:
     _loop: asyncio.AbstractEventLoop | None = None
     _listeners: Listeners | None = None
     _thread: threading.Thread | None = None
+    app: Any = None  # the Starlette app, once started: `services` reaches its parts
+
+    @property
+    def services(self) -> Services:
+        """The app's services (monitor, router, metrics, ...); use them on the gateway's loop (`call`)."""
+        return self.app.state.services  # type: ignore[no-any-return]
 
     @property
     def url(self) -> str:
@@ -131,9 +138,9 @@ class InProcessGateway:
             self.store = open_store(self.settings)
             if self.settings.admin_port is not None and self.admin_port is None:
                 self.admin_port = free_port()
-            app = create_app(self.settings, store=self.store)
+            app = self.app = create_app(self.settings, store=self.store)
             configs = listener_configs(self.settings, app, port=self.port, admin_port=self.admin_port)
-            self._listeners = Listeners(configs)  # signals stay the main thread's: this is another one
+            self._listeners = Listeners(configs, drain=app.state.drain)  # signals stay the main thread's: this is another one
             ready.set()
             try:
                 loop.run_until_complete(self._listeners.serve())
@@ -223,6 +230,21 @@ def gateway(backend_pair: list[BackendProcess], tmp_path_factory: pytest.TempPat
     started = InProcessGateway(settings).start()
     yield started
     started.stop()
+
+
+@pytest.fixture(scope="session")
+def stub_backend() -> Iterator[ChildProcess]:
+    """benchmarks/stub_backend.py (64 chunks an answer) for the tests where the model adds nothing:
+    faults between gateway and backend, fuzzing the gateway's API."""
+    from benchmarks import stub_backend as stub
+
+    port = free_port()
+    child = ChildProcess.launch("stub backend", stub.command(port, num_chunks=64), port)
+    try:
+        child.wait_ready("/health", timeout_s=60)
+        yield child
+    finally:
+        child.stop()
 
 
 EMBEDDING_BACKEND_KEY = "embedding-backend-test-secret-0123456789"

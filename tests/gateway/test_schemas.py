@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 
 from gateway.errors import InvalidInput
-from gateway.pipeline.schemas import Prompt, Sampling, parse_chat_completions, parse_completions, parse_workers_ai
+from gateway.pipeline.schemas import (
+    Prompt,
+    Sampling,
+    parse_chat_completions,
+    parse_completions,
+    parse_responses,
+    parse_workers_ai,
+)
 
 
 def test_workers_ai_defaults_follow_the_documented_schema() -> None:
@@ -117,3 +124,51 @@ def test_openai_completions_take_raw_text() -> None:
     assert parse_completions({"model": "m", "prompt": ["once upon"]}).prompt == Prompt(text="once upon")
     with pytest.raises(InvalidInput):
         parse_completions({"model": "m", "prompt": ["a", "b"]})
+
+
+# ---- the Responses API --------------------------------------------------------------------------
+
+
+def test_responses_input_string_and_instructions_become_chat_messages() -> None:
+    parsed = parse_responses({"model": "m", "input": "Hi", "instructions": "Be brief.", "max_output_tokens": 9})
+    assert parsed.generation.prompt.messages == ({"role": "system", "content": "Be brief."},
+                                                 {"role": "user", "content": "Hi"})
+    assert parsed.generation.sampling.max_tokens == 9 and parsed.max_output_tokens == 9
+    assert parsed.obfuscate and not parsed.generation.stream
+
+
+def test_responses_message_items_take_text_parts_and_earlier_answers() -> None:
+    parsed = parse_responses({"model": "m", "temperature": 0, "stream": True,
+                              "stream_options": {"include_obfuscation": False}, "input": [
+        {"role": "user", "content": [{"type": "input_text", "text": "2+2?"}]},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "4"}]},
+        {"role": "developer", "content": "x"},
+    ]})
+    assert parsed.generation.prompt.messages == ({"role": "user", "content": "2+2?"},
+                                                 {"role": "assistant", "content": "4"},
+                                                 {"role": "developer", "content": "x"})
+    assert parsed.generation.sampling.temperature == 0 and parsed.generation.stream and not parsed.obfuscate
+
+
+@pytest.mark.parametrize(
+    ("body", "param", "words"),
+    [
+        ({"input": "x", "tools": [{"type": "function", "name": "f"}]}, "tools", "function calling"),
+        ({"input": "x", "previous_response_id": "resp_1"}, "previous_response_id", "stores no responses"),
+        ({"input": "x", "text": {"format": {"type": "json_object"}}}, "text", "structured output"),
+        ({"input": "x", "max_token": 3}, "max_token", "not a field"),
+        ({"input": [{"type": "function_call_output", "call_id": "c", "output": "1"}]}, "input", "message items only"),
+        ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "u"}]}]}, "input", "text only"),
+        ({"input": []}, "input", "non-empty"),
+        ({"input": "x", "max_output_tokens": 0}, "max_output_tokens", "out of range"),
+    ],
+)
+def test_responses_refuse_what_they_would_ignore_by_name(body: dict, param: str, words: str) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        parse_responses({"model": "m", **body})
+    assert caught.value.param == param and words in caught.value.message
+
+
+def test_responses_no_op_values_pass() -> None:
+    parse_responses({"model": "m", "input": "x", "tools": [], "tool_choice": "auto", "store": True,
+                     "text": {"format": {"type": "text"}}, "truncation": "disabled", "metadata": {"a": "b"}})

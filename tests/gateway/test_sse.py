@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from contracts.sse import DONE
 from contracts.usage import Usage
 from gateway.http import sse
 
@@ -24,7 +25,7 @@ def test_workers_ai_chunks_carry_random_padding() -> None:
     assert [first.random() for _ in range(3)] != [second.random() for _ in range(3)]
     final = decode(sse.workers_ai_usage(Usage(5, 2, 0)))
     assert final == {"response": "", "usage": Usage(5, 2, 0).as_dict()}
-    assert sse.DONE == b"data: [DONE]\n\n"
+    assert DONE == b"data: [DONE]\n\n"
 
 
 def test_openai_chat_stream_shape() -> None:

@@ -39,6 +39,7 @@ class LoadedModel:
     config: ModelConfig
     weights: dict[str, Tensor]  # runtime layout
     tokenizer: Tokenizer
+    cache_entry: Path | None = None  # the converted-model cache entry it came from (GGUF sources)
 
 
 def load_model(config: EngineConfig) -> LoadedModel:
@@ -73,7 +74,7 @@ def load_gguf(path: Path, cache_dir: Path) -> LoadedModel:
     entry = cache.entry_dir(cache_dir, path)
     if cache.is_complete(entry):
         model_config, weights, tokenizer, name = cache.read_entry(entry)
-        return LoadedModel(name, model_config, weights, tokenizer)
+        return LoadedModel(name, model_config, weights, tokenizer, entry)
     # imported only now: importing the gguf package costs 0.1 s of every start
     from engines.builtin.loader import gguf as gguf_loader
 
@@ -84,7 +85,8 @@ def load_gguf(path: Path, cache_dir: Path) -> LoadedModel:
         cache.write_entry(entry, path, model_config, weights, tokenizer, name)
     except OSError as exc:  # a read-only cache slows later starts but must not stop this one
         logger.warning("could not write the model cache %s: %s", entry, exc)
-    return LoadedModel(name, model_config, weights, tokenizer)
+        return LoadedModel(name, model_config, weights, tokenizer)
+    return LoadedModel(name, model_config, weights, tokenizer, entry)
 
 
 def load_random(preset: str, config: EngineConfig) -> LoadedModel:

@@ -5,6 +5,8 @@ An entry is a directory `<cache_dir>/models/<stem>-<key>/` holding
     weights.safetensors     runtime-layout float32 tensors (see model.hf_to_runtime), read by mmap
     tokenizer.json, tokenizer_config.json
     model.json              name, source and ModelConfig
+    <kind>.safetensors      optional tensors derived from the weights at the first start that needed
+                            them (e.g. "int4": the packed 4-bit weights, see weights.LlamaWeights.pack)
 
 The key hashes the source's resolved path, size and mtime plus the format version, so a changed file
 gets a fresh entry. Entries are written into a temporary directory and renamed into place, so a
@@ -67,3 +69,22 @@ def write_entry(entry: Path, source: Path, config: ModelConfig, weights: dict[st
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def read_derived(entry: Path, kind: str) -> dict[str, Tensor] | None:
+    """The tensors `write_derived` stored under `kind`, or None when there are none yet."""
+    path = entry / f"{kind}.safetensors"
+    return load_file(path) if path.is_file() else None
+
+
+def write_derived(entry: Path, kind: str, tensors: dict[str, Tensor]) -> None:
+    """Store tensors derived from the entry's weights; written aside and renamed, so a reader sees all or none."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{kind}-", suffix=".safetensors", dir=entry)
+    os.close(fd)
+    try:
+        save_file({k: v.contiguous() for k, v in tensors.items()}, tmp)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, entry / f"{kind}.safetensors")
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)

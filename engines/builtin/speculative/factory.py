@@ -17,4 +17,4 @@ def build_proposer(config: EngineConfig, runner: ModelRunner) -> Proposer | None
     from engines.builtin.speculative.eagle3 import load_proposer  # torch modules only an EAGLE-3 engine needs
 
     return load_proposer(config.speculative_model, runner.model_config, runner.device, runner.dtype,
-                         embed=runner.weights.embed, fp16_weights=config.fp16_linear_weights)
+                         embed=runner.weights.embed, fp16_weights=config.linear_format is not None)

@@ -2,8 +2,9 @@
 
 Starlette's `StreamingResponse` sends each item of its iterator as its own ASGI message (one
 socket write each: ten for an eight-chunk answer) and, under uvicorn's ASGI 2.3, runs an anyio
-task group per response to notice a client that leaves. `EventStream` does the same job with
-less per event:
+task group per response to notice a client that leaves. `CoalescingStreamingResponse` (the base
+of `contracts.sse.EventStream`, so of the gateway's and the backends' streams) does the same job
+with less per event:
 
 - Items the iterator produces without waiting (the backend's chunks that came in one read, or
   piled up while this process was busy) are joined into one message: the iterator's next step
@@ -68,7 +69,9 @@ async def _until_disconnect(receive: Receive) -> None:
         pass
 
 
-class EventStream(StreamingResponse):
+class CoalescingStreamingResponse(StreamingResponse):
+    """A `StreamingResponse` that batches ready items and watches for the client leaving with one task."""
+
     max_batch_bytes = 65_536
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

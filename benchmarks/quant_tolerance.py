@@ -1,0 +1,135 @@
+"""How far the fast mode is from the exact model: greedy agreement and logit error over real prompts.
+
+The deterministic runner (float32 weights exactly as loaded) generates each prompt's greedy
+continuation. The fast runner then decodes the same tokens (teacher forcing, so one early difference
+does not derail the rest) and every step's logits are compared: top-1 agreement, max and mean
+absolute logit error. It also generates freely, and the report counts how many tokens of each
+prompt's greedy output are identical before the first difference.
+
+`rows=1` runs every prompt alone (decode steps of one row: the packed 4-bit path); `rows=P` runs all
+prompts as one batch of P decode rows (16 and more: the dense bfloat16 path). Prompts are the chat
+and copy prompts of benchmarks/speculative_prompts.json under the model's chat template.
+
+    python -m benchmarks.quant_tolerance --tokens 128 --batched [--threads 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from benchmarks.machine import machine
+from engines.builtin.config import EngineConfig
+from engines.builtin.model_runner import ForwardItem, ModelRunner
+
+PROMPTS_FILE = Path(__file__).with_name("speculative_prompts.json")
+
+
+def load_prompts(runner: ModelRunner) -> list[list[int]]:
+    texts = [t for group in json.loads(PROMPTS_FILE.read_text()).values() for t in group]
+    tok = runner.tokenizer
+    return [tok.encode(tok.apply_chat_template([{"role": "user", "content": t}])) for t in texts]
+
+
+@dataclass(slots=True)
+class Agreement:
+    num_tokens: int = 0
+    num_top1_agree: int = 0
+    max_abs_error: float = 0.0
+    sum_abs_error: float = 0.0  # over every logit of every token
+    num_logits: int = 0
+    matching_prefix: list[int] = field(default_factory=list)  # per prompt: free-run tokens equal to the reference's
+
+    def add(self, subject: Tensor, reference: Tensor) -> None:
+        # subject, reference: [n, V] logits of the same positions
+        err = (subject - reference).abs()
+        self.num_tokens += subject.shape[0]
+        self.num_top1_agree += int((subject.argmax(-1) == reference.argmax(-1)).sum())
+        self.max_abs_error = max(self.max_abs_error, float(err.max()))
+        self.sum_abs_error += float(err.sum())
+        self.num_logits += err.numel()
+
+    @property
+    def top1(self) -> float:
+        return self.num_top1_agree / self.num_tokens
+
+    @property
+    def mean_abs_error(self) -> float:
+        return self.sum_abs_error / self.num_logits
+
+    def summary(self) -> str:
+        return (f"top-1 agreement {self.num_top1_agree}/{self.num_tokens} = {100 * self.top1:.2f}%, "
+                f"logit error max {self.max_abs_error:.3f} mean {self.mean_abs_error:.4f}; "
+                f"free-run greedy identical tokens before the first difference: median "
+                f"{statistics.median(self.matching_prefix):.0f}, per prompt {self.matching_prefix}")
+
+
+def decode(runner: ModelRunner, prompts: list[list[int]], num_tokens: int, rows: int,
+           forced: list[list[int]] | None = None) -> tuple[list[list[int]], list[Tensor]]:
+    """Prefill each prompt, then `num_tokens - 1` decode steps in batches of `rows` prompts; the next
+    token is forced[p][step] when given, else the argmax. -> (tokens [P][num_tokens], logits [P][num_tokens, V])."""
+    bs = runner.block_size
+    tables, first = [], 0
+    for prompt in prompts:
+        n = math.ceil((len(prompt) + num_tokens) / bs)
+        tables.append(list(range(first, first + n)))
+        first += n
+    if first > runner.config.num_kv_blocks:
+        raise ValueError(f"{first} KV blocks needed, the runner has {runner.config.num_kv_blocks}")
+    logits = [[runner.execute([ForwardItem(p, 0, t)])[0]] for p, t in zip(prompts, tables)]
+    tokens: list[list[int]] = [[] for _ in prompts]
+    for step in range(num_tokens):
+        for p in range(len(prompts)):
+            tokens[p].append(forced[p][step] if forced else int(logits[p][-1].argmax()))
+        if step == num_tokens - 1:
+            break
+        for start in range(0, len(prompts), rows):
+            group = range(start, min(start + rows, len(prompts)))
+            items = [ForwardItem([tokens[p][-1]], len(prompts[p]) + step, tables[p]) for p in group]
+            for p, row in zip(group, runner.execute(items)):
+                logits[p].append(row)
+    return tokens, [torch.stack(rows_) for rows_ in logits]
+
+
+def compare(reference: ModelRunner, subject: ModelRunner, prompts: list[list[int]], num_tokens: int, rows: int) -> Agreement:
+    ref_tokens, ref_logits = decode(reference, prompts, num_tokens, rows=len(prompts))
+    _, forced_logits = decode(subject, prompts, num_tokens, rows, forced=ref_tokens)
+    free_tokens, _ = decode(subject, prompts, num_tokens, rows)
+    result = Agreement()
+    for sub, ref in zip(forced_logits, ref_logits):
+        result.add(sub, ref)
+    for free, ref in zip(free_tokens, ref_tokens):
+        result.matching_prefix.append(next((i for i, (a, b) in enumerate(zip(free, ref)) if a != b), len(ref)))
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="smollm2")
+    parser.add_argument("--tokens", type=int, default=128, help="generated tokens per prompt")
+    parser.add_argument("--rows", type=int, nargs="+", default=[1, 16], help="decode rows per step (1: each prompt alone)")
+    parser.add_argument("--weight-dtype", default="auto", help="the fast runner's weight_dtype")
+    parser.add_argument("--threads", type=int, default=None)
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    reference = ModelRunner(EngineConfig(model=args.model, mode="deterministic", num_kv_blocks=2048))
+    subject = ModelRunner(EngineConfig(model=args.model, weight_dtype=args.weight_dtype, num_kv_blocks=2048))
+    prompts = load_prompts(reference)
+    print(f"# {machine(with_torch=True)}, threads={torch.get_num_threads()}, load average {os.getloadavg()}")
+    print(f"# fast runner: weight_dtype={args.weight_dtype} -> {subject.config.linear_format}; "
+          f"{len(prompts)} prompts x {args.tokens} tokens = {len(prompts) * args.tokens} tokens")
+    for rows in args.rows:
+        print(f"rows={rows}: {compare(reference, subject, prompts, args.tokens, rows).summary()}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

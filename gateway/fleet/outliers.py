@@ -1,0 +1,94 @@
+"""Outlier ejection: one circuit breaker (`policies.breaker`) per backend, fed by what requests and
+health probes see, with its state on /metrics.
+
+Requests report their outcome: `record_error` for a backend error (refused, reset, a 5xx or a
+timeout before the first byte, a stream broken midway; a 429 or another 4xx is ignored: a busy
+backend is healthy, a bad request is the client's) and `record_success` for a completed stream.
+The health loop reports each probe (`record_probe`): after an ejection has run out, a passed probe
+lets the backend back on trial, a failed one ejects it again for twice as long. `admits` is what
+routing asks (through `BackendMonitor.is_healthy`). `retry_after_s` says when the first ejected
+backend may be back, for a 429's Retry-After when every backend is out.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterable
+
+import structlog
+
+from backends.client import BackendError, BackendStreamBroken, BackendTimeout, BackendUnavailable
+from gateway.metrics import GatewayMetrics
+from policies.breaker import Breaker, BreakerConfig, on_failure, on_probe, on_success
+
+log = structlog.get_logger("edgerun.gateway.fleet.outliers")
+
+STATE_VALUES = {"closed": 0, "half_open": 1, "open": 2}  # the gauge's values
+
+
+def counts_against_backend(exc: BackendError) -> bool:
+    """Whether an error says the backend is unwell (not busy, not the request's own fault)."""
+    return isinstance(exc, BackendUnavailable | BackendTimeout | BackendStreamBroken)
+
+
+class OutlierDetector:
+    def __init__(
+        self,
+        backend_ids: Iterable[str],
+        config: BreakerConfig,
+        metrics: GatewayMetrics,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.config = config
+        self.metrics = metrics
+        self.clock = clock
+        self.breakers = {backend_id: Breaker() for backend_id in backend_ids}
+        for backend_id in self.breakers:
+            self._publish(backend_id, Breaker())
+
+    def admits(self, backend_id: str) -> bool:
+        breaker = self.breakers.get(backend_id)
+        return breaker is None or breaker.admits()
+
+    def record_error(self, exc: BackendError) -> None:
+        if exc.endpoint_id is not None and counts_against_backend(exc):
+            self._move(exc.endpoint_id, lambda b: on_failure(b, self.config, self.clock()), exc.message)
+
+    def record_success(self, backend_id: str) -> None:
+        self._move(backend_id, on_success, "a request completed")
+
+    def record_probe(self, backend_id: str, *, passed: bool) -> None:
+        reason = "the health probe passed" if passed else "the health probe failed"
+        self._move(backend_id, lambda b: on_probe(b, self.config, self.clock(), passed=passed), reason)
+
+    def retry_after_s(self, backend_ids: Iterable[str]) -> float | None:
+        """Seconds until the first of these ejected backends may be probed (None: one is not ejected)."""
+        now, waits = self.clock(), []
+        for backend_id in backend_ids:
+            breaker = self.breakers.get(backend_id)
+            if breaker is None or breaker.admits():
+                return None
+            waits.append(max(0.0, breaker.open_until - now))
+        return math.ceil(min(waits)) if waits else None
+
+    def _move(self, backend_id: str, transition: Callable[[Breaker], Breaker], reason: str) -> None:
+        before = self.breakers.get(backend_id)
+        if before is None:
+            return
+        after = transition(before)
+        if after == before:
+            return
+        self.breakers[backend_id] = after
+        if after.status != before.status:
+            self._publish(backend_id, after)
+            if after.status == "open":
+                self.metrics.backend_ejections.labels(backend_id).inc()
+                ejection = round(after.open_until - self.clock(), 3)
+                log.warning("backend ejected", backend=backend_id, reason=reason, ejection_s=ejection,
+                            num_ejections=after.num_ejections)
+            else:
+                log.info("backend breaker changed", backend=backend_id, state=after.status, reason=reason)
+
+    def _publish(self, backend_id: str, breaker: Breaker) -> None:
+        self.metrics.backend_breaker_state.labels(backend_id).set(STATE_VALUES[breaker.status])

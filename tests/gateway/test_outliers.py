@@ -1,0 +1,60 @@
+from __future__ import annotations
+
+from backends.client import BackendOverloaded, BackendRejected, BackendStreamBroken, BackendTimeout, BackendUnavailable
+from gateway.fleet.outliers import OutlierDetector
+from gateway.metrics import GatewayMetrics
+from policies.breaker import BreakerConfig
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def detector() -> tuple[OutlierDetector, Clock, GatewayMetrics]:
+    clock, metrics = Clock(), GatewayMetrics()
+    return OutlierDetector(["b1", "b2"], BreakerConfig(2, 5.0, 60.0), metrics, clock), clock, metrics
+
+
+def sample(metrics: GatewayMetrics, name: str, backend: str) -> float | None:
+    return metrics.registry.get_sample_value(name, {"backend": backend})
+
+
+def test_refusals_timeouts_and_broken_streams_eject_and_busy_or_bad_requests_do_not() -> None:
+    outliers, _, metrics = detector()
+    for harmless in (BackendOverloaded("429", endpoint_id="b1"), BackendRejected("400", status=400, endpoint_id="b1")):
+        outliers.record_error(harmless)
+        outliers.record_error(harmless)
+    assert outliers.admits("b1")
+    outliers.record_error(BackendTimeout("slow", endpoint_id="b1"))
+    outliers.record_error(BackendStreamBroken("reset", endpoint_id="b1"))
+    assert not outliers.admits("b1") and outliers.admits("b2")
+    assert sample(metrics, "edgerun_gateway_backend_breaker_state", "b1") == 2
+    assert sample(metrics, "edgerun_gateway_backend_ejections_total", "b1") == 1
+    assert sample(metrics, "edgerun_gateway_backend_breaker_state", "b2") == 0
+
+
+def test_an_ejected_backend_comes_back_on_trial_after_a_probe_then_fully_after_a_success() -> None:
+    outliers, clock, metrics = detector()
+    for _ in range(2):
+        outliers.record_error(BackendUnavailable("refused", endpoint_id="b1"))
+    outliers.record_probe("b1", passed=True)  # too early: still ejected
+    assert not outliers.admits("b1")
+    assert outliers.retry_after_s(["b1", "b2"]) is None  # b2 can take the request
+    assert outliers.retry_after_s(["b1"]) == 5
+    clock.now += 5
+    outliers.record_probe("b1", passed=True)
+    assert outliers.admits("b1") and sample(metrics, "edgerun_gateway_backend_breaker_state", "b1") == 1
+    outliers.record_success("b1")
+    assert sample(metrics, "edgerun_gateway_backend_breaker_state", "b1") == 0
+
+
+def test_errors_without_a_backend_or_for_an_unknown_one_change_nothing() -> None:
+    outliers, _, _ = detector()
+    for _ in range(3):
+        outliers.record_error(BackendUnavailable("no endpoints"))
+        outliers.record_error(BackendUnavailable("refused", endpoint_id="elsewhere"))
+    assert outliers.admits("b1") and outliers.admits("b2") and outliers.admits("elsewhere")

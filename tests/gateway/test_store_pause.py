@@ -1,0 +1,128 @@
+"""The Redis store stalls under load (`CLIENT PAUSE`, then `DEBUG SLEEP`, each longer than
+`redis_timeout_s`) on a private redis-server, with the stub backend behind the gateway (the model
+adds nothing here). Expected: requests that need the store while it stalls get 503 at once (no
+pile-up); a request whose answer went out while it stalled has its record spooled and replayed;
+every answered request ends up with exactly one ledger record and no refused one has any; a key's
+requests-per-minute limit is never exceeded (the store is the limit: no store, no admission); and
+the gateway recovers by itself as soon as Redis answers again. (Redis stopped and restarted:
+tests/gateway/billing/test_e2e_spool.py; Redis full: tests/gateway/test_store_full.py.)"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+import redis
+
+from benchmarks.stub_backend import MODEL_ID as STUB_MODEL
+from cli.processes import ChildProcess
+from tests.gateway.fixtures_e2e import InProcessGateway, gateway_settings
+from tests.gateway.redis_server import EPHEMERAL, start_redis
+
+pytestmark = pytest.mark.slow
+
+STALL_S = 1.5  # each stall; the gateway's redis_timeout_s is 0.3
+RPM = 8
+
+
+@dataclass
+class Answer:
+    key: str
+    request_id: str
+    status: int
+    ended: float  # time.monotonic()
+
+
+@pytest.fixture
+def paused_redis(tmp_path: Path) -> Iterator[ChildProcess]:
+    server = start_redis(tmp_path, [*EPHEMERAL, "--enable-debug-command", "yes"])
+    try:
+        yield server
+    finally:
+        server.stop(timeout_s=10)
+
+
+def test_a_stalling_redis_loses_no_record_overshoots_no_limit_and_recovers(
+    paused_redis: ChildProcess, stub_backend: ChildProcess, tmp_path: Path
+) -> None:
+    url = f"redis://127.0.0.1:{paused_redis.port}/0"
+    backends = [{"id": "stub", "base_url": stub_backend.url, "region": "local", "models": [STUB_MODEL]}]
+    settings = gateway_settings(
+        tmp_path, backends, models=[{"id": STUB_MODEL, "backend_model": "stub", "block_size": 16}],
+        redis_url=url, redis_timeout_s=0.3, key_prefix="pause-test:",
+        ledger_spool_path=str(tmp_path / "spool.jsonl"), ledger_spool_replay_interval_s=0.3,
+    )
+    gw = InProcessGateway(settings).start()
+    try:
+        keys = {"free": gw.new_key("t-pause", "acc-pause"), "limited": gw.new_key("t-pause", "acc-pause", rpm=RPM)}
+        answers, stalls = drive(gw, keys, url)
+        ok = {a.request_id for a in answers if a.status == 200}
+        deadline = time.monotonic() + 30
+        assert gw.store is not None
+        while True:  # spooled records are replayed once the store answers
+            recorded = {rid for rid in {a.request_id for a in answers} if gw.call(gw.store.get_usage(rid)) is not None}
+            if recorded >= ok or time.monotonic() > deadline:
+                break
+            time.sleep(0.3)
+    finally:
+        gw.stop()
+    statuses = {s for a in answers for s in [a.status]}
+    assert statuses <= {200, 429, 503}, statuses
+    assert recorded == ok  # every answer has its record, no refused request has one
+    with redis.Redis.from_url(url) as client:  # and only one: the stream holds no second entry
+        assert client.xlen("pause-test:ledger") == len(ok)
+    limited_ok = [a for a in answers if a.key == "limited" and a.status == 200]
+    assert len(limited_ok) <= RPM and any(a.key == "limited" and a.status == 429 for a in answers)
+    recoveries = [min(a.ended for a in answers if a.ended > end and a.status == 200) - end for _, end in stalls]
+    print(f"store stalls: {len(answers)} requests, {len(ok)} answered (all recorded once), "
+          f"{sum(a.status == 503 for a in answers)} refused 503, {sum(a.status == 429 for a in answers)} refused 429, "
+          f"limited key {len(limited_ok)}/{RPM}, recovery after each stall {[round(r, 2) for r in recoveries]} s")
+    for start, end in stalls:  # refused while stalled, answered again right after
+        during = [a for a in answers if start + 0.5 < a.ended < end and a.key == "free"]
+        after = [a for a in answers if a.ended > end + 1.0 and a.key == "free"]
+        assert during and all(a.status == 503 for a in during), [a.status for a in during]
+        assert after and all(a.status == 200 for a in after[:5]), [a.status for a in after[:5]]
+
+
+def drive(gw: InProcessGateway, keys: dict[str, str], url: str) -> tuple[list[Answer], list[tuple[float, float]]]:
+    """Requests from 4 clients for ~9 s; Redis stalls twice meanwhile. Returns the answers and the stalls."""
+    answers: list[Answer] = []
+    stalls: list[tuple[float, float]] = []
+    stop = threading.Event()
+
+    def client(name: str) -> None:
+        with httpx.Client(timeout=30) as http:
+            while not stop.is_set():
+                response = http.post(
+                    f"{gw.url}/client/v4/accounts/acc-pause/ai/run/{STUB_MODEL}",
+                    json={"prompt": "hello", "max_tokens": 16, "stream": name == "free"},
+                    headers={"authorization": f"Bearer {keys[name]}"},
+                )
+                answers.append(Answer(name, response.headers["cf-ray"], response.status_code, time.monotonic()))
+                time.sleep(0.02)
+
+    def stall(command: list[str]) -> None:
+        started = time.monotonic()
+        with redis.Redis.from_url(url, socket_timeout=10) as admin:
+            admin.execute_command(*command)
+            if command[0] == "CLIENT":  # CLIENT PAUSE returns at once; the pause lasts its time
+                time.sleep(STALL_S)
+        stalls.append((started, time.monotonic()))
+
+    with ThreadPoolExecutor(5) as pool:
+        clients = [pool.submit(client, name) for name in ("free", "free", "free", "limited")]
+        time.sleep(1.5)
+        stall(["CLIENT", "PAUSE", str(int(STALL_S * 1000)), "ALL"])
+        time.sleep(2.5)
+        stall(["DEBUG", "SLEEP", str(STALL_S)])
+        time.sleep(2.5)
+        stop.set()
+        for c in clients:
+            c.result()
+    return answers, stalls

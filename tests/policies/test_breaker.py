@@ -1,0 +1,91 @@
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from policies.breaker import Breaker, BreakerConfig, on_failure, on_probe, on_success
+from policies.errors import PolicyConfigError
+
+CONFIG = BreakerConfig(failure_threshold=3, ejection_s=5.0, max_ejection_s=20.0)
+CLOSED = Breaker()
+
+
+def failed(times: int, breaker: Breaker = CLOSED, now: float = 0.0) -> Breaker:
+    for _ in range(times):
+        breaker = on_failure(breaker, CONFIG, now)
+    return breaker
+
+
+def test_a_backend_is_ejected_at_the_threshold_of_consecutive_failures_only() -> None:
+    assert failed(2).admits() and failed(2).consecutive_failures == 2
+    ejected = failed(3, now=100.0)
+    assert ejected.status == "open" and not ejected.admits()
+    assert ejected.open_until == 105.0 and ejected.num_ejections == 1
+
+
+def test_a_success_forgets_earlier_failures() -> None:
+    assert on_success(failed(2)) == Breaker()
+    assert failed(2, on_success(failed(2))).admits()  # 2 + 2 failures, not 4 in a row
+
+
+def test_the_ejection_holds_until_its_end_whatever_the_probe_says() -> None:
+    ejected = failed(3, now=0.0)
+    assert on_probe(ejected, CONFIG, 4.9, passed=True) == ejected
+    assert not ejected.may_probe(4.9) and ejected.may_probe(5.0)
+
+
+def test_a_passed_probe_lets_the_backend_back_on_trial_and_a_success_closes_it() -> None:
+    trial = on_probe(failed(3), CONFIG, 5.0, passed=True)
+    assert trial.status == "half_open" and trial.admits()
+    assert on_success(trial) == Breaker()
+
+
+def test_one_failure_on_trial_ejects_again_for_twice_as_long() -> None:
+    trial = on_probe(failed(3), CONFIG, 5.0, passed=True)
+    again = on_failure(trial, CONFIG, 10.0)
+    assert again.status == "open" and again.num_ejections == 2 and again.open_until == 20.0
+
+
+def test_failed_probes_back_off_up_to_the_cap() -> None:
+    breaker, now, lengths = failed(3), 0.0, []
+    for _ in range(5):
+        now = breaker.open_until
+        next_breaker = on_probe(breaker, CONFIG, now, passed=False)
+        lengths.append(next_breaker.open_until - now)
+        breaker = next_breaker
+    assert lengths == [10.0, 20.0, 20.0, 20.0, 20.0]
+
+
+def test_failures_and_successes_of_requests_sent_before_the_ejection_change_nothing() -> None:
+    ejected = failed(3)
+    assert on_failure(ejected, CONFIG, 1.0) == ejected
+    assert on_success(ejected) == ejected
+
+
+@pytest.mark.parametrize("values", [{"failure_threshold": 0}, {"ejection_s": 0}, {"ejection_s": 10, "max_ejection_s": 5}])
+def test_bad_configuration_is_refused(values: dict[str, float]) -> None:
+    with pytest.raises(PolicyConfigError):
+        BreakerConfig(**values)  # type: ignore[arg-type]
+
+
+events = st.lists(st.tuples(st.sampled_from(["ok", "fail", "probe_ok", "probe_fail"]), st.floats(0, 10)), max_size=60)
+
+
+@given(events)
+def test_any_history_keeps_the_invariants(history: list[tuple[str, float]]) -> None:
+    breaker, now = Breaker(), 0.0
+    for event, step in history:
+        now += step
+        before = breaker
+        if event == "ok":
+            breaker = on_success(breaker)
+        elif event == "fail":
+            breaker = on_failure(breaker, CONFIG, now)
+        else:
+            breaker = on_probe(breaker, CONFIG, now, passed=event == "probe_ok")
+        assert breaker.consecutive_failures < CONFIG.failure_threshold or breaker.status == "open"
+        if breaker.status == "open":
+            assert now < breaker.open_until <= now + CONFIG.max_ejection_s or breaker == before
+        if before.status == "open" and breaker.status != "open":  # only a probe after the ejection readmits
+            assert event == "probe_ok" and now >= before.open_until
