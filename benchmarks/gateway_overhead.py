@@ -26,7 +26,7 @@ import shlex
 import statistics
 import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,10 +50,15 @@ def start_stub(num_chunks: int) -> ChildProcess:
 
 
 def start_gateway(
-    stub_port: int, workdir: Path, env: Mapping[str, str] | None = None, *, cwd: Path = ROOT
+    stub_port: int,
+    workdir: Path,
+    env: Mapping[str, str] | None = None,
+    *,
+    cwd: Path = ROOT,
+    args: Sequence[str] = (),
 ) -> ChildProcess:
     """`edgerun serve` with the embedded store under `workdir`, the stub as its one backend; `env` adds or
-    overrides; `cwd`: the checkout it runs from (a baseline)."""
+    overrides; `cwd`: the checkout it runs from (a baseline); `args`: more `edgerun serve` options."""
     workdir.mkdir(parents=True, exist_ok=True)
     settings = {
         "EDGERUN_SQLITE_PATH": str(workdir / "gateway.sqlite3"),
@@ -63,7 +68,7 @@ def start_gateway(
         **stub_backend.gateway_env(stub_port),
         **(env or {}),
     }
-    gateway = ChildProcess.spawn("gateway", "serve", env=settings, cwd=cwd)
+    gateway = ChildProcess.spawn("gateway", "serve", args, env=settings, cwd=cwd)
     gateway.wait_ready("/healthz")
     return gateway
 
