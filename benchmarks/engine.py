@@ -252,7 +252,7 @@ def main(argv: list[str] | None = None) -> None:
     results: dict = {"machine": machine_info(), "params": {k: v for k, v in vars(args).items() if k != "out"}}
     ours = Ours(EngineConfig(num_kv_blocks=args.num_kv_blocks, **engine_options(args.set)))
     config = ours.config
-    results["params"]["weights"] = f"{config.dtype} activations, {'float16' if config.fp16_linear_weights else config.dtype} linear weights"
+    results["params"]["weights"] = f"mode {config.mode}, {config.dtype} activations, {config.linear_format or config.dtype} linear weights"
     hf = None
     if not args.skip_hf:
         print("transformers: loading the GGUF...", file=sys.stderr)

@@ -28,6 +28,8 @@ _OVERRIDES: dict[str, tuple[str | None, str]] = {
     "allow_unauthenticated": (None, "allow_unauthenticated"),
     "device": ("engine", "device"),
     "dtype": ("engine", "dtype"),
+    "mode": ("engine", "mode"),
+    "weight_dtype": ("engine", "weight_dtype"),
     "block_size": ("engine", "block_size"),
     "num_kv_blocks": ("engine", "num_kv_blocks"),
     "max_num_seqs": ("engine", "max_num_seqs"),
@@ -66,6 +68,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--log-level", help="debug, info, warning or error")
     add("--device", help="cpu or cuda[:N] (built-in engine)")
     add("--dtype", choices=["float32", "bfloat16", "float16"], help="weights and KV cache dtype (built-in engine)")
+    add("--mode", choices=["fast", "deterministic"],
+        help="fast (default): lower-precision arithmetic per batch shape within a stated tolerance (the GGUF's "
+             "4-bit weights at small batches); deterministic: the exact float32 model, batch-invariant (built-in engine)")
+    add("--weight-dtype", choices=["auto", "float32", "bfloat16", "float16", "int4"],
+        help="how linear weights are held (default auto: see EngineConfig.weight_dtype; built-in engine)")
     add("--block-size", type=int, help="tokens per KV block (built-in engine)")
     add("--num-kv-blocks", type=int, help="KV cache capacity in blocks (built-in engine)")
     add("--max-num-seqs", type=int, help="requests running at once (built-in engine)")

@@ -97,6 +97,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--model", default="smollm2", help='"smollm2", a .gguf file, a safetensors directory or "random:<preset>"')
     add("--device", default="cpu", help="cpu or cuda[:N]")
     add("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    add("--mode", default="fast", choices=["fast", "deterministic"], help="fast (default) or the exact float32 model")
     add("--max-tokens", type=int, default=256, help="longest reply, in tokens")
     add("--temperature", type=float, default=0.6, help="0 = greedy (Workers AI's default is 0.6)")
     add("--top-p", type=float, default=1.0)
@@ -112,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
     sampling = SamplingParams(
         max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed
     )
-    config = EngineConfig(model=args.model, device=args.device, dtype=args.dtype)
+    config = EngineConfig(model=args.model, device=args.device, dtype=args.dtype, mode=args.mode)
     interactive = args.prompt is None
     if interactive:
         print(f"edgerun chat: loading {args.model} ...", file=sys.stderr, flush=True)

@@ -101,7 +101,10 @@ class Tokenizer(Protocol):
 
 class Engine(Protocol):
     model_name: str
-    tokenizer: Tokenizer
+
+    @property
+    def tokenizer(self) -> Tokenizer: ...  # read-only here, so an engine may hold a narrower type
+
     max_model_len: int
 
     async def start(self) -> None: ...

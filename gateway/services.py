@@ -131,6 +131,7 @@ class Services:
             disagg,
             offload,
             SetupGate(settings.setup_concurrency),
+            deadline_s=settings.request_deadline_s,
         )
         return cls(
             settings,

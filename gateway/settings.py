@@ -114,7 +114,10 @@ class GatewaySettings(TomlSettings):
     breaker_max_ejection_s: float = Field(default=60.0, gt=0)
     backend_connect_timeout_s: float = Field(default=2.0, gt=0)
     backend_first_byte_timeout_s: float = Field(default=30.0, gt=0)
-    backend_read_timeout_s: float = Field(default=60.0, gt=0)
+    backend_read_timeout_s: float = Field(default=60.0, gt=0)  # each wait for the next chunk (a stalled stream)
+    # A whole generation, from its arrival: a backend that trickles tokens, each within the read timeout,
+    # is cut here (408 / 3007, or an error event once streaming; billed for what was generated).
+    request_deadline_s: float = Field(default=600.0, gt=0)
     # Sent as `Authorization: Bearer <key>` on every backend request: the backends' EDGERUN_API_KEY
     # (vLLM's and SGLang's --api-key alike). None sends nothing (backends on loopback only).
     backend_api_key: SecretStr | None = None

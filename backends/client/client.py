@@ -381,7 +381,8 @@ def _parse_event(endpoint: Endpoint, data: str, is_first: bool) -> dict[str, Any
     if not isinstance(event, dict):
         raise BackendStreamBroken(f"{endpoint.id} sent a non-object SSE payload", endpoint_id=endpoint.id)
     if "error" in event or event.get("object") == "error":
-        body = event.get("error") if isinstance(event.get("error"), dict) else event
+        inner = event.get("error")
+        body: dict[str, Any] = inner if isinstance(inner, dict) else event
         message = str(body.get("message") or body)
         code = body.get("code")
         if is_first and isinstance(code, int):

@@ -51,7 +51,7 @@ class KVLayout:
         for cache in self.caches:
             flat = cache.view(cache.shape[0], -1).view(torch.uint8)  # [num_blocks, block bytes]
             array = flat.numpy()
-            views += [memoryview(array[start:stop]).cast("B") for start, stop in _runs(block_ids)]
+            views += [array[start:stop].data.cast("B") for start, stop in _runs(block_ids)]
         return views
 
     def addresses(self, block_ids: list[int]) -> list[tuple[int, int]]:

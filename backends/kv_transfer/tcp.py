@@ -74,7 +74,8 @@ class TcpExporter:
     @property
     def port(self) -> int:
         assert self._sock is not None, "start() first"
-        return self._sock.getsockname()[1]
+        port: int = self._sock.getsockname()[1]
+        return port
 
     async def start(self) -> None:
         sock = socket.create_server((self._host, self._port), reuse_port=False)

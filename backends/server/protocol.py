@@ -160,7 +160,7 @@ class SamplingFields(BaseModel):
 
     @property
     def continuous_usage(self) -> bool:
-        return self.include_usage and self.stream_options.continuous_usage_stats
+        return self.stream_options is not None and self.include_usage and self.stream_options.continuous_usage_stats
 
     def sampling_params(self, max_tokens: int) -> SamplingParams:
         """Engine sampling parameters (raises engines.errors.InvalidRequest on a bad combination)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.requests import Request
@@ -27,7 +27,8 @@ DEFAULT_COMPLETION_MAX_TOKENS = 16  # OpenAI's (and trtllm-serve's) default for 
 
 
 def backend(request: Request) -> BackendState:
-    return request.app.state.backend
+    state: BackendState = request.app.state.backend
+    return state
 
 
 async def read_json(request: Request) -> dict[str, Any]:
@@ -47,7 +48,8 @@ async def completions(request: Request) -> Response:
     engine = state.ready_engine()
     state.check_model(body.model)
     prompt = body.prompt
-    prompt_ids = list(prompt) if isinstance(prompt, list) else engine.tokenizer.encode(prompt)
+    # the validator left one prompt: its text or its token ids
+    prompt_ids = cast(list[int], list(prompt)) if isinstance(prompt, list) else engine.tokenizer.encode(prompt)
     max_tokens = body.max_tokens or DEFAULT_COMPLETION_MAX_TOKENS
     return await _generate(request, state, body, prompt_ids, max_tokens, "completion")
 

@@ -15,11 +15,13 @@ stays a thin mapping:
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
 from engines.base import EngineStats, GenerationOutput, GenerationRequest, KVCacheEvent
 from engines.errors import EngineStopped, InvalidRequest
+from engines.guided import Guide
 from engines.tensorrt_llm.config import TrtllmConfig, llm_api_options
 from engines.tensorrt_llm.launcher import INSTALL_HINT
 
@@ -102,6 +104,10 @@ class TrtllmEngine:
             stop=s.stop or None,
             ignore_eos=s.ignore_eos,
         )
+        if s.guide is not None:  # needs guided_decoding_backend in the LLM's options (config.py writes it)
+            from tensorrt_llm.llmapi import GuidedDecodingParams
+
+            sampling.guided_decoding = GuidedDecodingParams(**guided_decoding_fields(s.guide))
         extra = {"cache_salt": request.cache_salt} if request.cache_salt else {}
         result = self._llm.generate_async(request.prompt_token_ids, sampling, streaming=True, **extra)
         self._running[request.request_id] = result
@@ -177,3 +183,13 @@ class TrtllmEngine:
                     KVCacheEvent(event_id=int(raw["event_id"]), kind="removed", block_hashes=list(data["block_hashes"]))
                 )
         return events
+
+
+def guided_decoding_fields(guide: Guide) -> dict[str, Any]:
+    """TensorRT-LLM's GuidedDecodingParams fields for `guide` (json, json_object or structural_tag)."""
+    if guide.kind == "json_object":
+        return {"json_object": True}
+    if guide.kind == "json_schema":
+        return {"json": guide.spec}
+    return {"structural_tag": json.dumps({"type": "structural_tag", **guide.value})}
+

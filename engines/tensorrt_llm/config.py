@@ -28,6 +28,9 @@ Where the keys come from (TensorRT-LLM's own documentation and examples):
   and `max_tokens_in_buffer` (>= the longest prompt for best performance); the same README sets
   `disable_overlap_scheduler: true` on context servers, which do not support the overlap scheduler.
 * the disaggregated YAML: examples/disaggregated/README.md and disagg_config.yaml.
+* guided_decoding_backend: docs/source/features/guided-decoding.md: `xgrammar` or `llguidance`;
+  without it trtllm-serve refuses `response_format`. We write `llguidance`, the built-in engine's
+  choice (BENCHMARKS.md), so both engines read schemas the same way; None leaves it out.
 """
 
 from __future__ import annotations
@@ -73,6 +76,8 @@ class TrtllmConfig:
     generation_servers: tuple[str, ...] = ()
     disaggregated_host: str = "127.0.0.1"  # trtllm-serve checks no credentials: expose it deliberately
     disaggregated_port: int = 8000
+    # grammar backend for `response_format` (JSON mode, tool calls): the built-in engine uses llguidance
+    guided_decoding_backend: Literal["llguidance", "xgrammar"] | None = "llguidance"
 
     def __post_init__(self) -> None:
         parse_version(self.trtllm_version)  # fails early on a version we cannot place
@@ -130,6 +135,8 @@ def llm_api_options(config: TrtllmConfig, role: Role = "mixed") -> dict[str, Any
     speculative = speculative_config(config)
     if speculative is not None:
         options["speculative_config"] = speculative
+    if config.guided_decoding_backend is not None:
+        options["guided_decoding_backend"] = config.guided_decoding_backend
     if role == "prefill":
         options["disable_overlap_scheduler"] = True
     if role != "mixed":

@@ -154,5 +154,6 @@ def read_rows(fmt: Format, data: bytes, int_columns: frozenset[str]) -> list[Row
     if fmt == "parquet":
         import pyarrow.parquet as pq
 
-        return pq.read_table(io.BytesIO(data)).to_pylist()
+        rows: list[dict[str, str | int | None]] = pq.read_table(io.BytesIO(data)).to_pylist()
+        return rows
     raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}")

@@ -42,7 +42,8 @@ MAX_METADATA_INT = 2**53
 
 
 def services(request: Request) -> Services:
-    return request.app.state.services
+    found: Services = request.app.state.services
+    return found
 
 
 def session_id(request: Request) -> str | None:
@@ -155,7 +156,7 @@ async def run_model(request: Request) -> Response:
     inp = parse_workers_ai(await _body(request))
     generation = await g.generator.start(_meta(request, principal, model), inp)
     request.state.backend = generation.endpoint.id
-    return _explained(request, generation, await render.workers_ai_response(generation, inp.stream, request.receive))
+    return _explained(request, generation, await render.workers_ai_response(generation, inp, request.receive))
 
 
 async def _openai(request: Request, *, chat: bool) -> Response:
@@ -168,9 +169,7 @@ async def _openai(request: Request, *, chat: bool) -> Response:
     inp = parse_chat_completions(body) if chat else parse_completions(body)
     generation = await g.generator.start(_meta(request, principal, model), inp)
     request.state.backend = generation.endpoint.id
-    response = await render.openai_response(
-        generation, request.receive, chat=chat, stream=inp.stream, include_usage=inp.include_usage
-    )
+    response = await render.openai_response(generation, inp, request.receive, chat=chat)
     return _explained(request, generation, response)
 
 

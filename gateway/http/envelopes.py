@@ -44,8 +44,15 @@ def workers_ai_error(error: GatewayError) -> dict[str, Any]:
     }
 
 
-def workers_ai_text_result(text: str, usage: Usage) -> dict[str, Any]:
-    return {"response": text, "usage": usage.as_dict()}
+def workers_ai_text_result(
+    response: Any, usage: Usage, tool_calls: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """`response` is the text, or in JSON mode the parsed object; `tool_calls` [{name, arguments}]."""
+    result: dict[str, Any] = {"response": response}
+    if tool_calls:
+        result["tool_calls"] = tool_calls
+    result["usage"] = usage.as_dict()
+    return result
 
 
 # ---- OpenAI -----------------------------------------------------------------------------------
@@ -76,8 +83,18 @@ def openai_error(error: GatewayError) -> dict[str, Any]:
 
 
 def chat_completion(
-    completion_id: str, created: int, model: str, text: str, finish_reason: str | None, usage: Usage
+    completion_id: str,
+    created: int,
+    model: str,
+    text: str,
+    finish_reason: str | None,
+    usage: Usage,
+    tool_calls: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": text}
+    if tool_calls:  # OpenAI: content is null when the answer is only calls
+        message = {"role": "assistant", "content": text or None, "tool_calls": tool_calls}
+        finish_reason = "tool_calls"
     return {
         "id": completion_id,
         "object": "chat.completion",
@@ -86,7 +103,7 @@ def chat_completion(
         "choices": [
             {
                 "index": 0,
-                "message": {"role": "assistant", "content": text},
+                "message": message,
                 "logprobs": None,
                 "finish_reason": finish_reason or "stop",
             }

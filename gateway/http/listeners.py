@@ -42,7 +42,8 @@ PUBLIC, ADMIN = "public", "admin"
 
 def listener_of(scope: Scope) -> str:
     """The listener a request came in on ("public" when untagged, e.g. under a test client)."""
-    return scope.get(LISTENER_KEY, PUBLIC)
+    listener: str = scope.get(LISTENER_KEY, PUBLIC)
+    return listener
 
 
 def is_admin_path(path: str) -> bool:

@@ -40,7 +40,7 @@ log = structlog.get_logger("edgerun.gateway")
 def incoming_request_id(scope: Scope) -> str | None:
     for name, value in scope["headers"]:
         if name == REQUEST_ID_HEADER and _REQUEST_ID_RE.match(value):
-            return value.decode()
+            return bytes(value).decode()
     return None
 
 

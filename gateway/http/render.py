@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import AsyncIterator
 from contextlib import aclosing
+from typing import Any
 
 from starlette.responses import Response
 from starlette.types import Receive
@@ -23,6 +25,8 @@ from gateway.errors import GatewayError
 from gateway.http import envelopes, sse
 from gateway.http.envelopes import JSONBytes
 from gateway.pipeline.generation import Generation
+from gateway.pipeline.schemas import GenerationInput
+from gateway.pipeline.tools import CallDelta, CallStream, ToolCall, ToolUse
 
 CLIENT_CLOSED_REQUEST = 499  # nginx's status for a client that left; nobody reads it, the logs do
 
@@ -60,26 +64,50 @@ def _usage(generation: Generation) -> Usage:
 # ---- Workers AI -------------------------------------------------------------------------------
 
 
-async def workers_ai_events(generation: Generation) -> AsyncIterator[bytes]:
+async def workers_ai_events(generation: Generation, tools: ToolUse | None = None) -> AsyncIterator[bytes]:
     rng = sse.padding_source()
+    calls = CallStream(tools) if tools is not None else None
     async with aclosing(generation.texts()) as texts:
         try:
             async for text in texts:
-                yield sse.workers_ai_chunk(text, rng)
+                for piece in calls.feed(text) if calls is not None else [text]:
+                    if isinstance(piece, str) and piece:
+                        yield sse.workers_ai_chunk(piece, rng)
         except GatewayError as error:
             yield sse.workers_ai_error(error)
             return
+    if calls is not None:  # Workers AI sends whole calls, once, before the usage
+        for piece in calls.finish():
+            if isinstance(piece, str):
+                yield sse.workers_ai_chunk(piece, rng)
+        if calls.calls:
+            yield sse.workers_ai_tool_calls([c.workers_ai() for c in calls.calls])
     yield sse.workers_ai_usage(_usage(generation))
     yield DONE
 
 
-async def workers_ai_response(generation: Generation, stream: bool, receive: Receive) -> Response:
-    if stream:
-        return EventStream(workers_ai_events(generation), generation.aclose)
+def _json_or_text(text: str) -> Any:
+    """JSON mode's answer as an object, as Workers AI returns it; the text when max_tokens cut it."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+async def workers_ai_response(generation: Generation, inp: GenerationInput, receive: Receive) -> Response:
+    if inp.stream:
+        return EventStream(workers_ai_events(generation, inp.tools), generation.aclose)
     text = await collect_or_cancel(generation, receive)
     if text is None:
         return Response(status_code=CLIENT_CLOSED_REQUEST)
-    return JSONBytes(envelopes.workers_ai_success(envelopes.workers_ai_text_result(text, _usage(generation))))
+    usage = _usage(generation)
+    if inp.tools is not None:
+        rest, calls = inp.tools.split_calls(text)
+        result = envelopes.workers_ai_text_result(rest, usage, [c.workers_ai() for c in calls])
+    else:
+        response = _json_or_text(text) if inp.response_format is not None else text
+        result = envelopes.workers_ai_text_result(response, usage)
+    return JSONBytes(envelopes.workers_ai_success(result))
 
 
 # ---- OpenAI -----------------------------------------------------------------------------------
@@ -89,36 +117,54 @@ def _completion_id(generation: Generation, chat: bool) -> str:
     return f"{'chatcmpl' if chat else 'cmpl'}-{generation.meta.request_id}"
 
 
-async def openai_events(generation: Generation, stream: sse.OpenAIStream) -> AsyncIterator[bytes]:
+async def openai_events(
+    generation: Generation, stream: sse.OpenAIStream, tools: ToolUse | None = None
+) -> AsyncIterator[bytes]:
     first = stream.first()
     if first is not None:
         yield first
+    calls = CallStream(tools) if tools is not None else None
     async with aclosing(generation.texts()) as texts:
         try:
             async for text in texts:
-                yield stream.text(text)
+                for piece in calls.feed(text) if calls is not None else [text]:
+                    yield _openai_piece(stream, piece)
         except GatewayError as error:
             yield stream.error(error)
             return
-    yield stream.finish(generation.finish_reason)
+    finish_reason = generation.finish_reason
+    if calls is not None:
+        for piece in calls.finish():
+            yield _openai_piece(stream, piece)
+        if calls.has_calls and finish_reason != "length":
+            finish_reason = "tool_calls"
+    yield stream.finish(finish_reason)
     usage = stream.usage(_usage(generation))
     if usage is not None:
         yield usage
     yield DONE
 
 
-async def openai_response(
-    generation: Generation, receive: Receive, *, chat: bool, stream: bool, include_usage: bool
-) -> Response:
+def _openai_piece(stream: sse.OpenAIStream, piece: str | CallDelta) -> bytes:
+    return stream.text(piece) if isinstance(piece, str) else stream.tool_calls([piece.openai()])
+
+
+async def openai_response(generation: Generation, inp: GenerationInput, receive: Receive, *, chat: bool) -> Response:
     completion_id = _completion_id(generation, chat)
     model = generation.meta.model.id
-    if stream:
-        encoder = sse.OpenAIStream(completion_id, generation.created, model, chat=chat, include_usage=include_usage)
-        return EventStream(openai_events(generation, encoder), generation.aclose)
+    if inp.stream:
+        encoder = sse.OpenAIStream(completion_id, generation.created, model, chat=chat, include_usage=inp.include_usage)
+        return EventStream(openai_events(generation, encoder, inp.tools), generation.aclose)
     text = await collect_or_cancel(generation, receive)
     if text is None:
         return Response(status_code=CLIENT_CLOSED_REQUEST)
-    build = envelopes.chat_completion if chat else envelopes.text_completion
+    usage, finish_reason = _usage(generation), generation.finish_reason
+    if not chat:
+        return JSONBytes(envelopes.text_completion(completion_id, generation.created, model, text, finish_reason, usage))
+    calls: list[ToolCall] = []
+    if inp.tools is not None:
+        text, calls = inp.tools.split_calls(text)
+    tool_calls = [c.openai() for c in calls]
     return JSONBytes(
-        build(completion_id, generation.created, model, text, generation.finish_reason, _usage(generation))
+        envelopes.chat_completion(completion_id, generation.created, model, text, finish_reason, usage, tool_calls)
     )

@@ -30,7 +30,7 @@ from typing import Any
 from starlette.responses import Response
 from starlette.types import Receive
 
-from contracts.sse import EventStream as sse_response
+from contracts.sse import EventStream as SSEResponse
 from contracts.usage import Usage
 from gateway.errors import GatewayError
 from gateway.http import sse
@@ -144,7 +144,7 @@ async def response_events(generation: Generation, shape: ResponseShape) -> Async
 async def responses_response(generation: Generation, inp: ResponsesInput, receive: Receive) -> Response:
     shape = ResponseShape(generation, inp)
     if inp.generation.stream:
-        return sse_response(response_events(generation, shape), generation.aclose)
+        return SSEResponse(response_events(generation, shape), generation.aclose)
     text = await collect_or_cancel(generation, receive)
     if text is None:
         return Response(status_code=CLIENT_CLOSED_REQUEST)

@@ -1,7 +1,8 @@
 """Server-sent event encoding for the two streaming dialects the gateway speaks.
 
 Workers AI:  `data: {"response": "<text>", "p": "<padding>"}` per chunk, then
-             `data: {"response": "", "usage": {...}}`, then `data: [DONE]`.
+             `data: {"response": "", "usage": {...}}`, then `data: [DONE]`; an answer
+             with tool calls sends `data: {"response": "", "tool_calls": [...]}` before the usage.
              The random-length `p` field hides token lengths from anyone watching encrypted
              traffic sizes (the side channel Workers AI pads against).
 OpenAI:      `chat.completion.chunk` / `text_completion` objects, the first chat chunk carrying
@@ -41,6 +42,11 @@ def padding(rng: random.Random) -> str:
 
 def workers_ai_chunk(text: str, rng: random.Random) -> bytes:
     return event({"response": text, "p": padding(rng)})
+
+
+def workers_ai_tool_calls(tool_calls: list[dict[str, Any]]) -> bytes:
+    """The calls of a streamed answer, sent once before the usage event."""
+    return event({"response": "", "tool_calls": tool_calls})
 
 
 def workers_ai_usage(usage: Usage) -> bytes:
@@ -93,6 +99,11 @@ class OpenAIStream:
 
     def text(self, text: str) -> bytes:
         return self._chunk([self._choice(text, None)])
+
+    def tool_calls(self, calls: list[dict[str, Any]]) -> bytes:
+        """One delta carrying whole calls (OpenAI's delta shape: `index`, `id`, `type`, `function`
+        with `name` and the `arguments` string), which clients concatenate as they would pieces."""
+        return self._chunk([{"index": 0, "delta": {"tool_calls": calls}, "logprobs": None, "finish_reason": None}])
 
     def finish(self, finish_reason: str | None) -> bytes:
         return self._chunk([self._choice(None if self.chat else "", finish_reason or "stop")])

@@ -4,7 +4,7 @@ Fields either API defines that the gateway does not honour are refused (gateway/
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from gateway.errors import InvalidInput
 from gateway.pipeline.request_fields import OPENAI_EMBEDDINGS, WORKERS_AI_EMBEDDINGS, check_fields
@@ -37,4 +37,4 @@ def parse_openai_embedding(body: dict[str, Any]) -> tuple[tuple[str, ...], Encod
     encoding = body.get("encoding_format") or "float"
     if encoding not in ("float", "base64"):
         raise InvalidInput("encoding_format must be 'float' or 'base64'", param="encoding_format")
-    return texts, encoding
+    return texts, cast(EncodingFormat, encoding)

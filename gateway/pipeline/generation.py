@@ -20,7 +20,7 @@ client asks for the usage so far on every chunk: `continuous_usage_stats`).
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -131,11 +131,20 @@ class Generation:
     def prompt_tokens(self) -> int:
         return self.metered.prompt_tokens
 
-    async def texts(self) -> AsyncIterator[str]:
+    async def texts(self) -> AsyncGenerator[str, None]:
         """Text deltas as they arrive; raises a GatewayError if the stream breaks midway."""
         status: UsageStatus = "cancelled"
+        deadline_s = self._g.deadline_s
+        deadline = self.meta.started_perf + deadline_s if deadline_s is not None else None
         try:
             async for chunk in self._chunks:
+                # a stalled backend hits the read timeout; one that trickles would go on for ever
+                if deadline is not None and time.perf_counter() > deadline:
+                    log.warning("request deadline reached", backend=self.endpoint.id, request_id=self.meta.request_id)
+                    raise RequestTimeout(
+                        f"Request timeout: the answer took longer than request_deadline_s ({deadline_s:g}s); "
+                        "ask for fewer max_tokens or retry"
+                    )
                 if chunk.usage is not None:
                     self._backend_usage = chunk.usage
                 if chunk.finish_reason is not None:
@@ -251,6 +260,7 @@ class Generator:
         disagg: Disaggregator,
         offload: Offload | None = None,
         setup: SetupGate | None = None,
+        deadline_s: float | None = None,
     ) -> None:
         self.catalog = catalog
         self.tokenizers = tokenizers
@@ -264,6 +274,7 @@ class Generator:
         self.disagg = disagg
         self.offload = offload  # large prompts are templated and tokenized there, off the event loop
         self.setup = setup or SetupGate(32)  # requests in their CPU-bound setup at once (setup_gate.py)
+        self.deadline_s = deadline_s  # a whole generation's limit, from its arrival (request_deadline_s)
 
     async def tokenizer(self, model: ModelSpec) -> ModelTokenizer:
         return await self.tokenizers.get(model, lambda: self.monitor.healthy_first(self.catalog.endpoints(model.id)))
@@ -334,6 +345,8 @@ class Generator:
             }
             if model.return_token_ids:
                 body["return_token_ids"] = True
+            if inp.backend_response_format is not None:  # JSON mode or tool calls: the backend's grammar
+                body["response_format"] = inp.backend_response_format
             pools = Pools.of(endpoints)
             if pools is None:
                 flight = await route(endpoints, max_tokens)

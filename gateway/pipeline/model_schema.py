@@ -37,6 +37,39 @@ SAMPLING: dict[str, dict[str, Any]] = {
     "presence_penalty": _number("Penalty on any token that has appeared.", 0, -2, 2),
 }
 
+JSON_MODE: dict[str, dict[str, Any]] = {
+    "response_format": {
+        "type": "object",
+        "description": "JSON mode: the answer is JSON (json_object) or valid against json_schema, then returned parsed.",
+        "properties": {
+            "type": {"type": "string", "enum": ["text", "json_object", "json_schema"]},
+            "json_schema": {"type": "object", "description": "A JSON Schema the answer must match."},
+        },
+        "required": ["type"],
+    },
+    "guided_json": {"type": "object", "description": "A JSON Schema the answer must match (as response_format)."},
+}
+
+TOOL: dict[str, Any] = {
+    "type": "object",
+    "description": "A function the model may call: {name, description, parameters}, or OpenAI's {type, function}.",
+    "properties": {
+        "name": {"type": "string", "minLength": 1, "maxLength": 64},
+        "description": {"type": "string"},
+        "parameters": {"type": "object", "description": "A JSON Schema of the arguments."},
+        "type": {"type": "string", "enum": ["function"]},
+        "function": {"type": "object"},
+    },
+}
+
+TOOLS: dict[str, dict[str, Any]] = {
+    "tools": {"type": "array", "items": TOOL, "description": "Functions the model may call (result.tool_calls)."},
+    "tool_choice": {
+        "description": 'auto (default), none, required, or {"type": "function", "function": {"name": ...}}.',
+        "oneOf": [{"type": "string", "enum": ["auto", "none", "required"]}, {"type": "object"}],
+    },
+}
+
 PROMPT_INPUT: dict[str, Any] = {
     "title": "Prompt",
     "type": "object",
@@ -49,6 +82,8 @@ PROMPT_INPUT: dict[str, Any] = {
         },
         "raw": {"type": "boolean", "default": False, "description": "Send the prompt without the chat template."},
         **SAMPLING,
+        **JSON_MODE,
+        **TOOLS,
     },
     "required": ["prompt"],
     "additionalProperties": False,
@@ -66,12 +101,16 @@ MESSAGES_INPUT: dict[str, Any] = {
                 "type": "object",
                 "properties": {
                     "role": {"type": "string", "enum": list(ROLES)},
-                    "content": {"type": "string", "description": "The message's text."},
+                    "content": {"type": ["string", "null"], "description": "The message's text."},
+                    "tool_calls": {"type": "array", "description": "An assistant's earlier calls."},
+                    "tool_call_id": {"type": "string", "description": "The call a tool message answers."},
                 },
-                "required": ["role", "content"],
+                "required": ["role"],
             },
         },
         **SAMPLING,
+        **JSON_MODE,
+        **TOOLS,
     },
     "required": ["messages"],
     "additionalProperties": False,
@@ -97,7 +136,18 @@ OUTPUT: dict[str, Any] = {
             "type": "object",
             "contentType": "application/json",
             "properties": {
-                "response": {"type": "string", "description": "The generated text."},
+                "response": {
+                    "type": ["string", "object", "array", "number", "boolean", "null"],
+                    "description": "The generated text; in JSON mode the parsed JSON value.",
+                },
+                "tool_calls": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {"name": {"type": "string"}, "arguments": {"type": "object"}},
+                        "required": ["name", "arguments"],
+                    },
+                },
                 "usage": USAGE,
             },
             "required": ["response"],

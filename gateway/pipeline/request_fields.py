@@ -1,10 +1,10 @@
 """Which request fields the gateway honours, which it may safely ignore, and which it refuses.
 
-No silent ignoring: a client that sends `response_format` or `tools` and gets free text back has
-been lied to. Every top-level field of a text-generation body is looked up in one table per API
+No silent ignoring: a client that sends a field and gets an answer that ignored it has been lied
+to. Every top-level field of a text-generation body is looked up in one table per API
 below; a field the gateway does not honour is refused with a 400 naming it (Workers AI code 5004,
 OpenAI `invalid_request_error` with `param`), unless its value is the one that changes nothing
-(`tools: []`, `response_format: {"type": "text"}`, `tool_choice: "none"`). Unknown fields are
+(`functions: []`, `logit_bias: {}`). Unknown fields are
 refused too (a misspelt `max_token` would otherwise run with 256 tokens).
 
 A few fields are accepted and ignored, each with its reason: they never change the output (an
@@ -54,15 +54,12 @@ def refused(reason: str, *no_ops: Any) -> FieldRule:
 _SAMPLING = ("max_tokens", "temperature", "top_p", "top_k", "seed", "repetition_penalty")
 _PENALTIES = ("frequency_penalty", "presence_penalty")
 _NOT_YET = "is not supported yet: edgerun would answer free text and ignore it"
-_TOOLS = refused(f"{_NOT_YET} (no function calling); leave it out", [])
-_JSON_MODE = refused(f"{_NOT_YET} (no JSON mode); leave it out", {"type": "text"})
+_LEGACY_FUNCTIONS = "is OpenAI's deprecated form of function calling: send tools (and tool_choice) instead"
 
 WORKERS_AI: Mapping[str, FieldRule] = {
     **{name: HONOURED for name in ("prompt", "messages", "stream", "raw", *_SAMPLING, *_PENALTIES)},
-    "response_format": _JSON_MODE,
-    "guided_json": _JSON_MODE,
-    "tools": _TOOLS,
-    "functions": _TOOLS,
+    **{name: HONOURED for name in ("response_format", "guided_json", "tools", "tool_choice")},
+    "functions": refused(_LEGACY_FUNCTIONS, []),
     "lora": refused("names a LoRA adapter; edgerun serves base models only"),
     "image": refused("is an image input; the served models read text only"),
 }
@@ -85,12 +82,9 @@ OPENAI_CHAT: Mapping[str, FieldRule] = {
     **_OPENAI_SHARED,
     "messages": HONOURED,
     "max_completion_tokens": HONOURED,
-    "response_format": _JSON_MODE,
-    "tools": _TOOLS,
-    "tool_choice": refused(f"{_NOT_YET} (no function calling); leave it out", "none"),
-    "functions": _TOOLS,
-    "function_call": refused(f"{_NOT_YET} (no function calling); leave it out", "none"),
-    "parallel_tool_calls": ignored("only shapes tool calls, and without `tools` (refused) there are none"),
+    **{name: HONOURED for name in ("response_format", "tools", "tool_choice", "parallel_tool_calls")},
+    "functions": refused(_LEGACY_FUNCTIONS, []),
+    "function_call": refused(_LEGACY_FUNCTIONS, "none"),
     "modalities": refused("asks for output other than text; the served models write text only", ["text"]),
     "audio": refused("asks for audio output; the served models write text only"),
     "prediction": refused("is not supported (no predicted-output decoding); leave it out"),
@@ -102,6 +96,7 @@ OPENAI_CHAT: Mapping[str, FieldRule] = {
 OPENAI_COMPLETIONS: Mapping[str, FieldRule] = {
     **_OPENAI_SHARED,
     "prompt": HONOURED,
+    "response_format": HONOURED,
     "echo": refused("is not supported: the answer never repeats the prompt", False),
     "suffix": refused("is not supported (no fill-in-the-middle); leave it out", ""),
     "best_of": refused("is not supported: one completion is generated per request", 1),

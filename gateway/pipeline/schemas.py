@@ -13,6 +13,8 @@ Workers AI text generation (the documented input schema):
     frequency_penalty   number      0         -2..2
     presence_penalty    number      0         -2..2
     stream, raw         boolean     false
+    response_format     object    none      JSON mode (gateway/pipeline/structured.py); guided_json too
+    tools, tool_choice  array, str|object   function calling (gateway/pipeline/tools.py)
 
 The OpenAI Responses route (`parse_responses`) takes `input` (a string, or message items whose
 content is a string or `input_text` / `output_text` parts), `instructions` (a system message put
@@ -21,7 +23,7 @@ first), `max_output_tokens`, `temperature` and `top_p`.
 OpenAI routes take OpenAI's names and ranges (temperature 0..2, `max_completion_tokens` as an
 alias of `max_tokens`, `stop`, `n` = 1 only, `stream_options.include_usage`); fields left out get
 the Workers AI defaults above, so one model behaves the same through both APIs. A field the
-gateway does not honour (JSON mode, tools, an unknown name) is refused before anything else is
+gateway does not honour (an unknown name, legacy `functions`, ...) is refused before anything else is
 read: gateway/pipeline/request_fields.py holds the table of every field and what happens to it.
 """
 
@@ -38,6 +40,8 @@ from gateway.pipeline.request_fields import (
     WORKERS_AI,
     check_fields,
 )
+from gateway.pipeline.structured import parse_guided_json, parse_response_format
+from gateway.pipeline.tools import ToolUse, assistant_calls_text, parse_tool_use, with_tools_prompt
 
 MAX_PROMPT_CHARS = 131072
 ROLES = ("system", "user", "assistant", "tool", "developer")
@@ -91,6 +95,13 @@ class GenerationInput:
     sampling: Sampling = field(default_factory=Sampling)
     stream: bool = False
     include_usage: bool = False  # OpenAI streams only; Workers AI streams always end with usage
+    # JSON mode: the backend `response_format` (gateway/pipeline/structured.py); None for free text
+    response_format: dict[str, Any] | None = None
+    tools: ToolUse | None = None  # function calling (gateway/pipeline/tools.py)
+
+    @property
+    def backend_response_format(self) -> dict[str, Any] | None:
+        return self.tools.response_format() if self.tools is not None else self.response_format
 
 
 # ---- field readers ----------------------------------------------------------------------------
@@ -154,7 +165,12 @@ def _messages(value: Any) -> tuple[dict[str, str], ...]:
         role = message.get("role")
         if role not in ROLES:
             raise InvalidInput(f"messages[{i}].role must be one of {', '.join(ROLES)}, got {role!r}", param="messages")
-        content = _content(message.get("content"), f"messages[{i}].content")
+        if role == "assistant" and message.get("tool_calls"):  # an earlier turn's calls, as the model wrote them
+            text = message.get("content")
+            calls = assistant_calls_text(message["tool_calls"], f"messages[{i}]")
+            content = f"{_content(text, f'messages[{i}].content')}\n{calls}" if text else calls
+        else:
+            content = _content(message.get("content"), f"messages[{i}].content")
         messages.append({"role": role, "content": content})
     return tuple(messages)
 
@@ -219,7 +235,27 @@ def parse_workers_ai(body: dict[str, Any]) -> GenerationInput:
             )
         prompt = Prompt(messages=_messages(body["messages"]))
     sampling = _sampling(body, max_temperature=5.0, max_tokens_names=("max_tokens",), openai=False)
-    return GenerationInput(prompt=prompt, sampling=sampling, stream=_boolean(body, "stream"))
+    response_format = parse_response_format(body.get("response_format"), openai=False) or parse_guided_json(
+        body.get("guided_json")
+    )
+    tools = _tool_use(body, prompt, response_format)
+    if tools is not None:
+        assert prompt.messages is not None
+        prompt = Prompt(messages=with_tools_prompt(prompt.messages, tools))
+    return GenerationInput(prompt, sampling, _boolean(body, "stream"), False, response_format, tools)
+
+
+def _tool_use(body: dict[str, Any], prompt: Prompt, response_format: dict[str, Any] | None) -> ToolUse | None:
+    tools = parse_tool_use(body.get("tools"), body.get("tool_choice"), body.get("parallel_tool_calls"))
+    if tools is None:
+        return None
+    if prompt.messages is None:
+        raise InvalidInput("tools need a chat prompt: send messages (or prompt without raw)", param="tools")
+    if response_format is not None:
+        raise InvalidInput(
+            "send either tools or response_format: a constrained answer cannot also be a tool call", param="tools"
+        )
+    return tools
 
 
 def _openai_common(body: dict[str, Any]) -> tuple[Sampling, bool, bool]:
@@ -251,7 +287,13 @@ def parse_chat_completions(body: dict[str, Any]) -> GenerationInput:
     """`POST /ai/v1/chat/completions`."""
     check_fields(body, OPENAI_CHAT, "a chat completion request")
     sampling, stream, include_usage = _openai_common(body)
-    return GenerationInput(Prompt(messages=_messages(body.get("messages"))), sampling, stream, include_usage)
+    prompt = Prompt(messages=_messages(body.get("messages")))
+    response_format = parse_response_format(body.get("response_format"), openai=True)
+    tools = _tool_use(body, prompt, response_format)
+    if tools is not None:
+        assert prompt.messages is not None
+        prompt = Prompt(messages=with_tools_prompt(prompt.messages, tools))
+    return GenerationInput(prompt, sampling, stream, include_usage, response_format, tools)
 
 
 def parse_completions(body: dict[str, Any]) -> GenerationInput:
@@ -261,7 +303,8 @@ def parse_completions(body: dict[str, Any]) -> GenerationInput:
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
         prompt = prompt[0]
     sampling, stream, include_usage = _openai_common(body)
-    return GenerationInput(Prompt(text=_prompt_text(prompt)), sampling, stream, include_usage)
+    response_format = parse_response_format(body.get("response_format"), openai=True)
+    return GenerationInput(Prompt(text=_prompt_text(prompt)), sampling, stream, include_usage, response_format)
 
 
 @dataclass(frozen=True, slots=True)

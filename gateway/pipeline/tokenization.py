@@ -152,7 +152,8 @@ class TokenizerRegistry:
         cache_file = self._cache_file(model)
         if cache_file is not None and cache_file.exists():
             try:
-                return json.loads(cache_file.read_text())
+                cached: dict[str, Any] = json.loads(cache_file.read_text())
+                return cached
             except ValueError:
                 cache_file.unlink(missing_ok=True)  # a torn write: fetch again
         if not endpoints:

@@ -310,7 +310,8 @@ class RedisStore(Store):
     @_redis_errors
     async def get_session(self, tenant_id: str, session_id: str) -> str | None:
         check_id("tenant id", tenant_id)
-        return await self._redis.get(self._names.session(tenant_id, check_text("session id", session_id)))
+        session: str | None = await self._redis.get(self._names.session(tenant_id, check_text("session id", session_id)))
+        return session
 
     @_redis_errors
     async def set_session(self, tenant_id: str, session_id: str, backend_id: str) -> None:

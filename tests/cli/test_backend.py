@@ -45,6 +45,14 @@ def test_speculative_flags_configure_both_engines(monkeypatch: pytest.MonkeyPatc
         build_settings(parse("--speculative", "eagle3"))
 
 
+def test_mode_and_weight_format_flags_reach_the_engine() -> None:
+    settings = build_settings(parse("--mode", "deterministic"))
+    assert settings.engine.mode == "deterministic" and settings.engine.linear_format is None
+    assert build_settings(parse("--weight-dtype", "int4")).engine.linear_format == "int4-all"
+    with pytest.raises(ValueError, match="mode='deterministic'"):
+        build_settings(parse("--mode", "deterministic", "--weight-dtype", "int4"))
+
+
 def test_no_flags_keep_defaults() -> None:
     settings = build_settings(parse())
     assert settings.engine_kind == "builtin" and settings.port == 8100 and settings.engine.model == "smollm2"

@@ -84,6 +84,18 @@ def test_random_model_output_validates_against_generated_schemas(tiny_runner: Mo
 
 
 @pytest.mark.slow
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(schema=SCHEMAS)
+def test_smollm2_output_validates_against_generated_schemas(smollm2_fast_runner: ModelRunner, schema: dict) -> None:
+    engine = make_engine(smollm2_fast_runner)
+    prompt = chat(smollm2_fast_runner, f"Answer with JSON matching this schema: {json.dumps(schema)}")
+    outputs = run(engine, guided("r", prompt, Guide.json_schema(schema), max_tokens=96, temperature=0.0))["r"]
+    text = text_of(smollm2_fast_runner, outputs)
+    assert outputs[-1].finish_reason == "stop", text
+    jsonschema.validate(json.loads(text), schema)
+
+
+@pytest.mark.slow
 def test_json_object_mode_gives_an_object_even_from_noise(tiny_runner: ModelRunner) -> None:
     engine = make_engine(tiny_runner)
     prompt = tiny_runner.tokenizer.encode("x")

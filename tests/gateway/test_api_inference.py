@@ -157,12 +157,12 @@ def test_fields_the_gateway_would_ignore_are_refused_by_name(
 ) -> None:
     messages: Any = [{"role": "user", "content": "Give me JSON"}]
     with pytest.raises(openai.BadRequestError) as caught:
-        oai.chat.completions.create(model=DEFAULT_MODEL_ID, messages=messages, response_format={"type": "json_object"})
-    assert caught.value.body["param"] == "response_format"  # type: ignore[index]
-    response = post(gateway, keys["a"], {"prompt": "x", "tools": [{"name": "f", "parameters": {}}]})
+        oai.chat.completions.create(model=DEFAULT_MODEL_ID, messages=messages, logit_bias={"50256": -100})
+    assert caught.value.body["param"] == "logit_bias"  # type: ignore[index]
+    response = post(gateway, keys["a"], {"prompt": "x", "functions": [{"name": "f", "parameters": {}}]})
     assert response.status_code == 400
     error = response.json()["errors"][0]
-    assert error["code"] == 5004 and error["message"].startswith("tools")
+    assert error["code"] == 5004 and error["message"].startswith("functions")
 
 
 def test_model_search(gateway: InProcessGateway, keys: dict[str, str]) -> None:
@@ -201,7 +201,9 @@ def test_model_schema_describes_input_and_output(gateway: InProcessGateway, keys
     inputs = {variant["title"]: variant for variant in body["result"]["input"]["oneOf"]}
     assert inputs["Prompt"]["required"] == ["prompt"] and inputs["Messages"]["required"] == ["messages"]
     assert inputs["Prompt"]["properties"]["max_tokens"]["default"] == 256
-    assert body["result"]["output"]["oneOf"][0]["properties"]["response"]["type"] == "string"
+    output = body["result"]["output"]["oneOf"][0]["properties"]
+    assert "string" in output["response"]["type"] and "object" in output["response"]["type"]  # text, or JSON mode
+    assert "tools" in inputs["Messages"]["properties"] and "tool_calls" in output
     unknown = httpx.get(url, params={"model": "@cf/nobody/nothing"}, headers=auth(keys["a"]), timeout=10)
     assert unknown.status_code == 400 and unknown.json()["errors"][0]["code"] == 5007
     missing = httpx.get(url, headers=auth(keys["a"]), timeout=10)

@@ -4,7 +4,9 @@ to a real `edgerun backend --engine embedding` process (all-MiniLM-L6-v2), bille
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
+import cloudflare
 import httpx
 import openai
 import pytest
@@ -81,3 +83,11 @@ def test_the_wrong_route_for_a_model_says_which_is_right(gateway: InProcessGatew
     with pytest.raises(openai.BadRequestError) as caught:
         client.chat.completions.create(model=MINILM, messages=[{"role": "user", "content": "hi"}])
     assert "/ai/v1/embeddings" in str(caught.value) and caught.value.body["param"] == "model"  # type: ignore[index]
+
+
+def test_cloudflare_sdk_embeddings(gateway: InProcessGateway, key: str) -> None:
+    client = cloudflare.Cloudflare(api_token=key, base_url=f"{gateway.url}/client/v4", max_retries=0)
+    result: Any = client.ai.run(MINILM, account_id="acc-emb", text=["the sea", "a lake"])
+    shape = result["shape"] if isinstance(result, dict) else result.shape
+    data = result["data"] if isinstance(result, dict) else result.data
+    assert shape == [2, 384] and len(data) == 2 and all(abs(sum(x * x for x in v) - 1) < 1e-4 for v in data)

@@ -23,7 +23,7 @@ import pytest
 
 from benchmarks import stub_backend
 from benchmarks.fault_proxy import HEALTHY, Faults, ProxyThread, running_proxy
-from cli.processes import ChildProcess
+from cli.processes import ChildProcess, free_port
 from tests.gateway.fixtures_e2e import InProcessGateway, gateway_settings
 
 pytestmark = pytest.mark.slow
@@ -31,6 +31,8 @@ pytestmark = pytest.mark.slow
 BOTH = stub_backend.MODEL_ID  # served by flaky, then steady
 FLAKY_ONLY = "@cf/edgerun/bench-stub-flaky"
 READ_TIMEOUT_S = 1.5
+SLOW = "@cf/edgerun/bench-stub-slow"  # served by `slow`: 40 chunks, 100 ms apart (a trickle)
+DEADLINE_S = 2.0
 EJECTION_S = 1.0
 
 
@@ -40,23 +42,37 @@ def stub(stub_backend: ChildProcess) -> ChildProcess:
 
 
 @pytest.fixture(scope="module")
+def slow() -> Iterator[ChildProcess]:
+    port = free_port()
+    child = ChildProcess.launch("slow stub", stub_backend.command(port, 40, 100), port)
+    try:
+        child.wait_ready("/health", timeout_s=60)
+        yield child
+    finally:
+        child.stop()
+
+
+@pytest.fixture(scope="module")
 def proxy(stub: ChildProcess) -> Iterator[ProxyThread]:
     with running_proxy("127.0.0.1", stub.port) as running:
         yield running
 
 
 @pytest.fixture(scope="module")
-def gw(stub: ChildProcess, proxy: ProxyThread, tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessGateway]:
+def gw(
+    stub: ChildProcess, slow: ChildProcess, proxy: ProxyThread, tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessGateway]:
     backends = [
         {"id": "flaky", "base_url": proxy.url, "region": "local", "models": [BOTH, FLAKY_ONLY]},
         {"id": "steady", "base_url": stub.url, "region": "far", "models": [BOTH]},
+        {"id": "slow", "base_url": slow.url, "region": "local", "models": [SLOW]},
     ]
-    models = [{"id": m, "backend_model": "stub", "block_size": 16} for m in (BOTH, FLAKY_ONLY)]
+    models = [{"id": m, "backend_model": "stub", "block_size": 16} for m in (BOTH, FLAKY_ONLY, SLOW)]
     settings = gateway_settings(
         tmp_path_factory.mktemp("faults"), backends, models=models, region="local", region_fallbacks=["far"],
         health_interval_s=3600.0,  # the test probes (`probe`)
         breaker_failure_threshold=3, breaker_ejection_s=EJECTION_S, breaker_max_ejection_s=10 * EJECTION_S,
         backend_first_byte_timeout_s=READ_TIMEOUT_S, backend_read_timeout_s=READ_TIMEOUT_S,
+        request_deadline_s=DEADLINE_S,
     )
     started = InProcessGateway(settings).start()
     started.secret = started.new_key("t-faults", "acc-faults")  # type: ignore[attr-defined]
@@ -194,3 +210,17 @@ def test_added_latency_slows_a_stream_but_it_completes(gw: InProcessGateway, pro
     events = sse_events(answer)
     assert events[-1] == "[DONE]" and events[-2]["usage"]["completion_tokens"] == 64
     heal(gw, proxy)
+
+
+def test_a_backend_that_trickles_is_cut_at_the_request_deadline(gw: InProcessGateway) -> None:
+    started = time.monotonic()
+    answer = post(gw, SLOW, stream=True)
+    elapsed = time.monotonic() - started
+    events = sse_events(answer)
+    assert events[-1] != "[DONE]" and events[-1]["errors"][0]["code"] == 3007, events[-2:]
+    texts = [e for e in events[:-1] if e.get("response")]
+    assert 1 <= len(texts) < 40 and elapsed < DEADLINE_S + 3
+    record = gw.ledger_record(answer.headers["cf-ray"])
+    assert record.status == "cancelled" and record.completion_tokens > 0  # billed for what it got
+    whole = post(gw, SLOW)
+    assert whole.status_code == 408 and whole.json()["errors"][0]["code"] == 3007, whole.text

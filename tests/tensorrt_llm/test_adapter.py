@@ -1,12 +1,14 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import subprocess
 import sys
 
 import pytest
 
-from engines.tensorrt_llm.adapter import TrtllmEngine, TrtllmUnavailable
+from engines.guided import Guide
+from engines.tensorrt_llm.adapter import TrtllmEngine, TrtllmUnavailable, guided_decoding_fields
 from engines.tensorrt_llm.config import TrtllmConfig
 
 
@@ -29,3 +31,12 @@ def test_in_process_backend_without_tensorrt_llm_exits_with_the_hint() -> None:
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 1
     assert "pypi.nvidia.com" in result.stderr
+
+
+def test_guides_map_onto_tensorrt_llms_guided_decoding_params() -> None:
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    assert guided_decoding_fields(Guide("json_object")) == {"json_object": True}
+    assert json.loads(guided_decoding_fields(Guide.json_schema(schema))["json"]) == schema
+    tag = Guide.structural_tag([{"begin": "<f>", "schema": schema, "end": "</f>"}], ["<f"])
+    fields = json.loads(guided_decoding_fields(tag)["structural_tag"])
+    assert fields["type"] == "structural_tag" and fields["triggers"] == ["<f"] and fields["structures"][0]["end"] == "</f>"

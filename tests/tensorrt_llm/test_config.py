@@ -128,3 +128,9 @@ def test_yaml_comment_header() -> None:
     text = to_yaml({"a": 1}, "line one\n\nline three")
     assert text.splitlines()[:3] == ["# line one", "#", "# line three"]
     assert yaml.safe_load(text) == {"a": 1}
+
+
+def test_guided_decoding_backend_is_written_unless_turned_off() -> None:
+    assert render(TrtllmConfig())["guided_decoding_backend"] == "llguidance"
+    assert render(TrtllmConfig(guided_decoding_backend="xgrammar"))["guided_decoding_backend"] == "xgrammar"
+    assert "guided_decoding_backend" not in render(TrtllmConfig(guided_decoding_backend=None))

@@ -1,0 +1,71 @@
+"""JSON mode: a client's `response_format` read into the form every backend takes.
+
+Clients send it three ways, all read here:
+
+- Workers AI: `{"type": "json_schema", "json_schema": <the schema>}` or `{"type": "json_object"}`
+  (developers.cloudflare.com/workers-ai/json-mode), and `guided_json: <schema>` on some models.
+- OpenAI: `{"type": "json_schema", "json_schema": {"name", "schema", "strict", "description"}}`,
+  `{"type": "json_object"}`, `{"type": "text"}` (no constraint).
+
+Backends get trtllm-serve's shape (`response_format` on /v1/completions, which vLLM and SGLang
+take too): `{"type": "json_object"}` or `{"type": "json_schema", "json_schema": {"name", "schema"}}`.
+The backend's grammar guarantees the answer parses and matches the schema unless `max_tokens`
+cuts it first: the answer then ends with finish_reason "length" and may not parse (Workers AI's
+`response` is then the raw text rather than an object).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.errors import InvalidInput
+
+MAX_SCHEMA_CHARS = 65_536  # a larger schema is almost surely a mistake, and compiling it costs the backend
+
+
+def _schema(value: Any, param: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise InvalidInput(f"{param} must be a JSON Schema object, got {type(value).__name__}", param=param)
+    if len(repr(value)) > MAX_SCHEMA_CHARS:
+        raise InvalidInput(f"{param} is larger than {MAX_SCHEMA_CHARS} characters", param=param)
+    return value
+
+
+def json_schema_format(schema: dict[str, Any], name: str = "response") -> dict[str, Any]:
+    """The backend `response_format` that constrains the answer to `schema`."""
+    return {"type": "json_schema", "json_schema": {"name": name, "schema": schema}}
+
+
+def parse_response_format(value: Any, *, openai: bool) -> dict[str, Any] | None:
+    """The backend `response_format` for a client's, or None for plain text."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not isinstance(value.get("type"), str):
+        raise InvalidInput(
+            'response_format must be an object with a type: "text", "json_object" or "json_schema"',
+            param="response_format",
+        )
+    kind = value["type"]
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return {"type": "json_object"}
+    if kind != "json_schema":
+        raise InvalidInput(
+            f'response_format.type {kind!r} is not supported: use "text", "json_object" or "json_schema"',
+            param="response_format",
+        )
+    spec = value.get("json_schema")
+    if openai:  # {"name", "schema", "strict", "description"}
+        if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
+            raise InvalidInput(
+                "response_format.json_schema must be an object with a name and a schema", param="response_format"
+            )
+        schema = spec.get("schema", {})
+        return json_schema_format(_schema(schema, "response_format.json_schema.schema"), spec["name"])
+    return json_schema_format(_schema(spec, "response_format.json_schema"))
+
+
+def parse_guided_json(value: Any) -> dict[str, Any] | None:
+    """Workers AI's `guided_json` (a schema) as a backend `response_format`."""
+    return None if value is None else json_schema_format(_schema(value, "guided_json"))
