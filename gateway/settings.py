@@ -93,6 +93,8 @@ class GatewaySettings(TomlSettings):
     setup_concurrency: int = Field(default=32, ge=1)
     tokenizer_cache_dir: Path | None = Path.home() / ".cache" / "edgerun" / "tokenizers"
     health_interval_s: float = Field(default=2.0, gt=0)  # GET /health of every backend
+    # failed health checks in a row that mark a backend down (a request that fails to reach it does at once)
+    health_fall: int = Field(default=3, ge=1)
     load_interval_s: float = Field(default=1.0, gt=0)  # GET /load: corrects the in-flight counters
     kv_events_interval_s: float = Field(default=1.0, gt=0)  # POST /kv_cache_events -> prefix index
     # Disaggregated serving (gateway/pipeline/disagg.py; backends with roles prefill / decode): a request whose
