@@ -34,6 +34,7 @@ from backends.client.errors import (
 from backends.client.http import HTTPTransport, Response, TransportError, TransportTimeout
 from backends.client.sse import iter_sse_data
 from backends.client.types import CompletionChunk, ContextAnswer, Endpoint
+from contracts.request_id import REQUEST_ID_HEADER
 from contracts.usage import Usage
 
 TOKENIZER_PATH = "/edgerun/v1/tokenizer"
@@ -87,14 +88,14 @@ class BackendClient:
     # -- generation -------------------------------------------------------------------------
 
     async def stream_completion(
-        self, endpoint: Endpoint, body: dict[str, Any]
+        self, endpoint: Endpoint, body: dict[str, Any], request_id: str | None = None
     ) -> AsyncGenerator[CompletionChunk, None]:
         """POST /v1/completions with `stream=True` and usage in `stream_options` (see below).
 
         `body` is the OpenAI request (prompt as token ids or text, sampling fields, cache_salt,
         ...). Yields text chunks, then a final usage-only chunk (`choices: []`). Raises
         BackendUnavailable / BackendTimeout / BackendOverloaded / BackendRejected before the first
-        chunk, BackendStreamBroken after it.
+        chunk, BackendStreamBroken after it. `request_id` (the gateway's) goes in `x-request-id`.
         """
         # continuous_usage_stats (vLLM's extension, also spoken by our backend): the usage so far
         # rides on every chunk, so a stream that ends early still knows its cached prompt tokens
@@ -102,7 +103,7 @@ class BackendClient:
         payload = _json_bytes({**body, "stream": True, "stream_options": stream_options})
         with self._open_slot():
             deadline = asyncio.get_running_loop().time() + self.first_byte_timeout_s
-            response = await self._send_before_first_byte(endpoint, "/v1/completions", payload, deadline)
+            response = await self._send_before_first_byte(endpoint, "/v1/completions", payload, deadline, request_id)
             events = iter_sse_data(response.iter_bytes())
             try:
                 is_first = True
@@ -118,13 +119,15 @@ class BackendClient:
                 await events.aclose()
                 response.close()  # a no-op once drained; else it drops the connection
 
-    async def complete(self, endpoint: Endpoint, body: dict[str, Any]) -> tuple[str, str | None, Usage]:
+    async def complete(
+        self, endpoint: Endpoint, body: dict[str, Any], request_id: str | None = None
+    ) -> tuple[str, str | None, Usage]:
         """POST /v1/completions without streaming; returns (text, finish_reason, usage)."""
         payload = {key: value for key, value in body.items() if key != "stream_options"}
         payload["stream"] = False
         with self._open_slot():
             response = await self._exchange(
-                endpoint, "POST", "/v1/completions", _json_bytes(payload), self._read_timeout_s
+                endpoint, "POST", "/v1/completions", _json_bytes(payload), self._read_timeout_s, request_id
             )
         try:
             answer = response.json()
@@ -138,10 +141,14 @@ class BackendClient:
                 f"{endpoint.id} answered /v1/completions with a malformed body", endpoint_id=endpoint.id
             ) from exc
 
-    async def embeddings(self, endpoint: Endpoint, body: dict[str, Any]) -> tuple[list[list[float]], Usage]:
+    async def embeddings(
+        self, endpoint: Endpoint, body: dict[str, Any], request_id: str | None = None
+    ) -> tuple[list[list[float]], Usage]:
         """POST /v1/embeddings (OpenAI's and vLLM's shape); returns the vectors in input order and usage."""
         with self._open_slot():
-            response = await self._exchange(endpoint, "POST", "/v1/embeddings", _json_bytes(body), self._read_timeout_s)
+            response = await self._exchange(
+                endpoint, "POST", "/v1/embeddings", _json_bytes(body), self._read_timeout_s, request_id
+            )
         try:
             answer = response.json()
             data = sorted(answer["data"], key=lambda item: item["index"])
@@ -151,7 +158,7 @@ class BackendClient:
                 f"{endpoint.id} answered /v1/embeddings with a malformed body", endpoint_id=endpoint.id
             ) from exc
 
-    async def context(self, endpoint: Endpoint, body: dict[str, Any]) -> ContextAnswer:
+    async def context(self, endpoint: Endpoint, body: dict[str, Any], request_id: str | None = None) -> ContextAnswer:
         """The context step of disaggregated serving: POST /v1/completions with `disaggregated_params:
         {request_type: context_only}`, never streamed (trtllm-serve's protocol). Bounded by the
         first-byte timeout: nothing has reached the client yet, so the caller may still fail over."""
@@ -159,7 +166,7 @@ class BackendClient:
         payload.update(stream=False, disaggregated_params={"request_type": "context_only"})
         with self._open_slot():
             response = await self._exchange(
-                endpoint, "POST", "/v1/completions", _json_bytes(payload), self.first_byte_timeout_s
+                endpoint, "POST", "/v1/completions", _json_bytes(payload), self.first_byte_timeout_s, request_id
             )
         try:
             return ContextAnswer.from_json(response.json())
@@ -173,6 +180,7 @@ class BackendClient:
         endpoints: list[Endpoint],
         body: dict[str, Any],
         on_failure: Callable[[BackendError], None] | None = None,
+        request_id: str | None = None,
     ) -> tuple[Endpoint, AsyncGenerator[CompletionChunk, None]]:
         """Open a stream on the first endpoint that produces a first chunk, trying them in order.
 
@@ -186,7 +194,7 @@ class BackendClient:
             raise BackendUnavailable("no backend endpoints to try")
         failures: list[BackendError] = []
         for endpoint in endpoints:
-            stream = self.stream_completion(endpoint, body)
+            stream = self.stream_completion(endpoint, body, request_id)
             try:
                 first = await anext(stream)
             except (BackendUnavailable, BackendTimeout, BackendOverloaded) as exc:
@@ -284,11 +292,19 @@ class BackendClient:
             self._num_open -= 1
 
     async def _exchange(
-        self, endpoint: Endpoint, method: str, path: str, body: bytes | None, timeout_s: float
+        self,
+        endpoint: Endpoint,
+        method: str,
+        path: str,
+        body: bytes | None,
+        timeout_s: float,
+        request_id: str | None = None,
     ) -> Response:
         """One whole request and answer (each wait bounded by `timeout_s`); raises on a 4xx/5xx."""
         try:
-            response = await self._http.request(method, endpoint.url(path), body, timeout_s=timeout_s)
+            response = await self._http.request(
+                method, endpoint.url(path), body, timeout_s=timeout_s, headers=_id_header(request_id)
+            )
             try:
                 await response.read()
             finally:
@@ -306,10 +322,14 @@ class BackendClient:
             message = f"{endpoint.id} answered {path} with invalid JSON"
             raise BackendUnavailable(message, endpoint_id=endpoint.id) from exc
 
-    async def _send_before_first_byte(self, endpoint: Endpoint, path: str, body: bytes, deadline: float) -> Response:
+    async def _send_before_first_byte(
+        self, endpoint: Endpoint, path: str, body: bytes, deadline: float, request_id: str | None
+    ) -> Response:
         try:
             async with asyncio.timeout_at(deadline):
-                response = await self._http.request("POST", endpoint.url(path), body, timeout_s=self._read_timeout_s)
+                response = await self._http.request(
+                    "POST", endpoint.url(path), body, timeout_s=self._read_timeout_s, headers=_id_header(request_id)
+                )
         except TransportError as exc:
             _raise_transport_error(endpoint, exc)
         except TimeoutError as exc:
@@ -369,6 +389,10 @@ async def _prepend(
             yield chunk
     finally:
         await rest.aclose()
+
+
+def _id_header(request_id: str | None) -> dict[str, str] | None:
+    return {REQUEST_ID_HEADER: request_id} if request_id else None
 
 
 def _parse_event(endpoint: Endpoint, data: str, is_first: bool) -> dict[str, Any]:

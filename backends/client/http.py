@@ -138,13 +138,16 @@ class HTTPTransport:
             )
         return self._session
 
-    async def request(self, method: str, url: str, body: bytes | None = None, *, timeout_s: float) -> Response:
+    async def request(
+        self, method: str, url: str, body: bytes | None = None, *, timeout_s: float, headers: Mapping[str, str] | None = None
+    ) -> Response:
         """Send a request; returns once the response head is in. `timeout_s` bounds the wait for
-        a free connection, for the head and then for each piece of the body."""
+        a free connection, for the head and then for each piece of the body. `headers`: this
+        request's own, beside the transport's."""
         if self._is_closed:
             raise TransportError("the HTTP transport is closed")
         session = self._open_session()
-        headers = {"content-type": "application/json"} if body is not None else None
+        sent = {**({"content-type": "application/json"} if body is not None else {}), **(headers or {})}
         # connect: a free connection from the pool (or a new one); sock_read: each wait for bytes
         timeout = aiohttp.ClientTimeout(
             total=None, connect=timeout_s, sock_connect=self._connect_timeout_s, sock_read=timeout_s
@@ -152,7 +155,7 @@ class HTTPTransport:
         what = f"{method} {url}"
         for attempt in (1, 2):
             try:
-                response = await session.request(method, url, data=body, headers=headers, timeout=timeout)
+                response = await session.request(method, url, data=body, headers=sent or None, timeout=timeout)
                 return Response(response, what)
             except aiohttp.ServerDisconnectedError as exc:
                 # The peer closed a kept-alive connection without answering (it dropped it as idle

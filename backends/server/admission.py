@@ -53,6 +53,9 @@ class Admission:
         self._active.add(request_id)
         self._idle.clear()
 
+    def is_active(self, request_id: str) -> bool:
+        return request_id in self._active
+
     def release(self, request_id: str) -> None:
         self._active.discard(request_id)
         if not self._active:

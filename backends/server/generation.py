@@ -9,6 +9,7 @@ its admission slot and records its metrics, exactly once.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -19,6 +20,8 @@ from backends.server.metrics import BackendMetrics
 from engines.base import Engine, GenerationOutput, GenerationRequest
 from engines.errors import EngineError
 from engines.sampling_params import SamplingParams
+
+log = logging.getLogger("edgerun.backend")
 
 
 @dataclass(slots=True)
@@ -112,9 +115,22 @@ class Generation:
             self._service.admission.release(self.request_id)
             metrics = self._service.metrics
             metrics.requests.labels(self.route, self.outcome).inc()
-            metrics.latency.labels(self.route).observe(time.monotonic() - self._started_at)
+            elapsed_s = time.monotonic() - self._started_at
+            metrics.latency.labels(self.route).observe(elapsed_s)
             if self.last is not None:
                 metrics.observe_speculation(self.last)
+            self._log(elapsed_s)
+
+    def _log(self, elapsed_s: float) -> None:
+        """One line per request, under the engine request id (the gateway's id inside it)."""
+        last = self.last
+        log.info(
+            "request finished: request_id=%s route=%s outcome=%s prompt_tokens=%d cached_tokens=%d"
+            " generated_tokens=%d ms=%.1f",
+            self.request_id, self.route, self.outcome,
+            last.num_prompt_tokens if last else 0, last.num_cached_tokens if last else 0,
+            last.num_generated_tokens if last else 0, elapsed_s * 1e3,
+        )
 
 
 class GenerationService:

@@ -21,6 +21,7 @@ from backends.server.openai import Kind, Renderer
 from backends.server.protocol import ChatCompletionRequest, CompletionRequest, SamplingFields
 from backends.server.state import BackendState
 from backends.server.tokenizer_route import ROUTE as TOKENIZER_ROUTE
+from contracts.request_id import REQUEST_ID_HEADER, is_valid
 from contracts.sse import DONE, EventStream, event
 
 DEFAULT_COMPLETION_MAX_TOKENS = 16  # OpenAI's (and trtllm-serve's) default for /v1/completions
@@ -29,6 +30,19 @@ DEFAULT_COMPLETION_MAX_TOKENS = 16  # OpenAI's (and trtllm-serve's) default for 
 def backend(request: Request) -> BackendState:
     state: BackendState = request.app.state.backend
     return state
+
+
+def engine_request_id(request: Request, prefix: str, state: BackendState) -> str:
+    """`<prefix>-<the gateway's request id>` when it sent a usable `x-request-id`, so a gateway log
+    line can be followed into this backend's; else a fresh id. The same id twice at once (never
+    from our gateway) gets a suffix, since the engine keys requests by id."""
+    incoming = request.headers.get(REQUEST_ID_HEADER)
+    if incoming is None or not is_valid(incoming):
+        return f"{prefix}-{uuid.uuid4().hex}"
+    request_id = f"{prefix}-{incoming}"
+    if state.admission.is_active(request_id):
+        return f"{request_id}-{uuid.uuid4().hex[:8]}"
+    return request_id
 
 
 async def read_json(request: Request) -> dict[str, Any]:
@@ -74,7 +88,8 @@ async def _generate(
     params = disagg.context_params(body)
     disagg.check_role(state, params)
     prefix = "cmpl" if kind == "completion" else "chatcmpl"
-    renderer = Renderer(f"{prefix}-{uuid.uuid4().hex}", state.model_name, kind, return_token_ids=body.return_token_ids)
+    request_id = engine_request_id(request, prefix, state)
+    renderer = Renderer(request_id, state.model_name, kind, return_token_ids=body.return_token_ids)
     sampling = body.sampling_params(max_tokens)
     if params is not None and params.request_type == "context_only":  # answered at once, never streamed
         context = disagg.context_step(

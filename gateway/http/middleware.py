@@ -26,14 +26,15 @@ import structlog
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+import contracts.request_id as request_id_contract
 from gateway.errors import InternalError
 from gateway.http.envelopes import error_response
 from gateway.metrics import GatewayMetrics
 
-REQUEST_ID_HEADER = b"x-request-id"
+REQUEST_ID_HEADER = request_id_contract.REQUEST_ID_HEADER.encode()
 RAY_HEADER = b"cf-ray"
 WORKER_HEADER = b"x-edgerun-worker"
-_REQUEST_ID_RE = re.compile(rb"^[A-Za-z0-9._:-]{1,128}$")
+_REQUEST_ID_RE = re.compile(request_id_contract.PATTERN.encode())
 log = structlog.get_logger("edgerun.gateway")
 
 

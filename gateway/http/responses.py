@@ -31,10 +31,11 @@ from starlette.responses import Response
 from starlette.types import Receive
 
 from contracts.sse import EventStream as SSEResponse
+from contracts.sse import dumps
 from contracts.usage import Usage
 from gateway.errors import GatewayError
 from gateway.http import sse
-from gateway.http.envelopes import JSONBytes, dumps
+from gateway.http.envelopes import JSONBytes
 from gateway.http.render import CLIENT_CLOSED_REQUEST, collect_or_cancel
 from gateway.pipeline.generation import Generation
 from gateway.pipeline.schemas import ResponsesInput

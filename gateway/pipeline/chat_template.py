@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 import jinja2
+import jinja2.meta
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from gateway.errors import InternalError, InvalidInput
@@ -45,12 +46,22 @@ class ChatTemplate:
         except jinja2.TemplateSyntaxError as exc:
             raise ValueError(f"the chat template does not compile: {exc}") from exc
         self._specials = {"bos_token": bos_token or "", "eos_token": eos_token or ""}
+        # a template that reads `tools` has its own tool format (transformers passes them so)
+        self.renders_tools = "tools" in jinja2.meta.find_undeclared_variables(env.parse(source))
 
-    def render(self, messages: Sequence[dict[str, str]], *, add_generation_prompt: bool = True) -> str:
-        """The prompt text for `messages`, ending with the assistant's turn header by default."""
+    def render(
+        self,
+        messages: Sequence[dict[str, str]],
+        *,
+        add_generation_prompt: bool = True,
+        tools: list[dict[str, Any]] | None = None,
+    ) -> str:
+        """The prompt text for `messages`, ending with the assistant's turn header by default;
+        `tools` (OpenAI's function shape) for a template that `renders_tools`."""
+        extra = {"tools": tools} if tools is not None else {}
         try:
             return self._template.render(
-                messages=list(messages), add_generation_prompt=add_generation_prompt, **self._specials
+                messages=list(messages), add_generation_prompt=add_generation_prompt, **self._specials, **extra
             )
         except TemplateRejected as exc:
             raise InvalidInput(f"messages rejected by the model's chat template: {exc}", param="messages") from exc

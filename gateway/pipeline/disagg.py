@@ -149,7 +149,7 @@ class Disaggregator:
     async def _context(self, endpoint: Endpoint, body: dict[str, Any], request_id: str) -> ContextAnswer:
         started = time.perf_counter()
         try:
-            answer = await self.client.context(endpoint, body)
+            answer = await self.client.context(endpoint, body, request_id)
         except BackendError as exc:
             self.metrics.disagg_steps.labels("context", endpoint.id, "error").inc()
             log.warning("context step failed", request_id=request_id, backend=endpoint.id, error=exc.message)
@@ -170,7 +170,9 @@ class Disaggregator:
         self, flight: Flight, body: dict[str, Any], step: str, request_id: str
     ) -> tuple[Endpoint, AsyncGenerator[CompletionChunk, None]]:
         try:
-            endpoint, chunks = await self.client.stream_with_failover(flight.endpoints, body, self.monitor.record_error)
+            endpoint, chunks = await self.client.stream_with_failover(
+                flight.endpoints, body, self.monitor.record_error, request_id
+            )
         except BackendError as exc:
             self.metrics.disagg_steps.labels(step, exc.endpoint_id or "", "error").inc()
             log.warning(f"{step} step failed", request_id=request_id, error=exc.message)

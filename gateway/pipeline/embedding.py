@@ -98,7 +98,7 @@ class Embedder:
             await self.metering.reserve(metered, 0)
             for endpoint in self.monitor.healthy_first(self.catalog.endpoints(model.id)):
                 try:
-                    vectors, backend_usage = await self.client.embeddings(endpoint, body)
+                    vectors, backend_usage = await self.client.embeddings(endpoint, body, meta.request_id)
                 except BackendUnavailable as exc:  # never reached it: the next backend may answer
                     self.monitor.mark_unhealthy(endpoint.id, exc.message)
                     self.monitor.record_error(exc)

@@ -353,7 +353,7 @@ class Generator:
                 attempt.flights.append(flight)
                 place.leave()  # the setup is done: waiting for the backend holds no place
                 endpoint, chunks = await self.client.stream_with_failover(
-                    flight.endpoints, body, self.monitor.record_error
+                    flight.endpoints, body, self.monitor.record_error, meta.request_id
                 )
             else:
                 place.leave()

@@ -41,7 +41,7 @@ from gateway.pipeline.request_fields import (
     check_fields,
 )
 from gateway.pipeline.structured import parse_guided_json, parse_response_format
-from gateway.pipeline.tools import ToolUse, assistant_calls_text, parse_tool_use, with_tools_prompt
+from gateway.pipeline.tools import ToolUse, assistant_calls_text, parse_tool_use
 
 MAX_PROMPT_CHARS = 131072
 ROLES = ("system", "user", "assistant", "tool", "developer")
@@ -84,6 +84,7 @@ class Prompt:
 
     messages: tuple[dict[str, str], ...] | None = None
     text: str | None = None
+    tools: ToolUse | None = None  # described by the chat template, or in the system prompt (tools.py)
 
     def __post_init__(self) -> None:
         assert (self.messages is None) != (self.text is None), "exactly one of messages / text"
@@ -240,8 +241,7 @@ def parse_workers_ai(body: dict[str, Any]) -> GenerationInput:
     )
     tools = _tool_use(body, prompt, response_format)
     if tools is not None:
-        assert prompt.messages is not None
-        prompt = Prompt(messages=with_tools_prompt(prompt.messages, tools))
+        prompt = Prompt(messages=prompt.messages, tools=tools)
     return GenerationInput(prompt, sampling, _boolean(body, "stream"), False, response_format, tools)
 
 
@@ -291,8 +291,7 @@ def parse_chat_completions(body: dict[str, Any]) -> GenerationInput:
     response_format = parse_response_format(body.get("response_format"), openai=True)
     tools = _tool_use(body, prompt, response_format)
     if tools is not None:
-        assert prompt.messages is not None
-        prompt = Prompt(messages=with_tools_prompt(prompt.messages, tools))
+        prompt = Prompt(messages=prompt.messages, tools=tools)
     return GenerationInput(prompt, sampling, stream, include_usage, response_format, tools)
 
 

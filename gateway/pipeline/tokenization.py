@@ -32,6 +32,7 @@ from gateway.fleet.catalog import ModelSpec
 from gateway.pipeline.chat_template import ChatTemplate
 from gateway.pipeline.offload import Offload, is_large
 from gateway.pipeline.schemas import Prompt
+from gateway.pipeline.tools import with_tools_prompt
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +66,11 @@ class ModelTokenizer:
             return prompt.text, True
         if self.template is None:
             raise InvalidInput(f"{self.model_id} has no chat template: send prompt with raw: true", param="messages")
-        return self.template.render(prompt.messages), False
+        if prompt.tools is None:
+            return self.template.render(prompt.messages), False
+        if self.template.renders_tools:  # the model's own tool format
+            return self.template.render(prompt.messages, tools=prompt.tools.template_tools()), False
+        return self.template.render(with_tools_prompt(prompt.messages, prompt.tools)), False
 
     def encode_text(self, text: str, is_raw: bool = False) -> list[int]:
         """Token ids of `text`; special tokens written in it (`<|im_start|>`) are matched whole."""

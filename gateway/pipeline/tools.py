@@ -3,10 +3,12 @@
 Tools come in Workers AI's shape (`{name, description, parameters}`) or OpenAI's
 (`{"type": "function", "function": {name, description, parameters, strict}}`).
 
-The prompt: SmolLM2's chat template has no tool format, so tools reach the model through the
-documented fallback for every template: the functions are listed in the system prompt (added, or
-appended to the one the client sent), and the model is told to answer a call with one JSON object
-`{"name": <function>, "arguments": <object>}`.
+The prompt: a chat template that reads `tools` gets them (OpenAI's function shape, as
+transformers passes them) and describes them in the model's own format. SmolLM2's template has
+none, so the documented fallback is used for it and every such template: the functions are listed
+in the system prompt (added, or appended to the one the client sent), and the model is told to
+answer a call with one JSON object `{"name": <function>, "arguments": <object>}`. Either way the
+grammar below fixes how a call is written, so the answer is read the same way for every model.
 
 The grammar (sent to the backend as `response_format`, so every backend enforces it the same way):
 
@@ -101,6 +103,13 @@ class ToolUse:
         ]
         schema = options[0] if len(options) == 1 else {"anyOf": options}
         return json_schema_format(schema, "tool_call")
+
+    def template_tools(self) -> list[dict[str, Any]]:
+        """The tools as a chat template reads them (OpenAI's function shape, as transformers passes them)."""
+        return [
+            {"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}
+            for t in self.callable_tools
+        ]
 
     def system_prompt(self) -> str:
         lines = ["You can call the following functions:"]

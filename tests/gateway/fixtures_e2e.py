@@ -84,6 +84,18 @@ def running_backends(*ids_and_regions: tuple[str, str]) -> Iterator[list[Backend
             backend.stop()
 
 
+@contextlib.contextmanager
+def running_tiny_backend(name: str, *flags: str, env: dict[str, str] | None = None) -> Iterator[BackendProcess]:
+    """A backend serving `random:tiny` (random weights: ready at once), stopped at the end."""
+    args = ["--model", "random:tiny", "--log-level", "warning", *flags]  # a later --log-level wins
+    process = BackendProcess.spawn(name, "backend", args, env={"EDGERUN_LOG_JSON": "false", **(env or {})})
+    try:
+        process.wait_ready()
+        yield process
+    finally:
+        process.stop()
+
+
 @dataclass
 class InProcessGateway:
     """The gateway app on a loopback port, served from a thread with its own event loop."""
@@ -240,6 +252,23 @@ def stub_backend() -> Iterator[ChildProcess]:
 
     port = free_port()
     child = ChildProcess.launch("stub backend", stub.command(port, num_chunks=64), port)
+    try:
+        child.wait_ready("/health", timeout_s=60)
+        yield child
+    finally:
+        child.stop()
+
+
+SLOW_STUB_CHUNKS, SLOW_STUB_DELAY_MS = 40, 100  # 4-second streams
+
+
+@pytest.fixture(scope="session")
+def slow_stub_backend() -> Iterator[ChildProcess]:
+    """The stub backend with 40 chunks 100 ms apart (4-second streams): shutdown, deadlines, overload."""
+    from benchmarks import stub_backend as stub
+
+    port = free_port()
+    child = ChildProcess.launch("slow stub backend", stub.command(port, SLOW_STUB_CHUNKS, SLOW_STUB_DELAY_MS), port)
     try:
         child.wait_ready("/health", timeout_s=60)
         yield child

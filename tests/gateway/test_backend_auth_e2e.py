@@ -13,7 +13,7 @@ import pytest
 
 from contracts.prefix_hash import salt_root
 from gateway.pipeline.tenant_salt import derive_cache_salt
-from tests.gateway.fixtures_e2e import BackendProcess, InProcessGateway, gateway_settings
+from tests.gateway.fixtures_e2e import BackendProcess, InProcessGateway, gateway_settings, running_tiny_backend
 
 pytestmark = pytest.mark.slow
 BACKEND_KEY = "e2e-backend-key-0123456789abcdef"
@@ -24,13 +24,8 @@ AUTH = {"authorization": f"Bearer {BACKEND_KEY}"}
 
 @pytest.fixture(scope="module")
 def backend() -> Iterator[BackendProcess]:
-    env = {"EDGERUN_LOG_JSON": "false", "EDGERUN_API_KEY": BACKEND_KEY}
-    process = BackendProcess.spawn("keyed", "backend", ["--model", "random:tiny", "--log-level", "warning"], env=env)
-    try:
-        process.wait_ready()
+    with running_tiny_backend("keyed", env={"EDGERUN_API_KEY": BACKEND_KEY}) as process:
         yield process
-    finally:
-        process.stop()
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,7 @@ import pytest
 
 from benchmarks import stub_backend
 from benchmarks.fault_proxy import HEALTHY, Faults, ProxyThread, running_proxy
-from cli.processes import ChildProcess, free_port
+from cli.processes import ChildProcess
 from tests.gateway.fixtures_e2e import InProcessGateway, gateway_settings
 
 pytestmark = pytest.mark.slow
@@ -42,14 +42,8 @@ def stub(stub_backend: ChildProcess) -> ChildProcess:
 
 
 @pytest.fixture(scope="module")
-def slow() -> Iterator[ChildProcess]:
-    port = free_port()
-    child = ChildProcess.launch("slow stub", stub_backend.command(port, 40, 100), port)
-    try:
-        child.wait_ready("/health", timeout_s=60)
-        yield child
-    finally:
-        child.stop()
+def slow(slow_stub_backend: ChildProcess) -> ChildProcess:
+    return slow_stub_backend
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,6 @@ import json
 import signal
 import threading
 import time
-from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -18,7 +17,7 @@ import httpx
 import pytest
 
 from benchmarks import stub_backend
-from cli.processes import ChildProcess, free_port
+from cli.processes import ChildProcess
 from gateway.settings import GatewaySettings
 from gateway.store import open_store
 from gateway.store.models import UsageRecord
@@ -26,19 +25,12 @@ from tests.gateway.fixtures_e2e import GatewayProcess, start_gateway_process
 
 pytestmark = pytest.mark.slow
 
-NUM_CHUNKS, CHUNK_DELAY_MS = 40, 100  # 4-second streams
 NUM_STREAMS = 6
 
 
 @pytest.fixture(scope="module")
-def slow_stub() -> Iterator[ChildProcess]:
-    port = free_port()
-    child = ChildProcess.launch("slow stub", stub_backend.command(port, NUM_CHUNKS, CHUNK_DELAY_MS), port)
-    try:
-        child.wait_ready("/health", timeout_s=60)
-        yield child
-    finally:
-        child.stop()
+def slow_stub(slow_stub_backend: ChildProcess) -> ChildProcess:
+    return slow_stub_backend  # 4-second streams
 
 
 def start(slow_stub: ChildProcess, tmp_path: Path, shutdown_timeout_s: float) -> tuple[GatewayProcess, str, Path]:

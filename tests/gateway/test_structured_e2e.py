@@ -178,3 +178,13 @@ def test_workers_ai_stream_sends_the_calls_before_the_usage(gateway: InProcessGa
     (call,) = calls[0]
     assert call["name"] == "get_weather"
     jsonschema.validate(call["arguments"], WEATHER["parameters"])
+
+
+def test_a_schema_the_backend_cannot_compile_is_a_400_naming_it(oai: openai.OpenAI) -> None:
+    broken = {"type": "object", "properties": {"a": {"$ref": "#/definitions/nowhere"}}}
+    with pytest.raises(openai.BadRequestError) as caught:
+        oai.chat.completions.create(
+            model=DEFAULT_MODEL_ID, messages=ASK_CITY, max_tokens=8,
+            response_format={"type": "json_schema", "json_schema": {"name": "broken", "schema": broken}},
+        )
+    assert "json schema cannot be compiled" in str(caught.value.body)

@@ -7,9 +7,12 @@ import json
 import pytest
 
 from gateway.errors import InvalidInput
+from gateway.fleet.catalog import ModelSpec
 from gateway.pipeline.schemas import parse_chat_completions, parse_workers_ai
 from gateway.pipeline.structured import parse_response_format
-from gateway.pipeline.tools import CALL_TRIGGER, CallDelta, CallStream, parse_tool_use
+from gateway.pipeline.tokenization import ModelTokenizer
+from gateway.pipeline.tools import CALL_TRIGGER, CallDelta, CallStream, parse_tool_use, with_tools_prompt
+from tests.gateway.fixtures_tokenizer import CHATML, payload
 
 WEATHER = {
     "name": "get_weather",
@@ -19,6 +22,7 @@ WEATHER = {
 TIME = {"name": "get_time", "description": "The time now.", "parameters": {"type": "object", "properties": {}}}
 OPENAI_WEATHER = {"type": "function", "function": WEATHER}
 SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}}
+MODEL = ModelSpec(id="@cf/test/tiny", backend_model="tiny")
 
 
 def test_workers_ai_and_openai_json_schema_shapes_reach_the_backend_alike() -> None:
@@ -49,10 +53,30 @@ def test_both_tool_shapes_parse_and_the_system_prompt_lists_them() -> None:
     inp = parse_workers_ai({"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Paris?"}],
                             "tools": [WEATHER, {"type": "function", "function": TIME}]})
     assert inp.tools is not None and [t.name for t in inp.tools.tools] == ["get_weather", "get_time"]
-    system = inp.prompt.messages[0]
+    assert inp.prompt.tools is inp.tools
+    messages = with_tools_prompt(inp.prompt.messages, inp.tools)
+    system = messages[0]
     assert system["role"] == "system" and system["content"].startswith("Be brief.\n\nYou can call")
     assert "get_weather: The weather in a city." in system["content"] and "plain text" in system["content"]
-    assert inp.prompt.messages[1:] == ({"role": "user", "content": "Paris?"},)
+    assert messages[1:] == ({"role": "user", "content": "Paris?"},)
+
+
+TOOL_TEMPLATE = (
+    "{% if tools %}<|im_start|>system\nTOOLS {% for t in tools %}{{ t.function.name }} {% endfor %}<|im_end|>\n{% endif %}"
+    + CHATML
+)
+
+
+def test_a_template_with_its_own_tool_format_gets_the_tools_and_no_fallback_prompt() -> None:
+    inp = parse_chat_completions({"model": "m", "messages": [{"role": "user", "content": "the fox"}], "tools": [OPENAI_WEATHER]})
+    own = ModelTokenizer.from_payload(MODEL, payload(chat_template=TOOL_TEMPLATE))
+    fallback = ModelTokenizer.from_payload(MODEL, payload())
+    assert own.template is not None and own.template.renders_tools
+    assert fallback.template is not None and not fallback.template.renders_tools
+    text, _ = own.render(inp.prompt)
+    assert text.startswith("<|im_start|>system\nTOOLS get_weather <|im_end|>") and "You can call" not in text
+    text, _ = fallback.render(inp.prompt)
+    assert text.startswith("<|im_start|>system\nYou can call the following functions:\n- get_weather")
 
 
 def test_tool_choice_auto_is_a_structural_tag_and_required_a_schema_over_the_calls() -> None:
@@ -151,9 +175,9 @@ def test_a_later_turn_carries_calls_and_results() -> None:
             {"role": "tool", "tool_call_id": "call_1", "content": '{"temp_c": 4}'},
         ],
     })
-    messages = inp.prompt.messages
-    assert messages[2] == {"role": "assistant", "content": json.dumps({"name": "get_weather", "arguments": {"city": "Oslo"}})}
-    assert messages[3] == {"role": "tool", "content": '{"temp_c": 4}'}
+    messages = inp.prompt.messages  # the tools' description is added when the prompt is rendered
+    assert messages[1] == {"role": "assistant", "content": json.dumps({"name": "get_weather", "arguments": {"city": "Oslo"}})}
+    assert messages[2] == {"role": "tool", "content": '{"temp_c": 4}'}
 
 
 def test_tools_and_response_format_together_are_refused() -> None:

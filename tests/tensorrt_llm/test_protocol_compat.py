@@ -9,7 +9,7 @@ so the same gateway code drives either backend.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 
 import pytest
 
@@ -45,10 +45,12 @@ class RecordingTransport(HTTPTransport):
         super().__init__()
         self.bodies: list[dict] = []
 
-    async def request(self, method: str, url: str, body: bytes | None = None, *, timeout_s: float) -> Response:
+    async def request(
+        self, method: str, url: str, body: bytes | None = None, *, timeout_s: float, headers: Mapping[str, str] | None = None
+    ) -> Response:
         if method == "POST" and url.endswith("/v1/completions"):
             self.bodies.append(json.loads(body or b""))
-        return await super().request(method, url, body, timeout_s=timeout_s)
+        return await super().request(method, url, body, timeout_s=timeout_s, headers=headers)
 
 
 @pytest.fixture(scope="module")
