@@ -62,6 +62,10 @@ class GatewaySettings(TomlSettings):
     keep_alive_s: float = Field(default=5.0, gt=0)  # an idle kept-alive connection is closed after this
     max_connections_per_client: int = Field(default=64, ge=1)  # per client address, per listener
     max_connections: int = Field(default=10_000, ge=1)  # per listener
+    # Connections the kernel queues for a listener before it accepts them (uvicorn's default is 2048);
+    # the kernel caps it at net.core.somaxconn. A burst larger than this loses SYNs, which clients
+    # resend only after 1 s, 3 s, 7 s... (RELIABILITY.md, Load).
+    listen_backlog: int = Field(default=8192, ge=1)
     region: str = Field(default="local", min_length=1)  # this gateway's region: tried first
     region_fallbacks: list[str] = Field(default_factory=list)  # other regions, nearest first
     routing_policy: str = "cache_aware"  # round_robin, least_tokens, session_hash, prefix_threshold, cache_aware

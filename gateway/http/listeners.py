@@ -119,6 +119,7 @@ def listener_configs(
         "access_log": False,  # the gateway's middleware logs each request with its request id
         "timeout_keep_alive": int(max(1, settings.keep_alive_s)),
         "timeout_graceful_shutdown": 1,  # a backstop: `Drain` already waited for the requests in flight
+        "backlog": settings.listen_backlog,  # connections the kernel holds until accepted (capped by somaxconn)
     }
     configs = [
         uvicorn.Config(
