@@ -103,7 +103,9 @@ def start_llama_server(args: argparse.Namespace, gguf: Path) -> Server:
     port = free_port()
     argv = [str(args.llama_server), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port),
             "-t", str(args.threads), "-tb", str(args.threads), "-np", str(slots),
-            "-c", str(slots * (args.prompt_tokens + args.max_tokens) + args.long_prompt_tokens + 64)]
+            # one KV pool shared by the slots (as ours is), large enough for every stream at once;
+            # without --kv-unified each slot would get only its share and the long prompt would not fit
+            "--kv-unified", "-c", str(slots * (args.prompt_tokens + args.max_tokens) + args.long_prompt_tokens + 64)]
     child = ChildProcess.launch("llama-server", argv, port, threads=args.threads)
     return Server("llama.cpp", child, {"cache_prompt": False})
 
