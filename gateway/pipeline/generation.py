@@ -360,7 +360,7 @@ class Generator:
                 attempt.flights.append(flight)
                 place.leave()  # the setup is done: waiting for the backend holds no place
                 endpoint, chunks = await self.client.stream_with_failover(
-                    flight.endpoints, body, self.monitor.record_error, meta.request_id
+                    flight.endpoints, body, attempt.on_failure(self.monitor.record_error), meta.request_id
                 )
             else:
                 place.leave()
@@ -381,10 +381,9 @@ class Generator:
         watch = StreamWatch(self.metrics, self.monitor, self.may_count_first_token, self.deadline_s)
         generation = Generation(meta, metered, flight, endpoint, chunks, tokenizer, max_tokens, holds, watch)
         try:
-            for skipped in flight.endpoints:
-                if skipped.id == endpoint.id:
-                    break
-                self.monitor.mark_unhealthy(skipped.id, "failed before its first byte")
+            for failed in attempt.failed:  # the endpoints the client failed over, as it reported them
+                if failed.endpoint_id is not None:
+                    self.monitor.mark_unhealthy(failed.endpoint_id, "failed before its first byte")
             await self.router.started(flight, endpoint)
         except StoreUnavailable as exc:  # bookkeeping only: the answer is on its way, let it through
             log.warning("recording the route failed", error=exc.args[0], request_id=meta.request_id)
