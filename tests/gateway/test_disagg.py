@@ -31,6 +31,17 @@ def as_role(backend: BackendProcess, role: str, region: str = "local") -> dict[s
     return {**backend.spec(), "role": role, "region": region}
 
 
+def serving(started: list[BackendProcess]) -> Iterator[list[BackendProcess]]:
+    """Wait for the spawned backends, hand them out, stop them at the end."""
+    try:
+        for backend in started:
+            backend.wait_ready()
+        yield started
+    finally:
+        for backend in started:
+            backend.stop()
+
+
 @pytest.fixture(scope="module")
 def victims() -> Iterator[list[BackendProcess]]:
     """Two real backends to kill: a prefill and a decode one (a tiny random model: quick to start, and
@@ -40,13 +51,7 @@ def victims() -> Iterator[list[BackendProcess]]:
                              env={"EDGERUN_LOG_JSON": "false"}, threads=1, region="near")
         for name, role in (("p-victim", "prefill"), ("d-victim", "decode"))
     ]
-    try:
-        for backend in started:
-            backend.wait_ready()
-        yield started
-    finally:
-        for backend in started:
-            backend.stop()
+    yield from serving(started)
 
 
 @pytest.fixture(scope="module")
@@ -54,14 +59,7 @@ def exact_pair() -> Iterator[list[BackendProcess]]:
     """Two real smollm2 backends, b1 and b2, in the engine's deterministic mode: the fast mode's
     int4 path computes a prompt prefilled whole and one prefilled in parts (prefix hits, chunks)
     to within a tolerance, not exactly, so only the exact model can promise equal greedy answers."""
-    started = [start_backend(name, "local", "--mode", "deterministic") for name in ("b1", "b2")]
-    try:
-        for backend in started:
-            backend.wait_ready()
-        yield started
-    finally:
-        for backend in started:
-            backend.stop()
+    yield from serving([start_backend(name, "local", "--mode", "deterministic") for name in ("b1", "b2")])
 
 
 @pytest.fixture(scope="module")
