@@ -133,6 +133,11 @@ OPENAI_RESPONSES_BODY: dict[str, Any] = {
                 "description": "A string, or message items ({role, content}) oldest first.",
             },
             "instructions": {"type": "string", "description": "A system message put first."},
+            "text": {
+                "type": "object",
+                "description": 'Output format: {"format": {"type": "text" | "json_object" | "json_schema", ...}}.',
+                "properties": {"format": {"type": "object"}},
+            },
             "max_output_tokens": SAMPLING["max_tokens"],
             "stream_options": {"type": "object", "properties": {"include_obfuscation": {"type": "boolean"}}},
         },
