@@ -92,6 +92,44 @@ def test_two_workers_share_the_port_the_ledger_and_the_limits(
     assert gateway.process.returncode == 0
 
 
+def test_a_worker_that_dies_is_started_again(
+    stub: ChildProcess, redis_url: str, redis_prefix: str, tmp_path: Path
+) -> None:
+    import os
+    import signal
+    import time
+
+    from benchmarks.workers import worker_pids
+
+    settings = GatewaySettings(redis_url=redis_url, key_prefix=redis_prefix)
+    secret, _ = asyncio.run(_keys(settings))
+    env = _env(stub, tmp_path, EDGERUN_REDIS_URL=redis_url, EDGERUN_KEY_PREFIX=redis_prefix)
+    gateway = ChildProcess.spawn("gateway", "serve", ["--workers", "2"], env=env)
+    try:
+        gateway.wait_ready("/healthz")
+        time.sleep(5.5)  # past the supervisor's min_uptime_s: a death now is a crash, not a bad start
+        first = worker_pids(gateway.process.pid)
+        assert len(first) == 2
+        os.kill(first[0], signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            now = worker_pids(gateway.process.pid)
+            if len(now) == 2 and first[0] not in now:
+                break
+            time.sleep(0.2)
+        assert len(now) == 2 and first[0] not in now and first[1] in now
+        gateway.wait_ready("/healthz")
+        seen = set()
+        while time.monotonic() < deadline and seen != {"0", "1"}:
+            answer = _post(gateway.url, secret)
+            assert answer.status_code == 200
+            seen.add(answer.headers["x-edgerun-worker"])
+        assert seen == {"0", "1"}  # the restarted worker serves again
+    finally:
+        gateway.stop(timeout_s=20)
+    assert gateway.process.returncode == 0
+
+
 def test_more_than_one_worker_needs_redis(stub: ChildProcess, tmp_path: Path) -> None:
     gateway = ChildProcess.spawn("gateway", "serve", ["--workers", "2"], env=_env(stub, tmp_path))
     try:
