@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 from urllib.parse import urlencode
 
 from backends.client.errors import (
@@ -35,9 +35,9 @@ from backends.client.http import HTTPTransport, Response, TransportError, Transp
 from backends.client.sse import iter_sse_data
 from backends.client.types import CompletionChunk, ContextAnswer, Endpoint
 from contracts.request_id import REQUEST_ID_HEADER
+from contracts.tokenizer import TOKENIZER_PATH, TokenizerPayload
 from contracts.usage import Usage
 
-TOKENIZER_PATH = "/edgerun/v1/tokenizer"
 # After [DONE] a well-behaved backend only ends the body; one that sends more or stalls is cut off.
 DRAIN_TIMEOUT_S = 0.25
 DRAIN_MAX_EVENTS = 8
@@ -265,14 +265,14 @@ class BackendClient:
 
     # -- setup ------------------------------------------------------------------------------
 
-    async def tokenizer(self, endpoint: Endpoint) -> dict[str, Any]:
+    async def tokenizer(self, endpoint: Endpoint) -> TokenizerPayload:
         """GET /edgerun/v1/tokenizer: our backend's tokenizer payload (`tokenizer_json`,
         `chat_template`, special tokens, `max_model_len`; see `gateway.pipeline.tokenization`)."""
         answer = await self._get_json(endpoint, "GET", TOKENIZER_PATH, self._read_timeout_s)
         if not isinstance(answer, dict) or not isinstance(answer.get("tokenizer_json"), str):
             message = f"{endpoint.id} answered {TOKENIZER_PATH} without tokenizer_json"
             raise BackendUnavailable(message, endpoint_id=endpoint.id)
-        return answer
+        return cast(TokenizerPayload, answer)
 
     # -- internals --------------------------------------------------------------------------
 
