@@ -87,7 +87,7 @@ class ResponseShape:
             "reasoning": {"effort": None, "summary": None},
             "store": False,
             "temperature": sampling.temperature,
-            "text": {"format": {"type": "text"}},
+            "text": self.inp.text if self.inp.generation.response_format is not None else {"format": {"type": "text"}},
             "tool_choice": "none",
             "tools": [],
             "top_p": sampling.top_p,

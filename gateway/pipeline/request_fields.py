@@ -113,8 +113,7 @@ OPENAI_RESPONSES: Mapping[str, FieldRule] = {
     "parallel_tool_calls": ignored("only shapes tool calls, and without `tools` (refused) there are none"),
     "tools": refused(f"{_NOT_YET} on /responses (no function calling here); leave it out", []),
     "tool_choice": refused(f"{_NOT_YET} on /responses (no function calling here); leave it out", "none", "auto"),
-    "text": refused("asks for a structured output format, which /responses does not enforce yet; leave it out or "
-                    "use /chat/completions", {"format": {"type": "text"}}),
+    "text": HONOURED,  # text.format: JSON mode (gateway/pipeline/structured.py)
     "previous_response_id": refused("is not supported: edgerun stores no responses; send the whole conversation "
                                     "as input items"),
     "conversation": refused("is not supported: edgerun stores no conversations; send the whole conversation as "

@@ -40,7 +40,7 @@ from gateway.pipeline.request_fields import (
     WORKERS_AI,
     check_fields,
 )
-from gateway.pipeline.structured import parse_guided_json, parse_response_format
+from gateway.pipeline.structured import parse_guided_json, parse_response_format, parse_text_format
 from gateway.pipeline.tools import ToolUse, assistant_calls_text, parse_tool_use
 
 MAX_PROMPT_CHARS = 131072
@@ -314,6 +314,7 @@ class ResponsesInput:
     instructions: str | None
     max_output_tokens: int | None
     obfuscate: bool  # stream_options.include_obfuscation (OpenAI's default: on)
+    text: dict[str, Any] | None = None  # the request's `text` (its format), echoed in the response
 
 
 _ITEM_PARTS = ("input_text", "output_text")  # an earlier answer may come back as output_text
@@ -371,5 +372,8 @@ def parse_responses(body: dict[str, Any]) -> ResponsesInput:
             raise InvalidInput("stream_options takes include_obfuscation only", param="stream_options")
         obfuscate = _boolean(options, "include_obfuscation", True)
     sampling = _sampling(body, max_temperature=2.0, max_tokens_names=("max_output_tokens",), openai=False)
-    generation = GenerationInput(Prompt(messages=tuple(messages)), sampling, _boolean(body, "stream"))
-    return ResponsesInput(generation, instructions, _integer(body, "max_output_tokens", None, 1, None), obfuscate)
+    response_format = parse_text_format(body.get("text"))
+    prompt = Prompt(messages=tuple(messages))
+    generation = GenerationInput(prompt, sampling, _boolean(body, "stream"), response_format=response_format)
+    max_output_tokens = _integer(body, "max_output_tokens", None, 1, None)
+    return ResponsesInput(generation, instructions, max_output_tokens, obfuscate, body.get("text"))

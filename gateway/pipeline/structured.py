@@ -69,3 +69,26 @@ def parse_response_format(value: Any, *, openai: bool) -> dict[str, Any] | None:
 def parse_guided_json(value: Any) -> dict[str, Any] | None:
     """Workers AI's `guided_json` (a schema) as a backend `response_format`."""
     return None if value is None else json_schema_format(_schema(value, "guided_json"))
+
+
+def parse_text_format(value: Any) -> dict[str, Any] | None:
+    """The Responses API's `text: {"format": {...}}` (the schema's name and schema inline, no
+    `json_schema` wrapper) as a backend `response_format`."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or set(value) - {"format", "verbosity"}:
+        raise InvalidInput('text must be an object with a format, e.g. {"format": {"type": "json_object"}}', param="text")
+    if value.get("verbosity") not in (None, "medium"):
+        raise InvalidInput("text.verbosity is not supported: the served models take no verbosity control", param="text")
+    fmt = value.get("format")
+    if fmt is None:
+        return None
+    if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
+        if not isinstance(fmt.get("name"), str):
+            raise InvalidInput("text.format of type json_schema needs a name and a schema", param="text")
+        return json_schema_format(_schema(fmt.get("schema", {}), "text.format.schema"), fmt["name"])
+    try:
+        return parse_response_format(fmt, openai=True)
+    except InvalidInput as exc:
+        raise InvalidInput(exc.message.replace("response_format", "text.format"), param="text") from exc
+

@@ -155,7 +155,7 @@ def test_responses_message_items_take_text_parts_and_earlier_answers() -> None:
     [
         ({"input": "x", "tools": [{"type": "function", "name": "f"}]}, "tools", "function calling"),
         ({"input": "x", "previous_response_id": "resp_1"}, "previous_response_id", "stores no responses"),
-        ({"input": "x", "text": {"format": {"type": "json_object"}}}, "text", "structured output"),
+        ({"input": "x", "text": {"format": {"type": "regex"}}}, "text", "text.format"),
         ({"input": "x", "max_token": 3}, "max_token", "not a field"),
         ({"input": [{"type": "function_call_output", "call_id": "c", "output": "1"}]}, "input", "message items only"),
         ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "u"}]}]}, "input", "text only"),
