@@ -198,3 +198,14 @@ def test_responses_api_text_format_json_schema(oai: openai.OpenAI) -> None:
     assert response.status == "completed"
     jsonschema.validate(json.loads(response.output_text), CITY)
     assert response.text is not None and response.text.format is not None and response.text.format.type == "json_schema"
+
+
+def test_completions_json_object_on_a_raw_prompt(oai: openai.OpenAI) -> None:
+    answer = oai.completions.create(
+        model=DEFAULT_MODEL_ID, prompt="A JSON object describing Paris:", max_tokens=32, temperature=0,
+        extra_body={"response_format": {"type": "json_object"}},
+    )
+    text, finish = answer.choices[0].text, answer.choices[0].finish_reason
+    assert text.startswith("{")
+    if finish == "stop":
+        assert isinstance(json.loads(text), dict)
