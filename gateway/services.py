@@ -97,7 +97,9 @@ class Services:
             client,
             store,
             metrics,
-            MonitorIntervals(settings.health_interval_s, settings.load_interval_s, settings.kv_events_interval_s),
+            MonitorIntervals(
+                settings.health_interval_s, settings.load_interval_s, settings.kv_events_interval_s, settings.health_fall
+            ),
             kv_sink=KVEventIndexer(store, block_size=block_sizes.pop()) if len(block_sizes) == 1 else None,
             kv_consumer=settings.replica_id or default_replica_id(),
             outliers=OutlierDetector(

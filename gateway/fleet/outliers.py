@@ -46,6 +46,7 @@ class OutlierDetector:
         self.breakers = {backend_id: Breaker() for backend_id in backend_ids}
         for backend_id in self.breakers:
             self._publish(backend_id, Breaker())
+            metrics.backend_ejections.labels(backend_id)  # at 0 from the start: rate() sees the first one
 
     def admits(self, backend_id: str) -> bool:
         breaker = self.breakers.get(backend_id)

@@ -159,6 +159,7 @@ class Disaggregator:
             raise
         elapsed = time.perf_counter() - started
         self.metrics.disagg_steps.labels("context", endpoint.id, "ok").inc()
+        self.monitor.record_success(endpoint.id)  # a prefill backend's failures count in a row only
         self.metrics.disagg_context_seconds.observe(elapsed)
         log.info(
             "context step", request_id=request_id, backend=endpoint.id, ms=round(elapsed * 1e3, 1),

@@ -91,7 +91,10 @@ def backend_error_to_gateway(exc: BackendError) -> GatewayError:
             message = exc.message.split(": ", 1)[-1]
             return InvalidInput(f"the backend refused the request: {message}")
         return InternalError(f"the backend answered {exc.status}")
-    return OutOfCapacity("No more data centers to forward the request to: every backend for this model failed")
+    return OutOfCapacity(
+        "No more data centers to forward the request to: every backend for this model failed; retry shortly",
+        retry_after_s=1.0,
+    )
 
 
 class Generation:

@@ -169,7 +169,8 @@ def test_repeated_failures_eject_a_backend_until_a_probe_and_a_success_readmit_i
     proxy.set(Faults(reset=True))
     proxy.reset_all()
     for _ in range(3):
-        assert post(gw, FLAKY_ONLY).status_code == 429
+        failed = post(gw, FLAKY_ONLY)
+        assert failed.status_code == 429 and failed.headers["retry-after"] == "1", failed.text
     assert breaker(gw) == (2, ejections + 1)
     tried = proxy.proxy.stats.connections
     refused = post(gw, FLAKY_ONLY)  # ejected: answered at once, flaky not even tried

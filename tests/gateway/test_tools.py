@@ -190,7 +190,7 @@ def test_responses_text_format_becomes_the_backend_response_format() -> None:
     fmt = {"format": {"type": "json_schema", "name": "thing", "schema": SCHEMA, "strict": True}}
     inp = parse_responses({"model": "m", "input": "x", "text": fmt})
     assert inp.generation.backend_response_format == {"type": "json_schema", "json_schema": {"name": "thing", "schema": SCHEMA}}
-    assert inp.text == fmt
+    assert inp.text_format == fmt["format"]
     assert parse_responses({"model": "m", "input": "x", "text": {"format": {"type": "json_object"}}}).generation.response_format == {
         "type": "json_object"
     }
