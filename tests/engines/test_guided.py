@@ -176,3 +176,14 @@ def test_a_schema_that_cannot_compile_is_an_invalid_request(tiny_runner: ModelRu
     engine = make_engine(tiny_runner)
     with pytest.raises(InvalidRequest, match="json schema"):
         engine.grammars.compile(Guide.json_schema({"type": "object", "properties": {"a": {"$ref": "#/nowhere"}}}))
+
+
+def test_properties_are_written_in_the_schema_order(tiny_runner: ModelRunner) -> None:
+    engine = make_engine(tiny_runner)
+    schema = {"type": "object", "properties": {"zeta": {"type": "integer"}, "alpha": {"type": "integer"}},
+              "required": ["zeta", "alpha"]}
+    tok = tiny_runner.tokenizer
+    first = engine.grammars.matcher(Guide.json_schema(schema))
+    assert all(first.accept(t) for t in tok.encode('{"zeta": 1, "alpha": 2}'))
+    wrong = engine.grammars.matcher(Guide.json_schema(schema))
+    assert not all(wrong.accept(t) for t in tok.encode('{"alpha"'))
