@@ -146,3 +146,20 @@ def test_a_function_result_is_read_in_the_next_turn(oai: openai.OpenAI) -> None:
     )
     assert response.output_text and not [item for item in response.output if item.type == "function_call"]
     assert response.usage is not None and response.usage.input_tokens > 20
+
+
+def test_the_sdk_stream_helper_assembles_the_same_response(oai: openai.OpenAI) -> None:
+    """`client.responses.stream` accumulates the events itself: they must be coherent (items, indexes).
+    Its get_final_response() wants response.completed; a cut answer ends with response.incomplete,
+    as OpenAI's does."""
+    ask: Any = dict(model=DEFAULT_MODEL_ID, input="Reply with one word: hello.", temperature=0)
+    for budget in (48, 2):
+        with oai.responses.stream(**ask, max_output_tokens=budget) as stream:
+            events = list(stream)
+            deltas = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+            last = events[-1]
+            assert last.response.output_text == deltas and last.response.usage is not None
+            if budget == 2:
+                assert last.type == "response.incomplete"
+            if last.type == "response.completed":
+                assert stream.get_final_response().output_text == deltas
