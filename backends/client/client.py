@@ -181,6 +181,8 @@ class BackendClient:
         body: dict[str, Any],
         on_failure: Callable[[BackendError], None] | None = None,
         request_id: str | None = None,
+        *,
+        may_try: Callable[[Endpoint], bool] | None = None,
     ) -> tuple[Endpoint, AsyncGenerator[CompletionChunk, None]]:
         """Open a stream on the first endpoint that produces a first chunk, trying them in order.
 
@@ -188,12 +190,16 @@ class BackendClient:
         chunk; a BackendRejected (the request is wrong) is raised at once. When every endpoint
         fails, raises BackendOverloaded if they all were, else the last error. The returned
         iterator starts with the chunk that was already read. `on_failure` hears of every error
-        an endpoint answered (the gateway's outlier ejection counts them).
+        an endpoint answered (the gateway's outlier ejection counts them); `may_try` is asked just
+        before each endpoint is tried, and one it refuses is passed over (BackendOverloaded when it
+        refuses them all).
         """
         if not endpoints:
             raise BackendUnavailable("no backend endpoints to try")
         failures: list[BackendError] = []
         for endpoint in endpoints:
+            if may_try is not None and not may_try(endpoint):
+                continue  # e.g. a backend on trial that already has its one trial request
             stream = self.stream_completion(endpoint, body, request_id)
             try:
                 first = await anext(stream)
@@ -213,6 +219,8 @@ class BackendClient:
                 await stream.aclose()
                 raise
             return endpoint, _prepend(first, stream)
+        if not failures:  # `may_try` refused every endpoint
+            raise BackendOverloaded(f"none of the {len(endpoints)} endpoints may take a request now", retry_after_s=1.0)
         if all(isinstance(exc, BackendOverloaded) for exc in failures):
             waits = [exc.retry_after_s for exc in failures if isinstance(exc, BackendOverloaded) and exc.retry_after_s]
             raise BackendOverloaded(
