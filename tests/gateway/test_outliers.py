@@ -58,3 +58,10 @@ def test_errors_without_a_backend_or_for_an_unknown_one_change_nothing() -> None
         outliers.record_error(BackendUnavailable("no endpoints"))
         outliers.record_error(BackendUnavailable("refused", endpoint_id="elsewhere"))
     assert outliers.admits("b1") and outliers.admits("b2") and outliers.admits("elsewhere")
+
+
+def test_connect_timeouts_that_only_this_gateways_busy_loop_caused_do_not_eject() -> None:
+    outliers, _, _ = detector()
+    for _ in range(5):
+        outliers.record_error(BackendTimeout("connect timed out, the event loop busy", endpoint_id="b1", late=True))
+    assert outliers.admits("b1")
