@@ -429,7 +429,8 @@ def _json_bytes(payload: dict[str, Any]) -> bytes:
 
 def _raise_transport_error(endpoint: Endpoint, exc: TransportError) -> NoReturn:
     if isinstance(exc, TransportTimeout):
-        raise BackendTimeout(f"{endpoint.id} timed out: {_describe(exc)}", endpoint_id=endpoint.id) from exc
+        message = f"{endpoint.id} timed out: {_describe(exc)}"
+        raise BackendTimeout(message, endpoint_id=endpoint.id, late=exc.late) from exc
     raise BackendUnavailable(f"{endpoint.id} unreachable: {_describe(exc)}", endpoint_id=endpoint.id) from exc
 
 

@@ -28,7 +28,10 @@ STATE_VALUES = {"closed": 0, "half_open": 1, "open": 2}  # the gauge's values
 
 
 def counts_against_backend(exc: BackendError) -> bool:
-    """Whether an error says the backend is unwell (not busy, not the request's own fault)."""
+    """Whether an error says the backend is unwell (not busy, not the request's own fault). A connect
+    timeout whose timer fired late is this gateway's busy event loop, not the backend's fault."""
+    if isinstance(exc, BackendTimeout) and exc.late:
+        return False
     return isinstance(exc, BackendUnavailable | BackendTimeout | BackendStreamBroken)
 
 

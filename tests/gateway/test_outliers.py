@@ -70,3 +70,10 @@ def test_a_backend_on_trial_is_tried_by_one_request_at_a_time() -> None:
     assert outliers.may_try("b2") and outliers.may_try("b2")  # closed: no limit
     outliers.record_success("b1")
     assert outliers.may_try("b1") and outliers.may_try("b1")
+
+
+def test_connect_timeouts_that_only_this_gateways_busy_loop_caused_do_not_eject() -> None:
+    outliers, _, _ = detector()
+    for _ in range(5):
+        outliers.record_error(BackendTimeout("connect timed out, the event loop busy", endpoint_id="b1", late=True))
+    assert outliers.admits("b1")
