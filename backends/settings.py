@@ -2,7 +2,7 @@
 
 Sources, highest first: constructor arguments (the CLI's flags), `EDGERUN_*` environment
 variables (nested with `__`, e.g. `EDGERUN_ENGINE__NUM_KV_BLOCKS=4096`), the TOML file named by
-`EDGERUN_CONFIG`, then the defaults here (the sources are backends/toml_settings.py's).
+`EDGERUN_CONFIG`, then the defaults here (the sources are contracts/settings.py's).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
-from backends.toml_settings import TomlSettings, check_secret
+from contracts.settings import TomlSettings, check_secret
 from engines.builtin.config import EngineConfig
 from engines.tensorrt_llm.config import TrtllmConfig
 

@@ -248,7 +248,7 @@ def report(baseline: Phase, subject: Phase, args: argparse.Namespace, command: s
         lines.append(f"| round {i + 1}: ITL p50/p90/p99, long prompts, time in gaps > 1 s | {b} | {s} | |")
     if subject.kv_pulls:
         k_tokens = subject.kv_pull_bytes / KV_BYTES_PER_TOKEN / 1000
-        lines += ["", f"KV transfer (decode backend's /metrics): {subject.kv_pulls:.0f} pulls, "
+        lines += ["", f"KV transfer ({args.kv_transport}, decode backend's /metrics): {subject.kv_pulls:.0f} pulls, "
                       f"{subject.kv_pull_bytes / 1e6:.0f} MB, {1e3 * subject.kv_pull_s / k_tokens:.1f} ms per 1,000 tokens "
                       f"({KV_BYTES_PER_TOKEN * 1000 / 1e6:.1f} MB), {subject.kv_pull_bytes / subject.kv_pull_s / 1e9:.2f} GB/s."]
     return "\n".join(lines)
@@ -311,6 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--local-prefill", type=int, default=256, help="the subject's max_local_prefill_length")
     parser.add_argument("--cores", default="0,1", help="the two cores to pin the backends to")
     parser.add_argument("--num-kv-blocks", type=int, default=2048)
+    parser.add_argument("--kv-transport", choices=["tcp", "mooncake"], default="tcp", help="the backends' KV transport")
     parser.add_argument("--transfer-only", action="store_true", help="only time the KV transports, in this process")
     args = parser.parse_args(argv)
     transports = ["tcp"] + (["mooncake"] if mooncake_installed() else [])
@@ -325,7 +326,11 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="edgerun-bench-disagg-"))
     processes: list[ChildProcess] = []
     try:
-        first, second = (start_backend(name, core, args.num_kv_blocks) for name, core in zip(("bk-a", "bk-b"), cores, strict=True))
+        kv_env = {"EDGERUN_KV_TRANSPORT": args.kv_transport}
+        if args.kv_transport == "mooncake":  # unauthenticated (SECURITY.md): accepted on this VM for the run
+            kv_env["EDGERUN_KV_MOONCAKE_TRUSTED_NETWORK"] = "true"
+        first, second = (start_backend(name, core, args.num_kv_blocks, kv_env)
+                         for name, core in zip(("bk-a", "bk-b"), cores, strict=True))
         processes += [first, second]
         for backend in processes:
             backend.wait_ready("/health", 300)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -114,7 +115,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--model", default="smollm2")
     parser.add_argument("--speculative", default="ngram", choices=["ngram", "eagle3"])
     parser.add_argument("--speculative-model", help="EAGLE-3 head directory (--speculative eagle3)")
-    parser.add_argument("--num-speculative-tokens", type=int, default=4)
+    parser.add_argument("--num-speculative-tokens", type=int, default=EngineConfig().num_speculative_tokens,
+                        help="most drafts per verify step (the engine's default unless given)")
+    parser.add_argument("--fixed", action="store_true", help="always draft --num-speculative-tokens (no adaptive draft length)")
     parser.add_argument("--prompt-lookup-min", type=int, default=2)
     parser.add_argument("--prompt-lookup-max", type=int, default=4)
     parser.add_argument("--weight-dtype", default="auto", help="auto (float16 linear weights on CPU) or float32 (exact)")
@@ -133,12 +136,14 @@ def main(argv: list[str] | None = None) -> None:
     off_config = EngineConfig(**base)
     on_config = EngineConfig(**base, speculative=args.speculative, num_speculative_tokens=args.num_speculative_tokens,
                              prompt_lookup_min=args.prompt_lookup_min, prompt_lookup_max=args.prompt_lookup_max,
-                             speculative_model=args.speculative_model, speculative_max_concurrency=args.speculative_max_concurrency)
+                             speculative_model=args.speculative_model, speculative_max_concurrency=args.speculative_max_concurrency,
+                             speculative_adaptive=not args.fixed)
     runner = ModelRunner(off_config)
     proposer = build_proposer(on_config, runner)
     tok = runner.tokenizer
     texts = json.loads(PROMPTS.read_text())
-    results: dict = {"machine": machine(with_torch=True), "command": " ".join(sys.argv), "rows": []}
+    results: dict = {"machine": machine(with_torch=True), "command": " ".join(sys.argv), "rows": [],
+                     "load_average_start": round(os.getloadavg()[0], 1)}
     generate(runner, off_config, None, [tok.encode("Hello")], 8)  # warm-up
     for category in args.categories:
         prompts = [tok.encode(tok.apply_chat_template([{"role": "user", "content": t}])) for t in texts[category]]
@@ -151,6 +156,7 @@ def main(argv: list[str] | None = None) -> None:
             row = {"category": category, "streams": streams, **summarise(off, on)}
             results["rows"].append(row)
             print(json.dumps(row), flush=True)
+    results["load_average_end"] = round(os.getloadavg()[0], 1)
     print(report(results, args))
     if args.out:
         args.out.write_text(json.dumps(results, indent=1))
@@ -160,6 +166,7 @@ def report(results: dict, args: argparse.Namespace) -> str:
     lines = [
         f"machine: {results['machine']}",
         f"command: {results['command']}",
+        f"load average (1 min): {results['load_average_start']} at the start, {results['load_average_end']} at the end",
         "",
         "tok/s: generated tokens / wall time, prefill included; decode: after every request's first token.",
         "",

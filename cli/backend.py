@@ -35,6 +35,7 @@ _OVERRIDES: dict[str, tuple[str | None, str]] = {
     "max_num_seqs": ("engine", "max_num_seqs"),
     "max_num_batched_tokens": ("engine", "max_num_batched_tokens"),
     "max_model_len": ("engine", "max_model_len"),
+    "speculative_adaptive": ("engine", "speculative_adaptive"),
     "trtllm_version": ("trtllm", "trtllm_version"),
     "kv_transport": (None, "kv_transport"),
     "kv_port": (None, "kv_port"),
@@ -79,7 +80,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--max-num-batched-tokens", type=int, help="tokens per engine step (built-in engine)")
     add("--max-model-len", type=int, help="context length cap")
     add("--speculative", choices=["none", "ngram", "eagle3"], help="speculative decoding: n-gram lookup or an EAGLE-3 head")
-    add("--num-speculative-tokens", type=int, help="drafted tokens verified per step (default 4 built-in, 3 trtllm)")
+    add("--num-speculative-tokens", type=int,
+        help="most drafted tokens verified per step (default 8 built-in, where each request drafts what pays; 3 trtllm)")
+    add("--fixed-draft-length", dest="speculative_adaptive", action="store_false", default=None,
+        help="always draft --num-speculative-tokens (built-in engine; default: adapt to each request's acceptance)")
     add("--speculative-model", help="the EAGLE-3 head's directory (config.json + safetensors)")
     add("--prompt-lookup-max", type=int, help="longest n-gram matched by --speculative ngram")
     add("--prompt-lookup-min", type=int, help="shortest n-gram matched by --speculative ngram (built-in engine)")

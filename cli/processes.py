@@ -92,6 +92,7 @@ class ChildProcess:
         keep_edgerun_env: bool = False,
         threads: int | None = None,
         inherit_output: bool = False,
+        cwd: Path = ROOT,
         **fields: Any,
     ) -> Self:
         """Start any `argv` that will listen on `port` (not yet ready: call `wait_ready` or `wait_until_ready`).
@@ -99,18 +100,19 @@ class ChildProcess:
         log_path: None logs to a temporary file that `stop` deletes. env: variables added to this
         process's environment, whose EDGERUN_* variables are dropped unless `keep_edgerun_env`.
         threads: the child's OMP_NUM_THREADS; None leaves torch's default. inherit_output: the
-        child writes to this process's stdout and stderr instead of a log. fields: a subclass's own.
+        child writes to this process's stdout and stderr instead of a log. cwd: where it runs (a
+        benchmark's baseline runs `python -m cli` from another checkout). fields: a subclass's own.
         """
         full_env = child_env(env or {}, keep_edgerun=keep_edgerun_env, threads=threads)
         if inherit_output:
-            process = subprocess.Popen(argv, cwd=ROOT, env=full_env)
+            process = subprocess.Popen(argv, cwd=cwd, env=full_env)
             return cls(name, port, process, None, False, **fields)
         delete_log = log_path is None
         if log_path is None:
             with tempfile.NamedTemporaryFile(prefix=f"edgerun-{name}-{port}-", suffix=".log", delete=False) as tmp:
                 log_path = Path(tmp.name)
         with log_path.open("wb") as log:
-            process = subprocess.Popen(argv, cwd=ROOT, env=full_env, stdout=log, stderr=subprocess.STDOUT)
+            process = subprocess.Popen(argv, cwd=cwd, env=full_env, stdout=log, stderr=subprocess.STDOUT)
         return cls(name, port, process, log_path, delete_log, **fields)
 
     @property

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 
+from cli.workers import Supervisor
 from gateway.http.app import create_app
 from gateway.http.listeners import Listeners, listener_configs
 from gateway.settings import GatewaySettings
@@ -17,12 +19,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--admin-host", help="interface of the admin listener (default: settings.admin_host, 127.0.0.1)")
     parser.add_argument("--region", help="this gateway's region (default: settings.region)")
     parser.add_argument("--log-level", help="debug, info, warning, error")
+    parser.add_argument(
+        "--workers", type=int, help="gateway processes sharing the port (default: settings.workers, 1; >1 needs Redis)"
+    )
+    parser.add_argument("--worker-index", type=int, help=argparse.SUPPRESS)  # set by the supervisor
 
 
 def settings_from_args(args: argparse.Namespace) -> GatewaySettings:
     overrides = {
         name: getattr(args, name)
-        for name in ("host", "port", "admin_host", "admin_port", "region", "log_level")
+        for name in ("host", "port", "admin_host", "admin_port", "region", "log_level", "workers", "worker_index")
         if getattr(args, name, None) is not None
     }
     return GatewaySettings(**overrides)
@@ -45,9 +51,23 @@ def serve(settings: GatewaySettings) -> None:
     """The public listener, and the admin listener when `admin_port` is set (gateway/http/listeners.py)."""
     quiet_http_client_logs(settings.log_level)
     app = create_app(settings)
-    Listeners(listener_configs(settings, app), drain=app.state.drain).run()
+    reuse_port = settings.worker_index is not None
+    Listeners(listener_configs(settings, app), drain=app.state.drain, reuse_port=reuse_port).run()
+
+
+def worker_argv(args: argparse.Namespace, index: int) -> list[str]:
+    """The command line of worker `index`: this `edgerun serve` with the same options, as one worker."""
+    argv = [sys.executable, "-m", "cli", "serve", "--worker-index", str(index)]
+    for name in ("host", "port", "admin_host", "admin_port", "region", "log_level", "workers"):
+        value = getattr(args, name, None)
+        if value is not None:
+            argv += [f"--{name.replace('_', '-')}", str(value)]
+    return argv
 
 
 def run(args: argparse.Namespace) -> int:
-    serve(settings_from_args(args))
+    settings = settings_from_args(args)
+    if settings.workers > 1 and settings.worker_index is None:
+        return Supervisor(settings.workers, lambda index: worker_argv(args, index)).run()
+    serve(settings)
     return 0

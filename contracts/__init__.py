@@ -2,10 +2,15 @@
 
 A top-level package because both sides of an HTTP boundary (and `policies`) need the same
 definition, and none of them may import the others. Pure: it imports nothing of ours (only
-Starlette, for the one shared streaming response).
+Starlette for the one shared streaming response, pydantic-settings for the settings base).
 
     prefix_hash.py  the one tenant-salted chain of KV block hashes
     usage.py        the one `Usage` (token counts), from a backend's chunk to the ledger record
     sse.py          server-sent event framing and the one closing event-stream response
+    streaming.py    the streaming response under it: ready events written together, one disconnect watcher
     openai_error.py OpenAI's error body
+    request_id.py   the request id header that follows a request into the backend's engine
+    kv_events.py    the KV cache event JSON (TensorRT-LLM's shape) backends send and the gateway reads
+    tokenizer.py    the tokenizer payload a backend serves and the gateway caches
+    settings.py     `TomlSettings`, the base of every part's settings (env vars + TOML)
 """

@@ -12,8 +12,9 @@ import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
+
+from contracts.streaming import CoalescingStreamingResponse
 
 DONE = b"data: [DONE]\n\n"
 HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}  # no proxy buffering of the stream
@@ -30,9 +31,9 @@ def event(payload: Any) -> bytes:
     return b"data: " + dumps(payload) + b"\n\n"
 
 
-class EventStream(StreamingResponse):
+class EventStream(CoalescingStreamingResponse):
     """An SSE response that always runs `on_close`, even when the client leaves before the body
-    iterator ever starts."""
+    iterator ever starts; events ready together are written together (contracts/streaming.py)."""
 
     media_type = "text/event-stream"
 

@@ -97,13 +97,18 @@ class Services:
             client,
             store,
             metrics,
-            MonitorIntervals(settings.health_interval_s, settings.load_interval_s, settings.kv_events_interval_s),
+            MonitorIntervals(
+                settings.health_interval_s, settings.load_interval_s, settings.kv_events_interval_s, settings.health_fall
+            ),
             kv_sink=KVEventIndexer(store, block_size=block_sizes.pop()) if len(block_sizes) == 1 else None,
             kv_consumer=settings.replica_id or default_replica_id(),
             outliers=OutlierDetector(
                 [e.id for e in catalog.all_endpoints()],
                 BreakerConfig(
-                    settings.breaker_failure_threshold, settings.breaker_ejection_s, settings.breaker_max_ejection_s
+                    settings.breaker_failure_threshold,
+                    settings.breaker_ejection_s,
+                    settings.breaker_max_ejection_s,
+                    trial_timeout_s=settings.backend_first_byte_timeout_s,  # a silent trial has failed by then
                 ),
                 metrics,
             ),

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
 
-from backends.toml_settings import TomlSettings, check_secret
+from contracts.settings import TomlSettings, check_secret
 from gateway.billing.prices import default_prices
 from gateway.fleet.catalog import BackendSpec, ModelSpec, default_models
 from gateway.http.admin_guard import MIN_ADMIN_TOKEN_CHARS
@@ -36,6 +36,13 @@ class GatewaySettings(TomlSettings):
     inflight_lease_s: float = Field(default=15.0, gt=0)  # a crashed replica's counts vanish after this
 
     # --- HTTP gateway (gateway/http/app.py and the services it builds) ---
+    # Gateway processes serving `port` together (`edgerun serve --workers N`, cli/workers.py), each
+    # binding it with SO_REUSEPORT. More than one needs the Redis store: the embedded store keeps
+    # limits, budgets and in-flight counts in one process's memory.
+    workers: int = Field(default=1, ge=1, le=256)
+    # Set by the supervisor for each worker (0..workers-1); named in the `x-edgerun-worker` response
+    # header. None: a lone gateway process.
+    worker_index: int | None = Field(default=None, ge=0)
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
     # An optional second listener for /admin/v1/* and /metrics (loopback by default); when set, those
@@ -55,6 +62,10 @@ class GatewaySettings(TomlSettings):
     keep_alive_s: float = Field(default=5.0, gt=0)  # an idle kept-alive connection is closed after this
     max_connections_per_client: int = Field(default=64, ge=1)  # per client address, per listener
     max_connections: int = Field(default=10_000, ge=1)  # per listener
+    # Connections the kernel queues for a listener before it accepts them (uvicorn's default is 2048);
+    # the kernel caps it at net.core.somaxconn. A burst larger than this loses SYNs, which clients
+    # resend only after 1 s, 3 s, 7 s... (RELIABILITY.md, Load).
+    listen_backlog: int = Field(default=8192, ge=1)
     region: str = Field(default="local", min_length=1)  # this gateway's region: tried first
     region_fallbacks: list[str] = Field(default_factory=list)  # other regions, nearest first
     routing_policy: str = "cache_aware"  # round_robin, least_tokens, session_hash, prefix_threshold, cache_aware
@@ -86,6 +97,8 @@ class GatewaySettings(TomlSettings):
     setup_concurrency: int = Field(default=32, ge=1)
     tokenizer_cache_dir: Path | None = Path.home() / ".cache" / "edgerun" / "tokenizers"
     health_interval_s: float = Field(default=2.0, gt=0)  # GET /health of every backend
+    # failed health checks in a row that mark a backend down (a request that fails to reach it does at once)
+    health_fall: int = Field(default=3, ge=1)
     load_interval_s: float = Field(default=1.0, gt=0)  # GET /load: corrects the in-flight counters
     kv_events_interval_s: float = Field(default=1.0, gt=0)  # POST /kv_cache_events -> prefix index
     # Disaggregated serving (gateway/pipeline/disagg.py; backends with roles prefill / decode): a request whose
@@ -161,6 +174,18 @@ class GatewaySettings(TomlSettings):
     # How long a usage record's idempotency key lives in Redis: longer than any retry (spool replays
     # after an outage, a crashed request's retry) and than the retention above.
     ledger_idempotency_ttl_s: float = Field(default=2 * 86_400.0, gt=0)
+
+    @model_validator(mode="after")
+    def _workers_share_a_store(self) -> GatewaySettings:
+        if self.workers > 1 and self.redis_url is None:
+            raise ValueError(
+                f"workers={self.workers} needs the Redis store (EDGERUN_REDIS_URL): the embedded store keeps "
+                "rate limits, budgets and in-flight counts in one process's memory, so each worker would "
+                "allow the whole limit again; run one worker, or point the gateway at Redis"
+            )
+        if self.workers > 1 and self.port == 0:
+            raise ValueError("workers > 1 share one port: give a port (not 0)")
+        return self
 
     @model_validator(mode="after")
     def _idempotency_outlives_retention(self) -> GatewaySettings:

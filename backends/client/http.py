@@ -18,11 +18,15 @@ unparsable answer). They never leave the backend client: it converts them at its
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import aiohttp
+
+LATE_TIMER_S = 0.05  # a connect timeout that fired this much late: the event loop was busy (on time: ~1 ms)
+MAX_ATTEMPTS = 4  # tries of one request when a kept-alive connection was dropped or a connect timer fired late
 
 
 class TransportError(Exception):
@@ -31,7 +35,12 @@ class TransportError(Exception):
 
 class TransportTimeout(TransportError):
     """Connecting, or waiting for a free connection, the response head or the next body bytes,
-    took too long."""
+    took too long. `late`: a connect timer that fired late every time (this process's event loop
+    was busy: weak evidence against the peer)."""
+
+    def __init__(self, message: str, *, late: bool = False) -> None:
+        super().__init__(message)
+        self.late = late
 
 
 def _converted(exc: BaseException, what: str) -> TransportError:
@@ -153,15 +162,27 @@ class HTTPTransport:
             total=None, connect=timeout_s, sock_connect=self._connect_timeout_s, sock_read=timeout_s
         )
         what = f"{method} {url}"
-        for attempt in (1, 2):
+        loop = asyncio.get_running_loop()
+        for attempt in range(1, MAX_ATTEMPTS + 1):
+            started = loop.time()
             try:
                 response = await session.request(method, url, data=body, headers=sent or None, timeout=timeout)
                 return Response(response, what)
             except aiohttp.ServerDisconnectedError as exc:
                 # The peer closed a kept-alive connection without answering (it dropped it as idle
                 # just as we reused it): once more, on a fresh connection.
-                if attempt == 2:
+                if attempt > 1:
                     raise _converted(exc, what) from exc
+            except aiohttp.ConnectionTimeoutError as exc:
+                # A connect timer that fired late fired because this process's event loop was busy
+                # (a burst of requests), not because the peer is slow: the connection was most likely
+                # made long before the loop looked. Again (a few times: a burst can last several
+                # turns of the loop); a timer on time means a slow peer.
+                late_s = loop.time() - started - min(self._connect_timeout_s, timeout_s)
+                if late_s < LATE_TIMER_S:
+                    raise _converted(exc, what) from exc
+                if attempt == MAX_ATTEMPTS:
+                    raise TransportTimeout(f"{what}: connect timed out, the event loop busy", late=True) from exc
             except (aiohttp.ClientError, TimeoutError) as exc:
                 raise _converted(exc, what) from exc
         raise AssertionError("unreachable")

@@ -56,6 +56,10 @@ class EngineConfig:
     prompt_lookup_max: int = 4
     speculative_model: str | None = None
     speculative_max_concurrency: int = 1
+    # True: each sequence drafts the k in [0, num_speculative_tokens] that its recent acceptance and
+    # the measured cost of a verify row make pay best (0 when none does; speculative/draft_policy.py).
+    # False: always num_speculative_tokens (as far as max_tokens and the context allow).
+    speculative_adaptive: bool = True
 
     def __post_init__(self) -> None:
         if self.block_size < 1 or self.block_size & (self.block_size - 1):

@@ -119,7 +119,9 @@ class LLMEngine:
         if not chunks:
             return []
         items = [self.prepare_item(chunk) for chunk in chunks]
+        started = self.speculator.clock()
         run = self.runner.run(items, self.speculator.aux_layers)  # logits: [sum of 1 + drafts, V]
+        self.speculator.observe_step(items, self.speculator.clock() - started)
         rows = self.scheduler.update(chunks)  # chunks that reached the end of their sequence
         new_tokens = self.speculator.sample(run.logits, chunks, rows)
         outputs = [self.commit(chunks[i], token_ids) for i, token_ids in zip(rows, new_tokens)]

@@ -45,6 +45,11 @@ class ForwardItem:
         if not 1 <= self.num_logits <= len(self.token_ids):
             raise ValueError(f"num_logits={self.num_logits} must be in [1, {len(self.token_ids)}]")
 
+    @property
+    def is_verify(self) -> bool:
+        """A speculative verify row: a few tokens after a cached prefix, logits at every one."""
+        return 1 < len(self.token_ids) == self.num_logits and self.start_pos > 0
+
 
 @dataclass(slots=True)
 class RunOutput:

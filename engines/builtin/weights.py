@@ -13,7 +13,7 @@ Every loader produces Hugging Face names and layout first; `hf_to_runtime` turns
 from __future__ import annotations
 
 import warnings
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import torch
@@ -42,21 +42,27 @@ class Fp16Linear:
     (~25 us: boxed custom-class dispatch). torch marks them deprecated; torch is pinned in pyproject.
     """
 
-    packed: Tensor  # opaque fbgemm handle: the float16 weight
+    packed: tuple[Tensor, ...]  # opaque fbgemm handles: the float16 weight, PACK_ROWS output rows each
     dense: Tensor  # [out, in] float32, the same float16 values
-    bias: Tensor  # [out] zeros: the fbgemm op takes one
+    biases: tuple[Tensor, ...]  # [rows of each handle] zeros: the fbgemm op takes one
 
     DENSE_FROM_ROWS = 96  # inputs with at least this many rows use the float32 copy
+    # Packing is slow scalar work (SmolLM2's [49152, 576] head: 0.5 s on one core, most of the packing
+    # at start-up), so a big weight is packed in row chunks on several threads; each output column
+    # is still one dot product over the whole input, so the results are the same.
+    PACK_ROWS = 12288
 
     @classmethod
-    def from_weight(cls, weight: Tensor) -> Fp16Linear:
+    def from_weight(cls, weight: Tensor, pool: Executor | None = None) -> Fp16Linear:
+        """Round and pack `weight` [out, in]; its row chunks are packed on `pool` when one is given."""
         if "fbgemm" not in torch.backends.quantized.supported_engines:
             raise RuntimeError("weight_dtype='float16' needs a torch build with fbgemm (x86 CPU)")
         dense = weight.to(torch.float16).float()
+        chunks = dense.split(cls.PACK_ROWS)
         with warnings.catch_warnings():  # the deprecation notice, once per process
             warnings.simplefilter("ignore", UserWarning)
-            packed = torch.fbgemm_pack_gemm_matrix_fp16(dense)
-            out = cls(packed, dense, torch.zeros(weight.shape[0]))
+            packed = tuple((pool.map if pool is not None else map)(torch.fbgemm_pack_gemm_matrix_fp16, chunks))
+            out = cls(packed, dense, tuple(torch.zeros(chunk.shape[0]) for chunk in chunks))
             out(torch.zeros(1, weight.shape[1]))
         return out
 
@@ -64,7 +70,9 @@ class Fp16Linear:
         # x: [T, in] float32 -> [T, out] float32
         if x.shape[0] >= self.DENSE_FROM_ROWS:
             return F.linear(x, self.dense)
-        return torch.fbgemm_linear_fp16_weight(x.contiguous(), self.packed, self.bias)
+        x = x.contiguous()
+        outs = [torch.fbgemm_linear_fp16_weight(x, packed, bias) for packed, bias in zip(self.packed, self.biases)]
+        return outs[0] if len(outs) == 1 else torch.cat(outs, dim=1)
 
 
 Linear = Tensor | Fp16Linear | Int4Linear
@@ -123,9 +131,8 @@ class LlamaWeights:
 
         names = [(i, layer, name) for i, layer in enumerate(self.layers) for name in ("qkv", "o", "gate_up", "down")]
         with ThreadPoolExecutor(max_workers=max(1, torch.get_num_threads())) as pool:
-            lm_head = pool.submit(Fp16Linear.from_weight, self.lm_head)  # the largest, first
+            self.lm_head = Fp16Linear.from_weight(self.lm_head, pool)  # the largest, in row chunks on every thread
             packed = list(pool.map(lambda item: pack_one(f"layers.{item[0]}.{item[2]}", getattr(item[1], item[2])), names))
-            self.lm_head = lm_head.result()
         int4_tensors: dict[str, Tensor] = {}
         for (i, layer, name), linear in zip(names, packed):
             setattr(layer, name, linear)

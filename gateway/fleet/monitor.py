@@ -2,7 +2,8 @@
 
 Three asyncio loops, started and cancelled by the app's lifespan:
 - health: `GET /health` on every backend each `health_interval_s`; the result decides whether a
-  backend is a routing candidate. A request that finds a backend down before its first byte
+  backend is a routing candidate (one passed check makes it healthy, `health_fall` failed ones
+  in a row make it unhealthy). A request that finds a backend down before its first byte
   marks it unhealthy at once (`mark_unhealthy`), until a health check passes again. Repeated
   failures eject it for longer (`gateway.fleet.outliers`: a circuit breaker per backend, which requests
   feed through `record_error` / `record_success` and which each health check probes).
@@ -44,6 +45,7 @@ class MonitoredBackend:
     endpoint: Endpoint
     healthy: bool = True
     checked_at: float | None = None
+    failed_probes: int = 0  # consecutive failed health checks
     has_load_route: bool = True
     has_kv_events_route: bool = True
 
@@ -53,6 +55,11 @@ class MonitorIntervals:
     health_s: float = 2.0
     load_s: float = 1.0
     kv_events_s: float = 1.0
+    # Consecutive failed health checks that mark a healthy backend down (HAProxy's `fall`, Envoy's
+    # unhealthy_threshold). One slow probe is weak evidence: under a burst the gateway's own event
+    # loop can lag past the probe timeout while the backend streams fine. A request that finds the
+    # backend down still marks it at once (`mark_unhealthy`).
+    health_fall: int = 3
 
 
 class BackendMonitor:
@@ -89,6 +96,10 @@ class BackendMonitor:
         """A request met this backend error: counted against the backend it names (`gateway.fleet.outliers`)."""
         self.outliers.record_error(exc)
 
+    def may_try(self, endpoint: Endpoint) -> bool:
+        """Asked just before a request goes to `endpoint`: False for a second request to a backend on trial."""
+        return self.outliers.may_try(endpoint.id)
+
     def record_success(self, backend_id: str) -> None:
         self.outliers.record_success(backend_id)
 
@@ -108,12 +119,14 @@ class BackendMonitor:
         states = list(self.states.values())
         results = await asyncio.gather(*(self.client.health(s.endpoint) for s in states))
         now = time.time()
-        for state, healthy in zip(states, results, strict=True):
+        for state, passed in zip(states, results, strict=True):
+            state.failed_probes = 0 if passed else state.failed_probes + 1
+            healthy = passed or (state.healthy and state.failed_probes < self.intervals.health_fall)
             if healthy != state.healthy:
                 log.info("backend health changed", backend=state.endpoint.id, healthy=healthy)
             state.healthy, state.checked_at = healthy, now
             self._set_gauge(state)
-            self.outliers.record_probe(state.endpoint.id, passed=healthy)
+            self.outliers.record_probe(state.endpoint.id, passed=passed)
 
     async def poll_loads(self) -> None:
         async def one(state: MonitoredBackend) -> None:

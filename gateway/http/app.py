@@ -147,5 +147,5 @@ def create_app(
     app.add_middleware(ListenerGate, split=settings.admin_port is not None)
     app.state.drain = drain = Drain(settings.shutdown_timeout_s)  # run by Listeners on SIGTERM
     app.add_middleware(DrainGate, drain=drain)
-    app.add_middleware(RequestContextMiddleware, metrics=app_metrics)
+    app.add_middleware(RequestContextMiddleware, metrics=app_metrics, worker=settings.worker_index)
     return app

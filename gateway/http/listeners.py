@@ -21,8 +21,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
+from typing import Any
 
 import uvicorn
 from starlette.requests import HTTPConnection
@@ -117,6 +119,7 @@ def listener_configs(
         "access_log": False,  # the gateway's middleware logs each request with its request id
         "timeout_keep_alive": int(max(1, settings.keep_alive_s)),
         "timeout_graceful_shutdown": 1,  # a backstop: `Drain` already waited for the requests in flight
+        "backlog": settings.listen_backlog,  # connections the kernel holds until accepted (capped by somaxconn)
     }
     configs = [
         uvicorn.Config(
@@ -141,14 +144,31 @@ class _Server(uvicorn.Server):
         yield
 
 
+def reuse_port_socket(config: uvicorn.Config) -> socket.socket:
+    """A socket bound to the config's address with SO_REUSEPORT: several processes bind the same
+    port and the kernel spreads new connections over them (`edgerun serve --workers`)."""
+    family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((config.host, config.port))
+    sock.set_inheritable(False)
+    return sock
+
+
 class Listeners:
     """Serves several uvicorn configs in this event loop: the first (with the lifespan) starts
-    first and stops last, so the other listeners never run without the services."""
+    first and stops last, so the other listeners never run without the services. With
+    `reuse_port`, each listener binds its port with SO_REUSEPORT (one of several worker processes)."""
 
-    def __init__(self, configs: list[uvicorn.Config], drain: Drain | None = None) -> None:
+    def __init__(self, configs: list[uvicorn.Config], drain: Drain | None = None, *, reuse_port: bool = False) -> None:
         self.servers = [_Server(config) for config in configs]
         self.drain = drain  # the app's (`app.state.drain`): run when asked to stop, before the servers stop
         self._stopping = asyncio.Event()
+        self._reuse_port = reuse_port
+
+    def _serve(self, server: uvicorn.Server) -> Coroutine[Any, Any, None]:
+        return server.serve(sockets=[reuse_port_socket(server.config)] if self._reuse_port else None)
 
     @property
     def started(self) -> bool:
@@ -165,12 +185,12 @@ class Listeners:
 
     async def serve(self) -> None:
         first, *rest = self.servers
-        tasks = [asyncio.create_task(first.serve())]
+        tasks = [asyncio.create_task(self._serve(first))]
         with self._signals():
             while not first.started and not tasks[0].done():
                 await asyncio.sleep(0.02)
             if not tasks[0].done():
-                tasks += [asyncio.create_task(server.serve()) for server in rest]
+                tasks += [asyncio.create_task(self._serve(server)) for server in rest]
             stopping = asyncio.create_task(self._stopping.wait())
             await asyncio.wait([*tasks, stopping], return_when=asyncio.FIRST_COMPLETED)
             if stopping.done() and self.drain is not None and not any(t.done() for t in tasks):

@@ -6,7 +6,8 @@ HTTP request it
   can never make two requests share one) and returns it as the `cf-ray` header, as Cloudflare
   does; a client's own `x-request-id` (when a sane token: 1-128 of [A-Za-z0-9._:-]) is kept as
   `scope["state"]["client_request_id"]` and echoed back, else `x-request-id` is ours too; both
-  ids are bound to the structlog context;
+  ids are bound to the structlog context; a worker of `edgerun serve --workers` also names itself
+  (`x-edgerun-worker: <index>`);
 - when the last body byte is sent, counts the request and its latency by route template, status
   and model (handlers put the model id in `scope["state"]["model"]`) and logs one access line;
 - turns an exception that escaped every handler into a 500 envelope (with the request id) when
@@ -32,6 +33,7 @@ from gateway.metrics import GatewayMetrics
 
 REQUEST_ID_HEADER = request_id_contract.REQUEST_ID_HEADER.encode()
 RAY_HEADER = b"cf-ray"
+WORKER_HEADER = b"x-edgerun-worker"
 _REQUEST_ID_RE = re.compile(request_id_contract.PATTERN.encode())
 log = structlog.get_logger("edgerun.gateway")
 
@@ -48,9 +50,11 @@ def is_openai_path(path: str) -> bool:
 
 
 class RequestContextMiddleware:
-    def __init__(self, app: ASGIApp, metrics: GatewayMetrics) -> None:
+    def __init__(self, app: ASGIApp, metrics: GatewayMetrics, worker: int | None = None) -> None:
         self.app = app
         self.metrics = metrics
+        # one of several worker processes (`edgerun serve --workers`): each answer names it
+        self.worker_header = [(WORKER_HEADER, str(worker).encode())] if worker is not None else []
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -67,6 +71,7 @@ class RequestContextMiddleware:
         id_headers = [
             (RAY_HEADER, request_id.encode()),
             (REQUEST_ID_HEADER, (client_request_id or request_id).encode()),
+            *self.worker_header,
         ]
         status = 500
         started = finished = False

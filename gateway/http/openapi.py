@@ -15,8 +15,16 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.pipeline.model_schema import MESSAGES_INPUT, PROMPT_INPUT, SAMPLING, USAGE, text_embeddings_schema
-from gateway.pipeline.request_fields import OPENAI_CHAT, OPENAI_COMPLETIONS, FieldRule, Treatment
+from gateway.pipeline.model_schema import (
+    JSON_MODE,
+    MESSAGES_INPUT,
+    PROMPT_INPUT,
+    SAMPLING,
+    TOOLS,
+    USAGE,
+    text_embeddings_schema,
+)
+from gateway.pipeline.request_fields import OPENAI_CHAT, OPENAI_COMPLETIONS, OPENAI_RESPONSES, FieldRule, Treatment
 from gateway.pipeline.schemas import MAX_PROMPT_CHARS, ROLES
 
 ACCOUNT = "/client/v4/accounts/{account_id}"
@@ -71,37 +79,70 @@ _OPENAI_SAMPLING = {
     "stop": {"oneOf": [_TEXT, {"type": "array", "items": _TEXT, "minItems": 1, "maxItems": 4}]},
     "n": {"type": "integer", "enum": [1]},
     "logprobs": {"enum": [False, 0, None]},
+    **JSON_MODE,
+    **TOOLS,
+    "parallel_tool_calls": {"type": "boolean"},
 }
 
 
-def _ignored(rules: Mapping[str, FieldRule]) -> dict[str, Any]:
-    """The fields a route accepts and ignores, each with the reason."""
-    return {
-        name: {"description": f"Accepted and ignored: {rule.reason}"}
-        for name, rule in rules.items()
-        if rule.treatment is Treatment.IGNORED
-    }
+def _accepted(rules: Mapping[str, FieldRule], typed: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
+    """Every field a route accepts (request_fields.py): typed where `typed` knows it, else described
+    only (so a field honoured since has its place in the document at once); ignored ones with the reason."""
+    properties: dict[str, Any] = {}
+    for name, rule in rules.items():
+        if rule.treatment is Treatment.IGNORED:
+            properties[name] = {"description": f"Accepted and ignored: {rule.reason}"}
+        elif rule.treatment is Treatment.HONOURED:
+            properties[name] = typed.get(name, {"description": "See the route's documentation."})
+    return properties
 
 
 OPENAI_CHAT_BODY: dict[str, Any] = {
     "type": "object",
-    "properties": {
-        **_OPENAI_SAMPLING,
-        **_ignored(OPENAI_CHAT),
-        "messages": MESSAGES_INPUT["properties"]["messages"],
-        "max_completion_tokens": SAMPLING["max_tokens"],
-    },
+    "properties": _accepted(
+        OPENAI_CHAT,
+        {
+            **_OPENAI_SAMPLING,
+            "messages": MESSAGES_INPUT["properties"]["messages"],
+            "max_completion_tokens": SAMPLING["max_tokens"],
+        },
+    ),
     "required": ["model", "messages"],
     "additionalProperties": False,
 }
 OPENAI_COMPLETIONS_BODY: dict[str, Any] = {
     "type": "object",
-    "properties": {
-        **_OPENAI_SAMPLING,
-        **_ignored(OPENAI_COMPLETIONS),
-        "prompt": {"oneOf": [_TEXT, {"type": "array", "items": _TEXT, "minItems": 1, "maxItems": 1}]},
-    },
+    "properties": _accepted(
+        OPENAI_COMPLETIONS,
+        {
+            **_OPENAI_SAMPLING,
+            "prompt": {"oneOf": [_TEXT, {"type": "array", "items": _TEXT, "minItems": 1, "maxItems": 1}]},
+        },
+    ),
     "required": ["model", "prompt"],
+    "additionalProperties": False,
+}
+OPENAI_RESPONSES_BODY: dict[str, Any] = {
+    "type": "object",
+    "properties": _accepted(
+        OPENAI_RESPONSES,
+        {
+            **_OPENAI_SAMPLING,
+            "input": {
+                "oneOf": [_TEXT, {"type": "array", "minItems": 1, "items": {"type": "object"}}],
+                "description": "A string, or message items ({role, content}) oldest first.",
+            },
+            "instructions": {"type": "string", "description": "A system message put first."},
+            "text": {
+                "type": "object",
+                "description": 'Output format: {"format": {"type": "text" | "json_object" | "json_schema", ...}}.',
+                "properties": {"format": {"type": "object"}},
+            },
+            "max_output_tokens": SAMPLING["max_tokens"],
+            "stream_options": {"type": "object", "properties": {"include_obfuscation": {"type": "boolean"}}},
+        },
+    ),
+    "required": ["model", "input"],
     "additionalProperties": False,
 }
 OPENAI_EMBEDDINGS_BODY: dict[str, Any] = {
@@ -195,6 +236,10 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
     (f"{ACCOUNT}/ai/v1/completions", "post"): _operation(
         "OpenAI-compatible completions (raw prompt, no chat template)", body=OPENAI_COMPLETIONS_BODY,
         params=(ACCOUNT_ID,), ok_types=_GENERATION_TYPES, openai=True,
+    ),
+    (f"{ACCOUNT}/ai/v1/responses", "post"): _operation(
+        "OpenAI-compatible Responses API (text in, text out; stored responses and tools are refused)",
+        body=OPENAI_RESPONSES_BODY, params=(ACCOUNT_ID,), ok_types=_GENERATION_TYPES, openai=True,
     ),
     (f"{ACCOUNT}/ai/v1/embeddings", "post"): _operation(
         "OpenAI-compatible embeddings", body=OPENAI_EMBEDDINGS_BODY, params=(ACCOUNT_ID,), openai=True

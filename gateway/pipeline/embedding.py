@@ -107,6 +107,7 @@ class Embedder:
                 usage = Usage(prompt_tokens=backend_usage.prompt_tokens, completion_tokens=0, cached_tokens=0)
                 await self.auth.reconcile(meta.principal, estimate, usage.total_tokens)
                 await self.metering.settle(metered, usage, status="ok", backend_id=endpoint.id, region=endpoint.region)
+                self.monitor.record_success(endpoint.id)  # the breaker counts failures in a row
                 return Embedded(vectors, usage, endpoint)
         except BaseException as exc:
             with anyio.CancelScope(shield=True):

@@ -110,11 +110,8 @@ OPENAI_RESPONSES: Mapping[str, FieldRule] = {
                                                "prompt_cache_key", "prompt_cache_retention")},
     "store": ignored("asks OpenAI to keep the response for later retrieval; edgerun keeps none, and the answer "
                      "does not depend on it (previous_response_id is refused)"),
-    "parallel_tool_calls": ignored("only shapes tool calls, and without `tools` (refused) there are none"),
-    "tools": refused(f"{_NOT_YET} on /responses (no function calling here); leave it out", []),
-    "tool_choice": refused(f"{_NOT_YET} on /responses (no function calling here); leave it out", "none", "auto"),
-    "text": refused("asks for a structured output format, which /responses does not enforce yet; leave it out or "
-                    "use /chat/completions", {"format": {"type": "text"}}),
+    **{name: HONOURED for name in ("tools", "tool_choice", "parallel_tool_calls")},  # function tools only
+    "text": HONOURED,  # text.format: JSON mode (gateway/pipeline/structured.py)
     "previous_response_id": refused("is not supported: edgerun stores no responses; send the whole conversation "
                                     "as input items"),
     "conversation": refused("is not supported: edgerun stores no conversations; send the whole conversation as "
@@ -124,7 +121,7 @@ OPENAI_RESPONSES: Mapping[str, FieldRule] = {
     "background": refused("is not supported: responses are answered while the request is open", False),
     "truncation": refused("auto is not supported: a conversation longer than the context is refused, never cut",
                           "disabled"),
-    "max_tool_calls": refused("only bounds tool calls, and there are none on /responses"),
+    "max_tool_calls": refused("is not supported: the model's calls are returned, not run; leave it out"),
     "top_logprobs": refused("is not supported: edgerun returns no logprobs; leave it out", 0),
     "prompt": refused("names a stored prompt template; edgerun stores none: send the text as input"),
 }

@@ -18,7 +18,9 @@ Workers AI text generation (the documented input schema):
 
 The OpenAI Responses route (`parse_responses`) takes `input` (a string, or message items whose
 content is a string or `input_text` / `output_text` parts), `instructions` (a system message put
-first), `max_output_tokens`, `temperature` and `top_p`.
+first), `max_output_tokens`, `temperature`, `top_p`, `text.format` (JSON mode) and function
+`tools` (with `tool_choice`; earlier calls and their results come back as `function_call` and
+`function_call_output` items).
 
 OpenAI routes take OpenAI's names and ranges (temperature 0..2, `max_completion_tokens` as an
 alias of `max_tokens`, `stop`, `n` = 1 only, `stream_options.include_usage`); fields left out get
@@ -40,8 +42,8 @@ from gateway.pipeline.request_fields import (
     WORKERS_AI,
     check_fields,
 )
-from gateway.pipeline.structured import parse_guided_json, parse_response_format
-from gateway.pipeline.tools import ToolUse, assistant_calls_text, parse_tool_use
+from gateway.pipeline.structured import parse_guided_json, parse_response_format, parse_text_format
+from gateway.pipeline.tools import ToolUse, assistant_calls_text, call_text, parse_tool_use
 
 MAX_PROMPT_CHARS = 131072
 ROLES = ("system", "user", "assistant", "tool", "developer")
@@ -314,6 +316,7 @@ class ResponsesInput:
     instructions: str | None
     max_output_tokens: int | None
     obfuscate: bool  # stream_options.include_obfuscation (OpenAI's default: on)
+    text_format: dict[str, Any]  # `text.format` as the client sent it, echoed in the response
 
 
 _ITEM_PARTS = ("input_text", "output_text")  # an earlier answer may come back as output_text
@@ -335,24 +338,56 @@ def _item_content(value: Any, where: str) -> str:
 
 
 def _input_items(value: Any) -> list[dict[str, str]]:
+    """Message items, and an earlier turn's `function_call` / `function_call_output` items rendered
+    as chat messages do (an assistant message holding the calls, then `tool` messages)."""
     if isinstance(value, str):
         return [{"role": "user", "content": _prompt_text(value)}]
     if not isinstance(value, list) or not value:
         raise InvalidInput("input must be a string or a non-empty array of message items", param="input")
-    messages = []
+    messages: list[dict[str, str]] = []
+    follows_call = False
     for i, item in enumerate(value):
         if not isinstance(item, dict):
             raise InvalidInput(f"input[{i}] must be a message item {{role, content}}", param="input")
         kind = item.get("type", "message")
+        if kind == "function_call":
+            if not isinstance(item.get("name"), str):
+                raise InvalidInput(f"input[{i}] (a function_call) must name its function", param="input")
+            text = call_text(item["name"], item.get("arguments", "{}"))
+            if follows_call:  # calls of one turn make one assistant message, as in chat completions
+                messages[-1] = {"role": "assistant", "content": f"{messages[-1]['content']}\n{text}"}
+            else:
+                messages.append({"role": "assistant", "content": text})
+            follows_call = True
+            continue
+        follows_call = False
+        if kind == "function_call_output":
+            output = item.get("output")
+            if not isinstance(output, str):
+                raise InvalidInput(f"input[{i}].output must be a string", param="input")
+            messages.append({"role": "tool", "content": output})
+            continue
         if kind != "message":
-            raise InvalidInput(f"input[{i}] is a {kind!r} item; /responses takes message items only (no tool "
-                               "calls or item references)", param="input")
+            raise InvalidInput(f"input[{i}] is a {kind!r} item; /responses takes message, function_call and "
+                               "function_call_output items", param="input")
         role = item.get("role")
         if role not in ("user", "assistant", "system", "developer"):
             raise InvalidInput(f"input[{i}].role must be user, assistant, system or developer, got {role!r}",
                                param="input")
         messages.append({"role": role, "content": _item_content(item.get("content"), f"input[{i}].content")})
     return messages
+
+
+def _responses_tools(body: dict[str, Any]) -> ToolUse | None:
+    """Responses declares functions flat (`{type: "function", name, description, parameters}`)."""
+    tools = body.get("tools")
+    if isinstance(tools, list):
+        for i, tool in enumerate(tools):
+            if not isinstance(tool, dict) or tool.get("type") != "function":
+                kind = tool.get("type") if isinstance(tool, dict) else type(tool).__name__
+                raise InvalidInput(f"tools[{i}] is a {kind!r} tool; edgerun runs function tools only (no hosted "
+                                   "tools such as web or file search)", param="tools")
+    return parse_tool_use(tools, body.get("tool_choice"), body.get("parallel_tool_calls"))
 
 
 def parse_responses(body: dict[str, Any]) -> ResponsesInput:
@@ -371,5 +406,16 @@ def parse_responses(body: dict[str, Any]) -> ResponsesInput:
             raise InvalidInput("stream_options takes include_obfuscation only", param="stream_options")
         obfuscate = _boolean(options, "include_obfuscation", True)
     sampling = _sampling(body, max_temperature=2.0, max_tokens_names=("max_output_tokens",), openai=False)
-    generation = GenerationInput(Prompt(messages=tuple(messages)), sampling, _boolean(body, "stream"))
-    return ResponsesInput(generation, instructions, _integer(body, "max_output_tokens", None, 1, None), obfuscate)
+    text = body.get("text")
+    response_format = parse_text_format(text)
+    tools = _responses_tools(body)
+    if tools is not None and response_format is not None:
+        raise InvalidInput("send either tools or text.format: a constrained answer cannot also be a tool call",
+                           param="tools")
+    generation = GenerationInput(Prompt(messages=tuple(messages), tools=tools), sampling, _boolean(body, "stream"),
+                                 response_format=response_format, tools=tools)
+    text_format: dict[str, Any] = {"type": "text"}
+    if isinstance(text, dict) and isinstance(text.get("format"), dict):
+        text_format = text["format"]
+    return ResponsesInput(generation, instructions, _integer(body, "max_output_tokens", None, 1, None), obfuscate,
+                          text_format)

@@ -6,6 +6,8 @@ Clients send it three ways, all read here:
   (developers.cloudflare.com/workers-ai/json-mode), and `guided_json: <schema>` on some models.
 - OpenAI: `{"type": "json_schema", "json_schema": {"name", "schema", "strict", "description"}}`,
   `{"type": "json_object"}`, `{"type": "text"}` (no constraint).
+- OpenAI Responses: `text: {"format": ...}` with the same types, a json_schema's `name`, `schema`,
+  `strict` and `description` directly in `format` (`parse_text_format`).
 
 Backends get trtllm-serve's shape (`response_format` on /v1/completions, which vLLM and SGLang
 take too): `{"type": "json_object"}` or `{"type": "json_schema", "json_schema": {"name", "schema"}}`.
@@ -69,3 +71,25 @@ def parse_response_format(value: Any, *, openai: bool) -> dict[str, Any] | None:
 def parse_guided_json(value: Any) -> dict[str, Any] | None:
     """Workers AI's `guided_json` (a schema) as a backend `response_format`."""
     return None if value is None else json_schema_format(_schema(value, "guided_json"))
+
+
+def parse_text_format(value: Any) -> dict[str, Any] | None:
+    """The Responses API's `text` (`{"format": {...}}`) as a backend `response_format`."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or set(value) - {"format", "verbosity"}:
+        raise InvalidInput('text must be an object with a format: {"format": {"type": "json_schema", ...}}',
+                           param="text")
+    if value.get("verbosity") not in (None, "medium"):
+        raise InvalidInput("text.verbosity is not supported: the served models take no verbosity control; use "
+                           "max_output_tokens", param="text")
+    fmt = value.get("format")
+    if fmt is None:
+        return None
+    if not isinstance(fmt, dict) or fmt.get("type") not in ("text", "json_object", "json_schema"):
+        raise InvalidInput('text.format.type must be "text", "json_object" or "json_schema"', param="text")
+    if fmt["type"] != "json_schema":
+        return None if fmt["type"] == "text" else {"type": "json_object"}
+    if not isinstance(fmt.get("name"), str):
+        raise InvalidInput("text.format needs a name for a json_schema format", param="text")
+    return json_schema_format(_schema(fmt.get("schema"), "text.format.schema"), fmt["name"])

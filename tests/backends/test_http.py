@@ -249,3 +249,26 @@ async def test_requests_past_max_connections_wait_for_a_slot() -> None:
 def test_on_uvloop(scenario: Callable[[], Awaitable[None]]) -> None:
     """The gateway runs on uvloop (uvicorn picks it), whose transports differ from asyncio's."""
     uvloop.run(scenario())
+
+
+async def test_a_connect_timeout_that_only_a_stalled_event_loop_caused_is_retried() -> None:
+    """The loop stalls past the connect timeout right after connecting starts (a burst of requests
+    each doing its setup in one turn): the loopback connection was made at once, but the timer and
+    the connection are seen in the same turn and the timer used to win, failing a healthy backend."""
+    import time
+
+    async with peer(keep_alive) as server:
+        http = HTTPTransport(connect_timeout_s=0.2)
+        try:
+            for _ in range(3):
+                request = asyncio.ensure_future(http.request("GET", server.url + "/x", timeout_s=5))
+                await asyncio.sleep(0)
+                await asyncio.sleep(0)  # connecting has begun
+                time.sleep(0.5)  # the whole event loop is stalled past the 0.2 s connect timeout
+                response = await request
+                assert response.status == 200
+                await response.read()
+                await http.aclose()
+                http = HTTPTransport(connect_timeout_s=0.2)  # a new connection each time
+        finally:
+            await http.aclose()

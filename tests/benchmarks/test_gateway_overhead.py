@@ -18,3 +18,14 @@ def test_short_run_reports_both_sides(capsys: pytest.CaptureFixture[str]) -> Non
     direct, through = (int(cell.split(" ")[0]) for cell in rows["requests (errors)"][:2])
     assert direct > 0 and through > 0
     assert "(0)" in rows["requests (errors)"][1]  # no request through the gateway failed
+
+
+def test_half_capacity_rate_and_a_baseline_tree(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--rate half` measures capacity first; `--baseline-tree` adds a second gateway (here the same tree)."""
+    from cli.processes import ROOT
+
+    args = ["--duration", "0.4", "--concurrency", "2", "--chunks", "3", "--rate", "half", "--baseline-tree", str(ROOT)]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "half the gateway's closed-loop capacity" in out
+    assert "| metric | direct to stub | through gateway | through baseline gateway |" in out

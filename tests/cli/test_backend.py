@@ -36,6 +36,8 @@ def test_speculative_flags_configure_both_engines(monkeypatch: pytest.MonkeyPatc
     for section in (settings.engine, settings.trtllm):
         assert (section.speculative, section.num_speculative_tokens, section.speculative_model) == ("eagle3", 5, "/heads/smollm2")
         assert section.speculative_max_concurrency == 2
+    assert settings.engine.speculative_adaptive
+    assert not build_settings(parse("--speculative", "ngram", "--fixed-draft-length")).engine.speculative_adaptive
     toml = tmp_path / "backend.toml"
     toml.write_text('[engine]\nspeculative = "ngram"\nprompt_lookup_min = 1\nprompt_lookup_max = 3\n')
     monkeypatch.setenv("EDGERUN_CONFIG", str(toml))

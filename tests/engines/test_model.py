@@ -142,6 +142,25 @@ def test_decode_continues_prefill_exactly(tiny_runner: ModelRunner) -> None:
     torch.testing.assert_close(stepped, whole, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("table", [[220, 221, 222, 223], [233, 226, 240, 229]])
+def test_verify_row_gives_each_tokens_decode_logits(tiny_runner: ModelRunner, table: list[int]) -> None:
+    """A verify row (last token + drafts, logits at each) equals decoding those tokens one by one,
+    also next to a decode and a prefill chunk in the same batch, and over scattered blocks."""
+    prompt, row = list(range(30, 75)), [5, 77, 300, 12, 9]  # crosses a block boundary at 48
+    other, other_table = list(range(100, 120)), [250, 251]
+    tiny_runner.execute([ForwardItem(prompt, 0, table)])
+    stepped = torch.cat([tiny_runner.execute([ForwardItem([t], len(prompt) + j, table)]) for j, t in enumerate(row)])
+    verify = ForwardItem(row, len(prompt), table, num_logits=len(row))
+    assert verify.is_verify
+    alone = tiny_runner.execute([verify])
+    torch.testing.assert_close(alone, stepped, atol=1e-5, rtol=1e-5)
+    tiny_runner.execute([ForwardItem(other, 0, other_table)])
+    decode, prefill = ForwardItem([3], len(other), other_table), ForwardItem(list(range(1, 9)), 0, [255])
+    mixed = tiny_runner.execute([prefill, verify, decode])
+    torch.testing.assert_close(mixed[1 : 1 + len(row)], stepped, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(mixed[1 + len(row) :], tiny_runner.execute([decode]), atol=1e-5, rtol=1e-5)
+
+
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_half_precision_runs_close_to_float32(tiny_runner: ModelRunner, dtype: str) -> None:
     runner = ModelRunner(EngineConfig(model="random:tiny", dtype=dtype, num_kv_blocks=8))

@@ -54,8 +54,9 @@ class ScriptedProposer:
 
 
 def make_engine(runner: ModelRunner, proposer: object = None, num_kv_blocks: int = 256, **overrides: object) -> LLMEngine:
-    # speculating in batches of up to 4 (the default, 1, would leave batches without verify rows)
-    overrides = {"speculative_max_concurrency": 4, **overrides}
+    # speculating in batches of up to 4 (the default, 1, would leave batches without verify rows), a
+    # fixed draft length of 3 (adaptive drafting would soon stop verifying wrong drafts: tested apart)
+    overrides = {"speculative_max_concurrency": 4, "speculative_adaptive": False, "num_speculative_tokens": 3, **overrides}
     config = EngineConfig(block_size=BLOCK_SIZE, num_kv_blocks=num_kv_blocks, weight_dtype="float32", **overrides)
     return LLMEngine(config, runner, proposer=proposer)
 
@@ -148,7 +149,7 @@ def test_scripted_drafts_in_a_mixed_batch_with_a_prefill_chunk(smollm2_runner: M
         assert len(outputs["r3"]) < 12
     else:
         assert last.num_accepted_draft_tokens == 0 and len(outputs["r3"]) == 12
-        assert last.num_draft_tokens < 2 * last.num_verify_steps  # after a miss it drafts one token at a time
+        assert last.num_draft_tokens > 2 * last.num_verify_steps  # a fixed draft length: no backing off
     assert sorted(proposer.finished) == ["r0", "r1", "r2", "r3"]
     assert_no_leak(engine)
 
@@ -202,6 +203,24 @@ def test_stop_string_inside_an_accepted_run(smollm2_runner: ModelRunner, referen
     assert spec[-1].finish_reason == plain[-1].finish_reason == "stop"
     assert "".join(o.new_text for o in spec) == "".join(o.new_text for o in plain) == text[: text.find(stop)]
     assert tokens_of(spec) == tokens_of(plain)
+
+
+@pytest.mark.parametrize("shift", [0, 1], ids=["always-right", "always-wrong"])
+def test_adaptive_drafting_grows_with_acceptance_and_stops_without(smollm2_runner: ModelRunner, reference, shift: int) -> None:
+    engine = make_engine(smollm2_runner, ScriptedProposer(full_outputs(reference), shift), speculative_adaptive=True,
+                         num_speculative_tokens=6)
+    prompt, expected = reference["r0"]
+    outputs = run(engine, greedy("r0", prompt, 24))["r0"]
+    assert tokens_of(outputs) == expected
+    last = outputs[-1]
+    if shift:  # wrong drafts: a couple of verify steps, then plain decodes with unverified shadow drafts
+        assert 1 <= last.num_verify_steps <= 3 and last.num_accepted_draft_tokens == 0
+        assert len(outputs) == len(expected)
+    else:  # right drafts: the draft length climbs to the limit
+        assert last.num_accepted_draft_tokens == last.num_draft_tokens
+        assert last.num_draft_tokens >= 3 * last.num_verify_steps and len(outputs) <= 8
+    assert not engine.speculator.shadows and not engine.speculator.policy.sequences  # forgotten at the end
+    assert_no_leak(engine)
 
 
 def test_no_speculation_above_max_concurrency(smollm2_runner: ModelRunner, reference) -> None:

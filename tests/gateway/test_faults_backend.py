@@ -158,6 +158,8 @@ def test_a_backend_that_never_answers_is_a_408_after_the_first_byte_timeout(
     proxy.reset_all()
     answer = post(gw, FLAKY_ONLY)
     assert answer.status_code == 408 and answer.json()["errors"][0]["code"] == 3007, answer.text
+    record = gw.ledger_record(answer.headers["cf-ray"])  # it reached a backend: recorded, free
+    assert record.status == "backend_error" and record.cost_micro == 0 and record.completion_tokens == 0
     heal(gw, proxy)
 
 
@@ -169,7 +171,8 @@ def test_repeated_failures_eject_a_backend_until_a_probe_and_a_success_readmit_i
     proxy.set(Faults(reset=True))
     proxy.reset_all()
     for _ in range(3):
-        assert post(gw, FLAKY_ONLY).status_code == 429
+        failed = post(gw, FLAKY_ONLY)
+        assert failed.status_code == 429 and failed.headers["retry-after"] == "1", failed.text
     assert breaker(gw) == (2, ejections + 1)
     tried = proxy.proxy.stats.connections
     refused = post(gw, FLAKY_ONLY)  # ejected: answered at once, flaky not even tried

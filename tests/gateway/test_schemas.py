@@ -153,11 +153,14 @@ def test_responses_message_items_take_text_parts_and_earlier_answers() -> None:
 @pytest.mark.parametrize(
     ("body", "param", "words"),
     [
-        ({"input": "x", "tools": [{"type": "function", "name": "f"}]}, "tools", "function calling"),
+        ({"input": "x", "tools": [{"type": "web_search"}]}, "tools", "function tools only"),
+        ({"input": "x", "tools": [{"type": "function", "name": "f"}], "text": {"format": {"type": "json_object"}}},
+         "tools", "either tools or text.format"),
         ({"input": "x", "previous_response_id": "resp_1"}, "previous_response_id", "stores no responses"),
-        ({"input": "x", "text": {"format": {"type": "json_object"}}}, "text", "structured output"),
+        ({"input": "x", "text": {"format": {"type": "json_schema", "schema": {}}}}, "text", "needs a name"),
+        ({"input": "x", "text": {"verbosity": "low"}}, "text", "verbosity"),
         ({"input": "x", "max_token": 3}, "max_token", "not a field"),
-        ({"input": [{"type": "function_call_output", "call_id": "c", "output": "1"}]}, "input", "message items only"),
+        ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input", "function_call_output items"),
         ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "u"}]}]}, "input", "text only"),
         ({"input": []}, "input", "non-empty"),
         ({"input": "x", "max_output_tokens": 0}, "max_output_tokens", "out of range"),
@@ -167,6 +170,31 @@ def test_responses_refuse_what_they_would_ignore_by_name(body: dict, param: str,
     with pytest.raises(InvalidInput) as caught:
         parse_responses({"model": "m", **body})
     assert caught.value.param == param and words in caught.value.message
+
+
+def test_responses_text_format_is_json_mode() -> None:
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+    fmt = {"type": "json_schema", "name": "thing", "schema": schema, "strict": True}
+    parsed = parse_responses({"model": "m", "input": "x", "text": {"format": fmt}})
+    assert parsed.generation.response_format == {"type": "json_schema", "json_schema": {"name": "thing", "schema": schema}}
+    assert parsed.text_format == fmt
+    assert parse_responses({"model": "m", "input": "x", "text": {"format": {"type": "json_object"}}}).generation.response_format \
+        == {"type": "json_object"}
+
+
+def test_responses_function_calls_of_a_turn_become_one_assistant_message_then_tool_results() -> None:
+    parsed = parse_responses({"model": "m", "tools": [{"type": "function", "name": "f", "parameters": {}}], "input": [
+        {"role": "user", "content": "weather in Oslo and Rome?"},
+        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": '{"city": "Oslo"}'},
+        {"type": "function_call", "call_id": "c2", "name": "f", "arguments": '{"city": "Rome"}'},
+        {"type": "function_call_output", "call_id": "c1", "output": "3 C"},
+        {"type": "function_call_output", "call_id": "c2", "output": "18 C"},
+    ]})
+    messages = parsed.generation.prompt.messages
+    assert messages is not None and [m["role"] for m in messages] == ["user", "assistant", "tool", "tool"]
+    assert messages[1]["content"] == ('{"name": "f", "arguments": {"city": "Oslo"}}\n'
+                                      '{"name": "f", "arguments": {"city": "Rome"}}')
+    assert parsed.generation.tools is not None and parsed.generation.tools.mode == "auto"
 
 
 def test_responses_no_op_values_pass() -> None:

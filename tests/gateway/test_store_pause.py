@@ -9,6 +9,8 @@ tests/gateway/billing/test_e2e_spool.py; Redis full: tests/gateway/test_store_fu
 
 from __future__ import annotations
 
+import re
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -23,7 +25,7 @@ import redis
 from benchmarks.stub_backend import MODEL_ID as STUB_MODEL
 from cli.processes import ChildProcess
 from tests.gateway.fixtures_e2e import InProcessGateway, gateway_settings
-from tests.gateway.redis_server import EPHEMERAL, start_redis
+from tests.gateway.redis_server import EPHEMERAL, redis_binary, start_redis
 
 pytestmark = pytest.mark.slow
 
@@ -40,9 +42,16 @@ class Answer:
     ended: float
 
 
+def debug_command_option() -> list[str]:
+    """Redis 7 turns DEBUG off unless asked; Redis 6 has it on and does not know the option."""
+    version = subprocess.run([redis_binary(), "--version"], capture_output=True, text=True, check=True).stdout
+    major = int(re.search(r"v=(\d+)", version).group(1))  # type: ignore[union-attr]
+    return ["--enable-debug-command", "yes"] if major >= 7 else []
+
+
 @pytest.fixture
 def paused_redis(tmp_path: Path) -> Iterator[ChildProcess]:
-    server = start_redis(tmp_path, [*EPHEMERAL, "--enable-debug-command", "yes"])
+    server = start_redis(tmp_path, [*EPHEMERAL, *debug_command_option()])
     try:
         yield server
     finally:

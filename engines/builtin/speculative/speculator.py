@@ -6,13 +6,16 @@ tokens: one per plain row (the sampler, as without speculation), 1 to k + 1 per 
 that is decoding, unless more than `max_concurrency` requests are running, and hands proposers
 that read the target's hidden states the ones of the positions committed this step.
 
-Draft length adapts per sequence: after a verify step that rejected a draft, the next one drafts at
-most one token more than were accepted (a wrong guess is cheap again quickly); after one that
-accepted every draft, the full `num_speculative_tokens`. On a CPU a verify row of k + 1 tokens
-costs more than a plain decode as k grows, so long drafts are kept for runs that copy.
+Draft length adapts per sequence (`draft_policy`): the engine reports how long each batch-1 step
+took (`observe_step`), the speculator times the proposer and counts each sequence's accepted
+drafts, and the policy drafts the length with the best expected tokens per unit of cost, none when
+drafting does not pay. A sequence that drafts nothing gets unverified shadow drafts, checked
+against the token the target commits, so that it can start again when its text turns to copying.
 """
 
 from __future__ import annotations
+
+import time
 
 from torch import Tensor
 
@@ -21,8 +24,11 @@ from engines.builtin.model_runner import ForwardItem
 from engines.builtin.sampler import Sampler, has_penalty
 from engines.builtin.scheduler import ScheduledChunk
 from engines.builtin.sequence import Sequence, SequenceStatus
+from engines.builtin.speculative.draft_policy import DraftPolicy, StepCosts
 from engines.builtin.speculative.proposer import DraftInput, Proposer
 from engines.builtin.speculative.rejection import accept_greedy, accept_sampled
+
+PRIOR_VERIFY_COST = 0.25  # one more token in a batch-1 verify row, in decode steps, until measured (BENCHMARKS.md)
 
 
 class Speculator:
@@ -33,7 +39,9 @@ class Speculator:
         self.max_concurrency = config.speculative_max_concurrency
         self.max_model_len = max_model_len
         self.vocab_size = vocab_size
-        self.draft_limits: dict[str, int] = {}  # request id -> most drafts for its next verify step
+        self.policy = DraftPolicy(config.num_speculative_tokens, StepCosts(PRIOR_VERIFY_COST)) if config.speculative_adaptive else None
+        self.clock = time.process_time if config.device == "cpu" else time.perf_counter  # CPU: less noise from neighbours
+        self.shadows: dict[str, int] = {}  # request id -> its unverified shadow draft of the next token
         self.num_draft_tokens = 0  # cumulative, every request
         self.num_accepted_tokens = 0
 
@@ -45,6 +53,13 @@ class Speculator:
 
     def sample(self, logits: Tensor, chunks: list[ScheduledChunk], rows: list[int]) -> list[list[int]]:
         """New tokens for each chunk index in `rows`. logits: [sum of 1 + len(drafts) over chunks, V]."""
+        tokens = self.sample_rows(logits, chunks, rows)
+        if self.shadows:
+            for i, new in zip(rows, tokens):
+                self.check_shadow(chunks[i].seq, new[0])
+        return tokens
+
+    def sample_rows(self, logits: Tensor, chunks: list[ScheduledChunk], rows: list[int]) -> list[list[int]]:
         seqs = [chunks[i].seq for i in rows]
         if not rows:
             return []
@@ -80,14 +95,24 @@ class Speculator:
                 probs = self.sampler.probs(logits, views)
                 tokens = accept_sampled(probs, drafts, None, self.sampler.generator_for(seq, logits.device))
         num_accepted = len(tokens) - 1
-        limit = self.num_speculative_tokens if num_accepted == len(drafts) else num_accepted + 1
-        self.draft_limits[seq.request_id] = limit
+        if self.policy is not None:
+            self.policy.observe(seq.request_id, len(drafts), num_accepted)
         seq.num_verify_steps += 1
         seq.num_draft_tokens += len(drafts)
         seq.num_accepted_tokens += num_accepted
         self.num_draft_tokens += len(drafts)
         self.num_accepted_tokens += num_accepted
         return tokens
+
+    def check_shadow(self, seq: Sequence, token: int) -> None:
+        shadow = self.shadows.pop(seq.request_id, None)
+        if shadow is not None and self.policy is not None:
+            self.policy.observe(seq.request_id, 1, int(token == shadow))
+
+    def observe_step(self, items: list[ForwardItem], seconds: float) -> None:
+        """The target's time for one step; batch-1 decode and verify steps teach the cost model."""
+        if self.policy is not None and len(items) == 1 and (len(items[0].token_ids) == 1 or items[0].is_verify):
+            self.policy.costs.observe_step(len(items[0].token_ids), seconds)
 
     # ---- proposing -------------------------------------------------------------------------
 
@@ -99,11 +124,16 @@ class Speculator:
         speculate = num_running <= self.max_concurrency
         inputs: list[DraftInput] = []
         targets: list[Sequence] = []
+        shadowed: set[str] = set()  # sequences whose one draft is a shadow: checked, never verified
         for i, chunk in enumerate(chunks):
             seq = chunk.seq
             if seq.status is not SequenceStatus.RUNNING:  # finished or preempted during the step
                 continue
-            num_drafts = self.num_drafts(seq) if speculate and not seq.is_prefilling else 0
+            may_draft = speculate and not seq.is_prefilling
+            num_drafts = self.num_drafts(seq) if may_draft else 0
+            if num_drafts == 0 and may_draft and self.may_shadow(seq):
+                shadowed.add(seq.request_id)
+                num_drafts = 1
             if hidden is None and num_drafts == 0:
                 continue
             draft_input = DraftInput(seq.request_id, seq.token_ids, num_drafts)
@@ -114,21 +144,37 @@ class Speculator:
             targets.append(seq)
         if not inputs:
             return
-        for seq, draft_input, drafts in zip(targets, inputs, self.proposer.propose(inputs), strict=True):
+        started = self.clock()
+        proposed = self.proposer.propose(inputs)
+        seconds, num_proposed = self.clock() - started, 0
+        for seq, draft_input, drafts in zip(targets, inputs, proposed, strict=True):
             drafts = drafts[: draft_input.num_drafts]
-            if all(isinstance(t, int) and 0 <= t < self.vocab_size for t in drafts):
+            num_proposed += len(drafts)
+            if not all(isinstance(t, int) and 0 <= t < self.vocab_size for t in drafts):
+                drafts = []
+            if seq.request_id not in shadowed:
                 seq.draft_token_ids = drafts
+            elif drafts:
+                self.shadows[seq.request_id] = drafts[0]
+        if self.policy is not None:
+            self.policy.costs.observe_drafts(num_proposed, seconds)
+
+    def may_shadow(self, seq: Sequence) -> bool:
+        return (self.policy is not None and seq.matcher is None and seq.num_tokens_left > 1
+                and self.policy.wants_shadow(seq.request_id))
 
     def num_drafts(self, seq: Sequence) -> int:
         # each verify step emits up to drafts + 1 tokens, all within max_tokens and the context;
         # a guided sequence gets none (its grammar would have to check every draft position)
         if seq.matcher is not None:
             return 0
-        limit = self.draft_limits.get(seq.request_id, self.num_speculative_tokens)
+        limit = self.num_speculative_tokens if self.policy is None else self.policy.num_drafts(seq.request_id)
         return max(0, min(limit, seq.num_tokens_left - 1, self.max_model_len - len(seq)))
 
     def finish(self, seq: Sequence) -> None:
-        self.draft_limits.pop(seq.request_id, None)
+        self.shadows.pop(seq.request_id, None)
+        if self.policy is not None:
+            self.policy.finish(seq.request_id)
         if self.proposer is not None:
             self.proposer.finish(seq.request_id)
 

@@ -38,6 +38,39 @@ CODE_JOBS = [
     "returns the average of a list of numbers", "capitalises every word in a sentence", "computes the greatest common divisor",
     "checks whether two strings are anagrams", "returns the squares of the numbers from 1 to n", "parses a date string",
 ]
+# Everyday chat beyond "explain a topic": stories, advice, ideas, opinions, descriptions, comparisons
+STORY_SUBJECTS = [
+    "a lost robot", "a baker who could fly", "a dragon afraid of the dark", "two friends on a train", "a talking tree",
+    "a detective cat", "a girl who found a map", "an old fisherman", "a city under the sea", "a forgotten toy",
+    "a time traveller", "a shy giant", "a clockmaker", "a musician in the rain", "a fox and a crow", "a snowman in summer",
+]
+STORY_TEMPLATES = ["Tell me a short story about {s}.", "Write a bedtime story about {s}.", "Write the opening of a novel about {s}."]
+GOALS = [
+    "sleep better", "eat healthier", "learn to cook", "save money", "make new friends", "stay focused while studying",
+    "get fit at home", "keep a plant alive", "prepare for a job interview", "travel on a budget", "read more books",
+    "manage my time", "feel less anxious", "learn to draw", "keep my room tidy", "write better essays",
+]
+GOAL_TEMPLATES = [
+    "What are some good ways to {g}?", "How can I {g}?", "Give me five tips to {g}.", "I want to {g}. Where do I start?",
+]
+IDEA_TOPICS = [
+    "a rainy afternoon", "a team-building event", "a school science project", "a first date", "a family weekend",
+    "a small business", "a garden party", "a gift for my grandmother", "a podcast", "a Halloween costume",
+]
+IDEA_TEMPLATES = ["Give me three ideas for {i}.", "Suggest some fun activities for {i}.", "Brainstorm ideas for {i}."]
+CREATURES = ["dogs", "cats", "birds", "fish", "horses", "owls", "ants", "dolphins", "squirrels", "parrots"]
+CREATURE_HABITS = [
+    "Why do {c} sleep so much?", "How do {c} communicate?", "What do {c} eat?", "Why do people keep {c} as pets?",
+]
+PLACES = ["a beach town", "a mountain cabin", "a busy market", "a quiet library", "a space station", "a medieval castle"]
+PLACE_TEMPLATES = ["Describe {p} in vivid detail.", "What would a day in {p} be like?", "Describe your ideal day in {p}."]
+PAIRS = [
+    ("tea", "coffee"), ("cats", "dogs"), ("summer", "winter"), ("books", "films"), ("trains", "planes"),
+    ("city life", "country life"), ("running", "swimming"), ("email", "phone calls"), ("renting", "buying a home"),
+]
+PAIR_TEMPLATES = ["What is the difference between {a} and {b}?", "Which is better, {a} or {b}? Explain.",
+                  "Compare {a} and {b} in a few sentences."]
+
 ENTITIES = [
     ("person", "name, age, email"), ("movie", "title, director, year, rating"), ("city", "name, country, population"),
     ("product", "id, name, price, in_stock"), ("song", "title, artist, duration_seconds"), ("employee", "id, name, role, salary"),
@@ -72,6 +105,12 @@ def build_prompts(seed: int = 0) -> list[Prompt]:
     rng = random.Random(seed)
     out = [Prompt("chat", user(text)) for text in seeds.CHAT]
     out += [Prompt("chat", user(tpl.format(t=topic))) for topic in TOPICS for tpl in rng.sample(CHAT_TEMPLATES, 4)]
+    out += [Prompt("chat", user(tpl.format(s=s))) for s in STORY_SUBJECTS for tpl in rng.sample(STORY_TEMPLATES, 2)]
+    out += [Prompt("chat", user(tpl.format(g=g))) for g in GOALS for tpl in rng.sample(GOAL_TEMPLATES, 2)]
+    out += [Prompt("chat", user(tpl.format(i=i))) for i in IDEA_TOPICS for tpl in rng.sample(IDEA_TEMPLATES, 2)]
+    out += [Prompt("chat", user(tpl.format(c=c))) for c in CREATURES for tpl in rng.sample(CREATURE_HABITS, 2)]
+    out += [Prompt("chat", user(tpl.format(p=p))) for p in PLACES for tpl in PLACE_TEMPLATES]
+    out += [Prompt("chat", user(tpl.format(a=a, b=b))) for a, b in PAIRS for tpl in rng.sample(PAIR_TEMPLATES, 2)]
     for i, tool in enumerate(seeds.TOOLS):
         for request in tool[3]:
             others = rng.sample([t for j, t in enumerate(seeds.TOOLS) if j != i], 2)

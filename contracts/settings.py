@@ -3,7 +3,7 @@
 Sources, highest first: constructor arguments (a CLI's flags), `EDGERUN_*` environment variables
 (nested with `__`, e.g. `EDGERUN_ENGINE__NUM_KV_BLOCKS=4096`), the TOML file named by
 `EDGERUN_CONFIG`, then the subclass's defaults. The object is frozen: built once at start-up and
-passed down. This module imports no engine, so the gateway can build on it.
+passed down. In `contracts` because the gateway and the backends both build on it.
 """
 
 from __future__ import annotations

@@ -1,0 +1,94 @@
+"""What a speculative verify row costs next to a plain decode step, at batch 1.
+
+    python -m benchmarks.verify_cost                       # k = 0 (decode), 1, 2, 4, 8 at context 150
+    python -m benchmarks.verify_cost --profile 8           # torch.profiler table of decode and of 1 + 8
+
+One runner (SmolLM2, the engine's default weights) holds one sequence whose first `context` tokens
+are in the KV cache; each measurement runs `ModelRunner.execute` on the next 1 + k tokens there
+(logits at all of them, as a verify row asks) and rolls back, so every step sees the same cache.
+Rows of all k run interleaved in each round; the table gives the median CPU time of a step (this
+process, so busy neighbours disturb it less than wall time) and its ratio to the decode step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+import torch
+
+from benchmarks.machine import machine
+from engines.builtin.config import EngineConfig
+from engines.builtin.model_runner import ForwardItem, ModelRunner
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="smollm2")
+    parser.add_argument("--context", type=int, default=150, help="tokens already in the cache")
+    parser.add_argument("--drafts", type=int, nargs="+", default=[0, 1, 2, 4, 8], help="k: drafts per verify row (0: decode)")
+    parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--profile", type=int, default=None, metavar="K", help="print a profile of decode and of 1 + K")
+    return parser.parse_args(argv)
+
+
+def item(context: int, num_drafts: int, block_table: list[int]) -> ForwardItem:
+    tokens = [(17 * i + 5) % 1000 + 100 for i in range(num_drafts + 1)]
+    return ForwardItem(tokens, context, block_table, num_logits=num_drafts + 1)
+
+
+def cpu_seconds(runner: ModelRunner, step: ForwardItem) -> float:
+    start = time.process_time()
+    runner.execute([step])
+    return time.process_time() - start
+
+
+def profile(runner: ModelRunner, step: ForwardItem) -> str:
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    for _ in range(3):
+        runner.execute([step])
+    with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(10):
+            runner.execute([step])
+    return str(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=14))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    torch.manual_seed(0)
+    runner = ModelRunner(EngineConfig(model=args.model, num_threads=args.threads, num_kv_blocks=64))
+    longest = args.context + max(args.drafts + [args.profile or 0]) + 1
+    block_table = list(range(-(-longest // runner.block_size)))
+    prompt = [(31 * i + 7) % 5000 + 100 for i in range(args.context)]
+    runner.execute([ForwardItem(prompt, 0, block_table)])  # the context's KV, written once
+    if args.profile is not None:
+        for k in (0, args.profile):
+            print(f"--- 1 + {k} tokens at position {args.context}")
+            print(profile(runner, item(args.context, k, block_table)))
+        return 0
+    times: dict[int, list[float]] = {k: [] for k in args.drafts}
+    for k in args.drafts:  # warm-up
+        cpu_seconds(runner, item(args.context, k, block_table))
+    for _ in range(args.rounds):
+        for k in args.drafts:
+            times[k].append(cpu_seconds(runner, item(args.context, k, block_table)))
+    load = os.getloadavg()[0]
+    print(f"# {machine(with_torch=True)}; load average {load:.1f}; context {args.context}, {args.threads} thread(s), "
+          f"{args.rounds} rounds, median CPU ms/step")
+    base = statistics.median(times[args.drafts[0]])
+    print("| tokens in the row | ms/step | vs first row | p90 ms |")
+    print("|---|---|---|---|")
+    for k in args.drafts:
+        med = statistics.median(times[k])
+        p90 = sorted(times[k])[int(0.9 * (len(times[k]) - 1))]
+        print(f"| 1 + {k} | {1000 * med:.1f} | {med / base:.2f}x | {1000 * p90:.1f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
