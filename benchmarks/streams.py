@@ -200,7 +200,11 @@ def summarize(
     )
     open_at_once = max_open(results)
     ttfc = [(r.first_chunk or r.started) - r.started for r in ok]
-    rates = [(r.num_events - 1) / (r.ended - r.first_chunk) for r in ok if r.ended > (r.first_chunk or r.ended)]
+    rates = [
+        (r.num_events - 1) / (r.ended - r.first_chunk)
+        for r in ok
+        if r.first_chunk is not None and r.ended > r.first_chunk
+    ]
     gaps = [r.max_gap_s for r in ok]
     duration = [r.ended - r.started for r in ok]
     failed_after = [r.ended - r.started for r in results if r not in ok]

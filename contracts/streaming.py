@@ -55,6 +55,8 @@ def step_now(iterator: AsyncIterator[bytes]) -> tuple[bool, Any]:
     """Run the iterator's next step until it would wait: (True, item or _END) if it finished
     without waiting, else (False, an awaitable that finishes it)."""
     step: Any = anext(iterator)
+    if not hasattr(step, "send"):  # an awaitable that is not a coroutine (a future): just await it
+        return False, step
     try:
         pending = step.send(None)
     except StopIteration as done:
@@ -115,6 +117,8 @@ class CoalescingStreamingResponse(StreamingResponse):
                         break
                 elif item is _END:
                     break
+                if isinstance(item, str):
+                    item = item.encode(self.charset)
                 batch.append(item)
                 size += len(item)
                 if size >= self.max_batch_bytes:

@@ -4,6 +4,7 @@ No module here imports Starlette; they import downwards only (fleet, billing, st
 
     generation.py       one generation: auth, limits, routing, the backend stream, settled once
     embedding.py        one embedding request, the same steps without a stream
+    holds.py            what a request holds (slot, tokens, route, budget), released once by one settle
     auth.py             API key -> tenant, account and model checks, rate limits
     concurrency.py      per-tenant requests in flight
     tokenization.py     chat template + tokenizer per model, fetched once and cached

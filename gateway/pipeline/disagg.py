@@ -73,6 +73,16 @@ class Attempt:
     """What one request routed so far: every flight must be finished however the request ends."""
 
     flights: list[Flight] = field(default_factory=list)
+    failed: list[BackendError] = field(default_factory=list)  # what backends answered before a first byte
+
+    def on_failure(self, record: Callable[[BackendError], None]) -> Callable[[BackendError], None]:
+        """The client's failover hook: keeps each error here (the endpoints failed over) and passes it on."""
+
+        def hear(exc: BackendError) -> None:
+            self.failed.append(exc)
+            record(exc)
+
+        return hear
 
 
 @dataclass(slots=True)
@@ -111,7 +121,7 @@ class Disaggregator:
         if uncached <= self.max_local_prefill_length or not has_prefill:
             reason = "short" if has_prefill else "no_prefill_backend"
             log.info("prefilling locally", request_id=request_id, uncached=uncached, reason=reason)
-            endpoint, chunks = await self._stream(decode, body, "local", request_id)
+            endpoint, chunks = await self._stream(attempt, decode, body, "local", request_id)
             return Opened(decode, endpoint, chunks, disaggregated=False)
         prefill = await route(pools.prefill, 1)
         attempt.flights.append(prefill)
@@ -130,7 +140,7 @@ class Disaggregator:
                     return Opened(prefill, context_endpoint, _answer_chunks(answer), disaggregated=True)
                 try:
                     gen_body = generation_body(body, answer)
-                    endpoint, chunks = await self._stream(decode, gen_body, "generation", request_id)
+                    endpoint, chunks = await self._stream(attempt, decode, gen_body, "generation", request_id)
                 except BackendRejected as exc:
                     if exc.status != KV_GONE_STATUS:
                         raise
@@ -168,11 +178,11 @@ class Disaggregator:
         return answer
 
     async def _stream(
-        self, flight: Flight, body: dict[str, Any], step: str, request_id: str
+        self, attempt: Attempt, flight: Flight, body: dict[str, Any], step: str, request_id: str
     ) -> tuple[Endpoint, AsyncGenerator[CompletionChunk, None]]:
         try:
             endpoint, chunks = await self.client.stream_with_failover(
-                flight.endpoints, body, self.monitor.record_error, request_id
+                flight.endpoints, body, attempt.on_failure(self.monitor.record_error), request_id
             )
         except BackendError as exc:
             self.metrics.disagg_steps.labels(step, exc.endpoint_id or "", "error").inc()

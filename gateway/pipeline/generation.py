@@ -20,7 +20,7 @@ client asks for the usage so far on every chunk: `continuous_usage_stats`).
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,8 +46,9 @@ from gateway.fleet.catalog import Catalog, ModelSpec
 from gateway.fleet.monitor import BackendMonitor
 from gateway.metrics import GatewayMetrics
 from gateway.pipeline.auth import Authenticator
-from gateway.pipeline.concurrency import Slot, TenantSlots
+from gateway.pipeline.concurrency import TenantSlots
 from gateway.pipeline.disagg import Attempt, Disaggregator, Pools
+from gateway.pipeline.holds import Holds, Outcome, Release
 from gateway.pipeline.offload import Offload
 from gateway.pipeline.routing import Flight, Router
 from gateway.pipeline.schemas import GenerationInput
@@ -102,7 +103,6 @@ class Generation:
 
     def __init__(
         self,
-        generator: Generator,
         meta: RequestMeta,
         metered: MeteredRequest,
         flight: Flight,
@@ -110,8 +110,9 @@ class Generation:
         chunks: AsyncIterator[CompletionChunk],
         tokenizer: ModelTokenizer,
         sampling_max_tokens: int,
+        holds: Holds,
+        watch: StreamWatch,
     ) -> None:
-        self._g = generator
         self.meta = meta
         self.metered = metered
         self.flight = flight
@@ -127,7 +128,8 @@ class Generation:
         self._last_text_at: float | None = None
         self.finish_reason: str | None = None
         self.usage: Usage | None = None  # set once the stream is over
-        self.slot: Slot | None = None  # the tenant's concurrency slot, given back when it is settled
+        self.holds = holds  # everything the request holds, released once when it is settled
+        self._watch = watch
         self.created = int(time.time())
 
     @property
@@ -137,7 +139,7 @@ class Generation:
     async def texts(self) -> AsyncGenerator[str, None]:
         """Text deltas as they arrive; raises a GatewayError if the stream breaks midway."""
         status: UsageStatus = "cancelled"
-        deadline_s = self._g.deadline_s
+        deadline_s = self._watch.deadline_s
         deadline = self.meta.started_perf + deadline_s if deadline_s is not None else None
         try:
             async for chunk in self._chunks:
@@ -158,15 +160,15 @@ class Generation:
                     self._last_text_at = now = time.perf_counter()
                     if self._first_text_at is None:
                         self._first_text_at = now
-                        self._g.metrics.ttft.labels(self.meta.model.id).observe(now - self.meta.started_perf)
-                        await self._g.may_count_first_token(self.flight)
+                        self._watch.metrics.ttft.labels(self.meta.model.id).observe(now - self.meta.started_perf)
+                        await self._watch.first_token(self.flight)
                     self._parts.append(chunk.text)
                     yield chunk.text
             status = "ok"
         except BackendStreamBroken as exc:
             status = "backend_error"
             log.warning("backend stream broke", backend=self.endpoint.id, error=exc.message)
-            self._g.monitor.record_error(exc)
+            self._watch.monitor.record_error(exc)
             raise InternalError("the backend failed while generating the answer; retry the request") from exc
         finally:
             with anyio.CancelScope(shield=True):
@@ -213,7 +215,7 @@ class Generation:
         if usage.completion_tokens >= 2:
             itl = (last - first) / (usage.completion_tokens - 1)
             self.metered.itl_s = round(itl, 6)
-            self._g.metrics.inter_token.labels(self.meta.model.id).observe(itl)
+            self._watch.metrics.inter_token.labels(self.meta.model.id).observe(itl)
 
     async def _finish(self, status: UsageStatus) -> None:
         if self._finished:
@@ -224,26 +226,26 @@ class Generation:
         except Exception:  # the record below must be written whatever the connection did
             log.exception("closing the backend stream failed", request_id=self.meta.request_id)
         if status == "ok":
-            self._g.monitor.record_success(self.endpoint.id)
+            self._watch.monitor.record_success(self.endpoint.id)
         usage = self._final_usage(status)
         self.usage = usage
         self._timings(usage)
-        g, model = self._g, self.meta.model.id
-        g.metrics.tokens.labels(model, "prompt").inc(usage.prompt_tokens)
-        g.metrics.tokens.labels(model, "completion").inc(usage.completion_tokens)
-        g.metrics.cached_tokens.labels(model).inc(usage.cached_tokens)
-        if self.slot is not None:
-            await self.slot.release()
-        try:
-            await g.router.finished(self.flight, success=status == "ok")
-            await g.auth.reconcile(self.meta.principal, self.metered.tokens_estimate, usage.total_tokens)
-        except StoreUnavailable as exc:  # an outage, not a bug: the counters' leases and /load correct them
-            log.warning("releasing counters failed", error=exc.args[0], request_id=self.meta.request_id)
-        except Exception:
-            log.exception("releasing counters failed", request_id=self.meta.request_id)
-        await g.metering.settle(
-            self.metered, usage, status=status, backend_id=self.endpoint.id, region=self.endpoint.region
-        )
+        metrics, model = self._watch.metrics, self.meta.model.id
+        metrics.tokens.labels(model, "prompt").inc(usage.prompt_tokens)
+        metrics.tokens.labels(model, "completion").inc(usage.completion_tokens)
+        metrics.cached_tokens.labels(model).inc(usage.cached_tokens)
+        outcome = Outcome(usage, status, self.endpoint.id, self.endpoint.region, streamed=True)
+        await self.holds.settle(outcome)
+
+
+@dataclass(frozen=True, slots=True)
+class StreamWatch:
+    """What an open stream reports to while it runs (the parts it needs, not the Generator)."""
+
+    metrics: GatewayMetrics
+    monitor: BackendMonitor
+    first_token: Callable[[Flight], Awaitable[None]]  # moves the flight's prefill tokens out of in-flight
+    deadline_s: float | None  # a whole generation's limit, from its arrival (request_deadline_s)
 
 
 class Generator:
@@ -283,23 +285,23 @@ class Generator:
         return await self.tokenizers.get(model, lambda: self.monitor.healthy_first(self.catalog.endpoints(model.id)))
 
     async def start(self, meta: RequestMeta, inp: GenerationInput) -> Generation:
-        """Admit the request within its tenant's concurrency (429 at once when full), then `_start`
-        it; the slot is given back when the generation is settled, or at once if it never opens."""
+        """Admit the request within its tenant's concurrency (429 at once when full), then open its
+        stream. Each hold is pushed onto `Holds` as it is taken; the generation settles them once
+        it is over, and a request that never opens settles what it took here."""
+        holds = Holds(meta.request_id)
         slot = await self.slots.acquire(meta.principal.tenant, meta.request_id)
+        if slot is not None:
+            holds.push("concurrency", lambda _: slot.release())
         try:
-            generation = await self._start(meta, inp)
+            async with self.setup.enter() as place:
+                return await self._set_up_and_open(meta, inp, place, holds)
         except BaseException:
-            if slot is not None:
-                await slot.release()
+            await holds.settle(Outcome(Usage(0, 0, 0), "cancelled"))  # a no-op if the failure settled them
             raise
-        generation.slot = slot
-        return generation
 
-    async def _start(self, meta: RequestMeta, inp: GenerationInput) -> Generation:
-        async with self.setup.enter() as place:
-            return await self._set_up_and_open(meta, inp, place)
-
-    async def _set_up_and_open(self, meta: RequestMeta, inp: GenerationInput, place: Place) -> Generation:
+    async def _set_up_and_open(
+        self, meta: RequestMeta, inp: GenerationInput, place: Place, holds: Holds
+    ) -> Generation:
         model = meta.model
         tokenizer = await self.tokenizer(model)
         prompt_ids = await tokenizer.encode(inp.prompt, self.offload)
@@ -312,6 +314,7 @@ class Generator:
             )
         estimate = len(prompt_ids) + max_tokens
         await self.auth.admit_tokens(meta.principal, estimate)  # the request itself was counted on arrival
+        holds.push("tokens", self._reconcile(meta.principal, estimate))
         metered = MeteredRequest(
             request_id=meta.request_id,
             principal=meta.principal,
@@ -336,6 +339,7 @@ class Generator:
                 max_tokens=num_output_tokens,
             )
 
+        holds.push("budget", self._budget(metered), final=True)  # the ledger record: written last
         try:
             await self.metering.reserve(metered, max_tokens)
             cache_salt = await self.router.salts.salt(meta.principal.tenant.id)
@@ -356,15 +360,17 @@ class Generator:
                 attempt.flights.append(flight)
                 place.leave()  # the setup is done: waiting for the backend holds no place
                 endpoint, chunks = await self.client.stream_with_failover(
-                    flight.endpoints, body, self.monitor.record_error, meta.request_id
+                    flight.endpoints, body, attempt.on_failure(self.monitor.record_error), meta.request_id,
+                    may_try=self.monitor.may_try,
                 )
             else:
                 place.leave()
                 opened = await self.disagg.open(attempt, route, pools, body, max_tokens, meta.request_id)
                 flight, endpoint, chunks = opened.flight, opened.endpoint, opened.chunks
         except BaseException as exc:
-            with anyio.CancelScope(shield=True):
-                await self._undo(meta, metered, attempt.flights, estimate, exc)
+            for tried in attempt.flights:
+                holds.push("route", self._finish_flight(tried))
+            await holds.settle(_failure(exc, metered, attempt.flights))
             if isinstance(exc, BackendError):
                 log.warning("no backend answered", error=exc.message, request_id=meta.request_id)
                 raise backend_error_to_gateway(exc) from exc
@@ -372,12 +378,13 @@ class Generator:
         for other in attempt.flights:  # a disaggregated request's other step is over
             if other is not flight:
                 await self.router.finished(other, success=True)
-        generation = Generation(self, meta, metered, flight, endpoint, chunks, tokenizer, max_tokens)
+        holds.push("route", self._finish_flight(flight))
+        watch = StreamWatch(self.metrics, self.monitor, self.may_count_first_token, self.deadline_s)
+        generation = Generation(meta, metered, flight, endpoint, chunks, tokenizer, max_tokens, holds, watch)
         try:
-            for skipped in flight.endpoints:
-                if skipped.id == endpoint.id:
-                    break
-                self.monitor.mark_unhealthy(skipped.id, "failed before its first byte")
+            for failed in attempt.failed:  # the endpoints the client failed over, as it reported them
+                if failed.endpoint_id is not None:
+                    self.monitor.mark_unhealthy(failed.endpoint_id, "failed before its first byte")
             await self.router.started(flight, endpoint)
         except StoreUnavailable as exc:  # bookkeeping only: the answer is on its way, let it through
             log.warning("recording the route failed", error=exc.args[0], request_id=meta.request_id)
@@ -394,26 +401,37 @@ class Generator:
         except StoreUnavailable as exc:
             log.warning("counting the first token failed", error=exc.args[0])
 
-    async def _undo(
-        self, meta: RequestMeta, metered: MeteredRequest, flights: list[Flight], estimate: int, exc: BaseException
-    ) -> None:
-        """Release what a request that got no first byte had counted. One that a backend refused or
-        failed on (it reached a backend) gets its ledger record, at no cost (`billing.rules`)."""
-        try:
-            if isinstance(exc, BackendError) and flights and exc.endpoint_id is not None:
-                status: UsageStatus = (
-                    "rejected" if isinstance(exc, (BackendRejected, BackendOverloaded)) else "backend_error"
-                )
-                region = next((e.region for f in flights for e in f.endpoints if e.id == exc.endpoint_id), None)
-                usage = Usage(metered.prompt_tokens, 0, 0)
-                await self.metering.settle(metered, usage, status=status, backend_id=exc.endpoint_id, region=region)
-            else:
+    def _reconcile(self, principal: Principal, estimate: int) -> Release:
+        async def release(outcome: Outcome) -> None:  # what was admitted vs what the stream used
+            await self.auth.reconcile(principal, estimate, outcome.usage.total_tokens if outcome.streamed else 0)
+
+        return release
+
+    def _budget(self, metered: MeteredRequest) -> Release:
+        async def release(outcome: Outcome) -> None:
+            """The ledger record; a request that never reached a backend just gives its reservation back.
+            One a backend refused or failed on before its first byte is recorded at no cost (`billing.rules`)."""
+            if outcome.backend_id is None:
                 await self.metering.release(metered)
-        except Exception:
-            log.exception("settling a failed request failed", request_id=meta.request_id)
-        try:
-            for flight in flights:
-                await self.router.finished(flight, success=False)
-            await self.auth.reconcile(meta.principal, estimate, 0)
-        except Exception:
-            log.exception("undoing a failed request's counts failed", request_id=meta.request_id)
+            else:
+                await self.metering.settle(
+                    metered, outcome.usage, status=outcome.status, backend_id=outcome.backend_id, region=outcome.region
+                )
+
+        return release
+
+    def _finish_flight(self, flight: Flight) -> Release:
+        async def release(outcome: Outcome) -> None:
+            await self.router.finished(flight, success=outcome.status == "ok")
+
+        return release
+
+
+def _failure(exc: BaseException, metered: MeteredRequest, flights: list[Flight]) -> Outcome:
+    """The outcome of a request that got no first byte: recorded against the backend that refused
+    or failed it, when one did."""
+    if isinstance(exc, BackendError) and flights and exc.endpoint_id is not None:
+        status: UsageStatus = "rejected" if isinstance(exc, (BackendRejected, BackendOverloaded)) else "backend_error"
+        region = next((e.region for f in flights for e in f.endpoints if e.id == exc.endpoint_id), None)
+        return Outcome(Usage(metered.prompt_tokens, 0, 0), status, exc.endpoint_id, region)
+    return Outcome(Usage(0, 0, 0), "cancelled")

@@ -64,3 +64,30 @@ async def test_a_leaving_client_closes_the_iterator_and_ends_quietly() -> None:
     assert closed.is_set()
     assert [m.get("body") for m in sent if m["type"] == "http.response.body"] == [b"first"]
     assert not asyncio.current_task().cancelling()  # type: ignore[union-attr]
+
+
+async def test_text_items_are_encoded_and_non_coroutine_iterators_work() -> None:
+    class Futures:
+        """An async iterator whose steps are plain futures, not coroutines."""
+
+        def __init__(self) -> None:
+            self.items = ["é", b"x"]
+
+        def __aiter__(self) -> Futures:
+            return self
+
+        def __anext__(self) -> asyncio.Future[object]:
+            future = asyncio.get_running_loop().create_future()
+            if self.items:
+                future.set_result(self.items.pop(0))
+            else:
+                future.set_exception(StopAsyncIteration())
+            return future
+
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    await CoalescingStreamingResponse(Futures())(SCOPE, _never_disconnects, send)  # type: ignore[arg-type]
+    assert b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body") == "é".encode() + b"x"

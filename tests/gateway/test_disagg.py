@@ -1,9 +1,10 @@
 """End to end: disaggregated prefill/decode through the gateway, on the real model and real backends.
 
-The session's two backends (b1, b2, mixed: they take both steps) are listed to one gateway as a
-prefill backend and a decode backend, so every request runs the context step on b1, pulls its KV
-to b2 over TCP and streams from b2. Answers must equal the collocated ones (the session gateway,
-same backends, no disaggregation), be billed once, and leave no pinned or leaked block behind.
+Two backends of this module's own (b1, b2, mixed: they take both steps; the deterministic mode, so
+answers can be compared exactly) are listed to one gateway as a prefill backend and a decode
+backend, so every request runs the context step on b1, pulls its KV to b2 over TCP and streams
+from b2. Answers must equal the collocated ones (another gateway, the same backends as mixed, no
+disaggregation), be billed once, and leave no pinned or leaked block behind.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.gateway.fixtures_e2e import BackendProcess, InProcessGateway, gateway_settings
+from tests.gateway.fixtures_e2e import BackendProcess, InProcessGateway, gateway_settings, start_backend
 
 PROMPTS = [
     "Hi",  # a few template tokens: one partial block
@@ -30,15 +31,8 @@ def as_role(backend: BackendProcess, role: str, region: str = "local") -> dict[s
     return {**backend.spec(), "role": role, "region": region}
 
 
-@pytest.fixture(scope="module")
-def victims() -> Iterator[list[BackendProcess]]:
-    """Two real backends to kill: a prefill and a decode one (a tiny random model: quick to start, and
-    killed before they serve anything)."""
-    started = [
-        BackendProcess.spawn(name, "backend", ["--model", "random:tiny", "--role", role, "--log-level", "warning"],
-                             env={"EDGERUN_LOG_JSON": "false"}, threads=1, region="near")
-        for name, role in (("p-victim", "prefill"), ("d-victim", "decode"))
-    ]
+def serving(started: list[BackendProcess]) -> Iterator[list[BackendProcess]]:
+    """Wait for the spawned backends, hand them out, stop them at the end."""
     try:
         for backend in started:
             backend.wait_ready()
@@ -49,8 +43,36 @@ def victims() -> Iterator[list[BackendProcess]]:
 
 
 @pytest.fixture(scope="module")
-def disagg_gateway(backend_pair: list[BackendProcess], tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessGateway]:
-    b1, b2 = backend_pair
+def victims() -> Iterator[list[BackendProcess]]:
+    """Two real backends to kill: a prefill and a decode one (a tiny random model: quick to start, and
+    killed before they serve anything)."""
+    started = [
+        BackendProcess.spawn(name, "backend", ["--model", "random:tiny", "--role", role, "--log-level", "warning"],
+                             env={"EDGERUN_LOG_JSON": "false"}, threads=1, region="near")
+        for name, role in (("p-victim", "prefill"), ("d-victim", "decode"))
+    ]
+    yield from serving(started)
+
+
+@pytest.fixture(scope="module")
+def exact_pair() -> Iterator[list[BackendProcess]]:
+    """Two real smollm2 backends, b1 and b2, in the engine's deterministic mode: the fast mode's
+    int4 path computes a prompt prefilled whole and one prefilled in parts (prefix hits, chunks)
+    to within a tolerance, not exactly, so only the exact model can promise equal greedy answers."""
+    yield from serving([start_backend(name, "local", "--mode", "deterministic") for name in ("b1", "b2")])
+
+
+@pytest.fixture(scope="module")
+def mixed_gateway(exact_pair: list[BackendProcess], tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessGateway]:
+    settings = gateway_settings(tmp_path_factory.mktemp("mixed"), [as_role(b, "mixed") for b in exact_pair])
+    gw = InProcessGateway(settings).start()
+    yield gw
+    gw.stop()
+
+
+@pytest.fixture(scope="module")
+def disagg_gateway(exact_pair: list[BackendProcess], tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessGateway]:
+    b1, b2 = exact_pair
     settings = gateway_settings(tmp_path_factory.mktemp("disagg"), [as_role(b1, "prefill"), as_role(b2, "decode")])
     gw = InProcessGateway(settings).start()
     yield gw
@@ -95,14 +117,14 @@ def assert_nothing_pinned_or_leaked(backends: list[BackendProcess]) -> None:
 
 
 @pytest.fixture(scope="module")
-def collocated(gateway: InProcessGateway) -> dict[str, str]:
-    """The answers without disaggregation (b1 and b2 as mixed backends behind the session gateway)."""
-    secret = key(gateway, "t-colo")
-    return {prompt: run(gateway, secret, prompt).json()["result"]["response"] for prompt in PROMPTS}
+def collocated(mixed_gateway: InProcessGateway) -> dict[str, str]:
+    """The answers without disaggregation (b1 and b2 as mixed backends behind another gateway)."""
+    secret = key(mixed_gateway, "t-colo")
+    return {prompt: run(mixed_gateway, secret, prompt).json()["result"]["response"] for prompt in PROMPTS}
 
 
 def test_disaggregated_answers_equal_collocated_ones_and_are_billed_once(
-    disagg_gateway: InProcessGateway, collocated: dict[str, str], backend_pair: list[BackendProcess]
+    disagg_gateway: InProcessGateway, collocated: dict[str, str], exact_pair: list[BackendProcess]
 ) -> None:
     gw = disagg_gateway
     secret = key(gw, "t-disagg")
@@ -124,22 +146,22 @@ def test_disaggregated_answers_equal_collocated_ones_and_are_billed_once(
     after = steps(gw)
     ran = {step: after.get((step, b, "ok"), 0) - before.get((step, b, "ok"), 0) for step, b in (("context", "b1"), ("generation", "b2"))}
     assert ran == {"context": 2 * len(PROMPTS), "generation": 2 * len(PROMPTS)}
-    assert_nothing_pinned_or_leaked(backend_pair)
+    assert_nothing_pinned_or_leaked(exact_pair)
 
 
 def test_sixteen_concurrent_requests_are_correct_and_leave_nothing_pinned(
-    disagg_gateway: InProcessGateway, collocated: dict[str, str], backend_pair: list[BackendProcess]
+    disagg_gateway: InProcessGateway, collocated: dict[str, str], exact_pair: list[BackendProcess]
 ) -> None:
     secret = key(disagg_gateway, "t-many")
     prompts = [PROMPTS[i % len(PROMPTS)] for i in range(16)]
     with ThreadPoolExecutor(16) as pool:
         answers = list(pool.map(lambda p: run(disagg_gateway, secret, p).json()["result"]["response"], prompts))
     assert answers == [collocated[p] for p in prompts]
-    assert_nothing_pinned_or_leaked(backend_pair)
+    assert_nothing_pinned_or_leaked(exact_pair)
 
 
 def test_a_one_token_answer_comes_from_the_context_step_alone(
-    disagg_gateway: InProcessGateway, backend_pair: list[BackendProcess]
+    disagg_gateway: InProcessGateway, exact_pair: list[BackendProcess]
 ) -> None:
     secret = key(disagg_gateway, "t-one")
     before = steps(disagg_gateway)
@@ -148,18 +170,18 @@ def test_a_one_token_answer_comes_from_the_context_step_alone(
     after = steps(disagg_gateway)
     assert after.get(("generation", "b2", "ok"), 0) == before.get(("generation", "b2", "ok"), 0)
     assert after[("context", "b1", "ok")] == before.get(("context", "b1", "ok"), 0) + 1
-    assert_nothing_pinned_or_leaked(backend_pair)
+    assert_nothing_pinned_or_leaked(exact_pair)
 
 
 def test_killed_prefill_and_decode_backends_are_failed_over_before_the_first_byte(
-    backend_pair: list[BackendProcess], victims: list[BackendProcess], collocated: dict[str, str],
+    exact_pair: list[BackendProcess], victims: list[BackendProcess], collocated: dict[str, str],
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
     """The victims are in the gateway's own region, so they are tried first; health checks are slow on
     purpose, so only the failing steps can reveal their death. The decode backend is gone when the
     generation step starts: the next one pulls the same pinned KV. The prefill backend is gone: the
     next one runs the context step."""
-    b1, b2 = backend_pair
+    b1, b2 = exact_pair
     p_victim, d_victim = victims
     specs = [as_role(b1, "prefill", "far"), as_role(b2, "decode", "far"),
              as_role(p_victim, "prefill", "near"), as_role(d_victim, "decode", "near")]
@@ -180,11 +202,11 @@ def test_killed_prefill_and_decode_backends_are_failed_over_before_the_first_byt
         assert 'edgerun_gateway_failovers_total{backend="b2"} 1.0' in httpx.get(f"{gw.url}/metrics", timeout=10).text
     finally:
         gw.stop()
-    assert_nothing_pinned_or_leaked(backend_pair)
+    assert_nothing_pinned_or_leaked(exact_pair)
 
 
-def test_pulling_a_pin_twice_is_a_clear_error(backend_pair: list[BackendProcess]) -> None:
-    b1, b2 = backend_pair
+def test_pulling_a_pin_twice_is_a_clear_error(exact_pair: list[BackendProcess]) -> None:
+    b1, b2 = exact_pair
     body = {"prompt": list(range(1000, 1040)), "max_tokens": 4, "temperature": 0.0}
     context_only = {**body, "disaggregated_params": {"request_type": "context_only"}}
     context = httpx.post(f"{b1.url}/v1/completions", json=context_only, timeout=60).json()
@@ -198,6 +220,6 @@ def test_pulling_a_pin_twice_is_a_clear_error(backend_pair: list[BackendProcess]
     again = httpx.post(f"{b2.url}/v1/completions", json=generation, timeout=60)
     assert again.status_code == 410
     assert "run the context step again" in again.json()["error"]["message"]
-    assert_nothing_pinned_or_leaked(backend_pair)
+    assert_nothing_pinned_or_leaked(exact_pair)
 
 

@@ -154,3 +154,13 @@ def test_an_answer_before_the_body_ends_drains_it_and_keeps_the_connection(split
             received = len(head.split(b"\r\n\r\n", 1)[1])
             while received < length:
                 received += len(sock.recv(65536))
+
+
+def test_the_listen_backlog_comes_from_the_settings(tmp_path: Path) -> None:
+    from gateway.http.listeners import listener_configs
+    from gateway.settings import GatewaySettings
+
+    async def app(scope: object, receive: object, send: object) -> None: ...
+
+    settings = GatewaySettings(sqlite_path=str(tmp_path / "g.sqlite3"), listen_backlog=1234, admin_port=0)
+    assert [config.backlog for config in listener_configs(settings, app)] == [1234, 1234]  # type: ignore[arg-type]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import collections
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -67,29 +68,70 @@ def _post(url: str, secret: str) -> httpx.Response:
         )
 
 
-def test_two_workers_share_the_port_the_ledger_and_the_limits(
-    stub: ChildProcess, redis_url: str, redis_prefix: str, tmp_path: Path
-) -> None:
+@dataclass
+class Workers:
+    gateway: ChildProcess
+    settings: GatewaySettings
+    secret: str  # a key without limits
+    limited: str  # a key with rpm=10
+
+
+@pytest.fixture
+def workers(stub: ChildProcess, redis_url: str, redis_prefix: str, tmp_path: Path) -> Iterator[Workers]:
+    """`edgerun serve --workers 2` on Redis (ready), with two keys of one tenant."""
     settings = GatewaySettings(redis_url=redis_url, key_prefix=redis_prefix)
     secret, limited = asyncio.run(_keys(settings))
     env = _env(stub, tmp_path, EDGERUN_REDIS_URL=redis_url, EDGERUN_KEY_PREFIX=redis_prefix)
     gateway = ChildProcess.spawn("gateway", "serve", ["--workers", "2"], env=env)
     try:
         gateway.wait_ready("/healthz")
-        answers = [_post(gateway.url, secret) for _ in range(16)]
-        assert [a.status_code for a in answers] == [200] * 16
-        workers = collections.Counter(a.headers["x-edgerun-worker"] for a in answers)
-        assert set(workers) == {"0", "1"}, workers  # 16 fresh connections, both workers (2 * 2**-16 to fail)
-        request_ids = [a.headers["cf-ray"] for a in answers]
-        records = asyncio.run(_records(settings, request_ids))
-        assert all(record is not None for record in records)
-        assert len({record.request_id for record in records}) == 16  # type: ignore[attr-defined]
-
-        statuses = collections.Counter(_post(gateway.url, limited).status_code for _ in range(14))
-        assert statuses == {200: 10, 429: 4}  # rpm=10 over both workers together, not 10 each
+        yield Workers(gateway, settings, secret, limited)
     finally:
         gateway.stop(timeout_s=20)
     assert gateway.process.returncode == 0
+
+
+def test_two_workers_share_the_port_the_ledger_and_the_limits(workers: Workers) -> None:
+    gateway, settings, secret, limited = workers.gateway, workers.settings, workers.secret, workers.limited
+    answers = [_post(gateway.url, secret) for _ in range(16)]
+    assert [a.status_code for a in answers] == [200] * 16
+    spread = collections.Counter(a.headers["x-edgerun-worker"] for a in answers)
+    assert set(spread) == {"0", "1"}, spread  # 16 fresh connections, both workers (2 * 2**-16 to fail)
+    request_ids = [a.headers["cf-ray"] for a in answers]
+    records = asyncio.run(_records(settings, request_ids))
+    assert all(record is not None for record in records)
+    assert len({record.request_id for record in records}) == 16  # type: ignore[attr-defined]
+
+    statuses = collections.Counter(_post(gateway.url, limited).status_code for _ in range(14))
+    assert statuses == {200: 10, 429: 4}  # rpm=10 over both workers together, not 10 each
+
+
+def test_a_worker_that_dies_is_started_again(workers: Workers) -> None:
+    import os
+    import signal
+    import time
+
+    from benchmarks.workers import worker_pids
+
+    gateway, secret = workers.gateway, workers.secret
+    time.sleep(5.5)  # past the supervisor's min_uptime_s: a death now is a crash, not a bad start
+    first = worker_pids(gateway.process.pid)
+    assert len(first) == 2
+    os.kill(first[0], signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        now = worker_pids(gateway.process.pid)
+        if len(now) == 2 and first[0] not in now:
+            break
+        time.sleep(0.2)
+    assert len(now) == 2 and first[0] not in now and first[1] in now
+    gateway.wait_ready("/healthz")
+    seen = set()
+    while time.monotonic() < deadline and seen != {"0", "1"}:
+        answer = _post(gateway.url, secret)
+        assert answer.status_code == 200
+        seen.add(answer.headers["x-edgerun-worker"])
+    assert seen == {"0", "1"}  # the restarted worker serves again
 
 
 def test_more_than_one_worker_needs_redis(stub: ChildProcess, tmp_path: Path) -> None:

@@ -1,0 +1,68 @@
+"""What one request holds until it is settled: each hold is pushed as it is taken, and one
+`settle` releases all of them exactly once, on every path (answered, client gone, backend
+failed before or after its first byte, failed over, refused during set-up).
+
+Holds are released in the order they were taken, except the `final` ones (the ledger record),
+which come last: whoever sees a request's record sees every other hold already released. A
+release that fails is logged and does not stop the others (a store outage must not leak a
+tenant's concurrency slot).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import anyio
+import structlog
+
+from contracts.usage import Usage
+from gateway.store.errors import StoreUnavailable
+from gateway.store.models import UsageStatus
+
+log = structlog.get_logger("edgerun.gateway.holds")
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How a request ended, as every release needs it."""
+
+    usage: Usage
+    status: UsageStatus
+    backend_id: str | None = None  # the backend that answered, or the one that failed it; None: none reached
+    region: str | None = None
+    streamed: bool = False  # a backend stream was opened (its tokens count against the key's tpm)
+
+
+Release = Callable[[Outcome], Awaitable[None]]
+
+
+class Holds:
+    def __init__(self, request_id: str) -> None:
+        self.request_id = request_id
+        self._holds: list[tuple[str, Release, bool]] = []
+        self.outcome: Outcome | None = None  # set by the one settle
+
+    def push(self, name: str, release: Release, *, final: bool = False) -> None:
+        assert self.outcome is None, f"{name} taken after {self.request_id} was settled"
+        self._holds.append((name, release, final))
+
+    @property
+    def is_settled(self) -> bool:
+        return self.outcome is not None
+
+    async def settle(self, outcome: Outcome) -> bool:
+        """Release every hold with `outcome`; False (and nothing done) when already settled."""
+        if self.outcome is not None:
+            return False
+        self.outcome = outcome
+        ordered = [h for h in self._holds if not h[2]] + [h for h in self._holds if h[2]]
+        with anyio.CancelScope(shield=True):
+            for name, release, _ in ordered:
+                try:
+                    await release(outcome)
+                except StoreUnavailable as exc:  # an outage: leases and the backends' /load correct the counts
+                    log.warning("releasing a hold failed", hold=name, error=exc.args[0], request_id=self.request_id)
+                except Exception:
+                    log.exception("releasing a hold failed", hold=name, request_id=self.request_id)
+        return True

@@ -1,0 +1,82 @@
+"""gateway.pipeline.holds: every hold a request takes is released exactly once, the ledger last."""
+
+from __future__ import annotations
+
+import asyncio
+
+import anyio
+import pytest
+
+from contracts.usage import Usage
+from gateway.pipeline.holds import Holds, Outcome
+from gateway.store.errors import StoreUnavailable
+
+OK = Outcome(Usage(3, 2, 0), "ok", "b1", "local", streamed=True)
+
+
+async def test_settle_releases_each_hold_once_in_order_with_the_ledger_last() -> None:
+    holds, released = Holds("r1"), []
+
+    def hold(name: str):  # type: ignore[no-untyped-def]
+        async def release(outcome: Outcome) -> None:
+            released.append((name, outcome.status))
+
+        return release
+
+    holds.push("concurrency", hold("concurrency"))
+    holds.push("budget", hold("budget"), final=True)
+    holds.push("tokens", hold("tokens"))
+    holds.push("route", hold("route"))
+    assert await holds.settle(OK) is True
+    assert await holds.settle(Outcome(Usage(0, 0, 0), "cancelled")) is False  # the second settle does nothing
+    assert released == [("concurrency", "ok"), ("tokens", "ok"), ("route", "ok"), ("budget", "ok")]
+    assert holds.outcome == OK
+
+
+async def test_a_failing_release_does_not_keep_the_others() -> None:
+    holds, released = Holds("r2"), []
+
+    async def outage(_: Outcome) -> None:
+        raise StoreUnavailable("the store is down")
+
+    async def bug(_: Outcome) -> None:
+        raise RuntimeError("a bug")
+
+    async def slot(_: Outcome) -> None:
+        released.append("slot")
+
+    holds.push("route", outage)
+    holds.push("tokens", bug)
+    holds.push("concurrency", slot)
+    await holds.settle(OK)
+    assert released == ["slot"]
+
+
+async def test_settle_finishes_even_when_its_scope_is_cancelled() -> None:
+    holds, released = Holds("r3"), []
+
+    async def slow(_: Outcome) -> None:
+        await asyncio.sleep(0.05)
+        released.append("slow")
+
+    async def after(_: Outcome) -> None:
+        released.append("after")
+
+    holds.push("slow", slow)
+    holds.push("after", after)
+    async with anyio.create_task_group() as group:  # how Starlette cancels a request whose client left
+        group.start_soon(holds.settle, OK)
+        await asyncio.sleep(0.01)
+        group.cancel_scope.cancel()
+    assert released == ["slow", "after"]
+
+
+def test_no_hold_is_taken_after_settling() -> None:
+    holds = Holds("r4")
+    asyncio.run(holds.settle(OK))
+
+    async def late(_: Outcome) -> None:
+        pass
+
+    with pytest.raises(AssertionError, match="after r4 was settled"):
+        holds.push("late", late)
