@@ -10,5 +10,7 @@ Starlette for the one shared streaming response, pydantic-settings for the setti
     streaming.py    the streaming response under it: ready events written together, one disconnect watcher
     openai_error.py OpenAI's error body
     request_id.py   the request id header that follows a request into the backend's engine
+    kv_events.py    the KV cache event JSON (TensorRT-LLM's shape) backends send and the gateway reads
+    tokenizer.py    the tokenizer payload a backend serves and the gateway caches
     settings.py     `TomlSettings`, the base of every part's settings (env vars + TOML)
 """

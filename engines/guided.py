@@ -9,8 +9,8 @@ The forms follow the OpenAI-compatible `response_format` of trtllm-serve and vLL
   JSON text. Function calling with `tool_choice: auto` uses it: the model may answer in words or
   call a declared function, and a call's arguments always match its parameters.
 
-A `Guide` is frozen and hashable (its spec is canonical JSON text), so compiled grammars are cached
-by it.
+A `Guide` is frozen and hashable (its spec is compact JSON text, keys in the client's order: the
+answer writes properties in schema order), so compiled grammars are cached by it.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ KINDS: tuple[GuideKind, ...] = ("json_object", "json_schema", "structural_tag")
 @dataclass(frozen=True, slots=True)
 class Guide:
     kind: GuideKind
-    spec: str = ""  # canonical JSON text; empty for json_object
+    spec: str = ""  # compact JSON text; empty for json_object
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -38,7 +38,7 @@ class Guide:
     def json_schema(cls, schema: dict[str, Any] | bool) -> Guide:
         if not isinstance(schema, (dict, bool)):
             raise InvalidRequest("a JSON schema must be an object (or true / false)")
-        return cls("json_schema", canonical_json(schema))
+        return cls("json_schema", compact_json(schema))
 
     @classmethod
     def structural_tag(cls, structures: list[dict[str, Any]], triggers: list[str]) -> Guide:
@@ -49,7 +49,7 @@ class Guide:
                 raise InvalidRequest(f"the structural tag {item['begin']!r} starts with none of the triggers")
         if not triggers or not all(isinstance(t, str) and t for t in triggers):
             raise InvalidRequest("structural tags need at least one non-empty trigger")
-        return cls("structural_tag", canonical_json({"structures": structures, "triggers": triggers}))
+        return cls("structural_tag", compact_json({"structures": structures, "triggers": triggers}))
 
     @property
     def value(self) -> Any:
@@ -72,5 +72,6 @@ def closed_objects(schema: Any) -> Any:
     return closed
 
 
-def canonical_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+def compact_json(value: Any) -> str:
+    # keys keep their order: a schema's property order is the order the answer writes them in
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)

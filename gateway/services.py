@@ -105,7 +105,10 @@ class Services:
             outliers=OutlierDetector(
                 [e.id for e in catalog.all_endpoints()],
                 BreakerConfig(
-                    settings.breaker_failure_threshold, settings.breaker_ejection_s, settings.breaker_max_ejection_s
+                    settings.breaker_failure_threshold,
+                    settings.breaker_ejection_s,
+                    settings.breaker_max_ejection_s,
+                    trial_timeout_s=settings.backend_first_byte_timeout_s,  # a silent trial has failed by then
                 ),
                 metrics,
             ),

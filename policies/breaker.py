@@ -9,9 +9,10 @@ Three states, as in Envoy's outlier detection and the classic circuit breaker:
   row lasts `ejection_s * 2**(n-1)`, capped at `max_ejection_s`, so a flapping backend is kept out
   longer each time it fails again.
 - half_open: the ejection has run out and a probe (the gateway's health check) passed: the backend
-  takes traffic again on trial. Its next completed request closes the breaker (and forgets the
-  ejections); its next failure opens it again, for the next, longer ejection. A failed probe while
-  open re-opens it the same way.
+  takes traffic again on trial, one request at a time (`begin_trial`: a second one while the first
+  is under way goes elsewhere, until the first ends or `trial_timeout_s` passes). Its next
+  completed request closes the breaker (and forgets the ejections); its next failure opens it
+  again, for the next, longer ejection. A failed probe while open re-opens it the same way.
 
 Overloaded (429) and refused (4xx) answers are neither failures nor successes: a busy backend
 is healthy, and a bad request says nothing about the backend. Time is the caller's (`now`, in
@@ -33,6 +34,7 @@ class BreakerConfig:
     failure_threshold: int = 3  # consecutive failures that eject a backend
     ejection_s: float = 5.0  # the first ejection; each further one in a row doubles it
     max_ejection_s: float = 60.0
+    trial_timeout_s: float = 30.0  # a trial request that never reports back frees the trial after this
 
     def __post_init__(self) -> None:
         if self.failure_threshold < 1:
@@ -53,6 +55,7 @@ class Breaker:
     consecutive_failures: int = 0
     num_ejections: int = 0  # ejections in a row, since the breaker last closed
     open_until: float = 0.0  # when status is "open": the ejection's end
+    trial_since: float | None = None  # when status is "half_open": the trial request's start, if one runs
 
     def admits(self) -> bool:
         """Whether the backend is a routing candidate now (closed, or half-open on trial)."""
@@ -66,6 +69,18 @@ class Breaker:
 def _eject(breaker: Breaker, config: BreakerConfig, now: float) -> Breaker:
     num = breaker.num_ejections + 1
     return Breaker("open", breaker.consecutive_failures, num, now + config.ejection_for(num))
+
+
+def begin_trial(breaker: Breaker, config: BreakerConfig, now: float) -> tuple[bool, Breaker]:
+    """Whether one more request may be sent to the backend now, and the breaker after sending it:
+    always when closed, never when open, one at a time when half-open."""
+    if breaker.status == "closed":
+        return True, breaker
+    if breaker.status == "open":
+        return False, breaker
+    if breaker.trial_since is not None and now - breaker.trial_since < config.trial_timeout_s:
+        return False, breaker
+    return True, replace(breaker, trial_since=now)
 
 
 def on_success(breaker: Breaker) -> Breaker:

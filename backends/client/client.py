@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 from urllib.parse import urlencode
 
 from backends.client.errors import (
@@ -35,9 +35,9 @@ from backends.client.http import HTTPTransport, Response, TransportError, Transp
 from backends.client.sse import iter_sse_data
 from backends.client.types import CompletionChunk, ContextAnswer, Endpoint
 from contracts.request_id import REQUEST_ID_HEADER
+from contracts.tokenizer import TOKENIZER_PATH, TokenizerPayload
 from contracts.usage import Usage
 
-TOKENIZER_PATH = "/edgerun/v1/tokenizer"
 # After [DONE] a well-behaved backend only ends the body; one that sends more or stalls is cut off.
 DRAIN_TIMEOUT_S = 0.25
 DRAIN_MAX_EVENTS = 8
@@ -181,6 +181,8 @@ class BackendClient:
         body: dict[str, Any],
         on_failure: Callable[[BackendError], None] | None = None,
         request_id: str | None = None,
+        *,
+        may_try: Callable[[Endpoint], bool] | None = None,
     ) -> tuple[Endpoint, AsyncGenerator[CompletionChunk, None]]:
         """Open a stream on the first endpoint that produces a first chunk, trying them in order.
 
@@ -188,12 +190,16 @@ class BackendClient:
         chunk; a BackendRejected (the request is wrong) is raised at once. When every endpoint
         fails, raises BackendOverloaded if they all were, else the last error. The returned
         iterator starts with the chunk that was already read. `on_failure` hears of every error
-        an endpoint answered (the gateway's outlier ejection counts them).
+        an endpoint answered (the gateway's outlier ejection counts them); `may_try` is asked just
+        before each endpoint is tried, and one it refuses is passed over (BackendOverloaded when it
+        refuses them all).
         """
         if not endpoints:
             raise BackendUnavailable("no backend endpoints to try")
         failures: list[BackendError] = []
         for endpoint in endpoints:
+            if may_try is not None and not may_try(endpoint):
+                continue  # e.g. a backend on trial that already has its one trial request
             stream = self.stream_completion(endpoint, body, request_id)
             try:
                 first = await anext(stream)
@@ -213,6 +219,8 @@ class BackendClient:
                 await stream.aclose()
                 raise
             return endpoint, _prepend(first, stream)
+        if not failures:  # `may_try` refused every endpoint
+            raise BackendOverloaded(f"none of the {len(endpoints)} endpoints may take a request now", retry_after_s=1.0)
         if all(isinstance(exc, BackendOverloaded) for exc in failures):
             waits = [exc.retry_after_s for exc in failures if isinstance(exc, BackendOverloaded) and exc.retry_after_s]
             raise BackendOverloaded(
@@ -265,14 +273,14 @@ class BackendClient:
 
     # -- setup ------------------------------------------------------------------------------
 
-    async def tokenizer(self, endpoint: Endpoint) -> dict[str, Any]:
+    async def tokenizer(self, endpoint: Endpoint) -> TokenizerPayload:
         """GET /edgerun/v1/tokenizer: our backend's tokenizer payload (`tokenizer_json`,
         `chat_template`, special tokens, `max_model_len`; see `gateway.pipeline.tokenization`)."""
         answer = await self._get_json(endpoint, "GET", TOKENIZER_PATH, self._read_timeout_s)
         if not isinstance(answer, dict) or not isinstance(answer.get("tokenizer_json"), str):
             message = f"{endpoint.id} answered {TOKENIZER_PATH} without tokenizer_json"
             raise BackendUnavailable(message, endpoint_id=endpoint.id)
-        return answer
+        return cast(TokenizerPayload, answer)
 
     # -- internals --------------------------------------------------------------------------
 
@@ -421,7 +429,8 @@ def _json_bytes(payload: dict[str, Any]) -> bytes:
 
 def _raise_transport_error(endpoint: Endpoint, exc: TransportError) -> NoReturn:
     if isinstance(exc, TransportTimeout):
-        raise BackendTimeout(f"{endpoint.id} timed out: {_describe(exc)}", endpoint_id=endpoint.id) from exc
+        message = f"{endpoint.id} timed out: {_describe(exc)}"
+        raise BackendTimeout(message, endpoint_id=endpoint.id, late=exc.late) from exc
     raise BackendUnavailable(f"{endpoint.id} unreachable: {_describe(exc)}", endpoint_id=endpoint.id) from exc
 
 

@@ -34,7 +34,12 @@ class BackendUnavailable(BackendError):
 
 
 class BackendTimeout(BackendError):
-    pass
+    """`late`: the connect timer fired late every time, so the gateway's own event loop was busy
+    (a burst), not necessarily the backend slow (backends/client/http.py)."""
+
+    def __init__(self, message: str, *, endpoint_id: str | None = None, late: bool = False) -> None:
+        super().__init__(message, endpoint_id=endpoint_id)
+        self.late = late
 
 
 class BackendOverloaded(BackendError):

@@ -35,7 +35,12 @@ class TransportError(Exception):
 
 class TransportTimeout(TransportError):
     """Connecting, or waiting for a free connection, the response head or the next body bytes,
-    took too long."""
+    took too long. `late`: a connect timer that fired late every time (this process's event loop
+    was busy: weak evidence against the peer)."""
+
+    def __init__(self, message: str, *, late: bool = False) -> None:
+        super().__init__(message)
+        self.late = late
 
 
 def _converted(exc: BaseException, what: str) -> TransportError:
@@ -174,8 +179,10 @@ class HTTPTransport:
                 # made long before the loop looked. Again (a few times: a burst can last several
                 # turns of the loop); a timer on time means a slow peer.
                 late_s = loop.time() - started - min(self._connect_timeout_s, timeout_s)
-                if attempt == MAX_ATTEMPTS or late_s < LATE_TIMER_S:
+                if late_s < LATE_TIMER_S:
                     raise _converted(exc, what) from exc
+                if attempt == MAX_ATTEMPTS:
+                    raise TransportTimeout(f"{what}: connect timed out, the event loop busy", late=True) from exc
             except (aiohttp.ClientError, TimeoutError) as exc:
                 raise _converted(exc, what) from exc
         raise AssertionError("unreachable")

@@ -1,14 +1,8 @@
 """KV cache events in the JSON shape TensorRT-LLM's `POST /kv_cache_events` returns.
 
-TensorRT-LLM serialises each event (tensorrt_llm/_utils.py, KVCacheEventSerializer) as
-
-    {"event_id": N, "window_size": W, "data": {"type": "stored", "parent_hash": H | null,
-        "blocks": [{"type": "stored_block", "block_hash": H, "cache_level": 0, "priority": P,
-                    "tokens": [{"type": "unique_token", "token_id": T, "token_extra_id": 0}, ...]}]}}
-    {"event_id": N, "window_size": W, "data": {"type": "removed", "block_hashes": [H, ...]}}
-
-so a router written for trtllm-serve reads ours unchanged. Token ids, though, would hand the
-prompts of every tenant to whoever reads the events, and edgerun's gateway does not need them
+TensorRT-LLM serialises each event (tensorrt_llm/_utils.py, KVCacheEventSerializer) in the shape
+`contracts.kv_events.KVEvent` spells out, so a router written for trtllm-serve reads ours
+unchanged. Token ids, though, would hand the prompts of every tenant to whoever reads the events, and edgerun's gateway does not need them
 (it takes the hashes as they are): each block's `tokens` is an empty list unless the backend
 setting `kv_events_include_tokens` asks for them. The engine has one KV pool on one
 cache level: `cache_level` is 0, `priority` TensorRT-LLM's default retention priority (35), and
@@ -17,16 +11,16 @@ cache level: `cache_level` is 0, `priority` TensorRT-LLM's default retention pri
 
 from __future__ import annotations
 
-from typing import Any
-
+from contracts.kv_events import KVEvent, Removed, Stored
 from engines.base import KVCacheEvent
 
 DEFAULT_PRIORITY = 35
 
 
-def to_trtllm_json(event: KVCacheEvent, window_size: int, *, include_tokens: bool = False) -> dict[str, Any]:
+def to_trtllm_json(event: KVCacheEvent, window_size: int, *, include_tokens: bool = False) -> KVEvent:
+    data: Stored | Removed
     if event.kind == "removed":
-        data: dict[str, Any] = {"type": "removed", "block_hashes": list(event.block_hashes)}
+        data = {"type": "removed", "block_hashes": list(event.block_hashes)}
     else:
         no_tokens: list[list[int]] = [[] for _ in event.block_hashes]
         token_ids = (event.token_ids or no_tokens) if include_tokens else no_tokens

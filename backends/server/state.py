@@ -15,6 +15,7 @@ from backends.server.kv_events import to_trtllm_json
 from backends.server.kv_feed import KVEventFeed
 from backends.server.metrics import BackendMetrics
 from backends.settings import BackendSettings
+from contracts.kv_events import KVEvent
 from engines.base import Engine, EngineStats
 
 if TYPE_CHECKING:
@@ -84,7 +85,7 @@ class BackendState:
         message = f"model {model!r} is not served here; this backend serves {self.model_name!r}"
         raise ModelNotFound(message, param="model")
 
-    def kv_events(self, consumer: str | None) -> list[dict[str, Any]]:
+    def kv_events(self, consumer: str | None) -> list[KVEvent]:
         """The KV events `consumer` has not read yet, in TensorRT-LLM's JSON (see kv_feed.py)."""
         if self.engine is None:
             return []

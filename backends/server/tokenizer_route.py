@@ -2,14 +2,8 @@
 
 The gateway applies the chat template and tokenizes every request before routing (it needs the
 token ids to hash prefixes), then sends ids, not text. It must tokenize exactly as this backend
-would, so it fetches the tokenizer from here once and caches it. The answer (built once per
-process, a few MB for a 49k vocabulary):
-
-    {"model": str, "tokenizer_json": <tokenizers.Tokenizer.to_str()>, "chat_template": str | null,
-     "bos_token": str | null, "eos_token": str | null, "add_bos_token": bool, "max_model_len": int}
-
-`add_bos_token` says whether the model wants its BOS id in front of a raw (untemplated) prompt;
-chat templates write their own BOS.
+would, so it fetches the tokenizer from here once and caches it. The answer is a
+`contracts.tokenizer.TokenizerPayload` (built once per process, a few MB for a 49k vocabulary).
 """
 
 from __future__ import annotations
@@ -24,11 +18,10 @@ from starlette.routing import Route
 
 from backends.server.errors import NotImplementedFeature
 from backends.server.state import BackendState
+from contracts.tokenizer import TOKENIZER_PATH, TokenizerPayload
 
-PATH = "/edgerun/v1/tokenizer"
 
-
-def tokenizer_payload(model: str, engine: Any) -> dict[str, Any]:
+def tokenizer_payload(model: str, engine: Any) -> TokenizerPayload:
     """The payload for an engine whose tokenizer wraps a `tokenizers.Tokenizer` as `.backend`
     (engines.builtin.tokenizer.Tokenizer)."""
     tokenizer = engine.tokenizer
@@ -57,4 +50,4 @@ async def tokenizer_info(request: Request) -> Response:
     return Response(cached, media_type="application/json")
 
 
-ROUTE = Route(PATH, tokenizer_info, methods=["GET"])
+ROUTE = Route(TOKENIZER_PATH, tokenizer_info, methods=["GET"])

@@ -23,7 +23,8 @@ step per weight, measured with the rest of the fast mode.
 
 Both kinds read packed weights only for short inputs (decode steps); a tall input (prefill, many
 streams) runs a dense bfloat16 GEMM on the same dequantised values, faster once arithmetic, not
-reading weights, sets the pace. The thresholds come from `benchmarks/quant_matmul.py` on this CPU.
+reading weights, sets the pace. The thresholds come from `benchmarks/quant_matmul.py` and
+`benchmarks/quant_decode.py` on this CPU.
 """
 
 from __future__ import annotations
@@ -86,7 +87,10 @@ class Int4Linear:
     dense: Tensor  # [out, in] bfloat16, the dequantised weight
     dense_from_rows: int
 
-    DENSE_FROM_ROWS = 16  # default; see benchmarks/quant_matmul.py
+    # from this many rows a dense bfloat16 GEMM; below, the packed op. At 16 decode rows the packed op
+    # measured 1.04x float16's step time and dense bfloat16 1.18x (benchmarks/quant_decode.py), at 64
+    # rows dense bfloat16 0.73x (benchmarks/quant_matmul.py)
+    DENSE_FROM_ROWS = 64
 
     @classmethod
     def from_weight(cls, weight: Tensor) -> Int4Linear:

@@ -96,6 +96,10 @@ class BackendMonitor:
         """A request met this backend error: counted against the backend it names (`gateway.fleet.outliers`)."""
         self.outliers.record_error(exc)
 
+    def may_try(self, endpoint: Endpoint) -> bool:
+        """Asked just before a request goes to `endpoint`: False for a second request to a backend on trial."""
+        return self.outliers.may_try(endpoint.id)
+
     def record_success(self, backend_id: str) -> None:
         self.outliers.record_success(backend_id)
 

@@ -20,7 +20,7 @@ import structlog
 
 from backends.client import BackendError, BackendStreamBroken, BackendTimeout, BackendUnavailable
 from gateway.metrics import GatewayMetrics
-from policies.breaker import Breaker, BreakerConfig, on_failure, on_probe, on_success
+from policies.breaker import Breaker, BreakerConfig, begin_trial, on_failure, on_probe, on_success
 
 log = structlog.get_logger("edgerun.gateway.fleet.outliers")
 
@@ -28,7 +28,10 @@ STATE_VALUES = {"closed": 0, "half_open": 1, "open": 2}  # the gauge's values
 
 
 def counts_against_backend(exc: BackendError) -> bool:
-    """Whether an error says the backend is unwell (not busy, not the request's own fault)."""
+    """Whether an error says the backend is unwell (not busy, not the request's own fault). A connect
+    timeout whose timer fired late is this gateway's busy event loop, not the backend's fault."""
+    if isinstance(exc, BackendTimeout) and exc.late:
+        return False
     return isinstance(exc, BackendUnavailable | BackendTimeout | BackendStreamBroken)
 
 
@@ -51,6 +54,14 @@ class OutlierDetector:
     def admits(self, backend_id: str) -> bool:
         breaker = self.breakers.get(backend_id)
         return breaker is None or breaker.admits()
+
+    def may_try(self, backend_id: str) -> bool:
+        """Whether a request may be sent to the backend now: a backend on trial takes one at a time."""
+        breaker = self.breakers.get(backend_id)
+        if breaker is None:
+            return True
+        allowed, self.breakers[backend_id] = begin_trial(breaker, self.config, self.clock())
+        return allowed
 
     def record_error(self, exc: BackendError) -> None:
         if exc.endpoint_id is not None and counts_against_backend(exc):

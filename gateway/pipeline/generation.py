@@ -360,7 +360,8 @@ class Generator:
                 attempt.flights.append(flight)
                 place.leave()  # the setup is done: waiting for the backend holds no place
                 endpoint, chunks = await self.client.stream_with_failover(
-                    flight.endpoints, body, attempt.on_failure(self.monitor.record_error), meta.request_id
+                    flight.endpoints, body, attempt.on_failure(self.monitor.record_error), meta.request_id,
+                    may_try=self.monitor.may_try,
                 )
             else:
                 place.leave()

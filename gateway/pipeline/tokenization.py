@@ -8,10 +8,10 @@ Where a model's tokenizer comes from, first hit wins:
 4. `GET /edgerun/v1/tokenizer` on a backend serving the model (`BackendClient.tokenizer`),
    tried in the order given (healthy ones first), then written to the file cache.
 
-The payload (written by `backends.server.tokenizer_route`) is JSON: `model`, `tokenizer_json`
-(a serialized `tokenizers.Tokenizer`), `chat_template`, `bos_token`, `eos_token`,
-`add_bos_token`, `max_model_len`. Text is encoded as the built-in engine encodes it: no
-post-processor specials, the BOS id in front of raw prompts when `add_bos_token` is set.
+The payload is a `contracts.tokenizer.TokenizerPayload` (what the backend's tokenizer route
+writes: `tokenizer_json`, `chat_template`, special tokens, `add_bos_token`, `max_model_len`).
+Text is encoded as the built-in engine encodes it: no post-processor specials, the BOS id in
+front of raw prompts when `add_bos_token` is set.
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from tokenizers import Tokenizer
 
 from backends.client import BackendClient, BackendError, Endpoint
+from contracts.tokenizer import TokenizerPayload
 from gateway.errors import InvalidInput, OutOfCapacity
 from gateway.fleet.catalog import ModelSpec
 from gateway.pipeline.chat_template import ChatTemplate
@@ -44,7 +44,7 @@ class ModelTokenizer:
     bos_token_id: int | None  # put in front of raw prompts when the model asks for it
 
     @classmethod
-    def from_payload(cls, model: ModelSpec, payload: dict[str, Any]) -> ModelTokenizer:
+    def from_payload(cls, model: ModelSpec, payload: TokenizerPayload) -> ModelTokenizer:
         tokenizer = Tokenizer.from_str(payload["tokenizer_json"])
         template = payload.get("chat_template")
         bos = payload.get("bos_token")
@@ -52,7 +52,7 @@ class ModelTokenizer:
             model_id=model.id,
             tokenizer=tokenizer,
             template=ChatTemplate(template, bos_token=bos, eos_token=payload.get("eos_token")) if template else None,
-            max_model_len=int(model.context_length or payload["max_model_len"]),
+            max_model_len=int(model.context_length or payload["max_model_len"] or 0),  # _payload refuses neither being set
             bos_token_id=tokenizer.token_to_id(bos) if bos and payload.get("add_bos_token") else None,
         )
 
@@ -102,7 +102,7 @@ def prompt_size(prompt: Prompt) -> int:
     return sum(len(value) for message in prompt.messages or () for value in message.values())
 
 
-def load_hf_dir(path: Path) -> dict[str, Any]:
+def load_hf_dir(path: Path) -> TokenizerPayload:
     """A tokenizer payload from a Hugging Face directory (tokenizer.json + tokenizer_config.json)."""
     config_path = path / "tokenizer_config.json"
     config = json.loads(config_path.read_text()) if config_path.exists() else {}
@@ -148,7 +148,7 @@ class TokenizerRegistry:
                 self._loaded[model.id] = ModelTokenizer.from_payload(model, payload)
         return self._loaded[model.id]
 
-    async def _payload(self, model: ModelSpec, endpoints: Sequence[Endpoint]) -> dict[str, Any]:
+    async def _payload(self, model: ModelSpec, endpoints: Sequence[Endpoint]) -> TokenizerPayload:
         if model.tokenizer_dir is not None:
             payload = load_hf_dir(model.tokenizer_dir)
             if not (model.context_length or payload["max_model_len"]):
@@ -157,7 +157,7 @@ class TokenizerRegistry:
         cache_file = self._cache_file(model)
         if cache_file is not None and cache_file.exists():
             try:
-                cached: dict[str, Any] = json.loads(cache_file.read_text())
+                cached: TokenizerPayload = json.loads(cache_file.read_text())
                 return cached
             except ValueError:
                 cache_file.unlink(missing_ok=True)  # a torn write: fetch again

@@ -361,3 +361,20 @@ async def test_past_max_connections_a_request_is_refused_at_once_and_sends_nothi
             await again.aclose()
     finally:
         await client.aclose()
+
+
+async def test_endpoints_may_try_refuses_are_passed_over_and_all_refused_is_overloaded() -> None:
+    client = BackendClient()
+    endpoints = [Endpoint("a", f"http://127.0.0.1:{free_port()}", "r"), Endpoint("b", "http://127.0.0.1:9", "r")]
+    asked: list[str] = []
+
+    def refuse(endpoint: Endpoint) -> bool:
+        asked.append(endpoint.id)
+        return False
+
+    try:
+        with pytest.raises(BackendOverloaded) as caught:
+            await client.stream_with_failover(endpoints, {"prompt": [1]}, may_try=refuse)
+        assert asked == ["a", "b"] and caught.value.retry_after_s == 1.0  # nothing was sent anywhere
+    finally:
+        await client.aclose()

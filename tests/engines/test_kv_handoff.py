@@ -3,6 +3,8 @@ importing a prompt's KV into reserved blocks, and aborting an import midway."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from engines.base import GenerationRequest
@@ -12,6 +14,7 @@ from engines.builtin.llm_engine import LLMEngine
 from engines.builtin.model_runner import ModelRunner
 from engines.builtin.sequence import SequenceStatus
 from engines.errors import InvalidRequest
+from engines.guided import Guide
 from engines.sampling_params import SamplingParams
 
 CONFIG = EngineConfig(model="random:tiny", num_kv_blocks=32, weight_dtype="float32")
@@ -102,3 +105,19 @@ def test_an_imported_request_aborted_while_it_waits_for_a_slot_frees_its_blocks(
     engine.abort("queued")
     run(engine)
     assert engine.stats().num_kv_blocks_free == 32 and not engine.scheduler.imported
+
+
+def test_a_guided_request_keeps_its_grammar_across_the_handoff(engine: LLMEngine) -> None:
+    schema = {"type": "object", "properties": {"c": {"enum": ["red", "blue"]}}, "required": ["c"]}
+    guided = SamplingParams(max_tokens=1, temperature=1.0, seed=5, guide=Guide.json_schema(schema))
+    prompt = list(range(200, 230))
+    engine.add_request(GenerationRequest("g-ctx", prompt, guided, "g", pin_kv_on_finish=True))
+    [context] = run(engine)
+    assert context.kv_pin is not None and engine.pins.release(context.kv_pin.pin_id)
+    first_token = context.new_token_ids[0]
+    decode = SamplingParams(max_tokens=24, temperature=1.0, seed=5, guide=Guide.json_schema(schema))
+    reserve_import(engine, GenerationRequest("g-imp", prompt, decode, "g"))
+    first = finish_import(engine, "g-imp", first_token)  # the grammar consumes the context step's token
+    text = first.new_text + "".join(o.new_text for o in run(engine))
+    assert json.loads(text)["c"] in ("red", "blue")
+    assert engine.stats().num_kv_blocks_free == 32

@@ -63,7 +63,10 @@ def start_backend(backend_id: str, region: str = "local", *flags: str, threads: 
 
     threads: its torch threads; None: its share of the cores beside the two session backends.
     """
-    args = ["--model", "smollm2", "--region", region, "--log-level", "warning", *flags]
+    # float16 weights (fbgemm, float32 sums): the fast mode's 4-bit/bfloat16 paths may pick another
+    # token where a disaggregated or failed-over request runs other batch shapes than a collocated one,
+    # and these tests compare those answers token for token
+    args = ["--model", "smollm2", "--weight-dtype", "float16", "--region", region, "--log-level", "warning", *flags]
     return BackendProcess.spawn(
         backend_id, "backend", args, env={"EDGERUN_LOG_JSON": "false"}, keep_edgerun_env=True,
         threads=threads or threads_per_backend(3), region=region,

@@ -158,6 +158,8 @@ def test_a_backend_that_never_answers_is_a_408_after_the_first_byte_timeout(
     proxy.reset_all()
     answer = post(gw, FLAKY_ONLY)
     assert answer.status_code == 408 and answer.json()["errors"][0]["code"] == 3007, answer.text
+    record = gw.ledger_record(answer.headers["cf-ray"])  # it reached a backend: recorded, free
+    assert record.status == "backend_error" and record.cost_micro == 0 and record.completion_tokens == 0
     heal(gw, proxy)
 
 

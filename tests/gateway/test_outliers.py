@@ -58,3 +58,22 @@ def test_errors_without_a_backend_or_for_an_unknown_one_change_nothing() -> None
         outliers.record_error(BackendUnavailable("no endpoints"))
         outliers.record_error(BackendUnavailable("refused", endpoint_id="elsewhere"))
     assert outliers.admits("b1") and outliers.admits("b2") and outliers.admits("elsewhere")
+
+
+def test_a_backend_on_trial_is_tried_by_one_request_at_a_time() -> None:
+    outliers, clock, _ = detector()
+    for _ in range(2):
+        outliers.record_error(BackendUnavailable("refused", endpoint_id="b1"))
+    clock.now += 5
+    outliers.record_probe("b1", passed=True)
+    assert outliers.may_try("b1") and not outliers.may_try("b1")  # the second goes to another backend
+    assert outliers.may_try("b2") and outliers.may_try("b2")  # closed: no limit
+    outliers.record_success("b1")
+    assert outliers.may_try("b1") and outliers.may_try("b1")
+
+
+def test_connect_timeouts_that_only_this_gateways_busy_loop_caused_do_not_eject() -> None:
+    outliers, _, _ = detector()
+    for _ in range(5):
+        outliers.record_error(BackendTimeout("connect timed out, the event loop busy", endpoint_id="b1", late=True))
+    assert outliers.admits("b1")

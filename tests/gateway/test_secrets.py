@@ -90,6 +90,7 @@ def test_no_secret_in_logs_metrics_or_error_bodies(stub_backend: ChildProcess, t
         call("wrong admin token", "GET", "/admin/v1/tenants", headers=bearer(WRONG_ADMIN))
         call("other tenant's usage", "GET", "/dashboard/api/usage?tenant=t-b", headers=bearer(keys["a"]))
         call("tenant key on metrics", "GET", "/metrics", headers=bearer(keys["a"]))
+        call("kv events", "POST", "/kv_cache_events", headers=bearer(keys["a"]))  # backends only, behind their key
         call("admin token on metrics", "GET", "/metrics", headers=bearer(ADMIN))
         call("debug explain", "POST", run, headers={**bearer(keys["a"]), "x-edgerun-explain": WRONG_ADMIN}, json=prompt)
         redis.stop(timeout_s=10)  # the store goes away: errors from the Redis client, with its URL in reach
@@ -108,6 +109,7 @@ def test_no_secret_in_logs_metrics_or_error_bodies(stub_backend: ChildProcess, t
     assert statuses["tenant key on admin"] == statuses["tenant key on export"] == statuses["wrong admin token"] == 401
     assert statuses["tenant key on metrics"] == 401 and statuses["admin token on metrics"] == 401
     assert statuses["dead backend"] == 429 and statuses["store down"] == 503
+    assert statuses["kv events"] == 404  # the gateway exposes no KV events: tests/backends/test_security.py
     assert '"status": 503' in log and "unreachable" in log  # the log did capture the run and its errors
     secrets = {"admin token": ADMIN, "metrics token": METRICS, "backend key": BACKEND_KEY, "salt secret": SALT,
                "redis password": REDIS_PASSWORD, "wrong key": WRONG_KEY, "wrong admin token": WRONG_ADMIN,

@@ -188,3 +188,24 @@ def test_a_schema_the_backend_cannot_compile_is_a_400_naming_it(oai: openai.Open
             response_format={"type": "json_schema", "json_schema": {"name": "broken", "schema": broken}},
         )
     assert "json schema cannot be compiled" in str(caught.value.body)
+
+
+def test_responses_api_text_format_json_schema(oai: openai.OpenAI) -> None:
+    response = oai.responses.create(
+        model=DEFAULT_MODEL_ID, input=ASK_CITY[0]["content"], max_output_tokens=40, temperature=0,
+        text={"format": {"type": "json_schema", "name": "city", "schema": CITY, "strict": True}},
+    )
+    assert response.status == "completed"
+    jsonschema.validate(json.loads(response.output_text), CITY)
+    assert response.text is not None and response.text.format is not None and response.text.format.type == "json_schema"
+
+
+def test_completions_json_object_on_a_raw_prompt(oai: openai.OpenAI) -> None:
+    answer = oai.completions.create(
+        model=DEFAULT_MODEL_ID, prompt="A JSON object describing Paris:", max_tokens=32, temperature=0,
+        extra_body={"response_format": {"type": "json_object"}},
+    )
+    text, finish = answer.choices[0].text, answer.choices[0].finish_reason
+    assert text.startswith("{")
+    if finish == "stop":
+        assert isinstance(json.loads(text), dict)

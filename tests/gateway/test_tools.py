@@ -8,7 +8,7 @@ import pytest
 
 from gateway.errors import InvalidInput
 from gateway.fleet.catalog import ModelSpec
-from gateway.pipeline.schemas import parse_chat_completions, parse_workers_ai
+from gateway.pipeline.schemas import parse_chat_completions, parse_responses, parse_workers_ai
 from gateway.pipeline.structured import parse_response_format
 from gateway.pipeline.tokenization import ModelTokenizer
 from gateway.pipeline.tools import CALL_TRIGGER, CallDelta, CallStream, parse_tool_use, with_tools_prompt
@@ -184,3 +184,17 @@ def test_tools_and_response_format_together_are_refused() -> None:
     with pytest.raises(InvalidInput) as caught:
         parse_workers_ai({"prompt": "x", "tools": [WEATHER], "response_format": {"type": "json_object"}})
     assert caught.value.param == "tools"
+
+
+def test_responses_text_format_becomes_the_backend_response_format() -> None:
+    fmt = {"format": {"type": "json_schema", "name": "thing", "schema": SCHEMA, "strict": True}}
+    inp = parse_responses({"model": "m", "input": "x", "text": fmt})
+    assert inp.generation.backend_response_format == {"type": "json_schema", "json_schema": {"name": "thing", "schema": SCHEMA}}
+    assert inp.text_format == fmt["format"]
+    assert parse_responses({"model": "m", "input": "x", "text": {"format": {"type": "json_object"}}}).generation.response_format == {
+        "type": "json_object"
+    }
+    assert parse_responses({"model": "m", "input": "x", "text": {"format": {"type": "text"}}}).generation.response_format is None
+    with pytest.raises(InvalidInput) as caught:
+        parse_responses({"model": "m", "input": "x", "text": {"format": {"type": "regex"}}})
+    assert caught.value.param == "text"

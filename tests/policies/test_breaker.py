@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from policies.breaker import Breaker, BreakerConfig, on_failure, on_probe, on_success
+from policies.breaker import Breaker, BreakerConfig, begin_trial, on_failure, on_probe, on_success
 from policies.errors import PolicyConfigError
 
 CONFIG = BreakerConfig(failure_threshold=3, ejection_s=5.0, max_ejection_s=20.0)
@@ -89,3 +89,16 @@ def test_any_history_keeps_the_invariants(history: list[tuple[str, float]]) -> N
             assert now < breaker.open_until <= now + CONFIG.max_ejection_s or breaker == before
         if before.status == "open" and breaker.status != "open":  # only a probe after the ejection readmits
             assert event == "probe_ok" and now >= before.open_until
+
+
+def test_a_backend_on_trial_takes_one_request_at_a_time() -> None:
+    config = BreakerConfig(failure_threshold=3, ejection_s=5.0, max_ejection_s=20.0, trial_timeout_s=10.0)
+    assert begin_trial(CLOSED, config, 0.0) == (True, CLOSED)  # closed: no bookkeeping at all
+    assert begin_trial(failed(3), config, 1.0)[0] is False  # ejected
+    trial = on_probe(failed(3), config, 5.0, passed=True)
+    allowed, running = begin_trial(trial, config, 6.0)
+    assert allowed and running.trial_since == 6.0
+    assert begin_trial(running, config, 7.0) == (False, running)  # the second one goes elsewhere
+    assert begin_trial(running, config, 16.0)[0]  # the first never reported back: the trial is free again
+    assert on_success(running) == CLOSED and begin_trial(on_success(running), config, 7.0)[0]
+    assert on_failure(running, config, 7.0).status == "open"

@@ -1,7 +1,7 @@
 """Compiled grammars by guide: compiled once (off the event loop), shared by every sequence.
 
 A JSON schema or a set of tools is usually sent again and again by the same application, so a
-small LRU keyed by the `Guide` (canonical JSON) saves the compile on all but the first request.
+small LRU keyed by the `Guide` (its JSON text) saves the compile on all but the first request.
 The lock makes it safe to compile from a thread pool while the engine thread reads it.
 """
 

@@ -56,7 +56,7 @@ class LLGuidanceBackend:
                                      grammar=json.dumps(closed_objects(s.get("schema") or {})), end=s["end"])
                 for s in spec["structures"]
             ]
-            grammar = llguidance.StructTag.to_grammar(tags)
+            grammar = llguidance.StructTag.to_grammar(tags, assume_special=False)  # triggers are text
         is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(grammar, self.tokenizer)
         if is_error:
             raise InvalidRequest(f"the {guide.kind.replace('_', ' ')} cannot be compiled: {messages[0]}")
