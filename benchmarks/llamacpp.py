@@ -15,6 +15,9 @@ speak OpenAI's streaming /v1/completions with token-id prompts; prompt caching i
 Reported (medians over rounds): per-stream decode tok/s at c = 1 (tokens after the first over the
 time from first to last), aggregate tok/s at every c (all tokens over the round's wall time), TTFT
 p50, the long prompt's TTFT, and each server's CPU ms per generated token (from /proc).
+
+Known problem (BENCHMARKS.md): its one run so far measured llama.cpp ~30x slower than the same
+binary reports in its own `timings` when asked directly; check those before trusting its figures.
 """
 
 from __future__ import annotations
