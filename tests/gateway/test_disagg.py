@@ -59,7 +59,9 @@ def exact_pair() -> Iterator[list[BackendProcess]]:
     """Two real smollm2 backends, b1 and b2, in the engine's deterministic mode: the fast mode's
     int4 path computes a prompt prefilled whole and one prefilled in parts (prefix hits, chunks)
     to within a tolerance, not exactly, so only the exact model can promise equal greedy answers."""
-    yield from serving([start_backend(name, "local", "--mode", "deterministic") for name in ("b1", "b2")])
+    # (the later --weight-dtype replaces the shared fixture's float16, a fast-mode format)
+    exact = ("--mode", "deterministic", "--weight-dtype", "auto")
+    yield from serving([start_backend(name, "local", *exact) for name in ("b1", "b2")])
 
 
 @pytest.fixture(scope="module")
