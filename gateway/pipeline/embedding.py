@@ -16,7 +16,6 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-import anyio
 import structlog
 
 from backends.client import (
@@ -33,7 +32,8 @@ from gateway.fleet.catalog import Catalog
 from gateway.fleet.monitor import BackendMonitor
 from gateway.pipeline.auth import Authenticator
 from gateway.pipeline.concurrency import TenantSlots
-from gateway.pipeline.generation import RequestMeta, backend_error_to_gateway
+from gateway.pipeline.generation import RequestMeta, backend_error_to_gateway, ledger_record, reconcile_tokens
+from gateway.pipeline.holds import Holds, Outcome
 from gateway.store.models import UsageStatus
 
 log = structlog.get_logger("edgerun.gateway.embedding")
@@ -70,18 +70,28 @@ class Embedder:
         self.slots = slots
 
     async def embed(self, meta: RequestMeta, texts: tuple[str, ...]) -> Embedded:
-        slot = await self.slots.acquire(meta.principal.tenant, meta.request_id)
-        try:
-            return await self._embed(meta, texts)
-        finally:
-            if slot is not None:
-                with anyio.CancelScope(shield=True):
-                    await slot.release()
-
-    async def _embed(self, meta: RequestMeta, texts: tuple[str, ...]) -> Embedded:
-        model = meta.model
+        """Each hold is pushed onto `Holds` as it is taken (as a generation's are) and settled once."""
+        holds = Holds(meta.request_id)
         estimate = tokens_upper_bound(texts)
+        outcome = Outcome(Usage(0, 0, 0), "cancelled")  # until a backend answers or refuses
+        try:
+            slot = await self.slots.acquire(meta.principal.tenant, meta.request_id)
+            if slot is not None:
+                holds.push("concurrency", lambda _: slot.release())
+            embedded, outcome = await self._embed(meta, texts, estimate, holds)
+            return embedded
+        except BackendError as exc:
+            outcome = _failure(exc, estimate)
+            raise backend_error_to_gateway(exc) from exc
+        finally:
+            await holds.settle(outcome)
+
+    async def _embed(
+        self, meta: RequestMeta, texts: tuple[str, ...], estimate: int, holds: Holds
+    ) -> tuple[Embedded, Outcome]:
+        model = meta.model
         await self.auth.admit_tokens(meta.principal, estimate)
+        holds.push("tokens", reconcile_tokens(self.auth, meta.principal, estimate))
         metered = MeteredRequest(
             request_id=meta.request_id,
             principal=meta.principal,
@@ -92,46 +102,28 @@ class Embedder:
             tokens_estimate=estimate,
             metadata=meta.metadata,
         )
+        await self.metering.reserve(metered, 0)
+        holds.push("budget", ledger_record(self.metering, metered), final=True)  # the ledger record: written last
         body = {"model": model.backend_model, "input": list(texts), "encoding_format": "float"}
-        failure: BackendError | None = None
-        try:
-            await self.metering.reserve(metered, 0)
-            for endpoint in self.monitor.healthy_first(self.catalog.endpoints(model.id)):
-                try:
-                    vectors, backend_usage = await self.client.embeddings(endpoint, body, meta.request_id)
-                except BackendUnavailable as exc:  # never reached it: the next backend may answer
-                    self.monitor.mark_unhealthy(endpoint.id, exc.message)
-                    self.monitor.record_error(exc)
-                    failure = exc
-                    continue
-                usage = Usage(prompt_tokens=backend_usage.prompt_tokens, completion_tokens=0, cached_tokens=0)
-                await self.auth.reconcile(meta.principal, estimate, usage.total_tokens)
-                await self.metering.settle(metered, usage, status="ok", backend_id=endpoint.id, region=endpoint.region)
-                self.monitor.record_success(endpoint.id)  # the breaker counts failures in a row
-                return Embedded(vectors, usage, endpoint)
-        except BaseException as exc:
-            with anyio.CancelScope(shield=True):
-                await self._undo(meta, metered, estimate, exc)
-            if isinstance(exc, BackendError):
-                raise backend_error_to_gateway(exc) from exc
-            raise
-        with anyio.CancelScope(shield=True):
-            await self._undo(meta, metered, estimate, failure)
-        raise backend_error_to_gateway(failure or BackendUnavailable(f"no backend serves {model.id}"))
+        failure: BackendError = BackendUnavailable(f"no backend serves {model.id}")
+        for endpoint in self.monitor.healthy_first(self.catalog.endpoints(model.id)):
+            try:
+                vectors, backend_usage = await self.client.embeddings(endpoint, body, meta.request_id)
+            except BackendUnavailable as exc:  # never reached it: the next backend may answer
+                self.monitor.mark_unhealthy(endpoint.id, exc.message)
+                self.monitor.record_error(exc)
+                failure = exc
+                continue
+            usage = Usage(prompt_tokens=backend_usage.prompt_tokens, completion_tokens=0, cached_tokens=0)
+            self.monitor.record_success(endpoint.id)  # the breaker counts failures in a row
+            outcome = Outcome(usage, "ok", endpoint.id, endpoint.region, streamed=True)
+            return Embedded(vectors, usage, endpoint), outcome
+        raise failure
 
-    async def _undo(
-        self, meta: RequestMeta, metered: MeteredRequest, estimate: int, exc: BaseException | None
-    ) -> None:
-        """Give back what a request that got no vectors counted; one a backend refused is recorded at no cost."""
-        try:
-            if isinstance(exc, BackendError) and not isinstance(exc, BackendUnavailable) and exc.endpoint_id:
-                status: UsageStatus = (
-                    "rejected" if isinstance(exc, (BackendRejected, BackendOverloaded)) else "backend_error"
-                )
-                usage = Usage(metered.prompt_tokens, 0, 0)
-                await self.metering.settle(metered, usage, status=status, backend_id=exc.endpoint_id, region=None)
-            else:
-                await self.metering.release(metered)
-            await self.auth.reconcile(meta.principal, estimate, 0)
-        except Exception:
-            log.exception("undoing a failed embedding request failed", request_id=meta.request_id)
+
+def _failure(exc: BackendError, prompt_tokens: int) -> Outcome:
+    """A backend that refused or failed the request is recorded at no cost; one never reached is not recorded."""
+    if isinstance(exc, BackendUnavailable) or not exc.endpoint_id:
+        return Outcome(Usage(0, 0, 0), "cancelled")
+    status: UsageStatus = "rejected" if isinstance(exc, (BackendRejected, BackendOverloaded)) else "backend_error"
+    return Outcome(Usage(prompt_tokens, 0, 0), status, exc.endpoint_id)

@@ -314,7 +314,7 @@ class Generator:
             )
         estimate = len(prompt_ids) + max_tokens
         await self.auth.admit_tokens(meta.principal, estimate)  # the request itself was counted on arrival
-        holds.push("tokens", self._reconcile(meta.principal, estimate))
+        holds.push("tokens", reconcile_tokens(self.auth, meta.principal, estimate))
         metered = MeteredRequest(
             request_id=meta.request_id,
             principal=meta.principal,
@@ -339,7 +339,7 @@ class Generator:
                 max_tokens=num_output_tokens,
             )
 
-        holds.push("budget", self._budget(metered), final=True)  # the ledger record: written last
+        holds.push("budget", ledger_record(self.metering, metered), final=True)  # the ledger record: written last
         try:
             await self.metering.reserve(metered, max_tokens)
             cache_salt = await self.router.salts.salt(meta.principal.tenant.id)
@@ -401,30 +401,32 @@ class Generator:
         except StoreUnavailable as exc:
             log.warning("counting the first token failed", error=exc.args[0])
 
-    def _reconcile(self, principal: Principal, estimate: int) -> Release:
-        async def release(outcome: Outcome) -> None:  # what was admitted vs what the stream used
-            await self.auth.reconcile(principal, estimate, outcome.usage.total_tokens if outcome.streamed else 0)
-
-        return release
-
-    def _budget(self, metered: MeteredRequest) -> Release:
-        async def release(outcome: Outcome) -> None:
-            """The ledger record; a request that never reached a backend just gives its reservation back.
-            One a backend refused or failed on before its first byte is recorded at no cost (`billing.rules`)."""
-            if outcome.backend_id is None:
-                await self.metering.release(metered)
-            else:
-                await self.metering.settle(
-                    metered, outcome.usage, status=outcome.status, backend_id=outcome.backend_id, region=outcome.region
-                )
-
-        return release
-
     def _finish_flight(self, flight: Flight) -> Release:
         async def release(outcome: Outcome) -> None:
             await self.router.finished(flight, success=outcome.status == "ok")
 
         return release
+
+
+def reconcile_tokens(auth: Authenticator, principal: Principal, estimate: int) -> Release:
+    async def release(outcome: Outcome) -> None:  # what was admitted vs what the backend used
+        await auth.reconcile(principal, estimate, outcome.usage.total_tokens if outcome.streamed else 0)
+
+    return release
+
+
+def ledger_record(metering: Metering, metered: MeteredRequest) -> Release:
+    async def release(outcome: Outcome) -> None:
+        """The ledger record; a request that never reached a backend just gives its reservation back.
+        One a backend refused or failed on before its first byte is recorded at no cost (`billing.rules`)."""
+        if outcome.backend_id is None:
+            await metering.release(metered)
+        else:
+            await metering.settle(
+                metered, outcome.usage, status=outcome.status, backend_id=outcome.backend_id, region=outcome.region
+            )
+
+    return release
 
 
 def _failure(exc: BaseException, metered: MeteredRequest, flights: list[Flight]) -> Outcome:
