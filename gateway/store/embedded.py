@@ -18,6 +18,7 @@ into the next one together (one commit for many requests under load), and each `
 returns once its own record is committed, as before. A second process may read the same file
 (the busy timeout makes it wait for the writer) but must not serve traffic from it: limits,
 budgets and in-flight counts live in each process's memory, so two would allow twice the limits.
+Several serving processes use `SharedEmbeddedStore` (embedded_shared.py) on the file instead.
 """
 
 from __future__ import annotations
