@@ -1,6 +1,7 @@
 """Batch-1 decode at three depths of the serving path, interleaved: where does HTTP lose speed?
 
-    python -m benchmarks.serving_path [--rounds 3] [--max-tokens 64] [--threads 2] [--engine-arg=--mode ...]
+    python -m benchmarks.serving_path [--rounds 3] [--max-tokens 64] [--threads 2] [--baseline CHECKOUT]
+                                      [--engine-arg=--mode --engine-arg=deterministic]
 
 Each round generates one greedy stream of `--max-tokens` tokens (ignore_eos) from the same random
 `--prompt-tokens` prompt (a fresh cache salt each time, so every prefill is cold) three ways:
@@ -9,13 +10,15 @@ Each round generates one greedy stream of `--max-tokens` tokens (ignore_eos) fro
 - async: `AsyncEngine.generate()` in this process: the engine's worker thread, the hand-off to the
   event loop and the per-request queue, no HTTP;
 - http: `edgerun backend` as a child process, read as an OpenAI stream with httpx (what
-  benchmarks/llamacpp.py measures).
+  benchmarks/llamacpp.py measures); with `--baseline`, also a backend served from another checkout
+  (before/after a change, in the same run).
 
 The first two share one loaded model; the child loads its own, with the same settings and the same
 number of torch threads (`--threads`, also this process's). Reported per depth (medians over
-rounds): decode tok/s (tokens after the first over the time from first to last), and the CPU time
-per generated token of the process doing the work (this process for engine/async, the child for
-http), so a busy machine shows up as wall time without CPU.
+rounds): decode tok/s (tokens after the first over the time from first to last), the CPU time per
+generated token of the process doing the work (this process for engine/async, the child for http),
+and that process's sleeps per token (voluntary context switches of all its threads), which showed
+the served engine's OpenMP threads sleeping at every parallel op (BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -150,7 +153,7 @@ async def main(args: argparse.Namespace) -> int:
                     samples[name].append(await run_http(child, client, prompt, args.max_tokens))
                 if args.verbose:
                     print({k: v[-1] for k, v in samples.items()}, file=sys.stderr)
-        report(args, samples, config, load_start)
+        report(args, samples, config, load_start, weights_of(runner))
     finally:
         for child in children.values():
             child.stop(timeout_s=30)
@@ -168,12 +171,22 @@ def _pairs(argv: list[str]) -> list[tuple[str, str]]:
     return out
 
 
-def report(args: argparse.Namespace, samples: dict[str, list[Sample]], config: object, load_start: tuple[float, ...]) -> None:
+def weights_of(runner: object) -> str:
+    """The CPU's vector level and how the linear weights are held (the fast mode's int4 needs AVX-512)."""
+    import torch
+
+    layer, head = runner.weights.layers[0], runner.weights.lm_head  # type: ignore[attr-defined]
+    return (f"CPU capability {torch.backends.cpu.get_cpu_capability()}; layer weights "
+            f"{type(layer.qkv).__name__}, head {type(head).__name__}")
+
+
+def report(args: argparse.Namespace, samples: dict[str, list[Sample]], config: object, load_start: tuple[float, ...],
+           weights: str) -> None:
     med = statistics.median
     print(f"Command: `python -m benchmarks.serving_path {shlex.join(sys.argv[1:])}`")
     print(f"Machine: {machine(with_torch=True)}; {args.threads} torch threads; load average "
           f"{load_start[0]:.1f} at start, {os.getloadavg()[0]:.1f} at end")
-    print(f"Engine: {config}")
+    print(f"Engine: {config}\n{weights}")
     print(f"{args.prompt_tokens}-token prompt, {args.max_tokens} greedy tokens, median of {args.rounds} interleaved rounds\n")
     print("| depth | decode tok/s | / engine | CPU ms per token | sleeps per token | per round tok/s |")
     print("| --- | ---: | ---: | ---: | ---: | --- |")
