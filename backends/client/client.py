@@ -42,6 +42,7 @@ from contracts.usage import Usage
 DRAIN_TIMEOUT_S = 0.25
 DRAIN_MAX_EVENTS = 8
 AT_CAPACITY_RETRY_AFTER_S = 1.0
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 
 class BackendClient:
@@ -110,7 +111,8 @@ class BackendClient:
                 while True:
                     data = await self._next_event(endpoint, events, deadline if is_first else None)
                     if data == "[DONE]":
-                        await _drain(events)
+                        if not response.release_if_ended():  # usually the body's end came with [DONE]
+                            await _drain(events)
                         return
                     event = _parse_event(endpoint, data, is_first)
                     is_first = False
@@ -424,7 +426,7 @@ def _parse_event(endpoint: Endpoint, data: str, is_first: bool) -> dict[str, Any
 
 
 def _json_bytes(payload: dict[str, Any]) -> bytes:
-    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
+    return _ENCODER.encode(payload).encode()  # json.dumps with options would build an encoder per call
 
 
 def _raise_transport_error(endpoint: Endpoint, exc: TransportError) -> NoReturn:

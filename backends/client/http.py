@@ -87,6 +87,15 @@ class Response:
                 return
             yield chunk
 
+    def release_if_ended(self) -> bool:
+        """True (and the connection back in the pool) when the whole body has arrived and been
+        read already: nothing is left to drain, so no wait and no timer are needed."""
+        if self._closed or not self._response.content.at_eof():
+            return False
+        self._complete = True
+        self.close()
+        return True
+
     async def read(self) -> bytes:
         self.content = b"".join([chunk async for chunk in self.iter_bytes()])
         return self.content
