@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
 import aiohttp
@@ -73,7 +73,7 @@ class Response:
         self._complete = False
         self._closed = False
 
-    async def iter_bytes(self) -> AsyncIterator[bytes]:
+    async def iter_bytes(self) -> AsyncGenerator[bytes, None]:
         """The body in the pieces it arrives in; raises TransportError/TransportTimeout."""
         stream = self._response.content
         while True:
