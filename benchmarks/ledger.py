@@ -34,7 +34,8 @@ from benchmarks.stub_backend import MODEL_ID, PROMPT
 from cli.processes import ChildProcess
 from contracts.usage import Usage
 from gateway.billing.metering import MeteredRequest, Metering
-from gateway.context import Principal
+from gateway.context import Principal, RequestContext
+from gateway.fleet.catalog import ModelSpec
 from gateway.metrics import GatewayMetrics
 from gateway.settings import GatewaySettings
 from gateway.store import Store, open_store
@@ -83,9 +84,10 @@ async def metering_per_request(store: Store, n: int) -> tuple[float, float]:
     key, _ = await store.create_key(tenant.id)
     principal = Principal(key, tenant, tenant.account_ids[0])
     metering = Metering(store, PriceTable.from_config({MODEL_ID: PRICE}), GatewayMetrics())
+    model = ModelSpec(id=MODEL_ID, backend_model=MODEL_ID)
     wall, cpu = time.perf_counter(), time.process_time()
     for _ in range(n):
-        request = MeteredRequest(uuid.uuid4().hex, principal, MODEL_ID, None, time.time(), 40, 48)
+        request = MeteredRequest(RequestContext.arriving_now(uuid.uuid4().hex, principal, model), 40)
         await metering.reserve(request, max_tokens=8)
         await metering.settle(request, Usage(40, 8, 16), status="ok", backend_id="stub", region="local")
     return (time.perf_counter() - wall) / n * 1000, (time.process_time() - cpu) / n * 1000

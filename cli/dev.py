@@ -9,7 +9,8 @@
    (--no-embeddings skips it);
 2. opens the embedded store (its own SQLite file under ~/.local/share/edgerun), makes sure a
    development tenant owning account "dev" exists and creates a fresh API key for it;
-3. starts the gateway in this process, in front of that backend (the admin API, /metrics and the
+3. starts the gateway in this process (or, with `--workers N`, `edgerun serve --workers N` as a
+   child: N processes on the port sharing the SQLite store), in front of that backend (the admin API, /metrics and the
    admin's dashboard on their own loopback listener, --admin-port), and prints a curl command that
    works as printed, the admin token and the usage dashboard's URLs;
 4. on Ctrl-C (or SIGTERM) stops the gateway, then the backends, and waits for them.
@@ -27,14 +28,16 @@ import json
 import secrets
 import shlex
 import signal
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from pydantic import SecretStr
 
 from cli.processes import ChildProcess, ProcessError, free_port
 from cli.serve import quiet_http_client_logs
 from engines.embedding.package import minilm_zip
-from gateway.fleet.catalog import DEFAULT_MODEL_ID, EMBEDDING_MODEL_ID, default_models, embedding_model
+from gateway.fleet.catalog import DEFAULT_MODEL_ID, EMBEDDING_MODEL_ID, ModelSpec, default_models, embedding_model
 from gateway.http.app import create_app
 from gateway.http.listeners import Listeners, listener_configs
 from gateway.settings import GatewaySettings
@@ -51,6 +54,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backend-port", type=int, help="backend port (default: a free one)")
     parser.add_argument("--model", default="smollm2", help="what the backend loads (default smollm2)")
     parser.add_argument("--sqlite-path", help="the embedded store's file (default: the settings' sqlite_path)")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="gateway processes sharing the port and the SQLite store (default 1: in this process)")
     parser.add_argument("--log-level", default="warning", help="gateway and backend log level (default warning)")
     parser.add_argument("--no-embeddings", dest="embeddings", action="store_false",
                         help=f"do not start the embedding backend ({EMBEDDING_MODEL_ID})")
@@ -114,61 +119,118 @@ async def serve_dev(args: argparse.Namespace) -> int:
             wait_backend(embedder)
             models.append(embedding_model())
             backends.append({"id": "local-embed", "base_url": embedder.url, "models": [EMBEDDING_MODEL_ID]})
-        store_path = {"sqlite_path": args.sqlite_path} if args.sqlite_path else {}
-        settings = GatewaySettings(
-            port=args.port,
-            **store_path,
-            redis_url=None,
-            admin_token=secrets.token_urlsafe(32),
-            admin_port=args.admin_port,
-            backend_api_key=SecretStr(backend_key),
-            models=models,
-            backends=backends,
-            log_level=args.log_level,
-        )
+        settings = dev_settings(args, backend_key, models, backends)
         Path(settings.sqlite_path).parent.mkdir(parents=True, exist_ok=True)
         from gateway.store import open_store
 
         store = open_store(settings)
         try:
             secret = await dev_key(store)
-            app = create_app(settings, store=store)
-            listeners = Listeners(listener_configs(settings, app), drain=app.state.drain)
-            serving = asyncio.create_task(listeners.serve())
-            while not listeners.started and not serving.done():
-                await asyncio.sleep(0.05)
-            if serving.done():
-                await serving
-                return 1
-            assert settings.admin_token is not None
-            embeddings_hint = (
-                f"embeddings (backend {embedder.url}): the same URL with the model {EMBEDDING_MODEL_ID}\n"
-                'and the body {"text": ["the sea", "a lake"]}\n\n'
-                if embedder is not None
-                else ""
-            )
-            print(
-                f"\nedgerun is running: gateway http://127.0.0.1:{args.port} -> backend http://127.0.0.1:{backend_port}\n"
-                f"development key (tenant {DEV_TENANT!r}, account {DEV_ACCOUNT!r}): {secret}\n"
-                f"admin API and /metrics: http://127.0.0.1:{args.admin_port}\n"
-                f"admin token: {settings.admin_token.get_secret_value()}\n"
-                f"store: {settings.sqlite_path} (what `edgerun billing export` and `edgerun keys` read by default)\n"
-                f"usage dashboard: http://127.0.0.1:{args.admin_port}/dashboard (log in with the admin token); "
-                f"http://127.0.0.1:{args.port}/dashboard with the development key (its tenant alone)\n\n"
-                f"try:\n\n  {curl_line(args.port, secret)}\n\n{embeddings_hint}"
-                '(add "stream": true for server-sent events; OpenAI clients use base URL '
-                f"http://127.0.0.1:{args.port}/client/v4/accounts/{DEV_ACCOUNT}/ai/v1)\n"
-                "Ctrl-C stops them all.\n",
-                flush=True,
-            )
-            await serving
+
+            def announce() -> None:
+                print(banner(args, settings, secret, embedder, backend_port), flush=True)
+
+            if args.workers > 1:
+                await store.aclose()  # the workers open their own (gateway/store/embedded_shared.py)
+                return await serve_workers(args, settings, announce)
+            return await serve_in_process(settings, store, announce)
         finally:
             await store.aclose()
     finally:
         backend.stop(timeout_s=15)
         if embedder is not None:
             embedder.stop(timeout_s=15)
+
+
+def dev_settings(
+    args: argparse.Namespace, backend_key: str, models: list[ModelSpec], backends: list[Any]
+) -> GatewaySettings:
+    store_path = {"sqlite_path": args.sqlite_path} if args.sqlite_path else {}
+    return GatewaySettings(
+        port=args.port,
+        **store_path,
+        redis_url=None,
+        admin_token=SecretStr(secrets.token_urlsafe(32)),
+        admin_port=args.admin_port,
+        backend_api_key=SecretStr(backend_key),
+        models=models,
+        backends=backends,
+        log_level=args.log_level,
+        workers=args.workers,
+    )
+
+
+async def serve_in_process(settings: GatewaySettings, store: Store, announce: Callable[[], None]) -> int:
+    """The gateway on this process's event loop, until Ctrl-C / SIGTERM."""
+    app = create_app(settings, store=store)
+    listeners = Listeners(listener_configs(settings, app), drain=app.state.drain)
+    serving = asyncio.create_task(listeners.serve())
+    while not listeners.started and not serving.done():
+        await asyncio.sleep(0.05)
+    if serving.done():
+        await serving
+        return 1
+    announce()
+    await serving
     return 0
+
+
+def worker_env(settings: GatewaySettings) -> dict[str, str]:
+    """The EDGERUN_* variables that give `edgerun serve` children this run's settings (they get
+    these and no other EDGERUN_* of this shell: the store is this run's SQLite file, never Redis)."""
+    assert settings.admin_token is not None and settings.backend_api_key is not None
+    dumped = settings.model_dump(mode="json", include={"models", "backends"})
+    return {
+        "EDGERUN_MODELS": json.dumps(dumped["models"]),
+        "EDGERUN_BACKENDS": json.dumps(dumped["backends"]),
+        "EDGERUN_SQLITE_PATH": settings.sqlite_path,
+        "EDGERUN_ADMIN_TOKEN": settings.admin_token.get_secret_value(),
+        "EDGERUN_BACKEND_API_KEY": settings.backend_api_key.get_secret_value(),
+    }
+
+
+async def serve_workers(args: argparse.Namespace, settings: GatewaySettings, announce: Callable[[], None]) -> int:
+    """`edgerun serve --workers N` as a child (N processes on the port sharing the SQLite file),
+    until it exits or Ctrl-C / SIGTERM stops it (it drains, as a lone gateway does)."""
+    options = ["--workers", str(args.workers), "--admin-port", str(args.admin_port), "--log-level", args.log_level]
+    gateway = ChildProcess.spawn(
+        "the gateway", "serve", options, port=args.port, env=worker_env(settings), inherit_output=True
+    )
+    try:
+        await asyncio.to_thread(gateway.wait_ready, "/healthz", 120.0)
+        announce()
+        return await asyncio.to_thread(gateway.process.wait)
+    except ProcessError as exc:
+        print(exc, flush=True)
+        return 1
+    finally:
+        gateway.stop(timeout_s=40)
+
+
+def banner(
+    args: argparse.Namespace, settings: GatewaySettings, secret: str, embedder: ChildProcess | None, backend_port: int
+) -> str:
+    assert settings.admin_token is not None
+    embeddings_hint = (
+        f"embeddings (backend {embedder.url}): the same URL with the model {EMBEDDING_MODEL_ID}\n"
+        'and the body {"text": ["the sea", "a lake"]}\n\n'
+        if embedder is not None
+        else ""
+    )
+    workers = f" ({args.workers} worker processes sharing the store)" if args.workers > 1 else ""
+    return (
+        f"\nedgerun is running: gateway http://127.0.0.1:{args.port} -> backend http://127.0.0.1:{backend_port}{workers}\n"
+        f"development key (tenant {DEV_TENANT!r}, account {DEV_ACCOUNT!r}): {secret}\n"
+        f"admin API and /metrics: http://127.0.0.1:{args.admin_port}\n"
+        f"admin token: {settings.admin_token.get_secret_value()}\n"
+        f"store: {settings.sqlite_path} (what `edgerun billing export` and `edgerun keys` read by default)\n"
+        f"usage dashboard: http://127.0.0.1:{args.admin_port}/dashboard (log in with the admin token); "
+        f"http://127.0.0.1:{args.port}/dashboard with the development key (its tenant alone)\n\n"
+        f"try:\n\n  {curl_line(args.port, secret)}\n\n{embeddings_hint}"
+        '(add "stream": true for server-sent events; OpenAI clients use base URL '
+        f"http://127.0.0.1:{args.port}/client/v4/accounts/{DEV_ACCOUNT}/ai/v1)\n"
+        "Ctrl-C stops them all.\n"
+    )
 
 
 def logging_options(args: argparse.Namespace) -> dict[str, object]:

@@ -21,7 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--region", help="this gateway's region (default: settings.region)")
     parser.add_argument("--log-level", help="debug, info, warning, error")
     parser.add_argument(
-        "--workers", type=int, help="gateway processes sharing the port (default: settings.workers, 1; >1 needs Redis)"
+        "--workers", type=int, help="gateway processes sharing the port and the store (default: settings.workers, 1)"
     )
     parser.add_argument("--worker-index", type=int, help=argparse.SUPPRESS)  # set by the supervisor
 

@@ -3,8 +3,10 @@
 Each worker is a whole `edgerun serve` (`--worker-index i`): its own event loop, app lifespan and
 background tasks, binding the port with SO_REUSEPORT so the kernel spreads new connections over
 the workers (gateway/http/listeners.py). Everything the workers must agree on goes through the
-Redis store, exactly as for gateway replicas on several machines: keys and limits, budgets,
-in-flight counts, sessions, the prefix index, the ledger (idempotent by request id). What each
+shared store, exactly as for gateway replicas on several machines: keys and limits, budgets,
+request slots, in-flight counts, sessions, the prefix index, the ledger (idempotent by request
+id). That store is Redis when `EDGERUN_REDIS_URL` is set, else the embedded store's SQLite file
+in its shared mode (gateway/store/embedded_shared.py: WAL, one transaction per check-and-change). What each
 worker keeps to itself is what a replica keeps: its health view of the backends (each polls
 them), its tokenizer cache, its /metrics counters, its connection caps (`max_connections`,
 `backend_max_connections` are per process). KV events drained by one worker's poll land in the

@@ -27,6 +27,10 @@ class GatewaySettings(TomlSettings):
     # The embedded store re-reads tenants and keys that another process (`edgerun keys revoke` on the
     # same file) committed, at most this long after the last check: the staleness of a CLI revocation.
     sqlite_refresh_s: float = Field(default=0.5, gt=0, le=1.0)
+    # Keep limits, budgets, request slots, in-flight counts, sessions and the prefix index in the
+    # SQLite file rather than in this process's memory, so several gateway processes on this machine
+    # can share them (gateway/store/embedded_shared.py). Always on when workers > 1 without Redis.
+    sqlite_shared: bool = False
     key_prefix: str = Field(default="edgerun:", min_length=1)  # namespace of every Redis key
     replica_id: str | None = None  # names this replica's in-flight counters; None: host-pid-random
     session_ttl_s: float = Field(default=1800.0, gt=0)  # x-session-affinity -> backend stickiness
@@ -37,8 +41,8 @@ class GatewaySettings(TomlSettings):
 
     # --- HTTP gateway (gateway/http/app.py and the services it builds) ---
     # Gateway processes serving `port` together (`edgerun serve --workers N`, cli/workers.py), each
-    # binding it with SO_REUSEPORT. More than one needs the Redis store: the embedded store keeps
-    # limits, budgets and in-flight counts in one process's memory.
+    # binding it with SO_REUSEPORT. They share the store: Redis, or the SQLite file (WAL) of the
+    # embedded store in its shared mode (`sqlite_shared`).
     workers: int = Field(default=1, ge=1, le=256)
     # Set by the supervisor for each worker (0..workers-1); named in the `x-edgerun-worker` response
     # header. None: a lone gateway process.
@@ -177,11 +181,10 @@ class GatewaySettings(TomlSettings):
 
     @model_validator(mode="after")
     def _workers_share_a_store(self) -> GatewaySettings:
-        if self.workers > 1 and self.redis_url is None:
+        if self.workers > 1 and self.redis_url is None and self.sqlite_path == ":memory:":
             raise ValueError(
-                f"workers={self.workers} needs the Redis store (EDGERUN_REDIS_URL): the embedded store keeps "
-                "rate limits, budgets and in-flight counts in one process's memory, so each worker would "
-                "allow the whole limit again; run one worker, or point the gateway at Redis"
+                f"workers={self.workers} share the embedded store through its SQLite file: give a file "
+                "(EDGERUN_SQLITE_PATH), not ':memory:', or point the gateway at Redis (EDGERUN_REDIS_URL)"
             )
         if self.workers > 1 and self.port == 0:
             raise ValueError("workers > 1 share one port: give a port (not 0)")

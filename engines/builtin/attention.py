@@ -4,12 +4,14 @@ One cache tensor per layer, shaped [num_blocks, block_size, 2, num_kv_heads, hea
 position side by side, so the new k/v rows of a step are written with one index_copy_). A token at
 position `pos` of a sequence lives in slot `block_table[pos // block_size] * block_size + pos % block_size`.
 
-Rows of a packed batch are ordered decodes first (items with one new token), then prefill chunks.
-Decodes run as one batched SDPA call over their gathered blocks (padded to the longest context and
-masked; grouped-query attention needs no copies of k/v there: the query heads sharing a kv head are
-folded into the query-length axis). Each prefill chunk runs alone, causal inside the chunk and fully
-attending to its cached prefix, with SDPA's own grouped-query support (4-D inputs, so that the CPU
-flash-attention kernel runs it).
+Rows of a packed batch are ordered decodes first (items with one new token, shortest context first),
+then prefill chunks. Decodes run in groups of similar context length, one batched SDPA call per group
+over its gathered blocks (padded to the group's longest context and masked; grouped-query attention
+needs no copies of k/v there: the query heads sharing a kv head are folded into the query-length
+axis). Grouping keeps one long sequence from padding every short one to its length: four 60-token
+streams next to one 1,500-token prompt gathered and attended 7,500 keys a layer instead of 1,740.
+Each prefill chunk runs alone, causal inside the chunk and fully attending to its cached prefix, with
+SDPA's own grouped-query support (4-D inputs, so that the CPU flash-attention kernel runs it).
 """
 
 from __future__ import annotations
@@ -33,12 +35,19 @@ class PrefillChunk:
 
 
 @dataclass(slots=True)
+class DecodeGroup:
+    start: int  # rows [start, end) of the packed batch: single-token items of similar context length
+    end: int
+    block_tables: Tensor | slice  # [B, max_blocks] long, padded with block 0; a run when B == 1
+    num_context: int  # keys per row: the group's longest context
+    mask: Tensor | None  # [B, 1, 1, num_context] bool; None when every row uses all keys
+
+
+@dataclass(slots=True)
 class AttentionMetadata:
     slot_mapping: Tensor  # [T] long: cache slot of each new token
     num_decodes: int  # rows [0, num_decodes) are single-token items
-    decode_block_tables: Tensor | slice | None  # [B, max_blocks] long, padded with block 0; a run when B == 1
-    decode_context: int  # keys per decode row: the longest decode context
-    decode_mask: Tensor | None  # [B, 1, 1, decode_context] bool; None when every row uses all keys
+    decode_groups: list[DecodeGroup]  # covering rows [0, num_decodes) in order
     prefills: list[PrefillChunk]
 
 
@@ -80,13 +89,19 @@ def paged_attention(q: Tensor, kv_cache: Tensor, meta: AttentionMetadata) -> Ten
 
 
 def decode_attention(q: Tensor, kv_cache: Tensor, meta: AttentionMetadata) -> Tensor:
+    # q: [num_decodes, H*hd], one token per sequence -> [num_decodes, H*hd]
+    outs = [decode_group_attention(q[group.start : group.end], kv_cache, group) for group in meta.decode_groups]
+    return outs[0] if len(outs) == 1 else torch.cat(outs)
+
+
+def decode_group_attention(q: Tensor, kv_cache: Tensor, group: DecodeGroup) -> Tensor:
     # q: [B, H*hd], one token per sequence -> [B, H*hd]
     num_seqs = q.shape[0]
     _, _, _, kh, hd = kv_cache.shape
-    kv = read_blocks(kv_cache, meta.decode_block_tables).view(num_seqs, -1, 2, kh, hd)[:, : meta.decode_context]  # [B, L, 2, KH, hd]
+    kv = read_blocks(kv_cache, group.block_tables).view(num_seqs, -1, 2, kh, hd)[:, : group.num_context]  # [B, L, 2, KH, hd]
     k, v = kv[:, :, 0].transpose(1, 2), kv[:, :, 1].transpose(1, 2)  # [B, KH, L, hd]
     q = q.view(num_seqs, kh, -1, hd)  # [B, KH, G, hd]: the G query heads of a kv head act as G queries
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=meta.decode_mask)  # [B, KH, G, hd]
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=group.mask)  # [B, KH, G, hd]
     return out.reshape(num_seqs, -1)
 
 

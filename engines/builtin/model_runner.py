@@ -19,6 +19,7 @@ from torch import Tensor
 
 from engines.builtin.attention import (
     AttentionMetadata,
+    DecodeGroup,
     PrefillChunk,
     allocate_kv_caches,
 )
@@ -30,6 +31,11 @@ from engines.builtin.tokenizer import Tokenizer
 from engines.builtin.weights import LlamaWeights
 
 logger = logging.getLogger(__name__)
+
+# A decode joins the current attention group (contexts ascending) while padding the group's rows to
+# its context adds at most this many keys; past that it starts a group of its own. One more SDPA call
+# per layer costs about what attending a few hundred padded keys does on a CPU core.
+MAX_GROUP_PADDING = 256
 
 
 @dataclass(slots=True)
@@ -132,7 +138,8 @@ class ModelRunner:
         if not items:
             raise ValueError("execute() needs at least one item")
         bs = self.block_size
-        decodes = [i for i, item in enumerate(items) if len(item.token_ids) == 1]  # verify rows run as chunks
+        # verify rows run as chunks; decodes go shortest context first, so similar ones share an attention group
+        decodes = sorted((i for i, item in enumerate(items) if len(item.token_ids) == 1), key=lambda i: items[i].start_pos)
         prefills = [i for i, item in enumerate(items) if len(item.token_ids) > 1]
         if len(decodes) + len(prefills) != len(items):
             raise ValueError("every ForwardItem needs at least one token")
@@ -150,7 +157,7 @@ class ModelRunner:
             slots.append(item.block_table[pos // bs] * bs + pos % bs)
             logit_rows[i] = [row]
             item_rows[i] = (row, row + 1)
-        decode_tables, decode_context, decode_mask = self.prepare_decode_tables([items[i] for i in decodes])
+        decode_groups = self.prepare_decode_groups([items[i] for i in decodes])
         chunks = []
         row = len(decodes)
         for i in prefills:
@@ -168,28 +175,38 @@ class ModelRunner:
         meta = AttentionMetadata(
             slot_mapping=self.to_tensor(slots),
             num_decodes=len(decodes),
-            decode_block_tables=decode_tables,
-            decode_context=decode_context,
-            decode_mask=decode_mask,
+            decode_groups=decode_groups,
             prefills=chunks,
         )
         logit_indices = self.to_tensor([r for rows in logit_rows for r in rows])
         return PreparedBatch(self.to_tensor(token_ids), self.to_tensor(positions), logit_indices, item_rows, meta)
 
-    def prepare_decode_tables(self, items: list[ForwardItem]) -> tuple[Tensor | slice | None, int, Tensor | None]:
-        # -> block tables [B, max_blocks] (padded with block 0), longest context, mask [B, 1, 1, L] or None
-        if not items:
-            return None, 0, None
+    def prepare_decode_groups(self, items: list[ForwardItem]) -> list[DecodeGroup]:
+        # items: the decodes in row order, shortest context first -> groups of consecutive rows
+        groups: list[DecodeGroup] = []
+        start = 0
+        for end in range(1, len(items) + 1):
+            if end < len(items):
+                longest, following = items[end - 1].start_pos + 1, items[end].start_pos + 1
+                if (end - start) * (following - longest) <= MAX_GROUP_PADDING:
+                    continue
+            groups.append(self.prepare_decode_group(start, items[start:end]))
+            start = end
+        return groups
+
+    def prepare_decode_group(self, start: int, items: list[ForwardItem]) -> DecodeGroup:
+        # -> block tables [B, max_blocks] (padded with block 0), the longest context, mask [B, 1, 1, L] or None
         context = [item.start_pos + 1 for item in items]
         longest = max(context)
         num_blocks = math.ceil(longest / self.block_size)
+        end = start + len(items)
         if len(items) == 1:
-            return self.prepare_blocks(items[0].block_table[:num_blocks]), longest, None
+            return DecodeGroup(start, end, self.prepare_blocks(items[0].block_table[:num_blocks]), longest, None)
         tables = [item.block_table[:num_blocks] + [0] * (num_blocks - len(item.block_table[:num_blocks])) for item in items]
         mask = None
         if min(context) != longest:
             mask = (torch.arange(longest) < torch.tensor(context)[:, None])[:, None, None, :].to(self.device)
-        return self.to_tensor(tables), longest, mask
+        return DecodeGroup(start, end, self.to_tensor(tables), longest, mask)
 
     def prepare_blocks(self, table: list[int]) -> Tensor | slice:
         # one sequence's blocks: a slice when they are a contiguous run (read as a view, no gather)

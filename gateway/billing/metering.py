@@ -18,15 +18,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 import structlog
 
 from contracts.usage import Usage
 from gateway.billing.rules import billable_usage
 from gateway.billing.spool import LedgerSpool
-from gateway.context import Principal
+from gateway.context import RequestContext
 from gateway.errors import BudgetExhausted
 from gateway.metrics import GatewayMetrics
 from gateway.store.base import Store
@@ -47,17 +46,11 @@ class Reservation:
 
 @dataclass(slots=True)
 class MeteredRequest:
-    """What metering needs to know about one request, filled in as it runs."""
+    """What metering adds to a request's context, filled in as it runs."""
 
-    request_id: str
-    principal: Principal
-    model_id: str
-    session_id: str | None
-    started_at: float
+    ctx: RequestContext  # who, which model, when: the record's identity
     prompt_tokens: int
-    tokens_estimate: int  # what admission counted against the key's tpm
     reservation: Reservation | None = None
-    metadata: dict[str, Any] = field(default_factory=dict)
     ttft_s: float | None = None  # arrival -> first generated text; None: no text was generated
     itl_s: float | None = None  # mean gap between generated tokens after the first
 
@@ -85,11 +78,11 @@ class Metering:
     async def reserve(self, request: MeteredRequest, max_tokens: int) -> None:
         """Reserve the worst-case cost against the tenant's monthly budget, or refuse the request."""
         worst = Usage(prompt_tokens=request.prompt_tokens, completion_tokens=max_tokens, cached_tokens=0)
-        amount, _ = self.cost(request.model_id, worst)
-        tenant = request.principal.tenant
+        amount, _ = self.cost(request.ctx.model_id, worst)
+        tenant = request.ctx.principal.tenant
         if amount == 0 and tenant.monthly_budget_micro is None:
             return
-        month = time.strftime("%Y-%m", time.gmtime(request.started_at))
+        month = time.strftime("%Y-%m", time.gmtime(request.ctx.arrived_at))
         decision = await self.store.reserve_budget(tenant.id, month, amount, tenant.monthly_budget_micro)
         if not decision.allowed:
             raise BudgetExhausted(
@@ -112,27 +105,28 @@ class Metering:
         Returns False when a record with this request id already existed (nothing written twice).
         """
         billable = billable_usage(status, usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens)
+        ctx = request.ctx
         cost, version = self.cost(
-            request.model_id, Usage(billable.prompt_tokens, billable.completion_tokens, billable.cached_tokens)
+            ctx.model_id, Usage(billable.prompt_tokens, billable.completion_tokens, billable.cached_tokens)
         )
         record = UsageRecord(
-            request_id=request.request_id,
-            tenant_id=request.principal.tenant.id,
-            account_id=request.principal.account_id,
-            key_id=request.principal.key.id,
-            model=request.model_id,
+            request_id=ctx.request_id,
+            tenant_id=ctx.tenant_id,
+            account_id=ctx.principal.account_id,
+            key_id=ctx.principal.key.id,
+            model=ctx.model_id,
             region=region,
             backend_id=backend_id,
-            session_id=request.session_id,
-            started_at=request.started_at,
-            ended_at=max(request.started_at, time.time()),
+            session_id=ctx.session_id,
+            started_at=ctx.arrived_at,
+            ended_at=max(ctx.arrived_at, time.time()),
             status=status,
             prompt_tokens=usage.prompt_tokens,
             cached_tokens=min(usage.cached_tokens, usage.prompt_tokens),
             completion_tokens=usage.completion_tokens,
             price_version=version,
             cost_micro=cost,
-            metadata=request.metadata,
+            metadata=dict(ctx.metadata),
             ttft_s=request.ttft_s,
             itl_s=request.itl_s,
         )
@@ -142,10 +136,10 @@ class Metering:
             reservation.settled = True
             try:
                 await self.store.settle_budget(
-                    request.principal.tenant.id, reservation.month, reservation.amount_micro, cost
+                    ctx.tenant_id, reservation.month, reservation.amount_micro, cost
                 )
             except Exception as exc:  # the record is safe; the reservation stays counted (over, never under)
-                log.warning("settling the budget failed", request_id=request.request_id, error=repr(exc))
+                log.warning("settling the budget failed", request_id=ctx.request_id, error=repr(exc))
         return written
 
     async def _append(self, record: UsageRecord) -> bool:
@@ -170,4 +164,4 @@ class Metering:
         reservation = request.reservation
         if reservation is not None and not reservation.settled:
             reservation.settled = True
-            await self.store.settle_budget(request.principal.tenant.id, reservation.month, reservation.amount_micro, 0)
+            await self.store.settle_budget(request.ctx.tenant_id, reservation.month, reservation.amount_micro, 0)

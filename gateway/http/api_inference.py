@@ -12,7 +12,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.context import Principal
+from gateway.context import Principal, RequestContext
 from gateway.errors import InvalidInput
 from gateway.fleet.catalog import EMBEDDING_TASK, ModelSpec
 from gateway.http import envelopes, render, responses
@@ -20,7 +20,7 @@ from gateway.http.body import read_json_object
 from gateway.http.envelopes import JSONBytes
 from gateway.http.strict_json import JSONRejected, loads_strict
 from gateway.pipeline.embedding_input import MAX_TEXTS, parse_openai_embedding, parse_workers_ai_embedding
-from gateway.pipeline.generation import Generation, RequestMeta
+from gateway.pipeline.generation import Generation
 from gateway.pipeline.model_schema import text_embeddings_schema, text_generation_schema
 from gateway.pipeline.routing import EXPLAIN_REQUEST_HEADER, EXPLAIN_RESPONSE_HEADER
 from gateway.pipeline.schemas import (
@@ -102,7 +102,7 @@ def parse_metadata(raw: str) -> dict[str, Any]:
 
 async def _authenticate(request: Request) -> Principal:
     """The calling key's tenant, which must own the account in the URL."""
-    request.state.started_perf = time.perf_counter()
+    request.state.arrived_perf, request.state.arrived_at = time.perf_counter(), time.time()
     principal = await services(request).auth.authenticate(
         request.headers.get("authorization"), request.path_params["account_id"]
     )
@@ -132,13 +132,15 @@ def _model(request: Request, principal: Principal, model_id: str) -> ModelSpec:
     return model
 
 
-def _meta(request: Request, principal: Principal, model: ModelSpec) -> RequestMeta:
-    return RequestMeta(
+def _context(request: Request, principal: Principal, model: ModelSpec) -> RequestContext:
+    """The request's one context (gateway/context.py), built once its caller and model are known."""
+    return RequestContext(
         request_id=request.state.request_id,
         principal=principal,
         model=model,
         session_id=session_id(request),
-        started_perf=request.state.started_perf,
+        arrived_perf=request.state.arrived_perf,
+        arrived_at=request.state.arrived_at,
         metadata=metadata(request),
     )
 
@@ -150,11 +152,11 @@ async def run_model(request: Request) -> Response:
     model = _model(request, principal, request.path_params["model"])
     if model.task == EMBEDDING_TASK:
         texts = parse_workers_ai_embedding(await _body(request))
-        embedded = await g.embedder.embed(_meta(request, principal, model), texts)
+        embedded = await g.embedder.embed(_context(request, principal, model), texts)
         request.state.backend = embedded.endpoint.id
         return JSONBytes(envelopes.workers_ai_success(envelopes.workers_ai_embeddings(embedded.vectors)))
     inp = parse_workers_ai(await _body(request))
-    generation = await g.generator.start(_meta(request, principal, model), inp)
+    generation = await g.generator.start(_context(request, principal, model), inp)
     request.state.backend = generation.endpoint.id
     return _explained(request, generation, await render.workers_ai_response(generation, inp, request.receive))
 
@@ -167,7 +169,7 @@ async def _openai(request: Request, *, chat: bool) -> Response:
     if model.task == EMBEDDING_TASK:
         raise InvalidInput(f"{model.id} is an embedding model: send it to /ai/v1/embeddings", param="model")
     inp = parse_chat_completions(body) if chat else parse_completions(body)
-    generation = await g.generator.start(_meta(request, principal, model), inp)
+    generation = await g.generator.start(_context(request, principal, model), inp)
     request.state.backend = generation.endpoint.id
     response = await render.openai_response(generation, inp, request.receive, chat=chat)
     return _explained(request, generation, response)
@@ -191,7 +193,7 @@ async def embeddings(request: Request) -> Response:
     if model.task != EMBEDDING_TASK:
         raise InvalidInput(f"{model.id} is a {model.task} model, not an embedding model", param="model")
     texts, encoding = parse_openai_embedding(body)
-    embedded = await g.embedder.embed(_meta(request, principal, model), texts)
+    embedded = await g.embedder.embed(_context(request, principal, model), texts)
     request.state.backend = embedded.endpoint.id
     answer = envelopes.openai_embeddings(model.id, embedded.vectors, embedded.usage, base64=encoding == "base64")
     return JSONBytes(answer)
@@ -206,7 +208,7 @@ async def create_response(request: Request) -> Response:
     if model.task == EMBEDDING_TASK:
         raise InvalidInput(f"{model.id} is an embedding model: send it to /ai/v1/embeddings", param="model")
     inp = parse_responses(body)
-    generation = await g.generator.start(_meta(request, principal, model), inp.generation)
+    generation = await g.generator.start(_context(request, principal, model), inp.generation)
     request.state.backend = generation.endpoint.id
     return _explained(request, generation, await responses.responses_response(generation, inp, request.receive))
 

@@ -114,7 +114,7 @@ async def workers_ai_response(generation: Generation, inp: GenerationInput, rece
 
 
 def _completion_id(generation: Generation, chat: bool) -> str:
-    return f"{'chatcmpl' if chat else 'cmpl'}-{generation.meta.request_id}"
+    return f"{'chatcmpl' if chat else 'cmpl'}-{generation.ctx.request_id}"
 
 
 async def openai_events(
@@ -151,7 +151,7 @@ def _openai_piece(stream: sse.OpenAIStream, piece: str | CallDelta) -> bytes:
 
 async def openai_response(generation: Generation, inp: GenerationInput, receive: Receive, *, chat: bool) -> Response:
     completion_id = _completion_id(generation, chat)
-    model = generation.meta.model.id
+    model = generation.ctx.model_id
     if inp.stream:
         encoder = sse.OpenAIStream(completion_id, generation.created, model, chat=chat, include_usage=inp.include_usage)
         return EventStream(openai_events(generation, encoder, inp.tools), generation.aclose)

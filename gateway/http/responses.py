@@ -65,11 +65,11 @@ class ResponseShape:
     def __init__(self, generation: Generation, inp: ResponsesInput) -> None:
         self.generation = generation
         self.inp = inp
-        self.response_id = f"resp_{generation.meta.request_id}"
+        self.response_id = f"resp_{generation.ctx.request_id}"
 
     def message_id(self, output_index: int) -> str:
         suffix = f"_{output_index}" if output_index else ""
-        return f"msg_{self.generation.meta.request_id}{suffix}"
+        return f"msg_{self.generation.ctx.request_id}{suffix}"
 
     def part(self, text: str) -> dict[str, Any]:
         return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
@@ -106,7 +106,7 @@ class ResponseShape:
             "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
             "instructions": self.inp.instructions,
             "max_output_tokens": self.inp.max_output_tokens,
-            "model": self.generation.meta.model.id,
+            "model": self.generation.ctx.model_id,
             "output": output,
             "parallel_tool_calls": parallel,
             "previous_response_id": None,

@@ -44,6 +44,7 @@ from backends.client import (
     Endpoint,
 )
 from contracts.usage import Usage
+from gateway.context import RequestContext
 from gateway.fleet.monitor import BackendMonitor
 from gateway.metrics import GatewayMetrics
 from gateway.pipeline.routing import Flight, Router
@@ -109,7 +110,13 @@ class Disaggregator:
         self.max_local_prefill_length = max_local_prefill_length
 
     async def open(
-        self, attempt: Attempt, route: RouteFn, pools: Pools, body: dict[str, Any], max_tokens: int, request_id: str
+        self,
+        ctx: RequestContext,
+        attempt: Attempt,
+        route: RouteFn,
+        pools: Pools,
+        body: dict[str, Any],
+        max_tokens: int,
     ) -> Opened:
         """Run the flow above; raises the last BackendError when no path produced a first byte."""
         if not pools.decode:
@@ -120,8 +127,8 @@ class Disaggregator:
         has_prefill = any(self.monitor.is_healthy(e.id) for e in pools.prefill)
         if uncached <= self.max_local_prefill_length or not has_prefill:
             reason = "short" if has_prefill else "no_prefill_backend"
-            log.info("prefilling locally", request_id=request_id, uncached=uncached, reason=reason)
-            endpoint, chunks = await self._stream(attempt, decode, body, "local", request_id)
+            log.info("prefilling locally", request_id=ctx.request_id, uncached=uncached, reason=reason)
+            endpoint, chunks = await self._stream(attempt, decode, body, "local")
             return Opened(decode, endpoint, chunks, disaggregated=False)
         prefill = await route(pools.prefill, 1)
         attempt.flights.append(prefill)
@@ -129,7 +136,7 @@ class Disaggregator:
         for context_endpoint in prefill.endpoints:
             for _ in range(1 + KV_GONE_RETRIES):
                 try:
-                    answer = await self._context(context_endpoint, body, request_id)
+                    answer = await self._context(context_endpoint, body, ctx)
                 except (BackendUnavailable, BackendTimeout, BackendOverloaded) as exc:
                     failures.append(exc)
                     break  # the next prefill backend
@@ -140,7 +147,7 @@ class Disaggregator:
                     return Opened(prefill, context_endpoint, _answer_chunks(answer), disaggregated=True)
                 try:
                     gen_body = generation_body(body, answer)
-                    endpoint, chunks = await self._stream(attempt, decode, gen_body, "generation", request_id)
+                    endpoint, chunks = await self._stream(attempt, decode, gen_body, "generation")
                 except BackendRejected as exc:
                     if exc.status != KV_GONE_STATUS:
                         raise
@@ -156,13 +163,13 @@ class Disaggregator:
             raise BackendUnavailable("no prefill backend to try")
         raise failures[-1]
 
-    async def _context(self, endpoint: Endpoint, body: dict[str, Any], request_id: str) -> ContextAnswer:
+    async def _context(self, endpoint: Endpoint, body: dict[str, Any], ctx: RequestContext) -> ContextAnswer:
         started = time.perf_counter()
         try:
-            answer = await self.client.context(endpoint, body, request_id)
+            answer = await self.client.context(endpoint, body, ctx.request_id)
         except BackendError as exc:
             self.metrics.disagg_steps.labels("context", endpoint.id, "error").inc()
-            log.warning("context step failed", request_id=request_id, backend=endpoint.id, error=exc.message)
+            log.warning("context step failed", request_id=ctx.request_id, backend=endpoint.id, error=exc.message)
             self.monitor.record_error(exc)
             if isinstance(exc, BackendUnavailable):
                 self.monitor.mark_unhealthy(endpoint.id, "failed a context step")
@@ -172,24 +179,25 @@ class Disaggregator:
         self.monitor.record_success(endpoint.id)  # a prefill backend's failures count in a row only
         self.metrics.disagg_context_seconds.observe(elapsed)
         log.info(
-            "context step", request_id=request_id, backend=endpoint.id, ms=round(elapsed * 1e3, 1),
+            "context step", request_id=ctx.request_id, backend=endpoint.id, ms=round(elapsed * 1e3, 1),
             cached=answer.usage.cached_tokens, prompt=answer.usage.prompt_tokens, finish=answer.finish_reason,
         )
         return answer
 
     async def _stream(
-        self, attempt: Attempt, flight: Flight, body: dict[str, Any], step: str, request_id: str
+        self, attempt: Attempt, flight: Flight, body: dict[str, Any], step: str
     ) -> tuple[Endpoint, AsyncGenerator[CompletionChunk, None]]:
+        ctx = flight.ctx
         try:
             endpoint, chunks = await self.client.stream_with_failover(
-                flight.endpoints, body, attempt.on_failure(self.monitor.record_error), request_id
+                flight.endpoints, body, attempt.on_failure(self.monitor.record_error), ctx.request_id
             )
         except BackendError as exc:
             self.metrics.disagg_steps.labels(step, exc.endpoint_id or "", "error").inc()
-            log.warning(f"{step} step failed", request_id=request_id, error=exc.message)
+            log.warning(f"{step} step failed", request_id=ctx.request_id, error=exc.message)
             raise
         self.metrics.disagg_steps.labels(step, endpoint.id, "ok").inc()
-        log.info(f"{step} step streaming", request_id=request_id, backend=endpoint.id)
+        log.info(f"{step} step streaming", request_id=ctx.request_id, backend=endpoint.id)
         return endpoint, chunks
 
 

@@ -13,7 +13,6 @@ released. A client that leaves mid-request releases everything and is not billed
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import structlog
@@ -28,11 +27,12 @@ from backends.client import (
 )
 from contracts.usage import Usage
 from gateway.billing.metering import MeteredRequest, Metering
+from gateway.context import RequestContext
 from gateway.fleet.catalog import Catalog
 from gateway.fleet.monitor import BackendMonitor
 from gateway.pipeline.auth import Authenticator
 from gateway.pipeline.concurrency import TenantSlots
-from gateway.pipeline.generation import RequestMeta, backend_error_to_gateway, ledger_record, reconcile_tokens
+from gateway.pipeline.generation import backend_error_to_gateway, ledger_record, reconcile_tokens
 from gateway.pipeline.holds import Holds, Outcome
 from gateway.store.models import UsageStatus
 
@@ -69,16 +69,16 @@ class Embedder:
         self.client = client
         self.slots = slots
 
-    async def embed(self, meta: RequestMeta, texts: tuple[str, ...]) -> Embedded:
+    async def embed(self, ctx: RequestContext, texts: tuple[str, ...]) -> Embedded:
         """Each hold is pushed onto `Holds` as it is taken (as a generation's are) and settled once."""
-        holds = Holds(meta.request_id)
+        holds = Holds(ctx.request_id)
         estimate = tokens_upper_bound(texts)
         outcome = Outcome(Usage(0, 0, 0), "cancelled")  # until a backend answers or refuses
         try:
-            slot = await self.slots.acquire(meta.principal.tenant, meta.request_id)
+            slot = await self.slots.acquire(ctx.principal.tenant, ctx.request_id)
             if slot is not None:
                 holds.push("concurrency", lambda _: slot.release())
-            embedded, outcome = await self._embed(meta, texts, estimate, holds)
+            embedded, outcome = await self._embed(ctx, texts, estimate, holds)
             return embedded
         except BackendError as exc:
             outcome = _failure(exc, estimate)
@@ -87,28 +87,19 @@ class Embedder:
             await holds.settle(outcome)
 
     async def _embed(
-        self, meta: RequestMeta, texts: tuple[str, ...], estimate: int, holds: Holds
+        self, ctx: RequestContext, texts: tuple[str, ...], estimate: int, holds: Holds
     ) -> tuple[Embedded, Outcome]:
-        model = meta.model
-        await self.auth.admit_tokens(meta.principal, estimate)
-        holds.push("tokens", reconcile_tokens(self.auth, meta.principal, estimate))
-        metered = MeteredRequest(
-            request_id=meta.request_id,
-            principal=meta.principal,
-            model_id=model.id,
-            session_id=meta.session_id,
-            started_at=time.time(),
-            prompt_tokens=estimate,
-            tokens_estimate=estimate,
-            metadata=meta.metadata,
-        )
+        model = ctx.model
+        await self.auth.admit_tokens(ctx.principal, estimate)
+        holds.push("tokens", reconcile_tokens(self.auth, ctx.principal, estimate))
+        metered = MeteredRequest(ctx, prompt_tokens=estimate)
         await self.metering.reserve(metered, 0)
         holds.push("budget", ledger_record(self.metering, metered), final=True)  # the ledger record: written last
         body = {"model": model.backend_model, "input": list(texts), "encoding_format": "float"}
         failure: BackendError = BackendUnavailable(f"no backend serves {model.id}")
         for endpoint in self.monitor.healthy_first(self.catalog.endpoints(model.id)):
             try:
-                vectors, backend_usage = await self.client.embeddings(endpoint, body, meta.request_id)
+                vectors, backend_usage = await self.client.embeddings(endpoint, body, ctx.request_id)
             except BackendUnavailable as exc:  # never reached it: the next backend may answer
                 self.monitor.mark_unhealthy(endpoint.id, exc.message)
                 self.monitor.record_error(exc)

@@ -22,7 +22,6 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
 
 import anyio
 import structlog
@@ -40,7 +39,7 @@ from backends.client import (
 )
 from contracts.usage import Usage
 from gateway.billing.metering import MeteredRequest, Metering
-from gateway.context import Principal
+from gateway.context import Principal, RequestContext
 from gateway.errors import GatewayError, InternalError, InvalidInput, OutOfCapacity, RequestTimeout
 from gateway.fleet.catalog import Catalog, ModelSpec
 from gateway.fleet.monitor import BackendMonitor
@@ -58,18 +57,6 @@ from gateway.store.errors import StoreUnavailable
 from gateway.store.models import UsageStatus
 
 log = structlog.get_logger("edgerun.gateway.generation")
-
-
-@dataclass(frozen=True, slots=True)
-class RequestMeta:
-    """Who asked for what, from the HTTP layer."""
-
-    request_id: str
-    principal: Principal
-    model: ModelSpec
-    session_id: str | None
-    started_perf: float  # time.perf_counter() when the request arrived
-    metadata: dict[str, Any]
 
 
 def backend_error_to_gateway(exc: BackendError) -> GatewayError:
@@ -103,7 +90,6 @@ class Generation:
 
     def __init__(
         self,
-        meta: RequestMeta,
         metered: MeteredRequest,
         flight: Flight,
         endpoint: Endpoint,
@@ -113,7 +99,7 @@ class Generation:
         holds: Holds,
         watch: StreamWatch,
     ) -> None:
-        self.meta = meta
+        self.ctx = metered.ctx  # the request's one context
         self.metered = metered
         self.flight = flight
         self.endpoint = endpoint
@@ -140,12 +126,12 @@ class Generation:
         """Text deltas as they arrive; raises a GatewayError if the stream breaks midway."""
         status: UsageStatus = "cancelled"
         deadline_s = self._watch.deadline_s
-        deadline = self.meta.started_perf + deadline_s if deadline_s is not None else None
+        deadline = self.ctx.arrived_perf + deadline_s if deadline_s is not None else None
         try:
             async for chunk in self._chunks:
                 # a stalled backend hits the read timeout; one that trickles would go on for ever
                 if deadline is not None and time.perf_counter() > deadline:
-                    log.warning("request deadline reached", backend=self.endpoint.id, request_id=self.meta.request_id)
+                    log.warning("request deadline reached", backend=self.endpoint.id, request_id=self.ctx.request_id)
                     raise RequestTimeout(
                         f"Request timeout: the answer took longer than request_deadline_s ({deadline_s:g}s); "
                         "ask for fewer max_tokens or retry"
@@ -160,7 +146,7 @@ class Generation:
                     self._last_text_at = now = time.perf_counter()
                     if self._first_text_at is None:
                         self._first_text_at = now
-                        self._watch.metrics.ttft.labels(self.meta.model.id).observe(now - self.meta.started_perf)
+                        self._watch.metrics.ttft.labels(self.ctx.model.id).observe(now - self.ctx.arrived_perf)
                         await self._watch.first_token(self.flight)
                     self._parts.append(chunk.text)
                     yield chunk.text
@@ -211,11 +197,11 @@ class Generation:
         first, last = self._first_text_at, self._last_text_at
         if first is None or last is None:
             return
-        self.metered.ttft_s = round(first - self.meta.started_perf, 6)
+        self.metered.ttft_s = round(first - self.ctx.arrived_perf, 6)
         if usage.completion_tokens >= 2:
             itl = (last - first) / (usage.completion_tokens - 1)
             self.metered.itl_s = round(itl, 6)
-            self._watch.metrics.inter_token.labels(self.meta.model.id).observe(itl)
+            self._watch.metrics.inter_token.labels(self.ctx.model.id).observe(itl)
 
     async def _finish(self, status: UsageStatus) -> None:
         if self._finished:
@@ -224,13 +210,13 @@ class Generation:
         try:
             await self._chunks.aclose()  # type: ignore[attr-defined]  # drops the connection: the backend aborts
         except Exception:  # the record below must be written whatever the connection did
-            log.exception("closing the backend stream failed", request_id=self.meta.request_id)
+            log.exception("closing the backend stream failed", request_id=self.ctx.request_id)
         if status == "ok":
             self._watch.monitor.record_success(self.endpoint.id)
         usage = self._final_usage(status)
         self.usage = usage
         self._timings(usage)
-        metrics, model = self._watch.metrics, self.meta.model.id
+        metrics, model = self._watch.metrics, self.ctx.model.id
         metrics.tokens.labels(model, "prompt").inc(usage.prompt_tokens)
         metrics.tokens.labels(model, "completion").inc(usage.completion_tokens)
         metrics.cached_tokens.labels(model).inc(usage.cached_tokens)
@@ -284,25 +270,25 @@ class Generator:
     async def tokenizer(self, model: ModelSpec) -> ModelTokenizer:
         return await self.tokenizers.get(model, lambda: self.monitor.healthy_first(self.catalog.endpoints(model.id)))
 
-    async def start(self, meta: RequestMeta, inp: GenerationInput) -> Generation:
+    async def start(self, ctx: RequestContext, inp: GenerationInput) -> Generation:
         """Admit the request within its tenant's concurrency (429 at once when full), then open its
         stream. Each hold is pushed onto `Holds` as it is taken; the generation settles them once
         it is over, and a request that never opens settles what it took here."""
-        holds = Holds(meta.request_id)
-        slot = await self.slots.acquire(meta.principal.tenant, meta.request_id)
+        holds = Holds(ctx.request_id)
+        slot = await self.slots.acquire(ctx.principal.tenant, ctx.request_id)
         if slot is not None:
             holds.push("concurrency", lambda _: slot.release())
         try:
             async with self.setup.enter() as place:
-                return await self._set_up_and_open(meta, inp, place, holds)
+                return await self._set_up_and_open(ctx, inp, place, holds)
         except BaseException:
             await holds.settle(Outcome(Usage(0, 0, 0), "cancelled"))  # a no-op if the failure settled them
             raise
 
     async def _set_up_and_open(
-        self, meta: RequestMeta, inp: GenerationInput, place: Place, holds: Holds
+        self, ctx: RequestContext, inp: GenerationInput, place: Place, holds: Holds
     ) -> Generation:
-        model = meta.model
+        model = ctx.model
         tokenizer = await self.tokenizer(model)
         prompt_ids = await tokenizer.encode(inp.prompt, self.offload)
         max_tokens = inp.sampling.max_tokens
@@ -313,42 +299,25 @@ class Generator:
                 param="max_tokens",
             )
         estimate = len(prompt_ids) + max_tokens
-        await self.auth.admit_tokens(meta.principal, estimate)  # the request itself was counted on arrival
-        holds.push("tokens", reconcile_tokens(self.auth, meta.principal, estimate))
-        metered = MeteredRequest(
-            request_id=meta.request_id,
-            principal=meta.principal,
-            model_id=model.id,
-            session_id=meta.session_id,
-            started_at=time.time(),
-            prompt_tokens=len(prompt_ids),
-            tokens_estimate=estimate,
-            metadata=meta.metadata,
-        )
+        await self.auth.admit_tokens(ctx.principal, estimate)  # the request itself was counted on arrival
+        holds.push("tokens", reconcile_tokens(self.auth, ctx.principal, estimate))
+        metered = MeteredRequest(ctx, prompt_tokens=len(prompt_ids))
         attempt = Attempt()
         endpoints = self.catalog.endpoints(model.id)
 
         async def route(pool: list[Endpoint], num_output_tokens: int) -> Flight:
-            return await self.router.route(
-                tenant_id=meta.principal.tenant.id,
-                session_id=meta.session_id,
-                request_id=meta.request_id,
-                model=model,
-                endpoints=pool,
-                prompt_ids=prompt_ids,
-                max_tokens=num_output_tokens,
-            )
+            return await self.router.route(ctx, pool, prompt_ids, num_output_tokens)
 
         holds.push("budget", ledger_record(self.metering, metered), final=True)  # the ledger record: written last
         try:
             await self.metering.reserve(metered, max_tokens)
-            cache_salt = await self.router.salts.salt(meta.principal.tenant.id)
+            cache_salt = await self.router.salts.salt(ctx.tenant_id)
             body = {
                 "model": model.backend_model,
                 "prompt": prompt_ids,
                 **inp.sampling.backend_fields(),
                 "cache_salt": cache_salt,  # HMAC of the tenant id: not guessable (gateway/pipeline/tenant_salt.py)
-                "user": meta.request_id,
+                "user": ctx.request_id,
             }
             if model.return_token_ids:
                 body["return_token_ids"] = True
@@ -360,19 +329,19 @@ class Generator:
                 attempt.flights.append(flight)
                 place.leave()  # the setup is done: waiting for the backend holds no place
                 endpoint, chunks = await self.client.stream_with_failover(
-                    flight.endpoints, body, attempt.on_failure(self.monitor.record_error), meta.request_id,
+                    flight.endpoints, body, attempt.on_failure(self.monitor.record_error), ctx.request_id,
                     may_try=self.monitor.may_try,
                 )
             else:
                 place.leave()
-                opened = await self.disagg.open(attempt, route, pools, body, max_tokens, meta.request_id)
+                opened = await self.disagg.open(ctx, attempt, route, pools, body, max_tokens)
                 flight, endpoint, chunks = opened.flight, opened.endpoint, opened.chunks
         except BaseException as exc:
             for tried in attempt.flights:
                 holds.push("route", self._finish_flight(tried))
             await holds.settle(_failure(exc, metered, attempt.flights))
             if isinstance(exc, BackendError):
-                log.warning("no backend answered", error=exc.message, request_id=meta.request_id)
+                log.warning("no backend answered", error=exc.message, request_id=ctx.request_id)
                 raise backend_error_to_gateway(exc) from exc
             raise
         for other in attempt.flights:  # a disaggregated request's other step is over
@@ -380,14 +349,14 @@ class Generator:
                 await self.router.finished(other, success=True)
         holds.push("route", self._finish_flight(flight))
         watch = StreamWatch(self.metrics, self.monitor, self.may_count_first_token, self.deadline_s)
-        generation = Generation(meta, metered, flight, endpoint, chunks, tokenizer, max_tokens, holds, watch)
+        generation = Generation(metered, flight, endpoint, chunks, tokenizer, max_tokens, holds, watch)
         try:
             for failed in attempt.failed:  # the endpoints the client failed over, as it reported them
                 if failed.endpoint_id is not None:
                     self.monitor.mark_unhealthy(failed.endpoint_id, "failed before its first byte")
             await self.router.started(flight, endpoint)
         except StoreUnavailable as exc:  # bookkeeping only: the answer is on its way, let it through
-            log.warning("recording the route failed", error=exc.args[0], request_id=meta.request_id)
+            log.warning("recording the route failed", error=exc.args[0], request_id=ctx.request_id)
         except BaseException:  # the stream is open: close it and write its record
             await generation.aclose()
             raise

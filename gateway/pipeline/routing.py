@@ -31,8 +31,8 @@ from typing import Any
 import structlog
 
 from backends.client import Endpoint
+from gateway.context import RequestContext
 from gateway.errors import OutOfCapacity
-from gateway.fleet.catalog import ModelSpec
 from gateway.fleet.monitor import BackendMonitor
 from gateway.metrics import GatewayMetrics
 from gateway.pipeline.tenant_salt import TenantSalts
@@ -51,9 +51,9 @@ EXPLAIN_RESPONSE_HEADER = "x-edgerun-routing"
 class Flight:
     """One routed request's in-flight tokens, released exactly once."""
 
-    info: RouteInfo
+    ctx: RequestContext
+    info: RouteInfo  # what the policy saw (policies cannot import the context); given back to on_complete
     endpoints: list[Endpoint]  # the chosen backend first, then failover targets
-    hashes: list[int]
     expected_cached_tokens: int  # what the prefix index predicted for the chosen backend
     cache_salt: str  # the tenant's derived salt: the backend request's `cache_salt`
     backend_id: str  # where the tokens are counted now
@@ -67,6 +67,11 @@ class Flight:
     @property
     def chosen(self) -> Endpoint:
         return self.endpoints[0]
+
+    @property
+    def hashes(self) -> list[int]:
+        """The prompt's tenant-salted block chain (the one the backend's KV events report)."""
+        return list(self.info.block_hashes)
 
 
 class Router:
@@ -87,17 +92,11 @@ class Router:
         self.metrics = metrics
 
     async def route(
-        self,
-        *,
-        tenant_id: str,
-        session_id: str | None,
-        request_id: str,
-        model: ModelSpec,
-        endpoints: list[Endpoint],
-        prompt_ids: list[int],
-        max_tokens: int,
+        self, ctx: RequestContext, endpoints: list[Endpoint], prompt_ids: list[int], max_tokens: int
     ) -> Flight:
-        """Choose backends for one request and count its tokens in flight on the first choice."""
+        """Choose backends for one request (among `endpoints`, e.g. one disaggregated pool) and count
+        its `max_tokens` and prompt tokens in flight on the first choice."""
+        tenant_id, session_id, model = ctx.tenant_id, ctx.session_id, ctx.model
         cache_salt = await self.salts.salt(tenant_id)
         hashes = block_hashes(prompt_ids, model.block_size, cache_salt)
         # The lookups are independent: on Redis they run concurrently (one round trip of latency).
@@ -121,16 +120,7 @@ class Router:
             )
             for e in endpoints
         ]
-        info = RouteInfo(
-            tenant=tenant_id,
-            session_id=session_id,
-            request_id=request_id,
-            num_prompt_tokens=len(prompt_ids),
-            block_hashes=tuple(hashes),
-            num_output_tokens=max_tokens,
-            previous_backend_id=previous,
-            model=model.id,
-        )
+        info = route_info(ctx, hashes, len(prompt_ids), max_tokens, previous)
         ordered = self.order(candidates, info)
         if not ordered:  # every backend down or ejected: say when the first ejection runs out
             wait = self.monitor.outliers.retry_after_s(e.id for e in endpoints)
@@ -141,14 +131,14 @@ class Router:
         by_id = {e.id: e for e in endpoints}
         first = ordered[0]
         explanation = explain(self.policy, first, candidates, info)
-        log.debug("routing decision", request_id=request_id, policy=self.policy.name, explanation=explanation)
+        log.debug("routing decision", request_id=ctx.request_id, policy=self.policy.name, explanation=explanation)
         prefill = len(prompt_ids) - first.cached_prefix_tokens
         await self.store.add_inflight(first.id, prefill, max_tokens)
         self.metrics.routing_decisions.labels(self.policy.name, first.id).inc()
         return Flight(
+            ctx=ctx,
             info=info,
             endpoints=[by_id[c.id] for c in ordered],
-            hashes=hashes,
             expected_cached_tokens=first.cached_prefix_tokens,
             cache_salt=cache_salt,
             explanation=explanation,
@@ -193,8 +183,9 @@ class Router:
                 flight.backend_id = endpoint.id
                 await self.store.add_inflight(endpoint.id, flight.prefill_tokens, flight.decode_tokens)
         writes: list[Awaitable[Any]] = [self.store.record_prefix(endpoint.id, flight.hashes)] if flight.hashes else []
-        if flight.info.session_id:
-            writes.append(self.store.set_session(flight.info.tenant, flight.info.session_id, endpoint.id))
+        ctx = flight.ctx
+        if ctx.session_id:
+            writes.append(self.store.set_session(ctx.tenant_id, ctx.session_id, endpoint.id))
         await self._gather(writes)
 
     async def first_token(self, flight: Flight) -> None:
@@ -215,6 +206,22 @@ class Router:
             flight.prefill_tokens = flight.decode_tokens = 0
             await self.store.release_inflight(flight.backend_id, prefill, decode)
         self.policy.on_complete(flight.backend_id, flight.info, success=success)
+
+
+def route_info(
+    ctx: RequestContext, hashes: list[int], num_prompt_tokens: int, max_tokens: int, previous: str | None
+) -> RouteInfo:
+    """The policy's view of the request: its identity from the context, and what routing found."""
+    return RouteInfo(
+        tenant=ctx.tenant_id,
+        session_id=ctx.session_id,
+        request_id=ctx.request_id,
+        num_prompt_tokens=num_prompt_tokens,
+        block_hashes=tuple(hashes),
+        num_output_tokens=max_tokens,
+        previous_backend_id=previous,
+        model=ctx.model_id,
+    )
 
 
 def explain(policy: Policy, chosen: Candidate, candidates: list[Candidate], info: RouteInfo) -> str:

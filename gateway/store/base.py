@@ -1,6 +1,7 @@
 """The shared-state contract every gateway module codes against.
 
-Two implementations pass the same tests: `EmbeddedStore` (one process: memory + SQLite) and
+Three implementations pass the same tests: `EmbeddedStore` (one process: memory + SQLite),
+`SharedEmbeddedStore` (several gateway processes on one machine sharing the SQLite file) and
 `RedisStore` (several gateway replicas on one Redis). Open one with
 `gateway.store.open_store(settings)` and `await store.aclose()` at shutdown.
 

@@ -3,8 +3,9 @@
 Tenants and keys are read from SQLite at start and kept in memory (written through on change),
 so lookups never touch the disk. What another process commits to the file (`edgerun tenants|keys
 ...` without `--gateway`, on the file of a running gateway) is taken in on the first call at least
-`sqlite_refresh_s` (0.5 s) after the last check: one `PRAGMA data_version` on the worker thread
-tells whether anything changed; if so, tenants and keys are read again and merged (tenants and
+`sqlite_refresh_s` (0.5 s) after the last check: one read of the catalog version (which
+triggers raise on every tenant or key written, whoever writes it) on the worker thread tells
+whether anything changed; if so, tenants and keys are read again and merged (tenants and
 keys are only ever added, and a revocation only ever set, so merging never undoes a change made
 here meanwhile). A CLI revocation thus holds within that period plus one read. Limits, sessions, the prefix index and in-flight counters are
 memory only: after a restart they start empty, which costs at most one minute of rate-limit
@@ -17,6 +18,7 @@ into the next one together (one commit for many requests under load), and each `
 returns once its own record is committed, as before. A second process may read the same file
 (the busy timeout makes it wait for the writer) but must not serve traffic from it: limits,
 budgets and in-flight counts live in each process's memory, so two would allow twice the limits.
+Several serving processes use `SharedEmbeddedStore` (embedded_shared.py) on the file instead.
 """
 
 from __future__ import annotations
@@ -32,7 +34,17 @@ from typing import TypeVar
 from gateway.settings import GatewaySettings
 from gateway.store import apikeys
 from gateway.store.base import Store
-from gateway.store.checks import check_count, check_hashes, check_id, check_models, check_month, check_text
+from gateway.store.checks import (
+    check_count,
+    check_hashes,
+    check_id,
+    check_models,
+    check_month,
+    check_reservation,
+    check_settlement,
+    check_text,
+    check_tokens,
+)
 from gateway.store.errors import Conflict, NotFound, StoreUnavailable
 from gateway.store.limits import ALLOWED, WINDOW_MS, check_limit_args, refused, to_ms
 from gateway.store.memory import PrefixTable, TtlMap, WindowCounters
@@ -74,7 +86,7 @@ class EmbeddedStore(Store):
         self._ledger_writer: asyncio.Task[None] | None = None  # runs while the queue has records
         self._refresh_s = settings.sqlite_refresh_s
         self._is_file = settings.sqlite_path != ":memory:"  # nobody else can write to a memory database
-        self._data_version = self._db.data_version()
+        self._catalog_version = self._db.catalog_version()
         self._checked_at = time.monotonic()
         self._refreshing: asyncio.Task[None] | None = None
         self._closed = False
@@ -91,10 +103,10 @@ class EmbeddedStore(Store):
     async def _refresh(self) -> None:
         started = time.monotonic()
         try:
-            if await self._run(self._db.data_version) != self._data_version:
+            if await self._run(self._db.catalog_version) != self._catalog_version:
                 version, tenants, keys = await self._run(self._db.load_tenants_and_keys)
                 self._merge(tenants, keys)
-                self._data_version = version
+                self._catalog_version = version
             self._checked_at = started
         finally:
             self._refreshing = None
@@ -281,10 +293,7 @@ class EmbeddedStore(Store):
     async def reserve_budget(
         self, tenant_id: str, month: str, amount_micro: int, budget_micro: int | None
     ) -> BudgetDecision:
-        check_id("tenant id", tenant_id)
-        check_month(month)
-        check_count("amount_micro", amount_micro)
-        check_count("budget_micro", budget_micro, allow_none=True)
+        check_reservation(tenant_id, month, amount_micro, budget_micro)
         spent = self._budgets.get((tenant_id, month), 0)
         if budget_micro is not None and spent + amount_micro > budget_micro:
             return BudgetDecision(allowed=False, spent_micro=spent)
@@ -292,10 +301,7 @@ class EmbeddedStore(Store):
         return BudgetDecision(allowed=True, spent_micro=spent + amount_micro)
 
     async def settle_budget(self, tenant_id: str, month: str, reserved_micro: int, actual_micro: int) -> int:
-        check_id("tenant id", tenant_id)
-        check_month(month)
-        check_count("reserved_micro", reserved_micro)
-        check_count("actual_micro", actual_micro)
+        check_settlement(tenant_id, month, reserved_micro, actual_micro)
         spent = max(0, self._budgets.get((tenant_id, month), 0) + actual_micro - reserved_micro)
         await self._save_budget(tenant_id, month, spent)
         return spent
@@ -339,9 +345,7 @@ class EmbeddedStore(Store):
         self._change_inflight(backend_id, prefill_tokens, decode_tokens, sign=-1)
 
     def _change_inflight(self, backend_id: str, prefill_tokens: int, decode_tokens: int, sign: int) -> None:
-        check_text("backend id", backend_id)
-        check_count("prefill_tokens", prefill_tokens)
-        check_count("decode_tokens", decode_tokens)
+        check_tokens(backend_id, prefill_tokens, decode_tokens)
         counts = self._inflight.setdefault(backend_id, [0, 0])
         counts[0] = max(0, counts[0] + sign * prefill_tokens)
         counts[1] = max(0, counts[1] + sign * decode_tokens)

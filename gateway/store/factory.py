@@ -7,7 +7,9 @@ from gateway.store.base import Store
 
 
 def open_store(settings: GatewaySettings) -> Store:
-    """`RedisStore` when `settings.redis_url` is set, else `EmbeddedStore` on `settings.sqlite_path`.
+    """`RedisStore` when `settings.redis_url` is set; else, on `settings.sqlite_path`,
+    `SharedEmbeddedStore` when several processes serve from the file (`workers > 1` or
+    `sqlite_shared`), `EmbeddedStore` otherwise.
 
     Call it inside the app's lifespan and `await store.aclose()` when it ends. Redis connects on
     first use, so a wrong URL shows up as StoreUnavailable on the first call.
@@ -16,6 +18,10 @@ def open_store(settings: GatewaySettings) -> Store:
         from gateway.store.redis_store import RedisStore
 
         return RedisStore(settings)
+    if settings.workers > 1 or settings.sqlite_shared:
+        from gateway.store.embedded_shared import SharedEmbeddedStore
+
+        return SharedEmbeddedStore(settings)
     from gateway.store.embedded import EmbeddedStore
 
     return EmbeddedStore(settings)

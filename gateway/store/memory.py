@@ -90,21 +90,28 @@ class PrefixTable:
 
     def match(self, block_hashes: Sequence[int]) -> dict[str, int]:
         fresh_after = self._clock() - self._ttl_s
-        matched: dict[str, int] = {}
-        alive: set[str] | None = None  # backends holding every block so far
-        for i, h in enumerate(block_hashes):
-            holders = {b for b, seen in self._entries.get(h, {}).items() if seen > fresh_after}
-            if alive is None:
-                alive = holders
-            else:
-                for b in alive - holders:
-                    matched[b] = i
-                alive &= holders
-            if not alive:
-                break
-        for b in alive or ():
-            matched[b] = len(block_hashes)
-        return matched
+        return leading_runs(
+            block_hashes, lambda h: {b for b, seen in self._entries.get(h, {}).items() if seen > fresh_after}
+        )
+
+
+def leading_runs(block_hashes: Sequence[int], holders_of: Callable[[int], set[str]]) -> dict[str, int]:
+    """For each backend, how many leading blocks of the chain it holds (backends with 0 left out)."""
+    matched: dict[str, int] = {}
+    alive: set[str] | None = None  # backends holding every block so far
+    for i, h in enumerate(block_hashes):
+        holders = holders_of(h)
+        if alive is None:
+            alive = holders
+        else:
+            for b in alive - holders:
+                matched[b] = i
+            alive &= holders
+        if not alive:
+            break
+    for b in alive or ():
+        matched[b] = len(block_hashes)
+    return matched
 
 
 class WindowCounters:

@@ -35,7 +35,17 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from gateway.settings import GatewaySettings
 from gateway.store import apikeys, redis_scripts
 from gateway.store.base import Store
-from gateway.store.checks import check_count, check_hashes, check_id, check_models, check_month, check_text
+from gateway.store.checks import (
+    check_count,
+    check_hashes,
+    check_id,
+    check_models,
+    check_month,
+    check_reservation,
+    check_settlement,
+    check_text,
+    check_tokens,
+)
 from gateway.store.errors import Conflict, InvalidArgument, NotFound, StoreFull, StoreUnavailable
 from gateway.store.limits import ALLOWED, WINDOW_MS, check_limit_args, refused, to_ms
 from gateway.store.models import ApiKey, BudgetDecision, LimitDecision, Tenant, UsageRecord, new_tenant, to_us
@@ -279,10 +289,7 @@ class RedisStore(Store):
     async def reserve_budget(
         self, tenant_id: str, month: str, amount_micro: int, budget_micro: int | None
     ) -> BudgetDecision:
-        check_id("tenant id", tenant_id)
-        check_month(month)
-        check_count("amount_micro", amount_micro)
-        check_count("budget_micro", budget_micro, allow_none=True)
+        check_reservation(tenant_id, month, amount_micro, budget_micro)
         allowed, spent = await self._scripts["RESERVE_BUDGET"](
             keys=[self._names.budget(tenant_id, month)],
             args=[amount_micro, "" if budget_micro is None else budget_micro, _BUDGET_TTL_S],
@@ -291,10 +298,7 @@ class RedisStore(Store):
 
     @_redis_errors
     async def settle_budget(self, tenant_id: str, month: str, reserved_micro: int, actual_micro: int) -> int:
-        check_id("tenant id", tenant_id)
-        check_month(month)
-        check_count("reserved_micro", reserved_micro)
-        check_count("actual_micro", actual_micro)
+        check_settlement(tenant_id, month, reserved_micro, actual_micro)
         spent = await self._scripts["SETTLE_BUDGET"](
             keys=[self._names.budget(tenant_id, month)], args=[actual_micro - reserved_micro, _BUDGET_TTL_S]
         )
@@ -369,9 +373,7 @@ class RedisStore(Store):
 
     @_redis_errors
     async def _change_inflight(self, backend_id: str, prefill_tokens: int, decode_tokens: int, sign: int) -> None:
-        check_text("backend id", backend_id)
-        check_count("prefill_tokens", prefill_tokens)
-        check_count("decode_tokens", decode_tokens)
+        check_tokens(backend_id, prefill_tokens, decode_tokens)
         self._may_start_lease()
         await self._scripts["CHANGE_INFLIGHT"](
             keys=self._inflight_keys(),
@@ -380,9 +382,7 @@ class RedisStore(Store):
 
     @_redis_errors
     async def correct_inflight(self, backend_id: str, prefill_tokens: int, decode_tokens: int) -> None:
-        check_text("backend id", backend_id)
-        check_count("prefill_tokens", prefill_tokens)
-        check_count("decode_tokens", decode_tokens)
+        check_tokens(backend_id, prefill_tokens, decode_tokens)
         self._may_start_lease()
         await self._scripts["CORRECT_INFLIGHT"](
             keys=self._inflight_keys(),

@@ -36,6 +36,14 @@ CREATE TABLE IF NOT EXISTS usage (
 CREATE INDEX IF NOT EXISTS usage_by_time ON usage (ended_us, request_id);
 CREATE INDEX IF NOT EXISTS usage_by_tenant_time ON usage (tenant_id, ended_us, request_id);
 CREATE TABLE IF NOT EXISTS secrets (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS catalog_version (id INTEGER PRIMARY KEY CHECK (id = 0), version INTEGER NOT NULL);
+INSERT OR IGNORE INTO catalog_version VALUES (0, 0);
+CREATE TRIGGER IF NOT EXISTS tenant_added AFTER INSERT ON tenants
+    BEGIN UPDATE catalog_version SET version = version + 1; END;
+CREATE TRIGGER IF NOT EXISTS key_added AFTER INSERT ON api_keys
+    BEGIN UPDATE catalog_version SET version = version + 1; END;
+CREATE TRIGGER IF NOT EXISTS key_changed AFTER UPDATE ON api_keys
+    BEGIN UPDATE catalog_version SET version = version + 1; END;
 """
 
 
@@ -74,15 +82,16 @@ class Database:
             self._conn.execute("INSERT OR IGNORE INTO meta VALUES ('id', ?)", (secrets.token_hex(8),))
         return str(self._conn.execute("SELECT value FROM meta WHERE key = 'id'").fetchone()[0])
 
-    def data_version(self) -> int:
-        """Changes whenever another connection (another process: the CLI) committed to the file."""
-        return int(self._conn.execute("PRAGMA data_version").fetchone()[0])
+    def catalog_version(self) -> int:
+        """Goes up (by triggers, whoever writes) whenever a tenant or a key is added or changed, so a
+        process can tell whether to read them again; other writes (the ledger, counters) leave it."""
+        return int(self._conn.execute("SELECT version FROM catalog_version").fetchone()[0])
 
     def load_tenants_and_keys(self) -> tuple[int, list[Tenant], list[tuple[ApiKey, str]]]:
-        """One consistent snapshot of tenants and keys, with the data version it was read at."""
+        """One consistent snapshot of tenants and keys, with the catalog version it was read at."""
         with self._conn:
             self._conn.execute("BEGIN")
-            return self.data_version(), self.load_tenants(), self.load_keys()
+            return self.catalog_version(), self.load_tenants(), self.load_keys()
 
     # --- tenants and keys: loaded whole at start, then written through ---
 

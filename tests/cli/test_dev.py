@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
@@ -31,6 +32,18 @@ def user_env(home: Path) -> dict[str, str]:
     home.mkdir()
     (home / ".cache").symlink_to(Path.home() / ".cache", target_is_directory=True)
     return child_env({"HOME": str(home)}, keep_edgerun=False, threads=None)
+
+
+def export(env: dict[str, str], out: Path) -> dict[str, Any]:
+    """`edgerun billing export` of everything, with the default store of `env`'s HOME; its report."""
+    done = subprocess.run(
+        [sys.executable, "-m", "cli", "billing", "export", "--from", "2000-01-01", "--to", "2100-01-01",
+         "--out", str(out)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    report: dict[str, Any] = json.loads(done.stdout)
+    return report
 
 
 def test_make_run_prints_a_curl_that_works_sigterm_stops_all_then_export_bills_it(tmp_path: Path) -> None:
@@ -91,13 +104,7 @@ def test_make_run_prints_a_curl_that_works_sigterm_stops_all_then_export_bills_i
 
         # the README's next step, with the same defaults: the export holds the requests just made
         out = tmp_path / "bill.csv"
-        export = subprocess.run(
-            [sys.executable, "-m", "cli", "billing", "export", "--from", "2000-01-01", "--to", "2100-01-01",
-             "--out", str(out)],
-            cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
-        )
-        assert export.returncode == 0, export.stderr
-        assert json.loads(export.stdout)["num_requests"] == 2  # the curl's and the embeddings'
+        assert export(env, out)["num_requests"] == 2  # the curl's and the embeddings'
         assert EMBEDDING_MODEL_ID in out.read_text() and DEFAULT_MODEL_ID in out.read_text()
     finally:
         if dev.poll() is None:
@@ -105,3 +112,45 @@ def test_make_run_prints_a_curl_that_works_sigterm_stops_all_then_export_bills_i
             dev.wait()
         print("".join(lines))  # shown by pytest when the test fails
 
+
+
+def test_dev_workers_share_the_port_and_the_store(tmp_path: Path) -> None:
+    """`edgerun dev --workers 2`: the gateway as two processes on one port, sharing the SQLite store."""
+    port = free_port()
+    env = user_env(tmp_path / "home")
+    command = [sys.executable, "-m", "cli", "dev", "--port", str(port), "--admin-port", str(free_port()),
+               "--workers", "2", "--no-embeddings"]
+    dev = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    try:
+        deadline = time.monotonic() + 240
+        assert dev.stdout is not None
+        while not lines or not lines[-1].startswith("Ctrl-C stops"):
+            line = dev.stdout.readline()
+            assert line or dev.poll() is None, "edgerun dev exited:\n" + "".join(lines)
+            assert time.monotonic() < deadline, "no banner within 240s:\n" + "".join(lines)
+            lines.append(line)
+        printed = "".join(lines)
+        assert "(2 worker processes sharing the store)" in printed
+        key = re.search(r"development key \(.*\): (\S+)", printed)
+        assert key is not None
+        url = f"http://127.0.0.1:{port}/client/v4/accounts/dev/ai/run/{DEFAULT_MODEL_ID}"
+        workers = set()
+        for _ in range(16):  # fresh connections: the kernel spreads them over the two workers
+            answer = httpx.post(url, json={"prompt": "Hi", "max_tokens": 2},
+                                headers={"authorization": f"Bearer {key.group(1)}"}, timeout=60)
+            assert answer.status_code == 200, answer.text
+            workers.add(answer.headers["x-edgerun-worker"])
+        assert workers == {"0", "1"}
+
+        dev.send_signal(signal.SIGTERM)
+        assert dev.wait(timeout=90) == 0
+        with pytest.raises(httpx.ConnectError):  # the workers are gone, the port free
+            httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2)
+        lines.append(dev.stdout.read())
+        assert export(env, tmp_path / "bill.csv")["num_requests"] == 16  # both workers' records, each once
+    finally:
+        if dev.poll() is None:
+            dev.kill()
+            dev.wait()
+        print("".join(lines))

@@ -120,6 +120,21 @@ def test_batched_decodes_of_different_lengths_match_single_decodes(tiny_runner: 
     torch.testing.assert_close(batched, alone, atol=1e-5, rtol=1e-5)
 
 
+def test_a_long_decode_gets_its_own_attention_group(tiny_runner: ModelRunner) -> None:
+    """Decodes are grouped by context length: a 700-token sequence next to short ones is attended
+    alone instead of padding every short row to 700 keys, and the logits stay those of single decodes."""
+    prompts = [[1 + i % 200 for i in range(n)] for n in (39, 699, 4, 32)]
+    tables = [blocks_for(tiny_runner, 720, first=100 + 50 * i) for i in range(len(prompts))]
+    for prompt, table in zip(prompts, tables):
+        tiny_runner.execute([ForwardItem(prompt, 0, table)])
+    items = [ForwardItem([300 + i], len(p), t) for i, (p, t) in enumerate(zip(prompts, tables))]
+    groups = tiny_runner.prepare_batch(items).meta.decode_groups
+    assert [(g.end - g.start, g.num_context) for g in groups] == [(3, 40), (1, 700)]
+    alone = torch.cat([tiny_runner.execute([item]) for item in items])
+    batched = tiny_runner.execute(items)  # rows run shortest context first; logits come back in item order
+    torch.testing.assert_close(batched, alone, atol=1e-5, rtol=1e-5)
+
+
 def test_scattered_blocks_give_the_same_logits_as_a_contiguous_run(tiny_runner: ModelRunner) -> None:
     """A contiguous block run is read as a view, any other table by a gather: both see the same keys."""
     prompt = list(range(20, 70))

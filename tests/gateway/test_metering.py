@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import pytest
 
 from contracts.usage import Usage
 from gateway.billing.metering import UNPRICED, MeteredRequest, Metering
+from gateway.context import RequestContext
 from gateway.errors import BudgetExhausted
+from gateway.fleet.catalog import ModelSpec
 from gateway.metrics import GatewayMetrics
 from gateway.pipeline.auth import Authenticator
 from gateway.store import Store
 from policies.pricing import PriceTable
 
+MODEL = ModelSpec(id="m", backend_model="m")
 PRICES = PriceTable.from_config({"m": {"version": "v1", "input": "0.60", "cached_input": "0.10", "output": "3"}})
 
 
@@ -21,7 +25,7 @@ async def request_for(store: Store, budget: int | None = None) -> MeteredRequest
     await store.create_tenant("A", ["acc"], tenant_id="ta", monthly_budget_micro=budget)
     _, secret = await store.create_key("ta")
     principal = await Authenticator(store).authenticate(f"Bearer {secret}", "acc")
-    return MeteredRequest("req-1", principal, "m", "s1", time.time(), prompt_tokens=1000, tokens_estimate=1010)
+    return MeteredRequest(RequestContext.arriving_now("req-1", principal, MODEL, "s1"), prompt_tokens=1000)
 
 
 async def test_one_record_priced_with_the_cached_discount(store: Store) -> None:
@@ -40,7 +44,7 @@ async def test_one_record_priced_with_the_cached_discount(store: Store) -> None:
 
 async def test_unpriced_models_are_recorded_at_zero(store: Store) -> None:
     request = await request_for(store)
-    request.model_id = "other"
+    request = MeteredRequest(replace(request.ctx, model=ModelSpec(id="other", backend_model="o")), 1000)
     await Metering(store, PRICES, GatewayMetrics()).settle(
         request, Usage(5, 5, 0), status="cancelled", backend_id="b", region=None
     )
@@ -51,12 +55,12 @@ async def test_unpriced_models_are_recorded_at_zero(store: Store) -> None:
 async def test_budget_is_reserved_for_the_worst_case_then_settled(store: Store) -> None:
     request = await request_for(store, budget=1000)
     metering = Metering(store, PRICES, GatewayMetrics())
-    month = time.strftime("%Y-%m", time.gmtime(request.started_at))
+    month = time.strftime("%Y-%m", time.gmtime(request.ctx.arrived_at))
     await metering.reserve(request, max_tokens=100)  # 1000 x 0.60 + 100 x 3 = 900
     assert await store.budget_spent("ta", month) == 900
     await metering.settle(request, Usage(1000, 10, 800), status="ok", backend_id="b", region=None)
     assert await store.budget_spent("ta", month) == 230
-    second = MeteredRequest("req-2", request.principal, "m", None, time.time(), prompt_tokens=1000, tokens_estimate=0)
+    second = MeteredRequest(RequestContext.arriving_now("req-2", request.ctx.principal, MODEL), prompt_tokens=1000)
     with pytest.raises(BudgetExhausted) as caught:
         await metering.reserve(second, max_tokens=300)  # 600 + 900 = 1500 > 1000 - 230
     assert (caught.value.status, caught.value.code) == (429, 3036)

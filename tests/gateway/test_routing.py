@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 
 import pytest
 
 from backends.client import BackendClient, Endpoint
+from gateway.context import Principal, RequestContext
 from gateway.errors import OutOfCapacity
 from gateway.fleet.catalog import ModelSpec
 from gateway.fleet.monitor import BackendMonitor, MonitorIntervals
@@ -14,6 +16,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.pipeline.routing import Router
 from gateway.pipeline.tenant_salt import TenantSalts, derive_cache_salt
 from gateway.store import Store
+from gateway.store.models import ApiKey, Tenant
 from policies.factory import build_policy
 from policies.prefix import block_hashes
 from policies.regions import RegionPreference
@@ -39,16 +42,14 @@ async def router(store: Store) -> AsyncIterator[Router]:
     await client.aclose()
 
 
+def context(tenant: str, session: str | None) -> RequestContext:
+    key = ApiKey("k1", tenant, "edg_x", None, None, None, time.time())
+    principal = Principal(key, Tenant(tenant, tenant, ("acc",), None, None, time.time()), "acc")
+    return RequestContext.arriving_now("r", principal, MODEL, session)
+
+
 async def route(router: Router, tenant: str = "t1", session: str | None = None, prompt: list[int] = PROMPT):  # noqa: ANN201
-    return await router.route(
-        tenant_id=tenant,
-        session_id=session,
-        request_id="r",
-        model=MODEL,
-        endpoints=ENDPOINTS,
-        prompt_ids=prompt,
-        max_tokens=8,
-    )
+    return await router.route(context(tenant, session), ENDPOINTS, prompt, max_tokens=8)
 
 
 async def test_own_region_first_then_the_rest(router: Router, store: Store) -> None:

@@ -1,12 +1,20 @@
-"""`edgerun serve --workers 2` through real processes: the benchmark stub as the backend, Redis as
-the shared store. Requests on fresh connections reach both workers (`x-edgerun-worker`), each
-has exactly one ledger record, and a key's requests-per-minute hold over both workers together.
-The embedded store refuses more than one worker."""
+"""`edgerun serve --workers 2` through real processes, with each shared store: Redis, and the
+embedded store's SQLite file (WAL, gateway/store/embedded_shared.py). The benchmark stub is the
+backend. Requests on fresh connections reach both workers (`x-edgerun-worker`), each has exactly
+one ledger record, `edgerun billing export` reads every worker's records, a key's
+requests-per-minute hold over both workers together, and a killed worker is started again while
+its request slot and in-flight tokens expire with its lease."""
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import csv
+import os
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,12 +24,16 @@ import pytest
 
 from benchmarks import stub_backend
 from benchmarks.gateway_overhead import start_stub
-from cli.processes import ChildProcess, ProcessError
+from benchmarks.workers import worker_pids
+from cli.processes import ChildProcess, ProcessError, free_port
 from gateway.settings import GatewaySettings
 from gateway.store import open_store
 
 pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[2]
 PATH = f"/client/v4/accounts/acc-w/ai/run/{stub_backend.MODEL_ID}"
+CAPPED_PATH = f"/client/v4/accounts/acc-c/ai/run/{stub_backend.MODEL_ID}"
+LEASE_S = 4.0  # inflight_lease_s of the gateways here: a killed worker's slot and tokens last this long
 
 
 @pytest.fixture(scope="module")
@@ -31,24 +43,54 @@ def stub() -> Iterator[ChildProcess]:
     process.stop(timeout_s=10)
 
 
-def _env(stub: ChildProcess, tmp_path: Path, **extra: str) -> dict[str, str]:
+@pytest.fixture(scope="module")
+def slow_stub() -> Iterator[ChildProcess]:
+    """Answers of 40 chunks 0.1 s apart: a stream still open when its worker is killed."""
+    port = free_port()
+    process = ChildProcess.launch("slow stub", stub_backend.command(port, 40, 100.0), port)
+    process.wait_ready("/health")
+    yield process
+    process.stop(timeout_s=10)
+
+
+@pytest.fixture(params=["redis", "sqlite"])
+def store_env(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, str]:
+    """The EDGERUN_* settings naming the store every worker shares."""
+    if request.param == "redis":
+        return {"EDGERUN_REDIS_URL": request.getfixturevalue("redis_url"),
+                "EDGERUN_KEY_PREFIX": request.getfixturevalue("redis_prefix")}
+    return {"EDGERUN_SQLITE_PATH": str(tmp_path / "gateway.sqlite3")}
+
+
+def _settings(store_env: dict[str, str], **overrides: object) -> GatewaySettings:
+    """The same store as the workers', opened here (the CLI's view: one process)."""
+    return GatewaySettings(
+        redis_url=store_env.get("EDGERUN_REDIS_URL"), key_prefix=store_env.get("EDGERUN_KEY_PREFIX", "edgerun:"),
+        sqlite_path=store_env.get("EDGERUN_SQLITE_PATH", ":memory:"), **overrides,  # type: ignore[arg-type]
+    )
+
+
+def _env(stub: ChildProcess, tmp_path: Path, store_env: dict[str, str]) -> dict[str, str]:
     return {
         **stub_backend.gateway_env(stub.port),
         "EDGERUN_SQLITE_PATH": str(tmp_path / "gateway.sqlite3"),
         "EDGERUN_TOKENIZER_CACHE_DIR": str(tmp_path / "tokenizers"),
         "EDGERUN_LOG_LEVEL": "warning",
-        **extra,
+        "EDGERUN_INFLIGHT_LEASE_S": str(LEASE_S),
+        **store_env,
     }
 
 
-async def _keys(settings: GatewaySettings) -> tuple[str, str]:
-    """Two keys of one tenant: no limit, and rpm=10."""
+async def _keys(settings: GatewaySettings) -> tuple[str, str, str]:
+    """Keys of tenant "tw" (no limit, and rpm=10) and of tenant "tc" (one request at a time)."""
     store = open_store(settings)
     try:
         await store.create_tenant("Workers", ["acc-w"], tenant_id="tw")
         _, free = await store.create_key("tw")
         _, limited = await store.create_key("tw", rpm=10)
-        return free, limited
+        await store.create_tenant("Capped", ["acc-c"], tenant_id="tc", max_concurrent_requests=1)
+        _, capped = await store.create_key("tc")
+        return free, limited, capped
     finally:
         await store.aclose()
 
@@ -61,83 +103,140 @@ async def _records(settings: GatewaySettings, request_ids: list[str]) -> list[ob
         await store.aclose()
 
 
-def _post(url: str, secret: str) -> httpx.Response:
+async def _loads(settings: GatewaySettings) -> dict[str, tuple[int, int]]:
+    """In-flight tokens summed over the live workers, as a replica of the same store sees them."""
+    store = open_store(settings)
+    try:
+        return await store.loads()
+    finally:
+        await store.aclose()
+
+
+def _post(url: str, secret: str, path: str = PATH) -> httpx.Response:
     with httpx.Client(timeout=30) as client:  # a fresh connection each time: the kernel picks a worker
-        return client.post(
-            url + PATH, json={"prompt": "hi", "max_tokens": 3}, headers={"authorization": f"Bearer {secret}"}
-        )
+        return client.post(url + path, json={"prompt": "hi", "max_tokens": 3}, headers={"authorization": f"Bearer {secret}"})
 
 
 @dataclass
 class Workers:
     gateway: ChildProcess
-    settings: GatewaySettings
-    secret: str  # a key without limits
-    limited: str  # a key with rpm=10
+    settings: GatewaySettings  # the store, as a lone process opens it
+    shared: GatewaySettings  # the store, as one more worker opens it
+    env: dict[str, str]
+    secret: str  # tenant tw, no limits
+    limited: str  # tenant tw, rpm=10
+    capped: str  # tenant tc, one request in flight at a time
 
 
-@pytest.fixture
-def workers(stub: ChildProcess, redis_url: str, redis_prefix: str, tmp_path: Path) -> Iterator[Workers]:
-    """`edgerun serve --workers 2` on Redis (ready), with two keys of one tenant."""
-    settings = GatewaySettings(redis_url=redis_url, key_prefix=redis_prefix)
-    secret, limited = asyncio.run(_keys(settings))
-    env = _env(stub, tmp_path, EDGERUN_REDIS_URL=redis_url, EDGERUN_KEY_PREFIX=redis_prefix)
+def _start(backend: ChildProcess, tmp_path: Path, store_env: dict[str, str]) -> Iterator[Workers]:
+    settings = _settings(store_env)
+    shared = _settings(store_env, sqlite_shared=True, inflight_lease_s=LEASE_S)
+    secret, limited, capped = asyncio.run(_keys(settings))
+    env = _env(backend, tmp_path, store_env)
     gateway = ChildProcess.spawn("gateway", "serve", ["--workers", "2"], env=env)
     try:
         gateway.wait_ready("/healthz")
-        yield Workers(gateway, settings, secret, limited)
+        yield Workers(gateway, settings, shared, env, secret, limited, capped)
     finally:
         gateway.stop(timeout_s=20)
     assert gateway.process.returncode == 0
 
 
-def test_two_workers_share_the_port_the_ledger_and_the_limits(workers: Workers) -> None:
-    gateway, settings, secret, limited = workers.gateway, workers.settings, workers.secret, workers.limited
-    answers = [_post(gateway.url, secret) for _ in range(16)]
+@pytest.fixture
+def workers(stub: ChildProcess, store_env: dict[str, str], tmp_path: Path) -> Iterator[Workers]:
+    """`edgerun serve --workers 2` on the store (ready), in front of the quick stub."""
+    yield from _start(stub, tmp_path, store_env)
+
+
+@pytest.fixture
+def slow_workers(slow_stub: ChildProcess, store_env: dict[str, str], tmp_path: Path) -> Iterator[Workers]:
+    yield from _start(slow_stub, tmp_path, store_env)
+
+
+def _export_request_ids(w: Workers, tmp_path: Path) -> list[str]:
+    """`edgerun billing export` of tenant tw, run as the operator would, on the workers' store."""
+    out = tmp_path / "bill.csv"
+    command = [sys.executable, "-m", "cli", "billing", "export", "--from", "2020-01-01", "--to", "2100-01-01",
+               "--tenant", "tw", "--format", "csv", "--out", str(out)]
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("EDGERUN_")}, **w.env}
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    with out.open(newline="") as rows:
+        return [row["request_id"] for row in csv.DictReader(rows)]
+
+
+def test_two_workers_share_the_port_the_ledger_and_the_limits(workers: Workers, tmp_path: Path) -> None:
+    gateway = workers.gateway
+    answers = [_post(gateway.url, workers.secret) for _ in range(16)]
     assert [a.status_code for a in answers] == [200] * 16
     spread = collections.Counter(a.headers["x-edgerun-worker"] for a in answers)
     assert set(spread) == {"0", "1"}, spread  # 16 fresh connections, both workers (2 * 2**-16 to fail)
     request_ids = [a.headers["cf-ray"] for a in answers]
-    records = asyncio.run(_records(settings, request_ids))
+    records = asyncio.run(_records(workers.settings, request_ids))
     assert all(record is not None for record in records)
     assert len({record.request_id for record in records}) == 16  # type: ignore[attr-defined]
+    exported = _export_request_ids(workers, tmp_path)
+    assert sorted(exported) == sorted(request_ids)  # every worker's records, each once
 
-    statuses = collections.Counter(_post(gateway.url, limited).status_code for _ in range(14))
+    statuses = collections.Counter(_post(gateway.url, workers.limited).status_code for _ in range(14))
     assert statuses == {200: 10, 429: 4}  # rpm=10 over both workers together, not 10 each
 
 
-def test_a_worker_that_dies_is_started_again(workers: Workers) -> None:
-    import os
-    import signal
-    import time
+def _worker_pid(supervisor_pid: int, index: str) -> int:
+    for pid in worker_pids(supervisor_pid):
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        if argv[argv.index(b"--worker-index") + 1].decode() == index:
+            return pid
+    raise AssertionError(f"no worker {index}")
 
-    from benchmarks.workers import worker_pids
 
-    gateway, secret = workers.gateway, workers.secret
+def test_a_killed_worker_is_started_again_and_its_slot_and_tokens_expire(slow_workers: Workers) -> None:
+    w = slow_workers
+    gateway = w.gateway
     time.sleep(5.5)  # past the supervisor's min_uptime_s: a death now is a crash, not a bad start
     first = worker_pids(gateway.process.pid)
     assert len(first) == 2
-    os.kill(first[0], signal.SIGKILL)
+    with httpx.Client(timeout=30) as client, client.stream(
+        "POST", gateway.url + CAPPED_PATH, headers={"authorization": f"Bearer {w.capped}"},
+        json={"prompt": "hi", "max_tokens": 40, "stream": True},
+    ) as stream:
+        assert stream.status_code == 200
+        next(stream.iter_bytes())  # the worker has taken tenant tc's one slot and counted its tokens
+        victim = _worker_pid(gateway.process.pid, stream.headers["x-edgerun-worker"])
+        os.kill(victim, signal.SIGKILL)
+        killed_at = time.monotonic()
+    assert asyncio.run(_loads(w.shared)).get("stub", (0, 0)) != (0, 0)  # the dead worker's tokens, until its lease ends
+    assert _post(gateway.url, w.capped, CAPPED_PATH).status_code == 429  # its slot too
+
+    deadline = killed_at + LEASE_S + 20
+    while (answer := _post(gateway.url, w.capped, CAPPED_PATH)).status_code == 429 and time.monotonic() < deadline:
+        time.sleep(0.25)
+    freed_after = time.monotonic() - killed_at
+    assert answer.status_code == 200, answer.text
+    assert freed_after < LEASE_S + 20
+    assert asyncio.run(_loads(w.shared)) == {}  # nothing in flight now, the dead worker's tokens gone
+
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         now = worker_pids(gateway.process.pid)
-        if len(now) == 2 and first[0] not in now:
+        if len(now) == 2 and victim not in now:
             break
         time.sleep(0.2)
-    assert len(now) == 2 and first[0] not in now and first[1] in now
+    assert len(now) == 2 and victim not in now and set(first) - {victim} <= set(now)
     gateway.wait_ready("/healthz")
     seen = set()
     while time.monotonic() < deadline and seen != {"0", "1"}:
-        answer = _post(gateway.url, secret)
+        answer = _post(gateway.url, w.capped, CAPPED_PATH)
         assert answer.status_code == 200
         seen.add(answer.headers["x-edgerun-worker"])
     assert seen == {"0", "1"}  # the restarted worker serves again
 
 
-def test_more_than_one_worker_needs_redis(stub: ChildProcess, tmp_path: Path) -> None:
-    gateway = ChildProcess.spawn("gateway", "serve", ["--workers", "2"], env=_env(stub, tmp_path))
+def test_workers_cannot_share_a_memory_database(stub: ChildProcess, tmp_path: Path) -> None:
+    env = {**_env(stub, tmp_path, {}), "EDGERUN_SQLITE_PATH": ":memory:"}
+    gateway = ChildProcess.spawn("gateway", "serve", ["--workers", "2"], env=env)
     try:
-        with pytest.raises(ProcessError, match="needs the Redis store"):
+        with pytest.raises(ProcessError, match="not ':memory:'"):
             gateway.wait_ready("/healthz", timeout_s=30)
     finally:
         gateway.stop(timeout_s=10)

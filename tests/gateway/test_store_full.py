@@ -3,7 +3,6 @@ to the spool. Runs its own redis-server with a tiny maxmemory: the shared one is
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,8 +13,8 @@ from starlette.testclient import TestClient
 from contracts.usage import Usage
 from gateway.billing.metering import MeteredRequest, Metering
 from gateway.billing.spool import LedgerSpool
-from gateway.context import Principal
-from gateway.fleet.catalog import DEFAULT_MODEL_ID
+from gateway.context import Principal, RequestContext
+from gateway.fleet.catalog import DEFAULT_MODEL_ID, ModelSpec
 from gateway.http.app import create_app
 from gateway.metrics import GatewayMetrics
 from gateway.settings import GatewaySettings
@@ -87,10 +86,9 @@ async def test_usage_records_go_to_the_spool_while_redis_is_full(small_redis: st
         fill(small_redis)
         spool = LedgerSpool(tmp_path / "spool.jsonl")
         metering = Metering(store, PriceTable.from_config({}), GatewayMetrics(), spool)
-        request = MeteredRequest(
-            request_id="req-full", principal=Principal(key, tenant, "acc"), model_id=DEFAULT_MODEL_ID,
-            session_id=None, started_at=time.time(), prompt_tokens=5, tokens_estimate=10,
-        )
+        model = ModelSpec(id=DEFAULT_MODEL_ID, backend_model=DEFAULT_MODEL_ID)
+        ctx = RequestContext.arriving_now("req-full", Principal(key, tenant, "acc"), model)
+        request = MeteredRequest(ctx, prompt_tokens=5)
         with pytest.raises(StoreUnavailable, match="full"):
             await store.check_and_consume("key_x", 1, None, 0)
         assert await metering.settle(request, Usage(5, 3, 0), status="ok", backend_id="b1", region="local")

@@ -9,6 +9,8 @@ from contracts.usage import Usage
 from gateway.billing.metering import MeteredRequest, Metering
 from gateway.billing.prices import PriceHistory
 from gateway.billing.recompute import recompute
+from gateway.context import RequestContext
+from gateway.fleet.catalog import ModelSpec
 from gateway.metrics import GatewayMetrics
 from gateway.pipeline.auth import Authenticator
 from gateway.store import Store
@@ -33,7 +35,8 @@ async def bill(store: Store, prices: dict, prefix: str) -> None:
     principal = await Authenticator(store).authenticate(f"Bearer {secret}", "acc")
     metering = Metering(store, PriceTable.from_config(prices), GatewayMetrics())
     for i, (status, usage) in enumerate(CASES):
-        request = MeteredRequest(f"{prefix}-{i}", principal, "m", None, time.time(), usage.prompt_tokens, 0)
+        ctx = RequestContext.arriving_now(f"{prefix}-{i}", principal, ModelSpec(id="m", backend_model="m"))
+        request = MeteredRequest(ctx, usage.prompt_tokens)
         await metering.settle(request, usage, status=status, backend_id="b", region="r")
 
 

@@ -1,4 +1,5 @@
-"""Every store test runs twice: on the embedded store (a temporary SQLite file) and on Redis."""
+"""Every store test runs three times: on the embedded store (a temporary SQLite file), on the
+embedded store shared by processes (the same file, `sqlite_shared`) and on Redis."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from gateway.store import Store, open_store
 OpenStore = Callable[..., Store]
 
 
-@pytest.fixture(params=["embedded", "redis"])
+@pytest.fixture(params=["embedded", "shared", "redis"])
 def kind(request: pytest.FixtureRequest) -> str:
     return request.param
 
@@ -28,7 +29,8 @@ async def open_instance(kind: str, request: pytest.FixtureRequest, tmp_path: Pat
 
     def open_(**overrides: Any) -> Store:
         settings = GatewaySettings(
-            redis_url=redis_url, sqlite_path=str(tmp_path / "gateway.sqlite3"), key_prefix=prefix, **overrides
+            redis_url=redis_url, sqlite_path=str(tmp_path / "gateway.sqlite3"), key_prefix=prefix,
+            sqlite_shared=kind == "shared", **overrides
         )
         store = open_store(settings)
         opened.append(store)
@@ -48,4 +50,4 @@ def store(open_instance: OpenStore) -> Store:
 def pair(kind: str, open_instance: OpenStore) -> tuple[Store, Store]:
     """Two gateway replicas' views of one state. The embedded store is one process, so it is one instance."""
     first = open_instance()
-    return (first, open_instance()) if kind == "redis" else (first, first)
+    return (first, first) if kind == "embedded" else (first, open_instance())

@@ -47,3 +47,16 @@ async def test_in_memory_sqlite_for_tests() -> None:
     assert await store.get_tenant(tenant.id) == tenant
     await store.aclose()
     await store.aclose()  # closing twice is harmless
+
+
+async def test_several_workers_without_redis_share_the_sqlite_file(tmp_path: Path) -> None:
+    from gateway.store.embedded_shared import SharedEmbeddedStore
+
+    path = str(tmp_path / "gw.sqlite3")
+    for settings in (GatewaySettings(redis_url=None, sqlite_path=path, workers=2, port=8080),
+                     GatewaySettings(redis_url=None, sqlite_path=path, sqlite_shared=True)):
+        store = open_store(settings)
+        assert isinstance(store, SharedEmbeddedStore)
+        await store.aclose()
+    with pytest.raises(ValueError, match="not ':memory:'"):
+        GatewaySettings(redis_url=None, sqlite_path=":memory:", workers=2, port=8080)

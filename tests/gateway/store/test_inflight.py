@@ -38,15 +38,15 @@ async def test_correct_aligns_with_the_backend_report(kind: str, pair: tuple[Sto
     await a.correct_inflight("X", 120, 8)
     assert await b.loads() == {"X": (120, 8)}
     await a.correct_inflight("X", 10, 0)
-    # Redis: b's 50 still in flight through b are kept; embedded: one replica, the report wins.
-    assert await b.loads() == {"X": (50 if kind == "redis" else 10, 0)}
+    # Redis and shared: b's 50 still in flight through b are kept; embedded: one replica, the report wins.
+    assert await b.loads() == {"X": (10 if kind == "embedded" else 50, 0)}
     await a.correct_inflight("X", 0, 0)
     await b.release_inflight("X", 50, 0)
     assert await a.loads() == {}
 
 
 async def test_a_crashed_replicas_counts_expire_a_live_ones_do_not(kind: str, open_instance: OpenStore) -> None:
-    if kind != "redis":
+    if kind == "embedded":
         pytest.skip("embedded: the counts live in the one process and end with it")
     crashed, live, observer = (open_instance(inflight_lease_s=0.45) for _ in range(3))
     await crashed.add_inflight("X", 100, 10)

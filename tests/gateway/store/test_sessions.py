@@ -44,7 +44,7 @@ async def test_session_ids_are_checked(store: Store) -> None:
 
 async def test_embedded_sessions_are_size_bounded(kind: str, open_instance: OpenStore) -> None:
     if kind != "embedded":
-        pytest.skip("Redis bounds sessions by TTL (and its maxmemory policy), not by count")
+        pytest.skip("Redis bounds sessions by TTL (and its maxmemory policy); the shared store at each lease renewal")
     store = open_instance(session_max_entries=3)
     for i in range(5):
         await store.set_session("acme", f"s{i}", f"b{i}")

@@ -1,7 +1,8 @@
 """Self-distillation data: the target answers the prompt set, and its hidden states are kept.
 
-Answers come from the project's own engine (batched, continuous batching), half greedy and half
-sampled at a low temperature so the head sees the target's distribution, not one path. Each
+Answers come from the project's own engine, kept full across shards (continuous batching), half
+greedy and half sampled at a low temperature so the head sees the target's distribution, not one
+path. Each
 finished conversation is then run once more, teacher-forced (features.py), to capture the aux
 layers' outputs and the last layer's output (the target's logits are recomputed from it while
 training: far smaller than [T, vocab]).
@@ -53,42 +54,70 @@ def shard_path(out_dir: Path, index: int) -> Path:
 def generate_data(engine: LLMEngine, prompts: list[Prompt], config: DataGenConfig, budget_s: float | None = None) -> list[Path]:
     """Fill `config.out_dir` with shards for `prompts` x temperatures; returns the shards' paths.
 
+    The engine is kept full (continuous batching): the next missing shard's prompts are queued as
+    soon as fewer requests than the engine runs at once are unfinished, so a shard's slowest answers
+    overlap the next shard's first ones instead of decoding alone. A shard is written (features.py's
+    one teacher-forced pass per conversation) as soon as all its answers are in.
+
     With `budget_s`, no new shard is started after that many seconds: the data is what the cache
     holds plus what was made in time (shards are ordered, so a later run carries on)."""
     config.out_dir.mkdir(parents=True, exist_ok=True)
     jobs = [(p, t) for t in config.temperatures for p in prompts]
-    paths = []
+    num_shards = -(-len(jobs) // config.shard_size)
+    missing = [i for i in range(num_shards) if not shard_path(config.out_dir, i).exists()]
+    present = set(range(num_shards)) - set(missing)
+    open_shards: dict[int, _OpenShard] = {}
     started, num_tokens = time.monotonic(), 0
-    for index, first in enumerate(range(0, len(jobs), config.shard_size)):
-        path = shard_path(config.out_dir, index)
-        if path.exists():
-            paths.append(path)
-            continue
-        if budget_s is not None and time.monotonic() - started >= budget_s:
-            logger.info("eagle3 data: time budget spent; %d of %d shards present", len(paths), -(-len(jobs) // config.shard_size))
+    while missing or open_shards:
+        unfinished = sum(s.num_unfinished for s in open_shards.values())
+        if missing and unfinished < engine.config.max_num_seqs:
+            if budget_s is not None and time.monotonic() - started >= budget_s:
+                logger.info("eagle3 data: time budget spent; %d of %d shards present", len(present) + len(open_shards), num_shards)
+                missing = []  # the open shards are finished, no new one is started
+            else:
+                index = missing.pop(0)
+                first = index * config.shard_size
+                batch = jobs[first : first + config.shard_size]
+                open_shards[index] = _OpenShard.submit(engine, index, batch, config.max_tokens, config.seed + first)
+                continue
+        if not open_shards:
             break
-        paths.append(path)
-        batch = jobs[first : first + config.shard_size]
-        conversations = answer(engine, batch, config.max_tokens, config.seed + first)
-        num_tokens += write_shard(engine, conversations, config.aux_layers, path)
-        logger.info("eagle3 data: shard %d/%d written (%d tokens this run, %.0f s)",
-                    index + 1, -(-len(jobs) // config.shard_size), num_tokens, time.monotonic() - started)
-    return paths
-
-
-def answer(engine: LLMEngine, batch: list[tuple[Prompt, float]], max_tokens: int, seed: int) -> list[tuple[list[int], int]]:
-    """Run every prompt through the engine at once; returns (prompt + answer token ids, prompt length)."""
-    prompt_ids = {}
-    for i, (prompt, temperature) in enumerate(batch):
-        text = engine.tokenizer.apply_chat_template(list(prompt.messages), add_generation_prompt=True)
-        prompt_ids[str(i)] = engine.tokenizer.encode(text)
-        sampling = SamplingParams(max_tokens=max_tokens, temperature=temperature, top_p=0.95 if temperature else 1.0, seed=seed + i)
-        engine.add_request(GenerationRequest(str(i), prompt_ids[str(i)], sampling))
-    answers: dict[str, list[int]] = {key: [] for key in prompt_ids}
-    while engine.has_unfinished:
         for out in engine.step():
-            answers[out.request_id].extend(out.new_token_ids)
-    return [(prompt_ids[key] + answers[key], len(prompt_ids[key])) for key in prompt_ids]
+            index, i = (int(part) for part in out.request_id.split(":"))
+            shard = open_shards[index]
+            shard.answers[i].extend(out.new_token_ids)
+            if out.is_finished:
+                shard.num_unfinished -= 1
+            if shard.num_unfinished == 0:
+                num_tokens += write_shard(engine, shard.conversations(), config.aux_layers, shard_path(config.out_dir, index))
+                present.add(index)
+                del open_shards[index]
+                logger.info("eagle3 data: shard %d/%d written (%d tokens this run, %.0f s)",
+                            index + 1, num_shards, num_tokens, time.monotonic() - started)
+    return [shard_path(config.out_dir, i) for i in sorted(present)]
+
+
+@dataclass(slots=True)
+class _OpenShard:
+    """A shard whose prompts are in the engine: its prompt ids and the answers so far."""
+
+    prompt_ids: list[list[int]]
+    answers: list[list[int]]
+    num_unfinished: int
+
+    @classmethod
+    def submit(cls, engine: LLMEngine, index: int, batch: list[tuple[Prompt, float]], max_tokens: int, seed: int) -> _OpenShard:
+        prompt_ids = []
+        for i, (prompt, temperature) in enumerate(batch):
+            text = engine.tokenizer.apply_chat_template(list(prompt.messages), add_generation_prompt=True)
+            prompt_ids.append(engine.tokenizer.encode(text))
+            sampling = SamplingParams(max_tokens=max_tokens, temperature=temperature, top_p=0.95 if temperature else 1.0, seed=seed + i)
+            engine.add_request(GenerationRequest(f"{index}:{i}", prompt_ids[-1], sampling))
+        return cls(prompt_ids, [[] for _ in batch], len(batch))
+
+    def conversations(self) -> list[tuple[list[int], int]]:
+        """(prompt + answer token ids, prompt length) per conversation, in the shard's order."""
+        return [(p + a, len(p)) for p, a in zip(self.prompt_ids, self.answers)]
 
 
 def write_shard(engine: LLMEngine, conversations: list[tuple[list[int], int]], aux_layers: tuple[int, ...], path: Path) -> int:

@@ -1,0 +1,354 @@
+"""The counters several gateway processes share through one SQLite file (`SharedEmbeddedStore`).
+
+Rate-limit windows, per-tenant request slots, in-flight tokens, sessions and the prefix index,
+in tables next to the embedded store's own (sqlite_db.py) in the same WAL-mode file. Every
+check-and-change is one `BEGIN IMMEDIATE` transaction: SQLite lets one connection write at a
+time, so the read, the decision and the write of one process never interleave with another's.
+A writer that finds the file locked waits up to `busy_timeout_s` (then `sqlite3.OperationalError`).
+
+Blocking and synchronous, one connection: the store calls it from its one worker thread.
+Leases: each process (replica) has a row in `replicas` with `lease_until` (wall clock, shared by
+the processes of one machine), renewed by the store. Slots and in-flight tokens belong to a
+replica and stop counting once its lease has run out: a killed worker's counts vanish within
+`inflight_lease_s`, as with Redis.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+from gateway.store.memory import leading_runs
+from policies.limits import WindowRule, sliding_window, window_index
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS limit_windows (
+    scope TEXT PRIMARY KEY, idx INTEGER NOT NULL, current INTEGER NOT NULL, previous INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS replicas (replica TEXT PRIMARY KEY, lease_until REAL NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS request_slots (
+    tenant_id TEXT NOT NULL, request_id TEXT NOT NULL, replica TEXT NOT NULL,
+    PRIMARY KEY (tenant_id, request_id)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS request_slots_by_replica ON request_slots (replica);
+CREATE TABLE IF NOT EXISTS inflight (
+    replica TEXT NOT NULL, backend_id TEXT NOT NULL, prefill INTEGER NOT NULL, decode INTEGER NOT NULL,
+    PRIMARY KEY (replica, backend_id)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS sessions (
+    tenant_id TEXT NOT NULL, session_id TEXT NOT NULL, backend_id TEXT NOT NULL, expires REAL NOT NULL,
+    PRIMARY KEY (tenant_id, session_id)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS sessions_by_expiry ON sessions (expires);
+CREATE TABLE IF NOT EXISTS prefix_blocks (hash INTEGER PRIMARY KEY, seq INTEGER NOT NULL, seen REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS prefix_blocks_by_seq ON prefix_blocks (seq);
+CREATE INDEX IF NOT EXISTS prefix_blocks_by_seen ON prefix_blocks (seen);
+CREATE TABLE IF NOT EXISTS prefix_holders (
+    hash INTEGER NOT NULL REFERENCES prefix_blocks(hash) ON DELETE CASCADE, backend_id TEXT NOT NULL,
+    seen REAL NOT NULL, PRIMARY KEY (hash, backend_id)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS shared_counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
+INSERT OR IGNORE INTO shared_counters VALUES ('prefix_blocks', 0), ('prefix_seq', 0);
+"""
+_MAX_VARIABLES = 500  # hashes per IN (...) query
+_SWEEP_EVERY = 4096  # rate-limit decisions between two sweeps of old windows
+
+
+class SharedTables:
+    def __init__(self, path: str, replica: str, *, busy_timeout_s: float = 5.0) -> None:
+        """Open the file (created if needed, WAL) and its shared tables; `replica` names this process's counts."""
+        Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        self.replica = replica
+        self._num_checks = 0
+        self._conn = sqlite3.connect(
+            str(Path(path).expanduser()), timeout=busy_timeout_s, isolation_level=None, check_same_thread=False
+        )
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.execute("PRAGMA synchronous=NORMAL")
+        self._conn.execute("PRAGMA foreign_keys=ON")
+        self._conn.executescript(_SCHEMA)  # idempotent; a process creating it meanwhile makes this one wait
+
+    def close(self) -> None:
+        self._conn.close()
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction, taken at once (`BEGIN IMMEDIATE`): no other process writes until it ends."""
+        conn = self._conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    # --- replicas and their leases ---
+
+    def renew_lease(self, lease_s: float, max_sessions: int) -> None:
+        """Keep this replica's slots and in-flight tokens counted for `lease_s` more; also drops
+        what is over: dead replicas' leftovers, expired sessions (then the oldest past `max_sessions`)."""
+        now = time.time()
+        with self._write() as conn:
+            self._touch(conn, now, lease_s)
+            dead = [r for (r,) in conn.execute("SELECT replica FROM replicas WHERE lease_until <= ?", (now,))]
+            for replica in dead:
+                self._forget(conn, replica)
+            conn.execute("DELETE FROM sessions WHERE expires <= ?", (now,))
+            (num_sessions,) = conn.execute("SELECT count(*) FROM sessions").fetchone()
+            if num_sessions > max_sessions:  # all share one TTL: the earliest expiry was written longest ago
+                conn.execute(
+                    "DELETE FROM sessions WHERE (tenant_id, session_id) IN"
+                    " (SELECT tenant_id, session_id FROM sessions ORDER BY expires LIMIT ?)",
+                    (num_sessions - max_sessions,),
+                )
+
+    def drop_replica(self) -> None:
+        """A clean close: this replica's slots and in-flight tokens end now."""
+        with self._write() as conn:
+            self._forget(conn, self.replica)
+
+    def _touch(self, conn: sqlite3.Connection, now: float, lease_s: float) -> None:
+        conn.execute(
+            "INSERT INTO replicas VALUES (?, ?) ON CONFLICT (replica) DO UPDATE SET lease_until = excluded.lease_until",
+            (self.replica, now + lease_s),
+        )
+
+    @staticmethod
+    def _forget(conn: sqlite3.Connection, replica: str) -> None:
+        conn.execute("DELETE FROM inflight WHERE replica = ?", (replica,))
+        conn.execute("DELETE FROM request_slots WHERE replica = ?", (replica,))
+        conn.execute("DELETE FROM replicas WHERE replica = ?", (replica,))
+
+    # --- rate limits: the two-counter sliding window, decided by `policies.limits` ---
+
+    def check_and_consume(
+        self, scopes: Sequence[tuple[str, int, int]], now_ms: int, window_ms: int
+    ) -> dict[str, int | None]:
+        """For each (scope, limit, cost): its retry_after_ms when refused (None: it would never fit),
+        or 0 when allowed. Counts every cost only when all are allowed, in the same transaction."""
+        index = window_index(now_ms, window_ms)
+        retries: dict[str, int | None] = {}
+        self._num_checks += 1
+        with self._write() as conn:
+            if self._num_checks % _SWEEP_EVERY == 0:  # keys gone quiet: their windows are over
+                conn.execute("DELETE FROM limit_windows WHERE idx < ?", (index - 1,))
+            counts = {scope: self._window(conn, scope, index) for scope, _, _ in scopes}
+            for scope, limit, cost in scopes:
+                previous, current = counts[scope]
+                decision = sliding_window(previous, current, cost, WindowRule(limit, window_ms), now_ms)
+                retries[scope] = 0 if decision.allowed else decision.retry_after_ms
+            if all(retry == 0 for retry in retries.values()):
+                for scope, _, cost in scopes:
+                    previous, current = counts[scope]
+                    self._save_window(conn, scope, index, current + cost, previous)
+        return retries
+
+    def add_to_window(self, scope: str, delta: int, now_ms: int, window_ms: int) -> None:
+        """Add `delta` to the current window; a negative one takes from current, then previous, down to 0."""
+        index = window_index(now_ms, window_ms)
+        with self._write() as conn:
+            previous, current = self._window(conn, scope, index)
+            if delta >= 0:
+                current += delta
+            else:
+                take = min(current, -delta)
+                current, previous = current - take, max(0, previous - (-delta - take))
+            self._save_window(conn, scope, index, current, previous)
+
+    @staticmethod
+    def _window(conn: sqlite3.Connection, scope: str, index: int) -> tuple[int, int]:
+        """(previous, current) counts of the window `index` (a caller behind the stored window counts in it)."""
+        row = conn.execute("SELECT idx, current, previous FROM limit_windows WHERE scope = ?", (scope,)).fetchone()
+        if row is None:
+            return 0, 0
+        stored, current, previous = row
+        if index <= stored:
+            return previous, current
+        return (current, 0) if index == stored + 1 else (0, 0)
+
+    @staticmethod
+    def _save_window(conn: sqlite3.Connection, scope: str, index: int, current: int, previous: int) -> None:
+        conn.execute(
+            "INSERT INTO limit_windows VALUES (?, ?, ?, ?) ON CONFLICT (scope) DO UPDATE SET"
+            " idx = max(idx, excluded.idx), current = excluded.current, previous = excluded.previous",
+            (scope, index, current, previous),
+        )
+
+    # --- monthly budgets (the embedded store's `budget_spend` rows, read and written in one transaction) ---
+
+    def reserve_budget(self, tenant_id: str, month: str, amount: int, budget: int | None) -> tuple[bool, int]:
+        """(allowed, spend after): adds `amount` when the spend stays within `budget` (None: no limit)."""
+        with self._write() as conn:
+            spent = self._spent(conn, tenant_id, month)
+            if budget is not None and spent + amount > budget:
+                return False, spent
+            self._save_spent(conn, tenant_id, month, spent + amount)
+            return True, spent + amount
+
+    def settle_budget(self, tenant_id: str, month: str, delta: int) -> int:
+        with self._write() as conn:
+            spent = max(0, self._spent(conn, tenant_id, month) + delta)
+            self._save_spent(conn, tenant_id, month, spent)
+            return spent
+
+    def budget_spent(self, tenant_id: str, month: str) -> int:
+        return self._spent(self._conn, tenant_id, month)
+
+    @staticmethod
+    def _spent(conn: sqlite3.Connection, tenant_id: str, month: str) -> int:
+        row = conn.execute(
+            "SELECT spent_micro FROM budget_spend WHERE tenant_id = ? AND month = ?", (tenant_id, month)
+        ).fetchone()
+        return 0 if row is None else int(row[0])
+
+    @staticmethod
+    def _save_spent(conn: sqlite3.Connection, tenant_id: str, month: str, spent: int) -> None:
+        conn.execute(
+            "INSERT INTO budget_spend VALUES (?, ?, ?)"
+            " ON CONFLICT (tenant_id, month) DO UPDATE SET spent_micro = excluded.spent_micro",
+            (tenant_id, month, spent),
+        )
+
+    # --- requests in flight per tenant ---
+
+    def acquire_slot(self, tenant_id: str, request_id: str, limit: int, lease_s: float) -> bool:
+        now = time.time()
+        with self._write() as conn:
+            self._touch(conn, now, lease_s)
+            if conn.execute(
+                "SELECT 1 FROM request_slots WHERE tenant_id = ? AND request_id = ?", (tenant_id, request_id)
+            ).fetchone():
+                return True
+            (held,) = conn.execute(
+                "SELECT count(*) FROM request_slots JOIN replicas USING (replica)"
+                " WHERE tenant_id = ? AND lease_until > ?",
+                (tenant_id, now),
+            ).fetchone()
+            if held >= limit:
+                return False
+            conn.execute("INSERT INTO request_slots VALUES (?, ?, ?)", (tenant_id, request_id, self.replica))
+            return True
+
+    def release_slot(self, tenant_id: str, request_id: str) -> None:
+        with self._write() as conn:
+            conn.execute("DELETE FROM request_slots WHERE tenant_id = ? AND request_id = ?", (tenant_id, request_id))
+
+    # --- in-flight tokens per backend, per replica ---
+
+    def change_inflight(self, backend_id: str, prefill: int, decode: int, lease_s: float) -> None:
+        """Add (or, negative, take away, stopping at 0) this replica's tokens in flight to `backend_id`."""
+        with self._write() as conn:
+            self._touch(conn, time.time(), lease_s)
+            row = conn.execute(
+                "SELECT prefill, decode FROM inflight WHERE replica = ? AND backend_id = ?", (self.replica, backend_id)
+            ).fetchone()
+            held = (0, 0) if row is None else row
+            self._put_inflight(conn, backend_id, max(0, held[0] + prefill), max(0, held[1] + decode))
+
+    def correct_inflight(self, backend_id: str, prefill: int, decode: int, lease_s: float) -> None:
+        """Set this replica's share to the backend's report minus the other live replicas' counts (at least 0)."""
+        now = time.time()
+        with self._write() as conn:
+            self._touch(conn, now, lease_s)
+            other_p, other_d = conn.execute(
+                "SELECT coalesce(sum(prefill), 0), coalesce(sum(decode), 0) FROM inflight JOIN replicas USING (replica)"
+                " WHERE backend_id = ? AND replica != ? AND lease_until > ?",
+                (backend_id, self.replica, now),
+            ).fetchone()
+            self._put_inflight(conn, backend_id, max(0, prefill - other_p), max(0, decode - other_d))
+
+    def _put_inflight(self, conn: sqlite3.Connection, backend_id: str, prefill: int, decode: int) -> None:
+        if prefill == 0 and decode == 0:
+            conn.execute("DELETE FROM inflight WHERE replica = ? AND backend_id = ?", (self.replica, backend_id))
+            return
+        conn.execute(
+            "INSERT INTO inflight VALUES (?, ?, ?, ?) ON CONFLICT (replica, backend_id)"
+            " DO UPDATE SET prefill = excluded.prefill, decode = excluded.decode",
+            (self.replica, backend_id, prefill, decode),
+        )
+
+    def loads(self) -> dict[str, tuple[int, int]]:
+        """backend -> (prefill, decode) summed over the replicas whose lease has not run out."""
+        rows = self._conn.execute(
+            "SELECT backend_id, sum(prefill), sum(decode) FROM inflight JOIN replicas USING (replica)"
+            " WHERE lease_until > ? GROUP BY backend_id",
+            (time.time(),),
+        )
+        return {b: (p, d) for b, p, d in rows if p or d}
+
+    # --- sessions ---
+
+    def get_session(self, tenant_id: str, session_id: str) -> str | None:
+        row = self._conn.execute(
+            "SELECT backend_id FROM sessions WHERE tenant_id = ? AND session_id = ? AND expires > ?",
+            (tenant_id, session_id, time.time()),
+        ).fetchone()
+        return None if row is None else str(row[0])
+
+    def set_session(self, tenant_id: str, session_id: str, backend_id: str, ttl_s: float) -> None:
+        with self._write() as conn:
+            conn.execute(
+                "INSERT INTO sessions VALUES (?, ?, ?, ?) ON CONFLICT (tenant_id, session_id)"
+                " DO UPDATE SET backend_id = excluded.backend_id, expires = excluded.expires",
+                (tenant_id, session_id, backend_id, time.time() + ttl_s),
+            )
+
+    def delete_session(self, tenant_id: str, session_id: str) -> None:
+        with self._write() as conn:
+            conn.execute("DELETE FROM sessions WHERE tenant_id = ? AND session_id = ?", (tenant_id, session_id))
+
+    # --- prefix index ---
+
+    def record_prefix(self, backend_id: str, hashes: Sequence[int], ttl_s: float, max_entries: int) -> None:
+        """Note that `backend_id` holds these blocks; the leading ones become the most recently recorded."""
+        now = time.time()
+        with self._write() as conn:
+            (seq,) = conn.execute("SELECT value FROM shared_counters WHERE name = 'prefix_seq'").fetchone()
+            added = 0
+            for h in reversed(hashes):  # last to first: the first block gets the highest sequence number
+                seq += 1
+                added += conn.execute("INSERT OR IGNORE INTO prefix_blocks VALUES (?, ?, ?)", (h, seq, now)).rowcount
+                conn.execute("UPDATE prefix_blocks SET seq = ?, seen = ? WHERE hash = ?", (seq, now, h))
+                conn.execute(
+                    "INSERT INTO prefix_holders VALUES (?, ?, ?) ON CONFLICT (hash, backend_id)"
+                    " DO UPDATE SET seen = excluded.seen",
+                    (h, backend_id, now),
+                )
+            conn.execute("UPDATE shared_counters SET value = ? WHERE name = 'prefix_seq'", (seq,))
+            (count,) = conn.execute("SELECT value FROM shared_counters WHERE name = 'prefix_blocks'").fetchone()
+            count += added
+            count -= conn.execute("DELETE FROM prefix_blocks WHERE seen <= ?", (now - ttl_s,)).rowcount
+            if count > max_entries:
+                count -= conn.execute(
+                    "DELETE FROM prefix_blocks WHERE hash IN (SELECT hash FROM prefix_blocks ORDER BY seq LIMIT ?)",
+                    (count - max_entries,),
+                ).rowcount
+            conn.execute("UPDATE shared_counters SET value = ? WHERE name = 'prefix_blocks'", (count,))
+
+    def remove_prefix(self, backend_id: str, hashes: Sequence[int]) -> None:
+        with self._write() as conn:
+            removed = 0
+            for h in hashes:
+                conn.execute("DELETE FROM prefix_holders WHERE hash = ? AND backend_id = ?", (h, backend_id))
+                removed += conn.execute(
+                    "DELETE FROM prefix_blocks WHERE hash = ? AND NOT EXISTS"
+                    " (SELECT 1 FROM prefix_holders WHERE prefix_holders.hash = prefix_blocks.hash)",
+                    (h,),
+                ).rowcount
+            conn.execute("UPDATE shared_counters SET value = value - ? WHERE name = 'prefix_blocks'", (removed,))
+
+    def match_prefix(self, hashes: Sequence[int], ttl_s: float) -> dict[str, int]:
+        """For each backend, how many leading blocks of the chain it holds (seen within `ttl_s`)."""
+        fresh_after = time.time() - ttl_s
+        holders: dict[int, set[str]] = {}
+        for start in range(0, len(hashes), _MAX_VARIABLES):
+            chunk = hashes[start : start + _MAX_VARIABLES]
+            rows = self._conn.execute(
+                f"SELECT hash, backend_id FROM prefix_holders WHERE seen > ? AND hash IN ({','.join('?' * len(chunk))})",
+                (fresh_after, *chunk),
+            )
+            for h, backend in rows:
+                holders.setdefault(h, set()).add(backend)
+            if any(h not in holders for h in chunk):
+                break  # the leading run ends in this chunk
+        return leading_runs(hashes, lambda h: holders.get(h, set()))
