@@ -62,7 +62,7 @@ class EmbeddedStore(Store):
         `clock` stamps created_at and revoked_at (tests may pass their own).
         """
         self._clock = clock
-        self._db = Database(settings.sqlite_path)
+        self._db = Database(settings.sqlite_path, busy_timeout_s=settings.sqlite_busy_timeout_s)
         self._worker = SerialWorker("edgerun-sqlite")
         self._tenants = {t.id: t for t in self._db.load_tenants()}
         self._accounts = {a: t.id for t in self._tenants.values() for a in t.account_ids}

@@ -56,7 +56,7 @@ class SharedEmbeddedStore(EmbeddedStore):
         self._refresh_s = 0.0
         self._settings = settings
         replica = check_id("replica id", settings.replica_id or default_replica_id())
-        self._shared = SharedTables(settings.sqlite_path, replica)
+        self._shared = SharedTables(settings.sqlite_path, replica, busy_timeout_s=settings.sqlite_busy_timeout_s)
         self._lease_task: asyncio.Task[None] | None = None
         self._closing = False
 

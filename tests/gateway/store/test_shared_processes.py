@@ -58,3 +58,24 @@ def test_processes_racing_on_one_file_never_exceed_a_limit(tmp_path: Path) -> No
         assert asyncio.run(store.budget_spent("acme", "2026-11")) == 700
     finally:
         asyncio.run(store.aclose())
+
+
+async def test_a_file_locked_past_the_busy_timeout_is_a_store_outage(tmp_path: Path) -> None:
+    import sqlite3
+
+    from gateway.store import StoreUnavailable
+
+    path = str(tmp_path / "gateway.sqlite3")
+    store = SharedEmbeddedStore(GatewaySettings(redis_url=None, sqlite_path=path, sqlite_busy_timeout_s=0.2))
+    other = sqlite3.connect(path, isolation_level=None)
+    try:
+        assert await store.acquire_request_slot("acme", "r1", 1)
+        other.execute("BEGIN IMMEDIATE")  # another process holds the write lock ...
+        with pytest.raises(StoreUnavailable, match="EDGERUN_SQLITE_PATH"):
+            await store.check_and_consume("key_a", 10, None, 0)  # ... past the timeout: refused, nothing counted
+        other.execute("ROLLBACK")
+        assert all([(await store.check_and_consume("key_a", 10, None, 0)).allowed for _ in range(10)])
+        assert not (await store.check_and_consume("key_a", 10, None, 0)).allowed
+    finally:
+        other.close()
+        await store.aclose()
