@@ -31,6 +31,8 @@ class GatewaySettings(TomlSettings):
     # SQLite file rather than in this process's memory, so several gateway processes on this machine
     # can share them (gateway/store/embedded_shared.py). Always on when workers > 1 without Redis.
     sqlite_shared: bool = False
+    # How long a write to the SQLite file waits for another process's (then 503 / StoreUnavailable).
+    sqlite_busy_timeout_s: float = Field(default=5.0, gt=0)
     key_prefix: str = Field(default="edgerun:", min_length=1)  # namespace of every Redis key
     replica_id: str | None = None  # names this replica's in-flight counters; None: host-pid-random
     session_ttl_s: float = Field(default=1800.0, gt=0)  # x-session-affinity -> backend stickiness

@@ -11,7 +11,7 @@ here meanwhile). A CLI revocation thus holds within that period plus one read. L
 memory only: after a restart they start empty, which costs at most one minute of rate-limit
 history and some cache affinity. Budgets and the ledger are SQLite rows.
 
-All SQLite work runs, in call order, on one worker thread owned by the store; memory updates
+All SQLite work runs, in call order, on one worker thread owned by the store (serial_worker.py); memory updates
 happen on the event loop without awaiting, which makes each check-and-change atomic. Ledger
 appends are group-committed: records that arrive while a ledger transaction is being written go
 into the next one together (one commit for many requests under load), and each `append_usage`
@@ -27,7 +27,6 @@ import asyncio
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import TypeVar
 
@@ -49,6 +48,7 @@ from gateway.store.errors import Conflict, NotFound, StoreUnavailable
 from gateway.store.limits import ALLOWED, WINDOW_MS, check_limit_args, refused, to_ms
 from gateway.store.memory import PrefixTable, TtlMap, WindowCounters
 from gateway.store.models import ApiKey, BudgetDecision, LimitDecision, Tenant, UsageRecord, new_tenant, to_us
+from gateway.store.serial_worker import SerialWorker
 from gateway.store.sqlite_db import Database
 from policies.limits import WindowRule, sliding_window
 
@@ -64,8 +64,8 @@ class EmbeddedStore(Store):
         `clock` stamps created_at and revoked_at (tests may pass their own).
         """
         self._clock = clock
-        self._db = Database(settings.sqlite_path)
-        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="edgerun-sqlite")
+        self._db = Database(settings.sqlite_path, busy_timeout_s=settings.sqlite_busy_timeout_s)
+        self._worker = SerialWorker("edgerun-sqlite")
         self._tenants = {t.id: t for t in self._db.load_tenants()}
         self._accounts = {a: t.id for t in self._tenants.values() for a in t.account_ids}
         self._keys: dict[str, ApiKey] = {}
@@ -126,7 +126,7 @@ class EmbeddedStore(Store):
 
     async def _run(self, fn: Callable[..., T], *args: object) -> T:
         try:
-            return await asyncio.get_running_loop().run_in_executor(self._worker, fn, *args)
+            return await self._worker.run(fn, *args)
         except sqlite3.OperationalError as exc:  # locked past the busy timeout, disk full, file gone
             raise StoreUnavailable(f"the SQLite file cannot be written ({exc}); check EDGERUN_SQLITE_PATH") from exc
 
@@ -431,7 +431,7 @@ class EmbeddedStore(Store):
         if self._ledger_writer is not None:  # what was queued is committed before the file closes
             await asyncio.wait({self._ledger_writer})
         await self._run(self._db.close)
-        self._worker.shutdown(wait=True)
+        self._worker.close()
 
 
 def _session_key(tenant_id: str, session_id: str) -> tuple[str, str]:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from gateway.settings import GatewaySettings
 from gateway.store.checks import (
@@ -39,7 +40,7 @@ from gateway.store.checks import (
 )
 from gateway.store.embedded import EmbeddedStore
 from gateway.store.limits import ALLOWED, WINDOW_MS, check_limit_args, refused, to_ms
-from gateway.store.models import BudgetDecision, LimitDecision
+from gateway.store.models import BudgetDecision, LimitDecision, Tenant
 from gateway.store.redis_store import default_replica_id
 from gateway.store.sqlite_shared import SharedTables
 
@@ -55,9 +56,21 @@ class SharedEmbeddedStore(EmbeddedStore):
         self._refresh_s = 0.0
         self._settings = settings
         replica = check_id("replica id", settings.replica_id or default_replica_id())
-        self._shared = SharedTables(settings.sqlite_path, replica)
+        self._shared = SharedTables(settings.sqlite_path, replica, busy_timeout_s=settings.sqlite_busy_timeout_s)
         self._lease_task: asyncio.Task[None] | None = None
         self._closing = False
+
+    # --- tenants: only ever added, never changed, so a cached one is current; a miss checks the file ---
+
+    async def get_tenant(self, tenant_id: str) -> Tenant | None:
+        tenant = self._tenants.get(tenant_id)
+        return replace(tenant) if tenant is not None else await super().get_tenant(tenant_id)
+
+    async def get_tenant_by_account(self, account_id: str) -> Tenant | None:
+        tenant_id = self._accounts.get(account_id)
+        if tenant_id is not None:
+            return replace(self._tenants[tenant_id])
+        return await super().get_tenant_by_account(account_id)
 
     def _may_start_lease(self) -> None:
         if self._lease_task is None and not self._closing:

@@ -56,13 +56,14 @@ def _models_from(text: str | None) -> frozenset[str] | None:
 
 
 class Database:
-    def __init__(self, path: str, *, synchronous: str = "NORMAL") -> None:
-        """Open (creating) the file; `synchronous="FULL"` makes each commit survive an OS crash too."""
+    def __init__(self, path: str, *, synchronous: str = "NORMAL", busy_timeout_s: float = 5.0) -> None:
+        """Open (creating) the file; `synchronous="FULL"` makes each commit survive an OS crash too;
+        a write waits up to `busy_timeout_s` for another connection's (then sqlite3.OperationalError)."""
         if path != ":memory:":
             Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
             path = str(Path(path).expanduser())
         # Opened here, then used only by the store's single worker thread.
-        self._conn = sqlite3.connect(path, timeout=5.0, isolation_level=None, check_same_thread=False)
+        self._conn = sqlite3.connect(path, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False)
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute(f"PRAGMA synchronous={'FULL' if synchronous == 'FULL' else 'NORMAL'}")
         self._conn.execute("PRAGMA foreign_keys=ON")
