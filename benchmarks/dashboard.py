@@ -72,7 +72,7 @@ async def measure(n: int, repeats: int) -> tuple[list[float], list[float], float
             redis_url=None, sqlite_path=str(Path(tmp) / "g.sqlite3"), admin_token=TOKEN, tokenizer_cache_dir=None,
             log_level="warning",
         )
-        store = open_store(settings)
+        store = open_store(settings.store)
         port = free_port()
         server = uvicorn.Server(uvicorn.Config(create_app(settings, store=store), port=port, log_config=None,
                                                access_log=False))

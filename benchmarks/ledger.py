@@ -123,7 +123,7 @@ def gateway_overhead(env: dict[str, str], stub: ChildProcess, workdir: Path, dur
 
 
 async def measure_store(name: str, settings: GatewaySettings, args: argparse.Namespace) -> Result:
-    store = open_store(settings)
+    store = open_store(settings.store)
     try:
         result = Result(name)
         await appends_per_s(store, min(200, args.records), 1)  # warm-up
@@ -139,15 +139,15 @@ def run_store(
     name: str, settings: GatewaySettings, args: argparse.Namespace, env: dict[str, str], stub: ChildProcess, workdir: Path
 ) -> Result:
     """Every measurement on one store; a Redis store's keys are deleted afterwards."""
-    if settings.redis_url:
-        env = {**env, "EDGERUN_REDIS_URL": settings.redis_url, "EDGERUN_KEY_PREFIX": settings.key_prefix}
+    if settings.store.redis_url:
+        env = {**env, "EDGERUN_REDIS_URL": settings.store.redis_url, "EDGERUN_KEY_PREFIX": settings.store.key_prefix}
     try:
         result = asyncio.run(measure_store(name, settings, args))
         result.gateway_added_ms, result.gateway_cpu_ms = gateway_overhead(env, stub, workdir, args.duration)
         return result
     finally:
-        if settings.redis_url:
-            asyncio.run(drop_prefix(settings.redis_url, settings.key_prefix))
+        if settings.store.redis_url:
+            asyncio.run(drop_prefix(settings.store.redis_url, settings.store.key_prefix))
 
 
 async def drop_prefix(url: str, prefix: str) -> None:

@@ -72,7 +72,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 async def _via_store(args: argparse.Namespace, settings: GatewaySettings) -> Any:
     from gateway.store import open_store
 
-    store = open_store(settings)
+    store = open_store(settings.store)
     try:
         admin = AdminService(store)
         match (args.command, args.action):
@@ -142,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
     settings = GatewaySettings()
     try:
         if args.gateway:
-            token = args.admin_token or (settings.admin_token.get_secret_value() if settings.admin_token else None)
+            token = args.admin_token or (settings.http.admin_token.get_secret_value() if settings.http.admin_token else None)
             result = _via_gateway(args, token)
         else:
             result = asyncio.run(_via_store(args, settings))

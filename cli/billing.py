@@ -60,7 +60,7 @@ async def _export(args: argparse.Namespace, settings: GatewaySettings, history: 
     query = ExportQuery.parse(args.start, args.end, args.tenant)
     targets = [args.out, args.summary_out or summary_path(args.out)]
     temps = [t.with_name(f".{t.name}.{os.getpid()}.tmp") for t in targets]
-    store = open_store(settings)
+    store = open_store(settings.store)
     try:
         with open(temps[0], "wb") as rows_out, open(temps[1], "wb") as summary_out:
             totals = await write_export(store, query, history, cast(Format, args.format), rows_out, summary_out)
@@ -85,7 +85,7 @@ async def _recompute(args: argparse.Namespace, settings: GatewaySettings, histor
     from gateway.store import open_store
 
     query = ExportQuery.parse(args.start, args.end, args.tenant)
-    store = open_store(settings)
+    store = open_store(settings.store)
     try:
         records = [r async for r in store.iter_usage(query.start, query.end, query.tenant_id)]
     finally:
@@ -107,10 +107,10 @@ async def _recompute(args: argparse.Namespace, settings: GatewaySettings, histor
 async def _replay(settings: GatewaySettings) -> dict[str, Any]:
     from gateway.store import open_store
 
-    path = spool_path(settings)
+    path = spool_path(settings.billing, settings.store)
     if path is None:
         return {"spool": None, "written": 0}
-    store = open_store(settings)
+    store = open_store(settings.store)
     try:
         result = await LedgerSpool(path).replay(store)
     finally:
@@ -132,7 +132,7 @@ def logging_options(args: argparse.Namespace) -> dict[str, object]:
 def run(args: argparse.Namespace) -> int:
     settings = GatewaySettings()
     try:
-        history = PriceHistory.from_config(settings.prices, settings.price_history)
+        history = PriceHistory.from_config(settings.billing.prices, settings.billing.price_history)
         if args.action == "export":
             report = asyncio.run(_export(args, settings, history))
         elif args.action == "recompute":

@@ -120,10 +120,10 @@ async def serve_dev(args: argparse.Namespace) -> int:
             models.append(embedding_model())
             backends.append({"id": "local-embed", "base_url": embedder.url, "models": [EMBEDDING_MODEL_ID]})
         settings = dev_settings(args, backend_key, models, backends)
-        Path(settings.sqlite_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(settings.store.sqlite_path).parent.mkdir(parents=True, exist_ok=True)
         from gateway.store import open_store
 
-        store = open_store(settings)
+        store = open_store(settings.store)
         try:
             secret = await dev_key(store)
 
@@ -163,7 +163,7 @@ def dev_settings(
 async def serve_in_process(settings: GatewaySettings, store: Store, announce: Callable[[], None]) -> int:
     """The gateway on this process's event loop, until Ctrl-C / SIGTERM."""
     app = create_app(settings, store=store)
-    listeners = Listeners(listener_configs(settings, app), drain=app.state.drain)
+    listeners = Listeners(listener_configs(settings.http, settings.listener_limits, app), drain=app.state.drain)
     serving = asyncio.create_task(listeners.serve())
     while not listeners.started and not serving.done():
         await asyncio.sleep(0.05)
@@ -178,14 +178,14 @@ async def serve_in_process(settings: GatewaySettings, store: Store, announce: Ca
 def worker_env(settings: GatewaySettings) -> dict[str, str]:
     """The EDGERUN_* variables that give `edgerun serve` children this run's settings (they get
     these and no other EDGERUN_* of this shell: the store is this run's SQLite file, never Redis)."""
-    assert settings.admin_token is not None and settings.backend_api_key is not None
-    dumped = settings.model_dump(mode="json", include={"models", "backends"})
+    assert settings.http.admin_token is not None and settings.fleet.backend_api_key is not None
+    dumped = settings.fleet.model_dump(mode="json", include={"models", "backends"})
     return {
         "EDGERUN_MODELS": json.dumps(dumped["models"]),
         "EDGERUN_BACKENDS": json.dumps(dumped["backends"]),
-        "EDGERUN_SQLITE_PATH": settings.sqlite_path,
-        "EDGERUN_ADMIN_TOKEN": settings.admin_token.get_secret_value(),
-        "EDGERUN_BACKEND_API_KEY": settings.backend_api_key.get_secret_value(),
+        "EDGERUN_SQLITE_PATH": settings.store.sqlite_path,
+        "EDGERUN_ADMIN_TOKEN": settings.http.admin_token.get_secret_value(),
+        "EDGERUN_BACKEND_API_KEY": settings.fleet.backend_api_key.get_secret_value(),
     }
 
 
@@ -210,7 +210,7 @@ async def serve_workers(args: argparse.Namespace, settings: GatewaySettings, ann
 def banner(
     args: argparse.Namespace, settings: GatewaySettings, secret: str, embedder: ChildProcess | None, backend_port: int
 ) -> str:
-    assert settings.admin_token is not None
+    assert settings.http.admin_token is not None
     embeddings_hint = (
         f"embeddings (backend {embedder.url}): the same URL with the model {EMBEDDING_MODEL_ID}\n"
         'and the body {"text": ["the sea", "a lake"]}\n\n'
@@ -222,8 +222,8 @@ def banner(
         f"\nedgerun is running: gateway http://127.0.0.1:{args.port} -> backend http://127.0.0.1:{backend_port}{workers}\n"
         f"development key (tenant {DEV_TENANT!r}, account {DEV_ACCOUNT!r}): {secret}\n"
         f"admin API and /metrics: http://127.0.0.1:{args.admin_port}\n"
-        f"admin token: {settings.admin_token.get_secret_value()}\n"
-        f"store: {settings.sqlite_path} (what `edgerun billing export` and `edgerun keys` read by default)\n"
+        f"admin token: {settings.http.admin_token.get_secret_value()}\n"
+        f"store: {settings.store.sqlite_path} (what `edgerun billing export` and `edgerun keys` read by default)\n"
         f"usage dashboard: http://127.0.0.1:{args.admin_port}/dashboard (log in with the admin token); "
         f"http://127.0.0.1:{args.port}/dashboard with the development key (its tenant alone)\n\n"
         f"try:\n\n  {curl_line(args.port, secret)}\n\n{embeddings_hint}"

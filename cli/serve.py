@@ -38,7 +38,7 @@ def settings_from_args(args: argparse.Namespace) -> GatewaySettings:
 def logging_options(args: argparse.Namespace) -> dict[str, object]:
     """How `edgerun` configures logging before `run` (see cli/main.py)."""
     settings = settings_from_args(args)
-    return {"level": settings.log_level, "json": settings.log_json}
+    return {"level": settings.logging.log_level, "json": settings.logging.log_json}
 
 
 def quiet_http_client_logs(level: str) -> None:
@@ -67,10 +67,10 @@ def tune_gc() -> None:
 
 def serve(settings: GatewaySettings) -> None:
     """The public listener, and the admin listener when `admin_port` is set (gateway/http/listeners.py)."""
-    quiet_http_client_logs(settings.log_level)
+    quiet_http_client_logs(settings.logging.log_level)
     app = create_app(settings)
-    reuse_port = settings.worker_index is not None
-    listeners = Listeners(listener_configs(settings, app), drain=app.state.drain, reuse_port=reuse_port)
+    reuse_port = settings.http.worker_index is not None
+    listeners = Listeners(listener_configs(settings.http, settings.listener_limits, app), drain=app.state.drain, reuse_port=reuse_port)
     tune_gc()
     listeners.run()
 
@@ -87,7 +87,7 @@ def worker_argv(args: argparse.Namespace, index: int) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
-    if settings.workers > 1 and settings.worker_index is None:
-        return Supervisor(settings.workers, lambda index: worker_argv(args, index)).run()
+    if settings.http.workers > 1 and settings.http.worker_index is None:
+        return Supervisor(settings.http.workers, lambda index: worker_argv(args, index)).run()
     serve(settings)
     return 0

@@ -32,7 +32,14 @@ class TomlSettings(BaseSettings):
         toml_file = os.environ.get("EDGERUN_CONFIG")
         if toml_file:
             sources.append(TomlConfigSettingsSource(settings_cls, toml_file=toml_file))
-        return tuple(sources)
+        return cls.arrange_sources(tuple(sources), env_settings)
+
+    @classmethod
+    def arrange_sources(
+        cls, sources: tuple[PydanticBaseSettingsSource, ...], env_settings: PydanticBaseSettingsSource
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """A subclass's hook over the sources above, highest first (`env_settings` is the environment's)."""
+        return sources
 
 
 MIN_SECRET_CHARS = 16

@@ -73,23 +73,24 @@ class Services:
         store: Store | None = None,
         client: BackendClient | None = None,
     ) -> Services:
-        catalog = Catalog.build(settings.models, settings.backends, settings.model_aliases)
-        policy = build_policy(PolicyConfig(settings.routing_policy, dict(settings.routing_params)))
-        regions = RegionPreference(settings.region, tuple(r for r in settings.region_fallbacks if r != settings.region))
-        prices = PriceTable.from_config(settings.prices)
+        fleet, routing, limits, http = settings.fleet, settings.routing, settings.limits, settings.http
+        catalog = Catalog.build(fleet.models, fleet.backends, fleet.model_aliases)
+        policy = build_policy(PolicyConfig(routing.routing_policy, dict(routing.routing_params)))
+        regions = RegionPreference(routing.region, tuple(r for r in routing.region_fallbacks if r != routing.region))
+        prices = PriceTable.from_config(settings.billing.prices)
         owns_store = store is None
         if store is None:
             from gateway.store import open_store
 
-            store = open_store(settings)
+            store = open_store(settings.store)
         owns_client = client is None
-        backend_key = settings.backend_api_key
+        backend_key = fleet.backend_api_key
         client = client or BackendClient(
-            connect_timeout_s=settings.backend_connect_timeout_s,
-            first_byte_timeout_s=settings.backend_first_byte_timeout_s,
-            read_timeout_s=settings.backend_read_timeout_s,
+            connect_timeout_s=fleet.backend_connect_timeout_s,
+            first_byte_timeout_s=fleet.backend_first_byte_timeout_s,
+            read_timeout_s=fleet.backend_read_timeout_s,
             api_key=backend_key.get_secret_value() if backend_key is not None else None,
-            max_connections=settings.backend_max_connections,
+            max_connections=fleet.backend_max_connections,
         )
         block_sizes = {m.block_size for m in catalog.models}
         monitor = BackendMonitor(
@@ -98,31 +99,31 @@ class Services:
             store,
             metrics,
             MonitorIntervals(
-                settings.health_interval_s, settings.load_interval_s, settings.kv_events_interval_s, settings.health_fall
+                fleet.health_interval_s, fleet.load_interval_s, fleet.kv_events_interval_s, fleet.health_fall
             ),
             kv_sink=KVEventIndexer(store, block_size=block_sizes.pop()) if len(block_sizes) == 1 else None,
-            kv_consumer=settings.replica_id or default_replica_id(),
+            kv_consumer=settings.store.replica_id or default_replica_id(),
             outliers=OutlierDetector(
                 [e.id for e in catalog.all_endpoints()],
                 BreakerConfig(
-                    settings.breaker_failure_threshold,
-                    settings.breaker_ejection_s,
-                    settings.breaker_max_ejection_s,
-                    trial_timeout_s=settings.backend_first_byte_timeout_s,  # a silent trial has failed by then
+                    fleet.breaker_failure_threshold,
+                    fleet.breaker_ejection_s,
+                    fleet.breaker_max_ejection_s,
+                    trial_timeout_s=fleet.backend_first_byte_timeout_s,  # a silent trial has failed by then
                 ),
                 metrics,
             ),
         )
         auth = Authenticator(store)
-        spool = spool_path(settings)
+        spool = spool_path(settings.billing, settings.store)
         metering = Metering(store, prices, metrics, LedgerSpool(spool) if spool is not None else None)
-        salt_secret = settings.cache_salt_secret
+        salt_secret = routing.cache_salt_secret
         salts = TenantSalts(store, salt_secret.get_secret_value() if salt_secret is not None else None)
         router = Router(store, policy, regions, monitor, metrics, salts)
-        tokenizers = TokenizerRegistry(settings.tokenizer_cache_dir, client)
-        slots = TenantSlots(store, settings.tenant_max_concurrent_requests)
-        disagg = Disaggregator(router, client, monitor, metrics, settings.disagg_max_local_prefill_length)
-        offload = Offload(settings.offload_threads, settings.offload_max_pending)
+        tokenizers = TokenizerRegistry(limits.tokenizer_cache_dir, client)
+        slots = TenantSlots(store, limits.tenant_max_concurrent_requests)
+        disagg = Disaggregator(router, client, monitor, metrics, settings.disagg.disagg_max_local_prefill_length)
+        offload = Offload(limits.offload_threads, limits.offload_max_pending)
         generator = Generator(
             catalog,
             tokenizers,
@@ -135,8 +136,8 @@ class Services:
             slots,
             disagg,
             offload,
-            SetupGate(settings.setup_concurrency),
-            deadline_s=settings.request_deadline_s,
+            SetupGate(limits.setup_concurrency),
+            deadline_s=limits.request_deadline_s,
         )
         return cls(
             settings,
@@ -150,9 +151,9 @@ class Services:
             Embedder(catalog, auth, metering, monitor, client, slots),
             AdminService(store),
             AdminGuard(
-                settings.admin_token.get_secret_value() if settings.admin_token is not None else None,
-                max_failures=settings.admin_max_failures,
-                window_s=settings.admin_failure_window_s,
+                http.admin_token.get_secret_value() if http.admin_token is not None else None,
+                max_failures=http.admin_max_failures,
+                window_s=http.admin_failure_window_s,
             ),
             offload,
             owns_store,
@@ -164,9 +165,9 @@ class Services:
         self._tasks.append(asyncio.create_task(self.warm_tokenizers(), name="warm-tokenizers"))
         spool = self.generator.metering.spool
         if spool is not None:  # replays records spooled while the ledger was down, now and periodically
-            interval = self.settings.ledger_spool_replay_interval_s
+            interval = self.settings.billing.ledger_spool_replay_interval_s
             self._tasks.append(asyncio.create_task(replay_forever(spool, self.store, interval), name="ledger-replay"))
-        s = self.settings
+        s = self.settings.store
         if s.redis_url and s.ledger_archive_path:  # bounds the ledger's memory in Redis
             archiving = archive_forever(self.store, s.ledger_retention_s, s.ledger_archive_interval_s)
             self._tasks.append(asyncio.create_task(archiving, name="ledger-archive"))

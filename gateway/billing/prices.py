@@ -1,6 +1,6 @@
 """Price configuration: the default table and the history of every price version.
 
-Prices are configured in `GatewaySettings.prices` (model id -> `{version, input, cached_input,
+Prices are configured in `GatewaySettings.billing.prices` (model id -> `{version, input, cached_input,
 output, input_neurons, cached_input_neurons, output_neurons}`, decimal strings per million
 tokens, see `policies.pricing`). Each ledger record keeps the `price_version` it was billed
 under, so a bill can be recomputed from raw usage as long as that version's rates are known:

@@ -34,27 +34,28 @@ from pathlib import Path
 
 import structlog
 
-from gateway.settings import GatewaySettings
+from gateway.billing.settings import BillingSettings
 from gateway.store.base import Store
 from gateway.store.errors import InvalidArgument
 from gateway.store.models import UsageRecord
+from gateway.store.settings import StoreSettings
 
 log = structlog.get_logger("edgerun.gateway.billing.spool")
 
 
-def spool_path(settings: GatewaySettings) -> Path | None:
-    """`settings.ledger_spool_path`, else a file named after the store it belongs to (records must
+def spool_path(billing: BillingSettings, store: StoreSettings) -> Path | None:
+    """`billing.ledger_spool_path`, else a file named after the store it belongs to (records must
     be replayed into the ledger they were meant for): next to the SQLite file for the embedded
     store, or `ledger-spool-<hash of URL and key prefix>.jsonl` in the same folder for Redis.
     None for an in-memory SQLite store (its ledger does not outlive the process either)."""
-    if settings.ledger_spool_path:
-        return Path(settings.ledger_spool_path)
-    memory = settings.sqlite_path == ":memory:"
-    folder = Path(tempfile.gettempdir()) if memory else Path(settings.sqlite_path).parent
-    if settings.redis_url:
-        digest = hashlib.sha256(f"{settings.redis_url}\0{settings.key_prefix}".encode()).hexdigest()[:16]
+    if billing.ledger_spool_path:
+        return Path(billing.ledger_spool_path)
+    memory = store.sqlite_path == ":memory:"
+    folder = Path(tempfile.gettempdir()) if memory else Path(store.sqlite_path).parent
+    if store.redis_url:
+        digest = hashlib.sha256(f"{store.redis_url}\0{store.key_prefix}".encode()).hexdigest()[:16]
         return folder / f"ledger-spool-{digest}.jsonl"
-    return None if memory else Path(settings.sqlite_path + ".spool.jsonl")
+    return None if memory else Path(store.sqlite_path + ".spool.jsonl")
 
 
 @dataclass(slots=True)

@@ -59,7 +59,7 @@ def _optional_str(body: dict[str, Any], name: str) -> str | None:
 
 async def create_tenant(request: Request) -> Response:
     g = require_admin(request)
-    body = await read_json_object(request, g.settings.max_body_bytes)
+    body = await read_json_object(request, g.settings.http.max_body_bytes)
     name = _optional_str(body, "name")
     if not name:
         raise InvalidInput("name must be a non-empty string", param="name")
@@ -81,7 +81,7 @@ async def list_tenants(request: Request) -> Response:
 
 async def create_key(request: Request) -> Response:
     g = require_admin(request)
-    body = await read_json_object(request, g.settings.max_body_bytes, allow_empty=True)
+    body = await read_json_object(request, g.settings.http.max_body_bytes, allow_empty=True)
     key = await g.admin.create_key(
         request.path_params["tenant_id"],
         allowed_models=_strings(body, "allowed_models"),

@@ -62,7 +62,7 @@ async def billing_export(request: Request) -> Response:
     fmt = cast(Format, _choice(request, "format", FORMATS, "csv"))
     part = _choice(request, "part", PARTS, "rows")
     try:
-        history = PriceHistory.from_config(g.settings.prices, g.settings.price_history)
+        history = PriceHistory.from_config(g.settings.billing.prices, g.settings.billing.price_history)
     except PricingError as exc:
         raise InternalError(f"the price configuration is invalid: {exc}") from exc
     out = cast(BinaryIO, tempfile.SpooledTemporaryFile(max_size=8 << 20))

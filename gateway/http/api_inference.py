@@ -120,7 +120,7 @@ async def _admitted(request: Request) -> Principal:
 
 async def _body(request: Request) -> dict[str, Any]:
     g = services(request)
-    return await read_json_object(request, g.settings.max_body_bytes, offload=g.offload)
+    return await read_json_object(request, g.settings.http.max_body_bytes, offload=g.offload)
 
 
 def _model(request: Request, principal: Principal, model_id: str) -> ModelSpec:

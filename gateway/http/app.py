@@ -83,8 +83,8 @@ async def metrics(request: Request) -> Response:
     `Authorization: Bearer <metrics_token>` unless `metrics_public` (gateway/http/listeners.py)."""
     g: Services = request.app.state.services
     s = g.settings
-    if listener_of(request.scope) != ADMIN and not s.metrics_public:
-        expected = s.metrics_token.get_secret_value() if s.metrics_token is not None else None
+    if listener_of(request.scope) != ADMIN and not s.http.metrics_public:
+        expected = s.http.metrics_token.get_secret_value() if s.http.metrics_token is not None else None
         if not token_matches(expected, presented_bearer(request.headers.get("authorization"))):
             hint = "'Authorization: Bearer <metrics_token>'" if expected else "metrics_token, metrics_public or admin_port"
             raise AuthenticationFailed(f"Authentication error: /metrics needs {hint}")
@@ -144,8 +144,8 @@ def create_app(
             HTTPException: render_http_exception,
         },
     )
-    app.add_middleware(ListenerGate, split=settings.admin_port is not None)
-    app.state.drain = drain = Drain(settings.shutdown_timeout_s)  # run by Listeners on SIGTERM
+    app.add_middleware(ListenerGate, split=settings.http.admin_port is not None)
+    app.state.drain = drain = Drain(settings.http.shutdown_timeout_s)  # run by Listeners on SIGTERM
     app.add_middleware(DrainGate, drain=drain)
-    app.add_middleware(RequestContextMiddleware, metrics=app_metrics, worker=settings.worker_index)
+    app.add_middleware(RequestContextMiddleware, metrics=app_metrics, worker=settings.http.worker_index)
     return app

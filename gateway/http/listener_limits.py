@@ -25,19 +25,24 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 
-@dataclass(frozen=True, slots=True)
-class ListenerLimits:
-    max_request_line_bytes: int = 8192
-    max_header_bytes: int = 32_768
-    max_headers: int = 100
-    headers_timeout_s: float = 10.0
-    body_timeout_s: float = 60.0
-    keep_alive_s: float = 5.0
-    max_connections_per_client: int = 64
-    max_connections: int = 10_000
+class ListenerLimits(BaseModel):
+    """The gateway's `[listener_limits]` settings section (each field also by its own name, e.g.
+    `EDGERUN_MAX_HEADER_BYTES`, as gateway/settings.py explains)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_request_line_bytes: int = Field(default=8192, ge=256)
+    max_header_bytes: int = Field(default=32_768, ge=1024)
+    max_headers: int = Field(default=100, ge=8)
+    headers_timeout_s: float = Field(default=10.0, gt=0)  # from connect (or the last response) to the headers' end
+    body_timeout_s: float = Field(default=60.0, gt=0)  # from the headers' end to the body's end
+    keep_alive_s: float = Field(default=5.0, gt=0)  # an idle kept-alive connection is closed after this
+    max_connections_per_client: int = Field(default=64, ge=1)  # per client address, per listener
+    max_connections: int = Field(default=10_000, ge=1)  # per listener
 
 
 @dataclass(slots=True)

@@ -34,7 +34,7 @@ from gateway.errors import NoRoute
 from gateway.http.drain import Drain
 from gateway.http.envelopes import error_response
 from gateway.http.listener_limits import ListenerLimits, limited_protocol
-from gateway.settings import GatewaySettings
+from gateway.http.settings import HttpSettings
 
 LISTENER_KEY = "edgerun.listener"
 PUBLIC, ADMIN = "public", "admin"
@@ -57,7 +57,7 @@ def is_public_api_path(path: str) -> bool:
 def accepts_admin_token(connection: HTTPConnection) -> bool:
     """Whether a route on both listeners may honour the admin token for this request: always with
     one listener, only on the admin listener when there are two."""
-    split = connection.app.state.services.settings.admin_port is not None
+    split = connection.app.state.services.settings.http.admin_port is not None
     return not split or listener_of(connection.scope) == ADMIN
 
 
@@ -95,29 +95,20 @@ class ListenerGate:
         return not is_admin_path(path)
 
 
-def listener_limits(settings: GatewaySettings) -> ListenerLimits:
-    return ListenerLimits(
-        max_request_line_bytes=settings.max_request_line_bytes,
-        max_header_bytes=settings.max_header_bytes,
-        max_headers=settings.max_headers,
-        headers_timeout_s=settings.headers_timeout_s,
-        body_timeout_s=settings.body_timeout_s,
-        keep_alive_s=settings.keep_alive_s,
-        max_connections_per_client=settings.max_connections_per_client,
-        max_connections=settings.max_connections,
-    )
-
-
 def listener_configs(
-    settings: GatewaySettings, app: ASGIApp, *, port: int | None = None, admin_port: int | None = None
+    settings: HttpSettings,
+    limits: ListenerLimits,
+    app: ASGIApp,
+    *,
+    port: int | None = None,
+    admin_port: int | None = None,
 ) -> list[uvicorn.Config]:
     """uvicorn configs, public first (it runs the app's lifespan); `port`/`admin_port` override the
     settings' (tests pick free ports)."""
-    limits = listener_limits(settings)
     common = {
         "log_config": None,  # keep our structured logging
         "access_log": False,  # the gateway's middleware logs each request with its request id
-        "timeout_keep_alive": int(max(1, settings.keep_alive_s)),
+        "timeout_keep_alive": int(max(1, limits.keep_alive_s)),
         "timeout_graceful_shutdown": 1,  # a backstop: `Drain` already waited for the requests in flight
         "backlog": settings.listen_backlog,  # connections the kernel holds until accepted (capped by somaxconn)
     }

@@ -30,7 +30,6 @@ from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import TypeVar
 
-from gateway.settings import GatewaySettings
 from gateway.store import apikeys
 from gateway.store.base import Store
 from gateway.store.checks import (
@@ -49,6 +48,7 @@ from gateway.store.limits import ALLOWED, WINDOW_MS, check_limit_args, refused, 
 from gateway.store.memory import PrefixTable, TtlMap, WindowCounters
 from gateway.store.models import ApiKey, BudgetDecision, LimitDecision, Tenant, UsageRecord, new_tenant, to_us
 from gateway.store.serial_worker import SerialWorker
+from gateway.store.settings import StoreSettings
 from gateway.store.sqlite_db import Database
 from policies.limits import WindowRule, sliding_window
 
@@ -58,7 +58,7 @@ T = TypeVar("T")
 class EmbeddedStore(Store):
     answers_in_memory = True  # sessions, prefixes and loads live in this process
 
-    def __init__(self, settings: GatewaySettings, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, settings: StoreSettings, clock: Callable[[], float] = time.time) -> None:
         """Open (creating if needed) `settings.sqlite_path` and load tenants, keys and budgets.
 
         `clock` stamps created_at and revoked_at (tests may pass their own).

@@ -27,7 +27,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from gateway.settings import GatewaySettings
 from gateway.store.checks import (
     check_count,
     check_hashes,
@@ -42,11 +41,12 @@ from gateway.store.embedded import EmbeddedStore
 from gateway.store.limits import ALLOWED, WINDOW_MS, check_limit_args, refused, to_ms
 from gateway.store.models import BudgetDecision, LimitDecision, Tenant
 from gateway.store.redis_store import default_replica_id
+from gateway.store.settings import StoreSettings
 from gateway.store.sqlite_shared import SharedTables
 
 
 class SharedEmbeddedStore(EmbeddedStore):
-    def __init__(self, settings: GatewaySettings, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, settings: StoreSettings, clock: Callable[[], float] = time.time) -> None:
         """Open `settings.sqlite_path` (a file: several processes must reach it) and its shared tables."""
         if settings.sqlite_path == ":memory:":
             raise ValueError("a shared embedded store needs a SQLite file, not ':memory:'")

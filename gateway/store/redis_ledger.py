@@ -30,13 +30,13 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
 
-from gateway.settings import GatewaySettings
 from gateway.store import redis_scripts
 from gateway.store.archive import LedgerArchive
 from gateway.store.checks import check_id
 from gateway.store.errors import InvalidArgument
 from gateway.store.models import UsageRecord, to_us
 from gateway.store.redis_codec import KeyNames, ledger_member, parse_member
+from gateway.store.settings import StoreSettings
 
 _PAGE = 500
 _LOCK_MS = 120_000  # an archiver that died mid-pass lets the next one in after this
@@ -44,7 +44,7 @@ Row = tuple[str, str | None, UsageRecord | None]  # index member, stream id, rec
 
 
 class RedisLedger:
-    def __init__(self, redis: Any, names: KeyNames, settings: GatewaySettings, replica: str) -> None:
+    def __init__(self, redis: Any, names: KeyNames, settings: StoreSettings, replica: str) -> None:
         """`redis`: the store's client (decoded replies); the archive is opened when configured."""
         self._redis = redis
         self._names = names

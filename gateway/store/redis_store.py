@@ -32,7 +32,6 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import OutOfMemoryError, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from gateway.settings import GatewaySettings
 from gateway.store import apikeys, redis_scripts
 from gateway.store.base import Store
 from gateway.store.checks import (
@@ -51,6 +50,7 @@ from gateway.store.limits import ALLOWED, WINDOW_MS, check_limit_args, refused, 
 from gateway.store.models import ApiKey, BudgetDecision, LimitDecision, Tenant, UsageRecord, new_tenant, to_us
 from gateway.store.redis_codec import KeyNames, decode_key, decode_tenant, encode_key, encode_tenant
 from gateway.store.redis_ledger import RedisLedger
+from gateway.store.settings import StoreSettings
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -87,7 +87,7 @@ def default_replica_id() -> str:
 
 
 class RedisStore(Store):
-    def __init__(self, settings: GatewaySettings, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, settings: StoreSettings, clock: Callable[[], float] = time.time) -> None:
         """Connect lazily to `settings.redis_url`; keys are namespaced by `settings.key_prefix`."""
         if not settings.redis_url:
             raise InvalidArgument("RedisStore needs a Redis URL: set EDGERUN_REDIS_URL (or settings.redis_url)")

@@ -150,11 +150,11 @@ class InProcessGateway:
             loop = asyncio.new_event_loop()
             self._loop = loop
             asyncio.set_event_loop(loop)
-            self.store = open_store(self.settings)
-            if self.settings.admin_port is not None and self.admin_port is None:
+            self.store = open_store(self.settings.store)
+            if self.settings.http.admin_port is not None and self.admin_port is None:
                 self.admin_port = free_port()
             app = self.app = create_app(self.settings, store=self.store)
-            configs = listener_configs(self.settings, app, port=self.port, admin_port=self.admin_port)
+            configs = listener_configs(self.settings.http, self.settings.listener_limits, app, port=self.port, admin_port=self.admin_port)
             self._listeners = Listeners(configs, drain=app.state.drain)  # signals stay the main thread's: this is another one
             ready.set()
             try:

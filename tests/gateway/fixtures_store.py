@@ -13,6 +13,6 @@ from gateway.store import Store, open_store
 
 @pytest.fixture
 async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    opened = open_store(GatewaySettings(redis_url=None, sqlite_path=str(tmp_path / "gateway.sqlite3")))
+    opened = open_store(GatewaySettings(redis_url=None, sqlite_path=str(tmp_path / "gateway.sqlite3")).store)
     yield opened
     await opened.aclose()

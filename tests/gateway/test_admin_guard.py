@@ -61,4 +61,4 @@ def test_no_configured_token_refuses_everything() -> None:
 def test_a_short_admin_token_is_a_clear_settings_error() -> None:
     with pytest.raises(ValidationError, match="at least 32 characters"):
         GatewaySettings(redis_url=None, admin_token="short-admin-token")
-    assert GatewaySettings(redis_url=None, admin_token="x" * 32).admin_token is not None
+    assert GatewaySettings(redis_url=None, admin_token="x" * 32).http.admin_token is not None

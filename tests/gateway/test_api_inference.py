@@ -298,7 +298,7 @@ def test_malformed_input_gets_5004(
 
 
 def test_oversized_bodies_get_413_without_being_read(gateway: InProcessGateway, keys: dict[str, str]) -> None:
-    limit = gateway.settings.max_body_bytes
+    limit = gateway.settings.http.max_body_bytes
     big = json.dumps({"prompt": "x" * (limit + 10)}).encode()
     response = httpx.post(run_url(gateway), content=big, headers=auth(keys["a"]), timeout=30)
     assert response.status_code == 413 and response.json()["errors"][0]["code"] == 3006
@@ -458,7 +458,7 @@ def test_a_client_that_leaves_cancels_the_generation_and_is_billed_for_what_was_
     assert record.cached_tokens >= 16 and record.cached_tokens <= record.prompt_tokens
     # the backend stops generating: nothing stays running there
     deadline = time.monotonic() + 10
-    while httpx.get(f"{gateway.settings.backends[0].base_url}/load", timeout=5).json()["running"] > 0:
+    while httpx.get(f"{gateway.settings.fleet.backends[0].base_url}/load", timeout=5).json()["running"] > 0:
         assert time.monotonic() < deadline, "the backend kept generating after the client left"
         time.sleep(0.1)
 
@@ -480,7 +480,7 @@ def test_a_whole_answer_whose_client_leaves_is_cancelled_and_billed_as_cancelled
     assert record.status == "cancelled" and 0 < record.completion_tokens < 1500
     assert record.ended_at - started < 8  # settled when the client left, not when 1500 tokens were done
     deadline = time.monotonic() + 10  # and the backend stopped generating
-    while httpx.get(f"{gateway.settings.backends[0].base_url}/load", timeout=5).json()["running"] > 0:
+    while httpx.get(f"{gateway.settings.fleet.backends[0].base_url}/load", timeout=5).json()["running"] > 0:
         assert time.monotonic() < deadline, "the backend kept generating after the client left"
         time.sleep(0.1)
 
@@ -515,7 +515,7 @@ def test_the_gateway_tokenizes_exactly_as_the_backend(gateway: InProcessGateway,
     ]
     through = post(gateway, keys["a"], {"messages": messages, "max_tokens": 6, "temperature": 0}).json()["result"]
     direct = httpx.post(
-        f"{gateway.settings.backends[0].base_url}/v1/chat/completions",
+        f"{gateway.settings.fleet.backends[0].base_url}/v1/chat/completions",
         json={"messages": messages, "max_tokens": 6, "temperature": 0.0},
         timeout=60,
     ).json()

@@ -34,7 +34,10 @@ def test_healthz_and_metrics(client: TestClient) -> None:
     assert client.get("/healthz").json() == {"status": "ok", "backends": {}}
     refused = client.get("/metrics")  # no metrics_token, not metrics_public, no admin listener
     assert refused.status_code == 401 and "metrics_token" in refused.json()["errors"][0]["message"]
-    client.app.state.services.settings = client.app.state.services.settings.model_copy(update={"metrics_public": True})
+    services = client.app.state.services
+    services.settings = services.settings.model_copy(
+        update={"http": services.settings.http.model_copy(update={"metrics_public": True})}
+    )
     metrics = client.get("/metrics")
     assert metrics.headers["content-type"].startswith("text/plain")
     assert 'edgerun_gateway_requests_total{model="",route="/healthz",status="200"} 1.0' in metrics.text

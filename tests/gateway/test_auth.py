@@ -82,7 +82,7 @@ async def _limited_key(redis_url: str, prefix: str) -> str:
     from gateway.settings import GatewaySettings
     from gateway.store import open_store
 
-    shared = open_store(GatewaySettings(redis_url=redis_url, key_prefix=prefix))
+    shared = open_store(GatewaySettings(redis_url=redis_url, key_prefix=prefix).store)
     try:
         await shared.create_tenant("Limited", ["acc-l"], tenant_id="tl")
         _, secret = await shared.create_key("tl", rpm=3)
@@ -153,7 +153,7 @@ async def test_two_replicas_with_skewed_clocks_share_one_window(
     clock = SkewedTime()
     monkeypatch.setattr("gateway.pipeline.auth.time", clock, raising=False)  # the gateway's clock, if it reads one
     settings = GatewaySettings(redis_url=redis_url, key_prefix=redis_prefix)
-    replicas = [RedisStore(settings, clock=clock.time) for _ in range(2)]  # and each replica's own
+    replicas = [RedisStore(settings.store, clock=clock.time) for _ in range(2)]  # and each replica's own
     try:
         await replicas[0].create_tenant("Skew", ["acc-s"], tenant_id="ts")
         _, secret = await replicas[0].create_key("ts", rpm=2, tpm=1000)

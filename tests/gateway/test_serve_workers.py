@@ -83,7 +83,7 @@ def _env(stub: ChildProcess, tmp_path: Path, store_env: dict[str, str]) -> dict[
 
 async def _keys(settings: GatewaySettings) -> tuple[str, str, str]:
     """Keys of tenant "tw" (no limit, and rpm=10) and of tenant "tc" (one request at a time)."""
-    store = open_store(settings)
+    store = open_store(settings.store)
     try:
         await store.create_tenant("Workers", ["acc-w"], tenant_id="tw")
         _, free = await store.create_key("tw")
@@ -96,7 +96,7 @@ async def _keys(settings: GatewaySettings) -> tuple[str, str, str]:
 
 
 async def _records(settings: GatewaySettings, request_ids: list[str]) -> list[object]:
-    store = open_store(settings)
+    store = open_store(settings.store)
     try:
         return [await store.get_usage(request_id) for request_id in request_ids]
     finally:
@@ -105,7 +105,7 @@ async def _records(settings: GatewaySettings, request_ids: list[str]) -> list[ob
 
 async def _loads(settings: GatewaySettings) -> dict[str, tuple[int, int]]:
     """In-flight tokens summed over the live workers, as a replica of the same store sees them."""
-    store = open_store(settings)
+    store = open_store(settings.store)
     try:
         return await store.loads()
     finally:

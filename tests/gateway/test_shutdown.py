@@ -37,7 +37,7 @@ def start(slow_stub: ChildProcess, tmp_path: Path, shutdown_timeout_s: float) ->
     sqlite = tmp_path / "gateway.sqlite3"
 
     async def make_key() -> str:
-        store = open_store(GatewaySettings(redis_url=None, sqlite_path=str(sqlite)))
+        store = open_store(GatewaySettings(redis_url=None, sqlite_path=str(sqlite)).store)
         try:
             await store.create_tenant("drain", ["acc-drain"], tenant_id="t-drain")
             return (await store.create_key("t-drain"))[1]
@@ -81,7 +81,7 @@ def stream(gateway: GatewayProcess, secret: str, first: threading.Barrier) -> tu
 
 def records(sqlite: Path) -> dict[str, UsageRecord]:
     async def read() -> list[UsageRecord]:
-        store = open_store(GatewaySettings(redis_url=None, sqlite_path=str(sqlite)))
+        store = open_store(GatewaySettings(redis_url=None, sqlite_path=str(sqlite)).store)
         try:
             return [r async for r in store.iter_usage(0, time.time() + 60)]
         finally:

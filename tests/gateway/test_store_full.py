@@ -60,7 +60,7 @@ def settings(url: str, tmp_path: Path) -> GatewaySettings:
 
 
 async def test_a_full_redis_answers_503_in_the_envelope(small_redis: str, tmp_path: Path) -> None:
-    store = RedisStore(settings(small_redis, tmp_path))
+    store = RedisStore(settings(small_redis, tmp_path).store)
     await store.create_tenant("Acme", ["acc"], tenant_id="acme")
     _, secret = await store.create_key("acme")
     await store.aclose()
@@ -79,7 +79,7 @@ async def test_a_full_redis_answers_503_in_the_envelope(small_redis: str, tmp_pa
 
 
 async def test_usage_records_go_to_the_spool_while_redis_is_full(small_redis: str, tmp_path: Path) -> None:
-    store = RedisStore(settings(small_redis, tmp_path))
+    store = RedisStore(settings(small_redis, tmp_path).store)
     try:
         tenant = await store.create_tenant("Acme", ["acc"], tenant_id="acme")
         key, _ = await store.create_key("acme")

@@ -60,7 +60,7 @@ def test_the_disaggregated_examples_list_pools_and_keep_backends_closed(monkeypa
                         ("gateway.trtllm-disagg.toml", ["prefill", "prefill", "decode", "decode"])):
         monkeypatch.setenv("EDGERUN_CONFIG", str(INFRA / name))
         settings = GatewaySettings()
-        assert [b.role for b in settings.backends] == roles, name
+        assert [b.role for b in settings.fleet.backends] == roles, name
     services: dict[str, Any] = yaml.safe_load((INFRA / "compose.disagg.yaml").read_text())["services"]
     backends = {n: s for n, s in services.items() if is_backend(s.get("command", []))}
     assert {s["command"][s["command"].index("--role") + 1] for s in backends.values()} == {"prefill", "decode"}

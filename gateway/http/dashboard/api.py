@@ -154,7 +154,7 @@ async def usage(request: Request) -> Response:
     tenant = tenant_filter(scope, request.query_params.get("tenant"))
     window = parse_window(request, time.time())
     try:
-        history = PriceHistory.from_config(g.settings.prices, g.settings.price_history)
+        history = PriceHistory.from_config(g.settings.billing.prices, g.settings.billing.price_history)
     except PricingError as exc:
         raise InternalError(f"the price configuration is invalid: {exc}") from exc
     summary = await summarize(g, window, tenant, history)

@@ -41,7 +41,7 @@ pytestmark = pytest.mark.slow
 VICTIM_ONLY = "@cf/test/victim-only"  # served by the victim alone (on gateway B)
 MISNAMED = "@cf/test/misnamed"  # b1 does not serve its backend model name: b1 answers 404
 ACCOUNT, TENANT = "acc-bill", "t-bill"
-PRICES = GatewaySettings(redis_url=None).prices
+PRICES = GatewaySettings(redis_url=None).billing.prices
 HISTORY = PriceHistory.from_config(PRICES)
 
 
@@ -78,7 +78,7 @@ def gateway_env(tmp: Path, redis_url: str, prefix: str, name: str, backends: lis
 
 
 async def ledger(redis_url: str, prefix: str) -> list[UsageRecord]:
-    store = open_store(GatewaySettings(redis_url=redis_url, key_prefix=prefix))
+    store = open_store(GatewaySettings(redis_url=redis_url, key_prefix=prefix).store)
     try:
         return [r async for r in store.iter_usage(0, time.time() + 60, TENANT)]
     finally:
@@ -119,7 +119,7 @@ async def test_two_gateways_one_ledger_through_leavers_and_a_killed_backend(
     b1 = backend_pair[0]
     a_backends = [victim.spec(), b1.spec([DEFAULT_MODEL_ID, MISNAMED])]
     b_backends = [victim.spec([VICTIM_ONLY]), b1.spec([DEFAULT_MODEL_ID, MISNAMED])]
-    store = open_store(GatewaySettings(redis_url=redis_url, key_prefix=redis_prefix))
+    store = open_store(GatewaySettings(redis_url=redis_url, key_prefix=redis_prefix).store)
     try:
         await store.create_tenant("billing", [ACCOUNT], tenant_id=TENANT)
         _, secret = await store.create_key(TENANT)

@@ -64,7 +64,7 @@ def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
 
 
 async def ledger(url: str) -> list[UsageRecord]:
-    store = open_store(GatewaySettings(redis_url=url))
+    store = open_store(GatewaySettings(redis_url=url).store)
     try:
         return [r async for r in store.iter_usage(0, time.time() + 60, TENANT)]
     finally:
@@ -74,7 +74,7 @@ async def ledger(url: str) -> list[UsageRecord]:
 async def test_records_written_while_redis_is_down_arrive_once_it_is_back(
     private_redis: PrivateRedis, backend_pair: list[BackendProcess], tmp_path: Path
 ) -> None:
-    store = open_store(GatewaySettings(redis_url=private_redis.url))
+    store = open_store(GatewaySettings(redis_url=private_redis.url).store)
     try:
         await store.create_tenant("spool", [ACCOUNT], tenant_id=TENANT)
         _, secret = await store.create_key(TENANT)

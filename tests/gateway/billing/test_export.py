@@ -50,7 +50,7 @@ async def test_the_same_ledger_exports_byte_identical_files(
     first = await export(filled, fmt)
     assert await export(filled, fmt) == first
     # The same records in the other store, written in another order, give the same bytes.
-    redis_store = open_store(GatewaySettings(redis_url=redis_url, key_prefix=redis_prefix))
+    redis_store = open_store(GatewaySettings(redis_url=redis_url, key_prefix=redis_prefix).store)
     try:
         await fill(redis_store, records()[::-1])
         assert await export(redis_store, fmt) == first

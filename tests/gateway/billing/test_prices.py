@@ -29,7 +29,7 @@ output = "2.5"
 
 
 def test_the_default_model_is_priced_by_default() -> None:
-    table = PriceTable.from_config(GatewaySettings(redis_url=None).prices)
+    table = PriceTable.from_config(GatewaySettings(redis_url=None).billing.prices)
     price = table.price_for(DEFAULT_MODEL_ID)
     assert price.version == DEFAULT_PRICE_VERSION
     # 1M input tokens, 400k of them cached, and 100k output tokens, at 0.027 / 0.0045 / 0.201 per M:
@@ -43,12 +43,12 @@ def test_prices_and_history_load_from_the_config_file(tmp_path: Path, monkeypatc
     config.write_text(TOML)
     monkeypatch.setenv("EDGERUN_CONFIG", str(config))
     settings = GatewaySettings()
-    history = PriceHistory.from_config(settings.prices, settings.price_history)
+    history = PriceHistory.from_config(settings.billing.prices, settings.billing.price_history)
     current, old = history.get(MODEL, "2026-10"), history.get(MODEL, "2026-09")
     assert current is not None and old is not None and history.get(MODEL, "2025-01") is None
     assert (current.input, current.cached_input, current.output) == (600_000, None, 3_000_000)
     assert (old.input, old.cached_input, old.output) == (500_000, 100_000, 2_500_000)
-    assert DEFAULT_MODEL_ID not in settings.prices  # a configured table replaces the default one
+    assert DEFAULT_MODEL_ID not in settings.billing.prices  # a configured table replaces the default one
 
 
 def test_a_model_without_a_cached_price_bills_cached_tokens_as_input() -> None:

@@ -38,7 +38,7 @@ def record(request_id: str, ended_at: float = 1_800_000_000.0) -> UsageRecord:
 async def down_store() -> AsyncIterator[Store]:
     """A Redis store whose server is not there (a real refused connection)."""
     settings = GatewaySettings(redis_url=f"redis://127.0.0.1:{free_port()}/0", redis_timeout_s=0.5)
-    opened = open_store(settings)
+    opened = open_store(settings.store)
     yield opened
     await opened.aclose()
 

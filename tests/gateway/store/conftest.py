@@ -32,7 +32,7 @@ async def open_instance(kind: str, request: pytest.FixtureRequest, tmp_path: Pat
             redis_url=redis_url, sqlite_path=str(tmp_path / "gateway.sqlite3"), key_prefix=prefix,
             sqlite_shared=kind == "shared", **overrides
         )
-        store = open_store(settings)
+        store = open_store(settings.store)
         opened.append(store)
         return store
 

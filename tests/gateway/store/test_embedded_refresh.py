@@ -11,8 +11,8 @@ from gateway.store.embedded import EmbeddedStore
 
 async def test_another_processs_tenants_keys_and_revocations_arrive_within_the_refresh_period(tmp_path: Path) -> None:
     path = str(tmp_path / "gateway.sqlite3")
-    gateway = EmbeddedStore(GatewaySettings(redis_url=None, sqlite_path=path, sqlite_refresh_s=0.05))
-    cli = EmbeddedStore(GatewaySettings(redis_url=None, sqlite_path=path))
+    gateway = EmbeddedStore(GatewaySettings(redis_url=None, sqlite_path=path, sqlite_refresh_s=0.05).store)
+    cli = EmbeddedStore(GatewaySettings(redis_url=None, sqlite_path=path).store)
     try:
         tenant = await cli.create_tenant("Acme", ["acc"], tenant_id="acme", max_concurrent_requests=3)
         key, secret = await cli.create_key("acme")

@@ -13,20 +13,20 @@ from gateway.store.redis_store import RedisStore
 async def test_settings_choose_the_store(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, redis_url: str) -> None:
     monkeypatch.setenv("EDGERUN_SQLITE_PATH", str(tmp_path / "nested" / "gw.sqlite3"))
     monkeypatch.delenv("EDGERUN_REDIS_URL", raising=False)
-    embedded = open_store(GatewaySettings())
+    embedded = open_store(GatewaySettings().store)
     assert isinstance(embedded, EmbeddedStore) and (tmp_path / "nested" / "gw.sqlite3").exists()
     await embedded.aclose()
     monkeypatch.setenv("EDGERUN_REDIS_URL", redis_url)
     settings = GatewaySettings(key_prefix="edgerun-test-factory:")
-    assert settings.redis_url == redis_url
-    shared = open_store(settings)
+    assert settings.store.redis_url == redis_url
+    shared = open_store(settings.store)
     assert isinstance(shared, RedisStore)
     assert await shared.get_tenant("nobody") is None
     await shared.aclose()
 
 
 async def test_unreachable_redis_is_a_typed_error(tmp_path: Path) -> None:
-    store = open_store(GatewaySettings(redis_url="redis://127.0.0.1:1/0", redis_timeout_s=0.5))
+    store = open_store(GatewaySettings(redis_url="redis://127.0.0.1:1/0", redis_timeout_s=0.5).store)
     with pytest.raises(StoreUnavailable, match="EDGERUN_REDIS_URL"):
         await store.lookup_key("edg_" + "0" * 48)
     with pytest.raises(StoreUnavailable):
@@ -42,7 +42,7 @@ def test_settings_reject_nonsense() -> None:
 
 
 async def test_in_memory_sqlite_for_tests() -> None:
-    store = open_store(GatewaySettings(redis_url=None, sqlite_path=":memory:"))
+    store = open_store(GatewaySettings(redis_url=None, sqlite_path=":memory:").store)
     tenant = await store.create_tenant("Acme", ["acct1"])
     assert await store.get_tenant(tenant.id) == tenant
     await store.aclose()
@@ -55,7 +55,7 @@ async def test_several_workers_without_redis_share_the_sqlite_file(tmp_path: Pat
     path = str(tmp_path / "gw.sqlite3")
     for settings in (GatewaySettings(redis_url=None, sqlite_path=path, workers=2, port=8080),
                      GatewaySettings(redis_url=None, sqlite_path=path, sqlite_shared=True)):
-        store = open_store(settings)
+        store = open_store(settings.store)
         assert isinstance(store, SharedEmbeddedStore)
         await store.aclose()
     with pytest.raises(ValueError, match="not ':memory:'"):

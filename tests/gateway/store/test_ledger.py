@@ -104,7 +104,7 @@ async def test_concurrent_appends_each_learn_their_own_outcome(store: Store) -> 
 async def test_a_record_sqlite_cannot_take_fails_alone(tmp_path: Path) -> None:
     """Embedded only: appends that arrive together are committed together, but one record that
     SQLite refuses (an integer past 64 bits) must not take the others down with it."""
-    store = EmbeddedStore(GatewaySettings(sqlite_path=str(tmp_path / "ledger.sqlite3")))
+    store = EmbeddedStore(GatewaySettings(sqlite_path=str(tmp_path / "ledger.sqlite3")).store)
     try:
         results = await asyncio.gather(
             store.append_usage(record("ok-1", T0)),
@@ -121,12 +121,12 @@ async def test_a_record_sqlite_cannot_take_fails_alone(tmp_path: Path) -> None:
 
 async def test_closing_the_store_commits_what_was_queued(tmp_path: Path) -> None:
     path = str(tmp_path / "ledger.sqlite3")
-    store = EmbeddedStore(GatewaySettings(sqlite_path=path))
+    store = EmbeddedStore(GatewaySettings(sqlite_path=path).store)
     pending = [asyncio.create_task(store.append_usage(record(f"q-{i}", T0))) for i in range(5)]
     await asyncio.sleep(0)  # the appends are queued, maybe not yet written
     await store.aclose()
     assert all(await asyncio.gather(*pending))
-    reopened = EmbeddedStore(GatewaySettings(sqlite_path=path))
+    reopened = EmbeddedStore(GatewaySettings(sqlite_path=path).store)
     try:
         assert len(await collect(reopened, T0 - 1, T0 + 1)) == 5
     finally:

@@ -20,7 +20,7 @@ def redis_store(redis_url: str, prefix: str, archive: Path | None = None, **over
     settings = GatewaySettings(
         redis_url=redis_url, key_prefix=prefix, ledger_archive_path=str(archive) if archive else None, **overrides
     )
-    return RedisStore(settings)
+    return RedisStore(settings.store)
 
 
 def records(num: int) -> list[UsageRecord]:

@@ -42,7 +42,7 @@ async def test_the_gateway_does_all_its_work_as_the_acl_user(shipped_redis: tupl
     settings = GatewaySettings(
         redis_url=f"redis://edgerun:{password}@127.0.0.1:{port}/0", ledger_archive_path=str(tmp_path / "a.sqlite3")
     )
-    store = RedisStore(settings)
+    store = RedisStore(settings.store)
     try:
         tenant = await store.create_tenant("Acme", ["acc"], tenant_id="acme", max_concurrent_requests=2)
         key, secret = await store.create_key(tenant.id, rpm=10, tpm=1000)

@@ -21,7 +21,7 @@ TRIES = 60  # per process, of each race
 
 
 async def _race(path: str, index: int, barrier: Barrier) -> tuple[int, int, int]:
-    store = SharedEmbeddedStore(GatewaySettings(redis_url=None, sqlite_path=path, sqlite_shared=True))
+    store = SharedEmbeddedStore(GatewaySettings(redis_url=None, sqlite_path=path, sqlite_shared=True).store)
     try:
         barrier.wait(60)  # all start together ...
         allowed = sum([(await store.check_and_consume("key_a", 100, None, 0)).allowed for _ in range(TRIES)])
@@ -53,7 +53,7 @@ def test_processes_racing_on_one_file_never_exceed_a_limit(tmp_path: Path) -> No
     assert allowed == 100  # rpm = 100 over 240 tries from 4 processes
     assert reserved == 100  # 700 / 7
     assert slots == 50  # a tenant limit of 50 requests in flight, all held until every process is done
-    store = SharedEmbeddedStore(GatewaySettings(redis_url=None, sqlite_path=path, sqlite_shared=True))
+    store = SharedEmbeddedStore(GatewaySettings(redis_url=None, sqlite_path=path, sqlite_shared=True).store)
     try:
         assert asyncio.run(store.budget_spent("acme", "2026-11")) == 700
     finally:
@@ -66,7 +66,7 @@ async def test_a_file_locked_past_the_busy_timeout_is_a_store_outage(tmp_path: P
     from gateway.store import StoreUnavailable
 
     path = str(tmp_path / "gateway.sqlite3")
-    store = SharedEmbeddedStore(GatewaySettings(redis_url=None, sqlite_path=path, sqlite_busy_timeout_s=0.2))
+    store = SharedEmbeddedStore(GatewaySettings(redis_url=None, sqlite_path=path, sqlite_busy_timeout_s=0.2).store)
     other = sqlite3.connect(path, isolation_level=None)
     try:
         assert await store.acquire_request_slot("acme", "r1", 1)

@@ -1,0 +1,58 @@
+"""The request pipeline's settings sections: `[routing]` (regions, the policy, the tenants' cache
+salt), `[limits]` (how much of the process one request, one tenant or a burst may take) and
+`[disagg]` (the two-step prefill/decode flow). Each field is also accepted by its own name, e.g.
+`EDGERUN_ROUTING_POLICY`, as gateway/settings.py explains."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+
+from contracts.settings import check_secret
+
+
+class RoutingSettings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    region: str = Field(default="local", min_length=1)  # this gateway's region: tried first
+    region_fallbacks: list[str] = Field(default_factory=list)  # other regions, nearest first
+    routing_policy: str = "cache_aware"  # round_robin, least_tokens, session_hash, prefix_threshold, cache_aware
+    routing_params: dict[str, float] = Field(default_factory=dict)  # e.g. {"load_weight": 1.0}
+    # Keys the per-tenant cache_salt sent to backends (HMAC-SHA256 of the tenant id, gateway/pipeline/tenant_salt.py).
+    # None: one is generated on first use and kept in the store, shared by every replica.
+    cache_salt_secret: SecretStr | None = None
+
+    @field_validator("cache_salt_secret")
+    @classmethod
+    def _long_enough(cls, value: SecretStr | None) -> SecretStr | None:
+        return check_secret(value, "cache_salt_secret (EDGERUN_CACHE_SALT_SECRET)")
+
+
+class LimitSettings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    # Requests of one tenant in flight at once over all replicas, unless the tenant sets its own
+    # (`max_concurrent_requests`); None: no default limit. Keeps one tenant from taking every connection.
+    tenant_max_concurrent_requests: int | None = Field(default=128, ge=1)
+    # Large bodies are parsed, and large prompts templated and tokenized, on this many worker threads
+    # (gateway/pipeline/offload.py); with offload_max_pending jobs waiting or running, more get 429 / 3040.
+    offload_threads: int = Field(default=2, ge=1)
+    offload_max_pending: int = Field(default=64, ge=1)
+    # Requests doing their CPU-bound setup (template, tokenize, limits, route) at once; the others wait
+    # in arrival order, so a burst of thousands never makes one turn of the event loop last seconds
+    # (gateway/pipeline/setup_gate.py).
+    setup_concurrency: int = Field(default=32, ge=1)
+    # A whole generation, from its arrival: a backend that trickles tokens, each within the read timeout,
+    # is cut here (408 / 3007, or an error event once streaming; billed for what was generated).
+    request_deadline_s: float = Field(default=600.0, gt=0)
+    tokenizer_cache_dir: Path | None = Path.home() / ".cache" / "edgerun" / "tokenizers"
+
+
+class DisaggSettings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    # Disaggregated serving (gateway/pipeline/disagg.py; backends with roles prefill / decode): a request whose
+    # decode backend lacks at most this many prompt tokens is prefilled there, without a context step
+    # (TensorRT-LLM's conditional disaggregation, max_local_prefill_length)
+    disagg_max_local_prefill_length: int = Field(default=0, ge=0)

@@ -1,0 +1,52 @@
+"""The store's settings section (`[store]` in the TOML file; each field also by its own name,
+e.g. `EDGERUN_REDIS_URL`, as gateway/settings.py explains)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class StoreSettings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    # Redis URL for several gateway replicas; None keeps everything in this process + SQLite.
+    redis_url: str | None = None
+    redis_timeout_s: float = Field(default=2.0, gt=0)  # connect and per-command socket timeout
+    # SQLite file of the embedded store (tenants, key hashes, budgets, ledger); ":memory:" for tests.
+    sqlite_path: str = str(Path.home() / ".local" / "share" / "edgerun" / "gateway.sqlite3")
+    # The embedded store re-reads tenants and keys that another process (`edgerun keys revoke` on the
+    # same file) committed, at most this long after the last check: the staleness of a CLI revocation.
+    sqlite_refresh_s: float = Field(default=0.5, gt=0, le=1.0)
+    # Keep limits, budgets, request slots, in-flight counts, sessions and the prefix index in the
+    # SQLite file rather than in this process's memory, so several gateway processes on this machine
+    # can share them (gateway/store/embedded_shared.py). Always on when workers > 1 without Redis
+    # (GatewaySettings turns it on).
+    sqlite_shared: bool = False
+    # How long a write to the SQLite file waits for another process's (then 503 / StoreUnavailable).
+    sqlite_busy_timeout_s: float = Field(default=5.0, gt=0)
+    key_prefix: str = Field(default="edgerun:", min_length=1)  # namespace of every Redis key
+    replica_id: str | None = None  # names this replica's in-flight counters; None: host-pid-random
+    session_ttl_s: float = Field(default=1800.0, gt=0)  # x-session-affinity -> backend stickiness
+    session_max_entries: int = Field(default=100_000, ge=1)  # embedded store's bound
+    prefix_index_max_entries: int = Field(default=200_000, ge=1)  # block hashes kept
+    prefix_index_ttl_s: float = Field(default=600.0, gt=0)  # a block not seen for this long is dropped
+    inflight_lease_s: float = Field(default=15.0, gt=0)  # a crashed replica's counts vanish after this
+    # Redis store: the SQLite file that ledger records move to once older than ledger_retention_s, which
+    # bounds the ledger's memory in Redis (exports read both). None: Redis keeps the whole ledger.
+    ledger_archive_path: str | None = None
+    ledger_retention_s: float = Field(default=86_400.0, gt=0)  # how long records stay in Redis
+    ledger_archive_interval_s: float = Field(default=300.0, gt=0)  # how often old records are moved
+    # How long a usage record's idempotency key lives in Redis: longer than any retry (spool replays
+    # after an outage, a crashed request's retry) and than the retention above.
+    ledger_idempotency_ttl_s: float = Field(default=2 * 86_400.0, gt=0)
+
+    @model_validator(mode="after")
+    def _idempotency_outlives_retention(self) -> StoreSettings:
+        if self.ledger_idempotency_ttl_s <= self.ledger_retention_s:
+            raise ValueError(
+                f"ledger_idempotency_ttl_s ({self.ledger_idempotency_ttl_s}) must exceed ledger_retention_s "
+                f"({self.ledger_retention_s}): a retried record must still be recognised while Redis holds it"
+            )
+        return self
