@@ -3,11 +3,46 @@ apps in one process never share counters)."""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+from prometheus_client import Counter as _Counter
+from prometheus_client import Gauge as _Gauge
+from prometheus_client import Histogram as _Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 INTER_TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1, 2.5)
+
+
+class _RememberedLabels:
+    """`labels(*values)` remembered per value tuple: prometheus_client validates and converts the
+    values and takes a lock on every call, and the gateway asks for the same few children on
+    every request (route, status, model). Keyword labels go the uncached way."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._children: dict[tuple[Any, ...], Any] = {}
+
+    def labels(self, *values: Any, **named: Any) -> Any:
+        if named:
+            return super().labels(*values, **named)  # type: ignore[misc]
+        child = self._children.get(values)
+        if child is None:
+            child = self._children[values] = super().labels(*values)  # type: ignore[misc]
+        return child
+
+
+class Counter(_RememberedLabels, _Counter):
+    pass
+
+
+class Gauge(_RememberedLabels, _Gauge):
+    pass
+
+
+class Histogram(_RememberedLabels, _Histogram):
+    pass
 
 
 class GatewayMetrics:

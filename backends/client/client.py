@@ -18,7 +18,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
+from collections import deque
+from collections.abc import AsyncGenerator, Callable, Iterator
 from typing import Any, NoReturn, cast
 from urllib.parse import urlencode
 
@@ -32,7 +33,7 @@ from backends.client.errors import (
     ClientAtCapacity,
 )
 from backends.client.http import HTTPTransport, Response, TransportError, TransportTimeout
-from backends.client.sse import iter_sse_data
+from backends.client.sse import SSEDecoder
 from backends.client.types import CompletionChunk, ContextAnswer, Endpoint
 from contracts.request_id import REQUEST_ID_HEADER
 from contracts.tokenizer import TOKENIZER_PATH, TokenizerPayload
@@ -42,6 +43,7 @@ from contracts.usage import Usage
 DRAIN_TIMEOUT_S = 0.25
 DRAIN_MAX_EVENTS = 8
 AT_CAPACITY_RETRY_AFTER_S = 1.0
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 
 class BackendClient:
@@ -104,13 +106,16 @@ class BackendClient:
         with self._open_slot():
             deadline = asyncio.get_running_loop().time() + self.first_byte_timeout_s
             response = await self._send_before_first_byte(endpoint, "/v1/completions", payload, deadline, request_id)
-            events = iter_sse_data(response.iter_bytes())
+            events = _Events(response.iter_bytes())
             try:
                 is_first = True
                 while True:
-                    data = await self._next_event(endpoint, events, deadline if is_first else None)
+                    if not events.ready:  # read on only when the last read's events are used up
+                        await self._read_events(endpoint, events, deadline if is_first else None)
+                    data = events.ready.popleft()
                     if data == "[DONE]":
-                        await _drain(events)
+                        if not response.release_if_ended():  # usually the body's end came with [DONE]
+                            await _drain(events)
                         return
                     event = _parse_event(endpoint, data, is_first)
                     is_first = False
@@ -355,17 +360,15 @@ class BackendClient:
             _raise_for_status(endpoint, response)
         return response
 
-    async def _next_event(self, endpoint: Endpoint, events: AsyncIterator[str], deadline: float | None) -> str:
-        """The next SSE payload; before the first one, errors are pre-first-byte errors."""
+    async def _read_events(self, endpoint: Endpoint, events: _Events, deadline: float | None) -> None:
+        """Read until another SSE payload is ready; before the first one, errors are pre-first-byte errors."""
         is_first = deadline is not None
         try:
             if deadline is None:
-                return await anext(events)
-            async with asyncio.timeout_at(deadline):
-                return await anext(events)
-        except StopAsyncIteration as exc:
-            error = BackendUnavailable if is_first else BackendStreamBroken
-            raise error(f"{endpoint.id} ended the stream without [DONE]", endpoint_id=endpoint.id) from exc
+                more = await events.read_more()
+            else:
+                async with asyncio.timeout_at(deadline):
+                    more = await events.read_more()
         except TransportError as exc:
             if is_first:
                 _raise_transport_error(endpoint, exc)
@@ -373,9 +376,41 @@ class BackendClient:
         except TimeoutError as exc:
             message = f"{endpoint.id} sent no first chunk within the first-byte timeout ({self.first_byte_timeout_s}s)"
             raise BackendTimeout(message, endpoint_id=endpoint.id) from exc
+        if not more:
+            error = BackendUnavailable if is_first else BackendStreamBroken
+            raise error(f"{endpoint.id} ended the stream without [DONE]", endpoint_id=endpoint.id)
 
 
-async def _drain(events: AsyncGenerator[str, None]) -> None:
+class _Events:
+    """The SSE payloads of one response body. `ready` holds those decoded and not yet taken; the
+    body is read (an await) only when it is empty, so the events that came in one read are taken
+    with no generator step or coroutine call each."""
+
+    def __init__(self, body: AsyncGenerator[bytes, None]) -> None:
+        self._body = body
+        self._decoder = SSEDecoder()
+        self._ended = False
+        self.ready: deque[str] = deque()
+
+    async def read_more(self) -> bool:
+        """Read until at least one payload is ready; False when the body ended first."""
+        while not self.ready:
+            if self._ended:
+                return False
+            try:
+                chunk = await anext(self._body)
+            except StopAsyncIteration:
+                self._ended = True
+                self.ready.extend(self._decoder.end())
+            else:
+                self.ready.extend(self._decoder.feed(chunk))
+        return True
+
+    async def aclose(self) -> None:
+        await self._body.aclose()
+
+
+async def _drain(events: _Events) -> None:
     """Read the body past [DONE] to its end, so the transport returns the connection to the pool.
 
     Bounded in time and events; a backend that goes on sending, stalls or breaks here is left
@@ -384,8 +419,9 @@ async def _drain(events: AsyncGenerator[str, None]) -> None:
     with contextlib.suppress(TimeoutError, TransportError):
         async with asyncio.timeout(DRAIN_TIMEOUT_S):
             for _ in range(DRAIN_MAX_EVENTS):
-                if await anext(events, None) is None:
+                if not await events.read_more():
                     return
+                events.ready.popleft()
 
 
 async def _prepend(
@@ -424,7 +460,7 @@ def _parse_event(endpoint: Endpoint, data: str, is_first: bool) -> dict[str, Any
 
 
 def _json_bytes(payload: dict[str, Any]) -> bytes:
-    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
+    return _ENCODER.encode(payload).encode()  # json.dumps with options would build an encoder per call
 
 
 def _raise_transport_error(endpoint: Endpoint, exc: TransportError) -> NoReturn:

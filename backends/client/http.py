@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
 import aiohttp
@@ -73,7 +73,7 @@ class Response:
         self._complete = False
         self._closed = False
 
-    async def iter_bytes(self) -> AsyncIterator[bytes]:
+    async def iter_bytes(self) -> AsyncGenerator[bytes, None]:
         """The body in the pieces it arrives in; raises TransportError/TransportTimeout."""
         stream = self._response.content
         while True:
@@ -86,6 +86,15 @@ class Response:
                 self.close()
                 return
             yield chunk
+
+    def release_if_ended(self) -> bool:
+        """True (and the connection back in the pool) when the whole body has arrived and been
+        read already: nothing is left to drain, so no wait and no timer are needed."""
+        if self._closed or not self._response.content.at_eof():
+            return False
+        self._complete = True
+        self.close()
+        return True
 
     async def read(self) -> bytes:
         self.content = b"".join([chunk async for chunk in self.iter_bytes()])

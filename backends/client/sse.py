@@ -20,6 +20,8 @@ class SSEDecoder:
 
     def feed(self, chunk: bytes) -> list[str]:
         buffer = self._buffer + chunk
+        if b"\r" not in buffer:
+            return self._feed_lf(buffer)
         lines = buffer.splitlines(keepends=True)  # bytes split only on \n, \r\n and \r
         if lines and not lines[-1].endswith((b"\n", b"\r")) or buffer.endswith(b"\r"):
             self._buffer = lines.pop()  # unfinished (a lone \r may be the first half of \r\n)
@@ -32,9 +34,34 @@ class SSEDecoder:
                 found.append(event)
         return found
 
+    def _feed_lf(self, buffer: bytes) -> list[str]:
+        """`feed` for bytes whose lines all end with LF (what servers send): split into events at
+        blank lines, and an event that is one `data: ` line taken whole. An unfinished event stays
+        in the buffer, whole lines and all."""
+        blocks = buffer.split(b"\n\n")
+        self._buffer = blocks.pop()
+        found: list[str] = []
+        for block in blocks:
+            if not self._data and block.startswith(b"data: ") and b"\n" not in block:
+                found.append(block[6:].decode("utf-8", errors="replace"))
+                continue
+            for raw in block.split(b"\n"):  # the general way: each line, then the blank line
+                event = self._line(raw.decode("utf-8", errors="replace"))
+                if event is not None:
+                    found.append(event)
+            event = self._line("")
+            if event is not None:
+                found.append(event)
+        return found
+
     def end(self) -> list[str]:
         """The body is over: the data of a last event the server did not end with a blank line."""
-        found = self.feed(b"\n") if self._buffer else []
+        found: list[str] = []
+        buffer, self._buffer = self._buffer, b""
+        for raw in buffer.splitlines():  # what is left: whole lines (LF) and perhaps an unfinished one
+            event = self._line(raw.decode("utf-8", errors="replace"))
+            if event is not None:
+                found.append(event)
         if self._data:
             found.append("\n".join(self._data))
             self._data = []

@@ -1,8 +1,9 @@
 """The backend's Starlette app and its lifespan, which owns the engine.
 
-Start-up: the app answers at once (/health 503 "starting") while the engine loads in a worker
-thread; when it has started, /health turns 200 and requests are admitted. If loading fails the
-error is logged and `state.on_fatal` (set by serve.py) stops the process.
+Start-up: the app answers at once (/health 503 "starting") while the engine loads in a thread of
+its own (engine_factory.load_engine); when it has started, /health turns 200 and requests are
+admitted. If loading fails the error is logged and `state.on_fatal` (set by serve.py) stops the
+process.
 
 Shutdown (`drain_and_stop`, run by serve.py on SIGTERM and again by the lifespan as a safety
 net): refuse new requests (503, /health 503 "draining"), let admitted ones finish for up to
@@ -25,7 +26,7 @@ from starlette.responses import Response
 from backends.server.admission import Admission, Phase
 from backends.server.auth import BearerAuth
 from backends.server.disconnect import ClientGone
-from backends.server.engine_factory import build_engine, engine_concurrency
+from backends.server.engine_factory import engine_concurrency, load_engine
 from backends.server.errors import EXCEPTION_HANDLERS
 from backends.server.routes import ROUTES
 from backends.server.state import BackendState
@@ -71,7 +72,7 @@ async def _load(state: BackendState, engine: Engine | None) -> None:
     settings = state.settings
     try:
         if engine is None:
-            engine = await asyncio.to_thread(build_engine, settings)
+            engine = await load_engine(settings)
         await engine.start()
         await _may_start_kv(state, engine)
     except Exception as exc:

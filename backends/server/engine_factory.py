@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import threading
+from typing import Any
+
 from backends.settings import BackendSettings
 from engines.base import Engine
 
@@ -15,6 +20,46 @@ def build_engine(settings: BackendSettings) -> Engine:
     from engines.tensorrt_llm.adapter import TrtllmEngine
 
     return TrtllmEngine(settings.trtllm, settings.engine.max_model_len)
+
+
+async def load_engine(settings: BackendSettings) -> Engine:
+    """`build_engine` on a thread of its own, which has exited when this returns.
+
+    Not `asyncio.to_thread`: the executor's thread outlives the call, and the torch ops the load
+    ran on it keep an OpenMP thread team alive with it. libgomp counts the threads of every team in
+    the process, and once they outnumber the CPUs it barely spins at its barriers in any team (100
+    spins, then a futex sleep): each of the engine's parallel ops in a decode step then paid a sleep
+    and a wake-up, and the served engine decoded a third slower than the same engine in-process
+    (BENCHMARKS.md, "The serving path at batch 1").
+    """
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[Engine] = loop.create_future()
+
+    def run() -> None:
+        outcome: tuple[Engine | None, BaseException | None]
+        try:
+            outcome = build_engine(settings), None
+        except BaseException as exc:  # handed to the awaiting task
+            outcome = None, exc
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+            loop.call_soon_threadsafe(_settle, done, *outcome)
+
+    thread = threading.Thread(target=run, name="edgerun-engine-load", daemon=True)
+    thread.start()
+    try:
+        return await done
+    finally:
+        while thread.is_alive():  # it is returning: its OpenMP team goes with it
+            await asyncio.sleep(0.005)
+
+
+def _settle(done: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    if done.done():  # cancelled while loading
+        return
+    if error is not None:
+        done.set_exception(error)
+    else:
+        done.set_result(result)
 
 
 def engine_concurrency(settings: BackendSettings) -> int:

@@ -17,9 +17,9 @@ HTTP request it
 
 from __future__ import annotations
 
+import os
 import re
 import time
-import uuid
 from typing import Any
 
 import structlog
@@ -45,6 +45,15 @@ def incoming_request_id(scope: Scope) -> str | None:
     return None
 
 
+def new_request_id() -> str:
+    """A random version-4 UUID as 32 hex digits: what `uuid.uuid4().hex` gives, without building
+    a `UUID` object (a measurable part of the gateway's CPU per request)."""
+    n = int.from_bytes(os.urandom(16), "big")
+    n = (n & ~(0xC000 << 48)) | (0x8000 << 48)  # RFC 4122 variant
+    n = (n & ~(0xF000 << 64)) | (4 << 76)  # version 4
+    return f"{n:032x}"
+
+
 def is_openai_path(path: str) -> bool:
     return "/ai/v1/" in path
 
@@ -61,7 +70,7 @@ class RequestContextMiddleware:
             await self.app(scope, receive, send)
             return
         start = time.perf_counter()
-        request_id = uuid.uuid4().hex
+        request_id = new_request_id()
         client_request_id = incoming_request_id(scope)
         state: dict[str, Any] = scope.setdefault("state", {})
         state["request_id"] = request_id

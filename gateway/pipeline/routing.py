@@ -105,7 +105,7 @@ class Router:
             lookups.append(self.store.match_prefix(hashes))
         if session_id:
             lookups.append(self.store.get_session(tenant_id, session_id))
-        found = await _gather(lookups)
+        found = await self._gather(lookups)
         loads: dict[str, tuple[int, int]] = found[0]
         matched: dict[str, int] = found[1] if hashes else {}
         previous: str | None = found[-1] if session_id else None
@@ -147,6 +147,13 @@ class Router:
             decode_tokens=max_tokens,
         )
 
+    async def _gather(self, awaitables: list[Awaitable[Any]]) -> list[Any]:
+        """asyncio.gather when the store waits on the network (Redis: one round trip of latency for
+        all); one by one, without a task each, when it answers from memory or there is one."""
+        if len(awaitables) > 1 and not self.store.answers_in_memory:
+            return list(await asyncio.gather(*awaitables))
+        return [await a for a in awaitables]
+
     def order(self, candidates: list[Candidate], info: RouteInfo) -> list[Candidate]:
         """Healthy candidates in try order: the policy's pick in the preferred region first, then the
         rest of that region, then the other regions in preference order (least loaded first within
@@ -179,7 +186,7 @@ class Router:
         ctx = flight.ctx
         if ctx.session_id:
             writes.append(self.store.set_session(ctx.tenant_id, ctx.session_id, endpoint.id))
-        await _gather(writes)
+        await self._gather(writes)
 
     async def first_token(self, flight: Flight) -> None:
         """Prefill is over: its tokens leave the backend's in-flight count."""
@@ -226,10 +233,3 @@ def explain(policy: Policy, chosen: Candidate, candidates: list[Candidate], info
         text += f",score={score:g}" if score is not None else ""
         parts.append(text if c.healthy else f"{text},unhealthy")
     return " ".join(parts)
-
-
-async def _gather(awaitables: list[Awaitable[Any]]) -> list[Any]:
-    """asyncio.gather, without its tasks when there is at most one thing to wait for."""
-    if len(awaitables) > 1:
-        return list(await asyncio.gather(*awaitables))
-    return [await a for a in awaitables]

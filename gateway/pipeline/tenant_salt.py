@@ -36,10 +36,14 @@ class TenantSalts:
         self._store = store
         self._secret: bytes | None = configured.encode() if configured else None
         self._lock = asyncio.Lock()
+        self._salts: dict[str, str] = {}  # derived once per tenant: the secret does not change in a process
 
     async def salt(self, tenant_id: str) -> str:
-        secret = self._secret or await self._load()
-        return derive_cache_salt(secret, tenant_id)
+        salt = self._salts.get(tenant_id)
+        if salt is None:
+            secret = self._secret or await self._load()
+            salt = self._salts[tenant_id] = derive_cache_salt(secret, tenant_id)
+        return salt
 
     async def _load(self) -> bytes:
         async with self._lock:

@@ -24,6 +24,10 @@ from gateway.store.models import ApiKey, BudgetDecision, LimitDecision, Tenant, 
 
 
 class Store(ABC):
+    # True when every lookup is answered from this process's memory without waiting (the embedded
+    # store): callers then await them one by one rather than concurrently, one task each saved.
+    answers_in_memory = False
+
     # --- tenants ---
 
     @abstractmethod

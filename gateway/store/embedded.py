@@ -56,6 +56,8 @@ T = TypeVar("T")
 
 
 class EmbeddedStore(Store):
+    answers_in_memory = True  # sessions, prefixes and loads live in this process
+
     def __init__(self, settings: GatewaySettings, clock: Callable[[], float] = time.time) -> None:
         """Open (creating if needed) `settings.sqlite_path` and load tenants, keys and budgets.
 

@@ -25,6 +25,18 @@ async def test_events_split_anywhere_between_reads() -> None:
         assert [data async for data in iter_sse_data(pieces(*split))] == expected, size
 
 
+async def test_lf_only_bodies_split_anywhere() -> None:
+    """Bodies without CR take the decoder's fast path: the same events, however the reads fall."""
+    body = (
+        b': keep-alive\n\ndata: {"t": "h\xc3\xa9"}\n\nevent: x\ndata: one\ndata:two\n\n\n\n'
+        b"id: 7\ndata: three\n\ndata: [DONE]\n\ndata: after"
+    )
+    expected = ['{"t": "h\u00e9"}', "one\ntwo", "three", "[DONE]", "after"]
+    for size in range(1, len(body) + 1):
+        split = [body[i : i + size] for i in range(0, len(body), size)]
+        assert [data async for data in iter_sse_data(pieces(*split))] == expected, size
+
+
 def test_decoder_returns_events_as_soon_as_they_end() -> None:
     decoder = SSEDecoder()
     assert decoder.feed(b"data: a\n") == []

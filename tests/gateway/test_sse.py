@@ -22,7 +22,19 @@ def test_workers_ai_chunks_carry_random_padding() -> None:
     assert all(1 <= len(p) <= sse.MAX_PADDING_CHARS for p in paddings)
     assert len({len(p) for p in paddings}) > 1  # the length varies, which is the point
     first, second = sse.padding_source(), sse.padding_source()
-    assert [first.random() for _ in range(3)] != [second.random() for _ in range(3)]
+    assert [sse.padding(first) for _ in range(20)] != [sse.padding(second) for _ in range(20)]
+    lengths = {len(sse.padding(first)) for _ in range(2000)}  # every length, 1 to 32, comes up
+    assert lengths == set(range(1, sse.MAX_PADDING_CHARS + 1))
+
+
+def test_workers_ai_chunk_is_the_compact_json_event() -> None:
+    """The hand-written encoding gives exactly what the JSON encoder would."""
+    from contracts.sse import event
+
+    for text in ["hel", "", 'quote " backslash \\ newline \n tab \t', "Café 東京 🙂", "\x00\x1f\u2028"]:
+        encoded = sse.workers_ai_chunk(text, sse.padding_source())
+        padding = decode(encoded)["p"]
+        assert encoded == event({"response": text, "p": padding})
     final = decode(sse.workers_ai_usage(Usage(5, 2, 0)))
     assert final == {"response": "", "usage": Usage(5, 2, 0).as_dict()}
     assert DONE == b"data: [DONE]\n\n"

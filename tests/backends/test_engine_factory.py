@@ -1,0 +1,49 @@
+"""Loading the backend's engine off the event loop, on a thread that leaves nothing running behind."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+
+import pytest
+
+from backends.server.engine_factory import load_engine
+from backends.settings import BackendSettings
+
+
+def native_threads() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+async def settled_threads(at_most: int | None = None, timeout_s: float = 5.0) -> int:
+    """The native thread count once it stops falling (a finished Python thread's OS thread, and
+    the OpenMP team it led, exit a moment after `is_alive()` turns False)."""
+    count = native_threads()
+    for _ in range(int(timeout_s / 0.05)):
+        await asyncio.sleep(0.05)
+        now = native_threads()
+        if now == count and (at_most is None or now <= at_most):
+            break
+        count = now
+    return count
+
+
+async def test_load_engine_leaves_no_thread_behind() -> None:
+    # asyncio.to_thread's executor thread (and an OpenMP team of the torch ops it ran) outlived the
+    # load and slowed every parallel op of the engine's steps (engine_factory.load_engine)
+    settings = BackendSettings(engine={"model": "random:tiny", "num_kv_blocks": 16})
+    python_threads = set(threading.enumerate())
+    await load_engine(settings)  # a first load: torch's own one-off native threads start here
+    assert set(threading.enumerate()) == python_threads
+    before = await settled_threads()
+    engine = await load_engine(settings)
+    assert engine.model_name
+    assert set(threading.enumerate()) == python_threads
+    assert await settled_threads(at_most=before) == before
+
+
+async def test_load_engine_raises_the_load_error() -> None:
+    settings = BackendSettings(engine={"model": "random:no-such-preset"})
+    with pytest.raises(ValueError, match="no-such-preset"):
+        await load_engine(settings)
