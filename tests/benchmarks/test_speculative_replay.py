@@ -10,12 +10,11 @@ from engines.builtin.config import EngineConfig
 from engines.builtin.model_runner import ModelRunner
 from engines.builtin.speculative.eagle3 import load_proposer
 from engines.builtin.speculative.eagle3.checkpoint import save_head
-from engines.builtin.speculative.eagle3.config import Eagle3Config
 from engines.builtin.speculative.eagle3.dataset import Conversation
 from engines.builtin.speculative.eagle3.evaluate import acceptance
 from engines.builtin.speculative.eagle3.features import target_features
-from engines.builtin.speculative.eagle3.model import Eagle3Head
 from engines.builtin.speculative.proposer import DraftInput
+from tests.engines.eagle3.conftest import random_head_for
 
 
 @dataclass
@@ -46,11 +45,7 @@ def test_eagle3_replay_drafts_what_the_acceptance_eval_measures(tmp_path):
     config = EngineConfig(model="random:tiny", num_kv_blocks=64, weight_dtype="float32")
     runner = ModelRunner(config)
     t = runner.model_config
-    torch.manual_seed(0)
-    head = Eagle3Head(Eagle3Config(hidden_size=t.hidden_size, num_heads=t.num_heads, num_kv_heads=t.num_kv_heads,
-                                   head_dim=t.head_dim, intermediate_size=t.intermediate_size, vocab_size=t.vocab_size,
-                                   draft_vocab_size=128, aux_layers=(0, 1, 1)), runner.weights.embed)
-    head.set_vocab(torch.arange(0, 256, 2))
+    head = random_head_for(runner)
     save_head(head, tmp_path)
     # an answer that is the head's own first draft at every position: k = 1 drafts are all accepted
     # if the replay feeds the head the hidden states it drafted from (a random answer would accept none)
