@@ -1,11 +1,13 @@
 """Draft-length policies replayed offline over the target's greedy answers: speed-up without timing noise.
 
     python -m benchmarks.speculative_replay                       # generates the answers once (cached)
-    python -m benchmarks.speculative_replay --verify-cost 0.22 --max-tokens 128
+    python -m benchmarks.speculative_replay --verify-cost 0.11 --max-tokens 128
+    python -m benchmarks.speculative_replay --speculative-model DIR --categories chat --max-tokens 64   # EAGLE-3
 
 Greedy output is the same with or without speculation, so once the target's answers to the prompts
 of benchmarks/speculative_prompts.json are known, every verify step of n-gram speculation can be
-replayed exactly: the drafts the proposer would make at each point, how many the target accepts,
+replayed exactly (an EAGLE-3 head drafts from the target's teacher-forced hidden states, as the
+engine feeds it): the drafts the proposer would make at each point, how many the target accepts,
 how many tokens the step emits. Charging a step 1 + verify_cost * k plain decode steps (k drafts;
 benchmarks/verify_cost.py measures verify_cost) gives each policy's speed-up over plain decoding,
 free of the noise that a shared machine puts into wall-clock runs. Batch 1, decode phase only.
@@ -149,10 +151,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--prompt-lookup-max", type=int, default=4)
     parser.add_argument("--speculative-model", type=Path, default=None, help="an EAGLE-3 head directory: replay it, not n-gram")
     parser.add_argument("--draft-cost", type=float, default=0.06, help="EAGLE-3: the head's time per drafted token, in decode steps")
+    parser.add_argument("--categories", nargs="+", default=["copy", "chat"], choices=["copy", "chat"])
     parser.add_argument("--cache", type=Path, default=Path("/tmp/edgerun-speculative-answers.json"))
     args = parser.parse_args(argv)
     data = answers(args.model, args.max_tokens, args.cache)
-    data = {key: (prompt, answer[: args.max_tokens]) for key, (prompt, answer) in data.items() if len(answer) >= 8}
+    data = {key: (prompt, answer[: args.max_tokens]) for key, (prompt, answer) in data.items()
+            if len(answer) >= 8 and key.rstrip("0123456789") in args.categories}
     if args.speculative_model is None:
         drafters: dict[str, Drafter] = {key: NgramDrafter(args.prompt_lookup_min, args.prompt_lookup_max) for key in data}
         print(f"n-gram {args.prompt_lookup_min}..{args.prompt_lookup_max}; ", end="")
@@ -168,7 +172,7 @@ def main(argv: list[str] | None = None) -> None:
     print("|---|---|---|---|---|---|")
     for name, max_drafts, adaptive in [("fixed k=1", 1, False), ("fixed k=2", 2, False), ("fixed k=4", 4, False),
                                        ("fixed k=8", 8, False), ("adaptive k<=8", 8, True)]:
-        for category in ("copy", "chat"):
+        for category in args.categories:
             speedups, accepted = [], [0.0] * 4
             keys = [key for key in data if key.startswith(category)]  # a one-word answer has nothing to speed up
             for key in keys:
