@@ -146,7 +146,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.speculative_replay", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="smollm2")
     parser.add_argument("--max-tokens", type=int, default=128, help="answer length generated (and replayed)")
-    parser.add_argument("--verify-cost", type=float, default=0.22, help="one more verify-row token, in decode steps")
+    parser.add_argument("--verify-cost", type=float, default=0.11,
+                        help="one more verify-row token, in decode steps (0.11: benchmarks.verify_cost, int4 fast mode)")
     parser.add_argument("--prompt-lookup-min", type=int, default=2)
     parser.add_argument("--prompt-lookup-max", type=int, default=4)
     parser.add_argument("--speculative-model", type=Path, default=None, help="an EAGLE-3 head directory: replay it, not n-gram")
