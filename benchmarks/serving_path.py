@@ -14,7 +14,7 @@ Each round generates one greedy stream of `--max-tokens` tokens (ignore_eos) fro
   (before/after a change, in the same run).
 
 The first two share one loaded model; the child loads its own, with the same settings and the same
-number of torch threads (`--threads`, also this process's). Reported per depth (medians over
+number of torch threads (`--threads`, also this process's) and OpenMP spin count. Reported per depth (medians over
 rounds): decode tok/s (tokens after the first over the time from first to last), the CPU time per
 generated token of the process doing the work (this process for engine/async, the child for http),
 and that process's sleeps per token (voluntary context switches of all its threads), which showed
@@ -38,7 +38,6 @@ from pathlib import Path
 
 import httpx
 
-from benchmarks.llamacpp import Server
 from benchmarks.machine import machine, process_cpu_s
 from cli.processes import ChildProcess
 
@@ -102,6 +101,8 @@ async def run_async(engine: object, prompt: list[int], max_tokens: int) -> Sampl
 
 
 async def run_http(child: ChildProcess, client: httpx.AsyncClient, prompt: list[int], max_tokens: int) -> Sample:
+    from benchmarks.llamacpp import Server  # imports torch: after main() has set OpenMP's spinning
+
     pid = child.process.pid
     cpu, slept = process_cpu_s(pid), sleeps(pid)
     stream = await Server("edgerun", child, {}, salted=True).complete(client, prompt, max_tokens, uuid.uuid4().hex)
@@ -117,7 +118,10 @@ def start_backend(args: argparse.Namespace, checkout: Path | None) -> ChildProce
 
 
 async def main(args: argparse.Namespace) -> int:
+    from backends.server.engine_factory import may_bound_omp_spinning
+
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
+    may_bound_omp_spinning()  # as the backend does: both sides spin alike
     import torch
 
     torch.set_num_threads(args.threads)

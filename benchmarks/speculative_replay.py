@@ -1,11 +1,13 @@
 """Draft-length policies replayed offline over the target's greedy answers: speed-up without timing noise.
 
     python -m benchmarks.speculative_replay                       # generates the answers once (cached)
-    python -m benchmarks.speculative_replay --verify-cost 0.22 --max-tokens 128
+    python -m benchmarks.speculative_replay --verify-cost 0.11 --max-tokens 128
+    python -m benchmarks.speculative_replay --speculative-model DIR --categories chat --max-tokens 64   # EAGLE-3
 
 Greedy output is the same with or without speculation, so once the target's answers to the prompts
 of benchmarks/speculative_prompts.json are known, every verify step of n-gram speculation can be
-replayed exactly: the drafts the proposer would make at each point, how many the target accepts,
+replayed exactly (an EAGLE-3 head drafts from the target's teacher-forced hidden states, as the
+engine feeds it): the drafts the proposer would make at each point, how many the target accepts,
 how many tokens the step emits. Charging a step 1 + verify_cost * k plain decode steps (k drafts;
 benchmarks/verify_cost.py measures verify_cost) gives each policy's speed-up over plain decoding,
 free of the noise that a shared machine puts into wall-clock runs. Batch 1, decode phase only.
@@ -15,14 +17,17 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Protocol
+
+from torch import Tensor
 
 from engines.builtin.speculative.draft_policy import DraftPolicy, StepCosts
 from engines.builtin.speculative.ngram import lookup
+from engines.builtin.speculative.proposer import DraftInput
 
 PROMPTS = Path(__file__).with_name("speculative_prompts.json")
-Chooser = Callable[[int], int]  # tokens left -> drafts for the next step
 
 
 def answers(model: str, max_tokens: int, cache: Path) -> dict[str, tuple[list[int], list[int]]]:
@@ -51,54 +56,162 @@ def answers(model: str, max_tokens: int, cache: Path) -> dict[str, tuple[list[in
     return result
 
 
+class Drafter(Protocol):
+    """Drafts for one answer as the engine's proposer would make them."""
+
+    cost: float  # the proposer's time per drafted token, in plain decode steps
+
+    def __call__(self, committed: list[int], k: int) -> list[int]: ...
+
+
+@dataclass(slots=True)
+class NgramDrafter:
+    min_n: int
+    max_n: int
+    cost: float = 0.0
+
+    def __call__(self, committed: list[int], k: int) -> list[int]:
+        return lookup(committed, k, self.min_n, self.max_n)
+
+
+@dataclass(slots=True)
+class Eagle3Drafter:
+    """An EAGLE-3 head fed the target's hidden states of the committed tokens (teacher-forced:
+    `aux` [T, 3 * D] over prompt + answer), as the engine feeds it after each verify step."""
+
+    proposer: Any  # Eagle3Proposer
+    aux: Tensor
+    cost: float
+    seq_id: str = "replay"
+    hidden_end: int = 0
+
+    def __call__(self, committed: list[int], k: int) -> list[int]:
+        # the target has run every committed token but the last
+        n = len(committed) - 1
+        item = DraftInput(self.seq_id, committed, k, self.aux[self.hidden_end : n], self.hidden_end)
+        self.hidden_end = n
+        return self.proposer.propose([item])[0]
+
+
 def replay(prompt: list[int], answer: list[int], policy: DraftPolicy | None, max_drafts: int, verify_cost: float,
-           min_n: int, max_n: int) -> float:
-    """Speed-up of n-gram speculation over plain decoding on one answer (its first token comes from prefill)."""
+           draft: Drafter) -> float:
+    """Speed-up of speculation over plain decoding on one answer (its first token comes from prefill).
+    A step costs 1 + verify_cost * (drafts verified) + draft.cost * (drafts made) decode steps."""
     full = prompt + answer
     committed, cost = len(prompt) + 1, 0.0
     while committed < len(full):
         left = len(full) - committed
         k = max_drafts if policy is None else policy.num_drafts("s")
         k = min(k, left - 1)
-        drafts = lookup(full[:committed], max(k, 1), min_n, max_n)
-        if k == 0:  # a plain decode; with a policy, its draft is a shadow checked against the answer
-            if policy is not None and drafts:
-                policy.observe("s", 1, int(drafts[0] == full[committed]))
+        if k == 0:  # a plain decode; with a policy, maybe a shadow draft checked against the answer
+            if policy is not None and policy.wants_shadow("s"):
+                drafts = draft(full[:committed], 1)
+                cost += draft.cost * len(drafts)
+                if drafts:
+                    policy.observe("s", 1, int(drafts[0] == full[committed]))
             cost, committed = cost + 1, committed + 1
             continue
+        drafts = draft(full[:committed], k)
         accepted = 0
         while accepted < len(drafts) and drafts[accepted] == full[committed + accepted]:
             accepted += 1
         if policy is not None and drafts:
             policy.observe("s", len(drafts), accepted)
-        cost, committed = cost + 1 + verify_cost * len(drafts), committed + accepted + 1
+        cost, committed = cost + 1 + (verify_cost + draft.cost) * len(drafts), committed + accepted + 1
     return (len(answer) - 1) / cost if cost else 1.0
+
+
+def eagle3_drafters(head: Path, runner: Any, data: dict[str, tuple[list[int], list[int]]], draft_cost: float) -> dict[str, Eagle3Drafter]:
+    """One drafter per answer: the head in `head` over the hidden states of `runner`'s (a ModelRunner) target."""
+    from engines.builtin.speculative.eagle3 import load_proposer
+    from engines.builtin.speculative.eagle3.features import target_features
+
+    proposer = load_proposer(head, runner.model_config, runner.device, runner.dtype, embed=runner.weights.embed,
+                             fp16_weights=runner.config.linear_format is not None)  # as the engine loads it
+    out = {}
+    for key, (prompt, answer) in data.items():
+        aux, _ = target_features(runner.weights, runner.model_config, prompt + answer, proposer.aux_layers)
+        out[key] = Eagle3Drafter(proposer, aux, draft_cost, seq_id=key)
+    return out
+
+
+def policy_for(max_drafts: int, verify_cost: float, draft_cost: float) -> DraftPolicy:
+    costs = StepCosts(verify_cost)
+    costs.observe_step(1, 1.0)  # a decode step is the unit
+    costs.observe_drafts(1, draft_cost)
+    return DraftPolicy(max_drafts, costs)
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.speculative_replay", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="smollm2")
     parser.add_argument("--max-tokens", type=int, default=128, help="answer length generated (and replayed)")
-    parser.add_argument("--verify-cost", type=float, default=0.22, help="one more verify-row token, in decode steps")
+    parser.add_argument("--verify-cost", type=float, default=0.11,
+                        help="one more verify-row token, in decode steps (0.11: benchmarks.verify_cost, int4 fast mode)")
     parser.add_argument("--prompt-lookup-min", type=int, default=2)
     parser.add_argument("--prompt-lookup-max", type=int, default=4)
+    parser.add_argument("--speculative-model", type=Path, default=None, help="an EAGLE-3 head directory: replay it, not n-gram")
+    parser.add_argument("--draft-cost", type=float, default=0.06, help="EAGLE-3: the head's time per drafted token, in decode steps")
+    parser.add_argument("--categories", nargs="+", default=["copy", "chat"], choices=["copy", "chat"])
     parser.add_argument("--cache", type=Path, default=Path("/tmp/edgerun-speculative-answers.json"))
     args = parser.parse_args(argv)
     data = answers(args.model, args.max_tokens, args.cache)
-    print(f"verify cost {args.verify_cost} decode steps per drafted token; n-gram {args.prompt_lookup_min}..{args.prompt_lookup_max}")
-    print("| policy | prompts | mean speed-up | lowest | highest |")
-    print("|---|---|---|---|---|")
-    for name, max_drafts, adaptive in [("fixed k=2", 2, False), ("fixed k=4", 4, False), ("fixed k=8", 8, False),
-                                       ("adaptive k<=8", 8, True)]:
-        for category in ("copy", "chat"):
-            speedups = []
-            for key, (prompt, answer) in data.items():
-                if key.startswith(category) and len(answer) >= 8:  # a one-word answer has nothing to speed up
-                    policy = DraftPolicy(max_drafts, StepCosts(args.verify_cost)) if adaptive else None
-                    speedups.append(replay(prompt, answer[: args.max_tokens], policy, max_drafts, args.verify_cost,
-                                           args.prompt_lookup_min, args.prompt_lookup_max))
+    data = {key: (prompt, answer[: args.max_tokens]) for key, (prompt, answer) in data.items()
+            if len(answer) >= 8 and key.rstrip("0123456789") in args.categories}
+    if args.speculative_model is None:
+        drafters: dict[str, Drafter] = {key: NgramDrafter(args.prompt_lookup_min, args.prompt_lookup_max) for key in data}
+        print(f"n-gram {args.prompt_lookup_min}..{args.prompt_lookup_max}; ", end="")
+    else:
+        from engines.builtin.config import EngineConfig
+        from engines.builtin.model_runner import ModelRunner
+
+        runner = ModelRunner(EngineConfig(model=args.model, num_kv_blocks=16))  # the engine's default weights
+        drafters = dict(eagle3_drafters(args.speculative_model, runner, data, args.draft_cost))
+        print(f"EAGLE-3 head {args.speculative_model}, {args.draft_cost} decode steps per draft; ", end="")
+    print(f"verify cost {args.verify_cost} decode steps per drafted token")
+    print("| policy | prompts | mean speed-up | lowest | highest | accepted drafts per step at k=1..4 |")
+    print("|---|---|---|---|---|---|")
+    for name, max_drafts, adaptive in [("fixed k=1", 1, False), ("fixed k=2", 2, False), ("fixed k=4", 4, False),
+                                       ("fixed k=8", 8, False), ("adaptive k<=8", 8, True)]:
+        for category in args.categories:
+            speedups, accepted = [], [0.0] * 4
+            keys = [key for key in data if key.startswith(category)]  # a one-word answer has nothing to speed up
+            for key in keys:
+                prompt, answer = data[key]
+                draft = drafters[key]
+                policy = policy_for(max_drafts, args.verify_cost, draft.cost) if adaptive else None
+                speedups.append(replay(prompt, answer, policy, max_drafts, args.verify_cost, draft))
+                finish(draft)
+            if name == "fixed k=1":
+                accepted = mean_accepted(data, keys, drafters)
             mean = sum(speedups) / len(speedups)
-            print(f"| {name} | {category} | {mean:.2f}x | {min(speedups):.2f}x | {max(speedups):.2f}x |")
+            extra = " / ".join(f"{a:.2f}" for a in accepted) if name == "fixed k=1" else ""
+            print(f"| {name} | {category} | {mean:.2f}x | {min(speedups):.2f}x | {max(speedups):.2f}x | {extra} |")
+
+
+def mean_accepted(data: dict[str, tuple[list[int], list[int]]], keys: list[str], drafters: dict[str, Drafter]) -> list[float]:
+    """Mean accepted drafts of a chain of k = 1..4 at every answer position (what k drafts could gain)."""
+    totals, positions = [0] * 4, 0
+    for key in keys:
+        prompt, answer = data[key]
+        full, draft = prompt + answer, drafters[key]
+        for committed in range(len(prompt) + 1, len(full)):
+            drafts = draft(full[:committed], 4)
+            run = 0
+            while run < len(drafts) and committed + run < len(full) and drafts[run] == full[committed + run]:
+                run += 1
+            for k in range(4):
+                totals[k] += min(k + 1, run)
+            positions += 1
+        finish(draft)
+    return [t / max(1, positions) for t in totals]
+
+
+def finish(draft: Drafter) -> None:
+    """Forget a replayed answer's proposer state, so the next replay of it starts clean."""
+    if isinstance(draft, Eagle3Drafter):
+        draft.proposer.finish(draft.seq_id)
+        draft.hidden_end = 0
 
 
 if __name__ == "__main__":

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import sys
 import threading
 from typing import Any
 
@@ -22,6 +24,20 @@ def build_engine(settings: BackendSettings) -> Engine:
     return TrtllmEngine(settings.trtllm, settings.engine.max_model_len)
 
 
+# OpenMP threads spin this many times at a barrier before they sleep (libgomp's default, ~300,000,
+# is milliseconds): long enough to stay awake between the parallel ops of one decode step on an idle
+# machine, short enough that on a busy one a thread whose partner lost its CPU soon yields its own
+# (with the default a served stream decoded ~20x slower at load 13: BENCHMARKS.md).
+GOMP_SPIN_COUNT = "10000"
+
+
+def may_bound_omp_spinning() -> None:
+    """Set GOMP_SPINCOUNT before torch (and its libgomp) loads, unless the operator chose an OpenMP
+    wait policy already; libgomp reads it once, when it loads."""
+    if "torch" not in sys.modules and "GOMP_SPINCOUNT" not in os.environ and "OMP_WAIT_POLICY" not in os.environ:
+        os.environ["GOMP_SPINCOUNT"] = GOMP_SPIN_COUNT
+
+
 async def load_engine(settings: BackendSettings) -> Engine:
     """`build_engine` on a thread of its own, which has exited when this returns.
 
@@ -30,8 +46,10 @@ async def load_engine(settings: BackendSettings) -> Engine:
     the process, and once they outnumber the CPUs it barely spins at its barriers in any team (100
     spins, then a futex sleep): each of the engine's parallel ops in a decode step then paid a sleep
     and a wake-up, and the served engine decoded a third slower than the same engine in-process
-    (BENCHMARKS.md, "The serving path at batch 1").
+    (BENCHMARKS.md, "The serving path at batch 1"). What it gets instead is bounded spinning
+    (`may_bound_omp_spinning`).
     """
+    may_bound_omp_spinning()
     loop = asyncio.get_running_loop()
     done: asyncio.Future[Engine] = loop.create_future()
 

@@ -108,6 +108,7 @@ class ModelRunner:
         )
         self.inv_freq = rope_inv_freq(mc, self.device)
         self.max_model_len = min(config.max_model_len or mc.max_position_embeddings, mc.max_position_embeddings)
+        self.max_group_padding = MAX_GROUP_PADDING  # benchmarks/decode_groups.py sets it huge for the old single group
 
     def pack_weights(self, linear_format: str, cache_entry: Path | None) -> None:
         # the 4-bit weights of a cached model are found and packed once, then read from its entry
@@ -188,7 +189,7 @@ class ModelRunner:
         for end in range(1, len(items) + 1):
             if end < len(items):
                 longest, following = items[end - 1].start_pos + 1, items[end].start_pos + 1
-                if (end - start) * (following - longest) <= MAX_GROUP_PADDING:
+                if (end - start) * (following - longest) <= self.max_group_padding:
                     continue
             groups.append(self.prepare_decode_group(start, items[start:end]))
             start = end

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
+import sys
 import threading
 
 import pytest
 
-from backends.server.engine_factory import load_engine
+from backends.server.engine_factory import GOMP_SPIN_COUNT, load_engine
 from backends.settings import BackendSettings
 
 
@@ -47,3 +49,16 @@ async def test_load_engine_raises_the_load_error() -> None:
     settings = BackendSettings(engine={"model": "random:no-such-preset"})
     with pytest.raises(ValueError, match="no-such-preset"):
         await load_engine(settings)
+
+
+@pytest.mark.parametrize(("env", "expected"), [
+    ({}, GOMP_SPIN_COUNT),
+    ({"GOMP_SPINCOUNT": "300000"}, "300000"),  # the operator's choice stands
+    ({"OMP_WAIT_POLICY": "passive"}, None),
+])
+def test_omp_spinning_is_bounded_before_torch_loads(env: dict[str, str], expected: str | None) -> None:
+    code = ("import os; from backends.server.engine_factory import may_bound_omp_spinning; "
+            "may_bound_omp_spinning(); import torch; print(os.environ.get('GOMP_SPINCOUNT'))")
+    base = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
+    out = subprocess.run([sys.executable, "-c", code], env={**base, **env}, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == str(expected)

@@ -36,3 +36,14 @@ def random_head(seed: int = 0) -> Eagle3Head:
 @pytest.fixture
 def head() -> Eagle3Head:
     return random_head()
+
+
+def random_head_for(runner) -> Eagle3Head:
+    """A random head shaped for `runner`'s target (aux layers 0, 1, 1; every second of the first 256 ids)."""
+    t = runner.model_config
+    torch.manual_seed(0)
+    head = Eagle3Head(Eagle3Config(hidden_size=t.hidden_size, num_heads=t.num_heads, num_kv_heads=t.num_kv_heads,
+                                   head_dim=t.head_dim, intermediate_size=t.intermediate_size, vocab_size=t.vocab_size,
+                                   draft_vocab_size=128, aux_layers=(0, 1, 1)), runner.weights.embed)
+    head.set_vocab(torch.arange(0, 256, 2))
+    return head

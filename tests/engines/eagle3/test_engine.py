@@ -1,16 +1,14 @@
 """An EAGLE-3 head in the real engine: whatever a random head drafts, greedy output is the target's."""
 
-import torch
 
 from engines.base import GenerationRequest
 from engines.builtin.config import EngineConfig
 from engines.builtin.llm_engine import LLMEngine
 from engines.builtin.model_runner import ModelRunner
 from engines.builtin.speculative.eagle3.checkpoint import save_head
-from engines.builtin.speculative.eagle3.config import Eagle3Config
-from engines.builtin.speculative.eagle3.model import Eagle3Head
 from engines.builtin.speculative.factory import build_proposer
 from engines.sampling_params import SamplingParams
+from tests.engines.eagle3.conftest import random_head_for
 
 PROMPTS = {"a": list(range(3, 40)), "b": list(range(50, 70)) * 2, "c": [7, 8, 9, 10] * 5}
 
@@ -28,12 +26,7 @@ def generate(engine: LLMEngine) -> dict[str, list[int]]:
 def test_random_head_through_the_factory_keeps_greedy_output(tmp_path):
     base = EngineConfig(model="random:tiny", num_kv_blocks=64, weight_dtype="float32")
     runner = ModelRunner(base)
-    t = runner.model_config
-    torch.manual_seed(0)
-    head = Eagle3Head(Eagle3Config(hidden_size=t.hidden_size, num_heads=t.num_heads, num_kv_heads=t.num_kv_heads,
-                                   head_dim=t.head_dim, intermediate_size=t.intermediate_size, vocab_size=t.vocab_size,
-                                   draft_vocab_size=128, aux_layers=(0, 1, 1)), runner.weights.embed)
-    head.set_vocab(torch.arange(0, 256, 2))
+    head = random_head_for(runner)
     save_head(head, tmp_path)
     expected = generate(LLMEngine(base, runner))
     config = EngineConfig(model="random:tiny", num_kv_blocks=64, weight_dtype="float32", speculative="eagle3",
