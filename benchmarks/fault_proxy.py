@@ -220,6 +220,8 @@ class ProxyThread:
         self._run(self.proxy.close())
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=5)
+        if not self._thread.is_alive():
+            self._loop.close()  # an event loop left open warns (ResourceWarning) when it is collected
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout=10)

@@ -35,7 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--policies", default="prefix_threshold,cache_aware,least_tokens,session_hash")
     parser.add_argument("--write-traces", type=Path, default=None, metavar="DIR", help="also write each trace as JSONL")
     args = parser.parse_args(argv)
-    raw = [TraceRequest.from_line(line, f"{args.trace}:{i}") for i, line in enumerate(args.trace.open(), 1) if line.strip()]
+    with args.trace.open() as lines:
+        raw = [TraceRequest.from_line(line, f"{args.trace}:{i}") for i, line in enumerate(lines, 1) if line.strip()]
     replicas = [None if r == "exact" else int(r) for r in args.replicas.split(",")]
     policies = args.policies.split(",")
     columns = " | ".join(f"{p} % of ceiling / work max/mean" for p in policies)

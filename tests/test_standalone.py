@@ -45,7 +45,7 @@ def test_the_design_document_and_the_trace_are_in_the_repository() -> None:
     for section in ("## One request", "## Fixed wire formats", "## Shared state", "## The model"):
         assert section in design
     trace = ROOT / "data" / "mooncake_synthetic_trace.jsonl"
-    assert sum(1 for _ in trace.open()) == 3993  # data/README.md
+    assert len(trace.read_text().splitlines()) == 3993  # data/README.md
     notice = (ROOT / "data" / "LICENSE-mooncake-trace.txt").read_text()
     assert "Apache License" in notice and "Version 2.0" in notice
 

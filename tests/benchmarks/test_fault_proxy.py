@@ -24,6 +24,7 @@ async def proxy() -> AsyncIterator[FaultProxy]:
     yield running
     await running.close()
     server.close()
+    await server.wait_closed()
 
 
 async def roundtrip(proxy: FaultProxy, data: bytes, expect: int | None = None) -> bytes:
@@ -61,16 +62,22 @@ async def test_stall_after_bytes_forwards_that_much_then_nothing(proxy: FaultPro
 
 async def test_reset_and_reset_after_bytes_reset_the_connection(proxy: FaultProxy) -> None:
     proxy.faults = Faults(reset=True)
-    with pytest.raises((ConnectionResetError, asyncio.IncompleteReadError)):
-        reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
-        writer.write(b"x")
-        await reader.readexactly(1)
+    reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
+    try:
+        with pytest.raises((ConnectionResetError, asyncio.IncompleteReadError)):
+            writer.write(b"x")
+            await reader.readexactly(1)
+    finally:
+        writer.close()
     proxy.faults = Faults(reset_after_bytes=2)
     reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
-    writer.write(b"hello")
-    assert await reader.readexactly(2) == b"he"
-    with pytest.raises((ConnectionResetError, asyncio.IncompleteReadError)):
-        await reader.readexactly(1)
+    try:
+        writer.write(b"hello")
+        assert await reader.readexactly(2) == b"he"
+        with pytest.raises((ConnectionResetError, asyncio.IncompleteReadError)):
+            await reader.readexactly(1)
+    finally:
+        writer.close()
     assert proxy.stats.resets == 2
 
 

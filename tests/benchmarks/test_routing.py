@@ -12,7 +12,7 @@ from cli.main import main as edgerun
 
 def test_table_and_written_traces(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     head = tmp_path / "head.jsonl"
-    head.write_text("".join(DEFAULT_TRACE.open().readlines()[:300]))
+    head.write_text("".join(DEFAULT_TRACE.read_text().splitlines(keepends=True)[:300]))
     out = tmp_path / "traces"
     argv = ["--trace", str(head), "--seeds", "0,1", "--variants", "one_session,tenants", "--replicas", "exact,2"]
     assert main([*argv, "--policies", "prefix_threshold,cache_aware", "--write-traces", str(out)]) == 0

@@ -110,6 +110,7 @@ def test_make_run_prints_a_curl_that_works_sigterm_stops_all_then_export_bills_i
         if dev.poll() is None:
             dev.kill()
             dev.wait()
+        dev.stdout.close()  # the pipe: left to the collector it warns (ResourceWarning)
         print("".join(lines))  # shown by pytest when the test fails
 
 
@@ -153,4 +154,5 @@ def test_dev_workers_share_the_port_and_the_store(tmp_path: Path) -> None:
         if dev.poll() is None:
             dev.kill()
             dev.wait()
+        dev.stdout.close()
         print("".join(lines))
