@@ -34,6 +34,7 @@ from benchmarks.machine import machine, process_cpu_s
 from cli.processes import ChildProcess
 from engines.base import GenerationRequest
 from engines.builtin.config import EngineConfig
+from engines.omp import may_bound_omp_spinning, on_own_thread
 from engines.sampling_params import SamplingParams
 
 
@@ -148,6 +149,7 @@ def print_row(concurrency: int, local: Summary, remote: Summary) -> None:
 
 
 async def main(args: argparse.Namespace) -> int:
+    may_bound_omp_spinning()  # as the backend does: both sides spin alike
     import torch
 
     from engines.builtin.async_engine import AsyncEngine
@@ -167,7 +169,7 @@ async def main(args: argparse.Namespace) -> int:
     endpoint = Endpoint(id="bench", base_url=server.url, region="local")
     engine = None
     try:
-        engine = AsyncEngine(config)
+        engine = await on_own_thread(AsyncEngine, config)  # not here: one OpenMP team only (engines/omp.py)
         await engine.start()
         server.wait_ready("/health", timeout_s=600)
         local, remote = in_process(engine, sampling), over_http(client, endpoint, sampling)

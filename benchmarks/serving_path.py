@@ -118,7 +118,7 @@ def start_backend(args: argparse.Namespace, checkout: Path | None) -> ChildProce
 
 
 async def main(args: argparse.Namespace) -> int:
-    from backends.server.engine_factory import may_bound_omp_spinning
+    from engines.omp import may_bound_omp_spinning
 
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
     may_bound_omp_spinning()  # as the backend does: both sides spin alike

@@ -1,7 +1,8 @@
 """`edgerun chat`: talk to the built-in engine in the terminal, or answer one `--prompt` and exit.
 
-The engine runs on an event loop in a background thread; the terminal (blocking `input()`)
-stays in the main thread, so Ctrl-C is always delivered there: during a reply it stops the reply
+The engine runs on an event loop in a background thread (it loads on a thread that exits, so that
+the engine's own thread holds the only OpenMP team: engines/omp.py); the terminal (blocking
+`input()`) stays in the main thread, so Ctrl-C is always delivered there: during a reply it stops the reply
 (the request is aborted in the engine) and returns to the prompt; at the prompt, or on EOF
 (Ctrl-D), the session ends cleanly.
 """
@@ -19,6 +20,7 @@ from typing import Any
 
 from engines.base import GenerationRequest
 from engines.builtin.config import EngineConfig
+from engines.omp import may_bound_omp_spinning, on_own_thread
 from engines.sampling_params import SamplingParams
 
 
@@ -26,6 +28,7 @@ class ChatSession:
     """A multi-turn conversation with a built-in engine it owns (start on init, `close()` at the end)."""
 
     def __init__(self, config: EngineConfig, sampling: SamplingParams, system: str | None = None) -> None:
+        may_bound_omp_spinning()  # as the backend does
         from engines.builtin.async_engine import AsyncEngine
 
         self.sampling = sampling
@@ -33,7 +36,9 @@ class ChatSession:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="edgerun-chat-loop", daemon=True)
         self._thread.start()
-        self.engine = AsyncEngine(config)
+        # loaded on a thread that exits, not here: this thread lives on, and an OpenMP team of its
+        # own would make the engine's thread sleep at every parallel op (engines/omp.py)
+        self.engine: AsyncEngine = self._call(on_own_thread(AsyncEngine, config, name="edgerun-engine-load"))
         self._call(self.engine.start())
 
     def _call(self, coro: Any) -> Any:

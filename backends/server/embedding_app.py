@@ -7,13 +7,13 @@ vLLM's embeddings protocol, so the gateway reaches it as it would reach `vllm se
     GET /v1/models, GET /health (the server listens once the checkpoint is loaded)
 
 Requests that arrive together are encoded in one batch (engines/embedding/batcher.py, a worker
-task owned by the app's lifespan), in a worker thread. Only `encoding_format: "float"` is served.
+task owned by the app's lifespan), in a worker thread. The encoder loads on a thread that
+exits (engines/omp.py), so the thread that encodes holds the only OpenMP team. Only `encoding_format: "float"` is served.
 Auth is the same bearer secret as every backend (backends/server/auth.py).
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
@@ -32,6 +32,7 @@ from backends.settings import BackendSettings
 from engines.embedding.batcher import EmbeddingBatcher
 from engines.embedding.encoder import SentenceEncoder
 from engines.embedding.package import MINILM_NAME, minilm_dir
+from engines.omp import on_own_thread
 
 log = logging.getLogger("edgerun.backend")
 MAX_INPUTS = 2048  # OpenAI's limit on inputs per request
@@ -96,7 +97,7 @@ def create_embedding_app(settings: BackendSettings, encoder: SentenceEncoder | N
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         encoder = service.encoder
         if encoder is None:
-            encoder = await asyncio.to_thread(load_encoder, settings.embedding_model, settings.engine.cache_dir)
+            encoder = await on_own_thread(load_encoder, settings.embedding_model, settings.engine.cache_dir)
         batcher = EmbeddingBatcher(encoder)
         batcher.start()
         service.encoder, service.batcher = encoder, batcher

@@ -1,4 +1,5 @@
-"""Loading the backend's engine off the event loop, on a thread that leaves nothing running behind."""
+"""Loading a backend's model (engine or encoder) off the event loop, on a thread that leaves nothing
+running behind (engines/omp.py)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,13 @@ import subprocess
 import sys
 import threading
 
+import httpx
 import pytest
 
-from backends.server.engine_factory import GOMP_SPIN_COUNT, load_engine
+from backends.server.embedding_app import create_embedding_app
+from backends.server.engine_factory import load_engine
 from backends.settings import BackendSettings
+from engines.omp import GOMP_SPIN_COUNT
 
 
 def native_threads() -> int:
@@ -51,13 +55,25 @@ async def test_load_engine_raises_the_load_error() -> None:
         await load_engine(settings)
 
 
+async def test_embedding_backend_loads_its_encoder_on_a_thread_that_exits() -> None:
+    # the encoder used to load on asyncio.to_thread's executor thread, which lived on with its team
+    app = create_embedding_app(BackendSettings())
+    python_threads = set(threading.enumerate())
+    async with app.router.lifespan_context(app):
+        assert set(threading.enumerate()) == python_threads
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://backend") as client:
+            assert (await client.get("/health")).json() == {"status": "ok", "model": "all-minilm-l6-v2"}
+            answer = await client.post("/v1/embeddings", json={"input": "x"})
+            assert answer.json()["usage"]["prompt_tokens"] == 3  # [CLS] x [SEP]: the encoder works
+
+
 @pytest.mark.parametrize(("env", "expected"), [
     ({}, GOMP_SPIN_COUNT),
     ({"GOMP_SPINCOUNT": "300000"}, "300000"),  # the operator's choice stands
     ({"OMP_WAIT_POLICY": "passive"}, None),
 ])
 def test_omp_spinning_is_bounded_before_torch_loads(env: dict[str, str], expected: str | None) -> None:
-    code = ("import os; from backends.server.engine_factory import may_bound_omp_spinning; "
+    code = ("import os; from engines.omp import may_bound_omp_spinning; "
             "may_bound_omp_spinning(); import torch; print(os.environ.get('GOMP_SPINCOUNT'))")
     base = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
     out = subprocess.run([sys.executable, "-c", code], env={**base, **env}, capture_output=True, text=True, check=True)
