@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, fields
+from typing import Any
 
 
 @dataclass(slots=True, frozen=True)
@@ -42,11 +43,11 @@ class ModelConfig:
         head = 0 if self.tie_word_embeddings else self.vocab_size * d
         return self.num_layers * per_layer + self.vocab_size * d + head + d
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> ModelConfig:
+    def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
         known = {f.name for f in fields(cls)}
         values = {k: v for k, v in data.items() if k in known}
         for key in ("eos_token_ids", "rope_freq_factors"):
@@ -55,7 +56,7 @@ class ModelConfig:
         return cls(**values)
 
     @classmethod
-    def from_hf(cls, hf: dict) -> ModelConfig:
+    def from_hf(cls, hf: dict[str, Any]) -> ModelConfig:
         """From a Hugging Face LlamaConfig dict (config.json)."""
         num_heads = hf["num_attention_heads"]
         head_dim = hf.get("head_dim") or hf["hidden_size"] // num_heads
@@ -78,7 +79,7 @@ class ModelConfig:
             rope_freq_factors=llama3_freq_factors(hf.get("rope_scaling") or hf.get("rope_parameters"), head_dim, hf),
         )
 
-    def to_hf(self) -> dict:
+    def to_hf(self) -> dict[str, Any]:
         """A Hugging Face LlamaConfig dict (plain rope only), for writing config.json."""
         return {
             "architectures": ["LlamaForCausalLM"],
@@ -100,7 +101,7 @@ class ModelConfig:
         }
 
 
-def llama3_freq_factors(scaling: dict | None, head_dim: int, hf: dict) -> tuple[float, ...] | None:
+def llama3_freq_factors(scaling: dict[str, Any] | None, head_dim: int, hf: dict[str, Any]) -> tuple[float, ...] | None:
     """Llama 3.1's rope scaling as per-frequency divisors: long wavelengths are slowed by `factor`,
     short ones kept, and the band between is blended smoothly."""
     if not scaling or scaling.get("rope_type", scaling.get("type")) != "llama3":

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 import jinja2
 import jinja2.sandbox
@@ -79,7 +80,7 @@ def build_byte_level_bpe(
     spelling = byte_alphabet()
     # A few files store a token outside the byte alphabet; spell it byte by byte so BPE can reach it.
     vocab = {tok if set(tok) <= alphabet else "".join(spelling[b] for b in tok.encode()): i for i, tok in enumerate(tokens)}
-    pairs = [tuple(m.split(" ", 1)) if isinstance(m, str) else tuple(m) for m in merges]
+    pairs = [_merge_pair(m) for m in merges]
     backend = tokenizers.Tokenizer(models.BPE(vocab=vocab, merges=pairs, fuse_unk=False))
     backend.pre_tokenizer = make_pre_tokenizer(pre)
     backend.decoder = decoders.ByteLevel()
@@ -88,6 +89,14 @@ def build_byte_level_bpe(
     backend.add_special_tokens([tokenizers.AddedToken(t, special=True, normalized=False) for t in specials])
     backend.add_tokens([tokenizers.AddedToken(t, special=False, normalized=False) for t, ty in zip(tokens, types) if ty == 4])
     return backend
+
+
+def _merge_pair(merge: str | tuple[str, str]) -> tuple[str, str]:
+    """A GGUF merge ("a b", or a pair already) as the pair BPE takes."""
+    if isinstance(merge, str):
+        left, _, right = merge.partition(" ")
+        return left, right
+    return merge[0], merge[1]
 
 
 def raise_template_error(message: str) -> None:
@@ -110,14 +119,16 @@ class Tokenizer:
         self.bos_token_id = bos_token_id
         self.eos_token_id = eos_token_id  # the template's eos_token
         self.add_bos_token = add_bos_token and bos_token_id is not None
-        ends = {backend.token_to_id(t) for t in END_OF_TURN_TOKENS} - {None}
+        ends = {i for i in (backend.token_to_id(t) for t in END_OF_TURN_TOKENS) if i is not None}
         # Generation stops at the model's eos and at any end-of-turn token of the vocabulary.
         self.eos_token_ids: set[int] = ends | ({eos_token_id} if eos_token_id is not None else set())
         self.vocab_size = backend.get_vocab_size(with_added_tokens=True)
 
     def encode(self, text: str) -> list[int]:
         ids = self.backend.encode(text, add_special_tokens=False).ids
-        return [self.bos_token_id, *ids] if self.add_bos_token else ids
+        if self.add_bos_token and self.bos_token_id is not None:
+            return [self.bos_token_id, *ids]
+        return list(ids)
 
     def decode(self, token_ids: list[int]) -> str:
         return self.backend.decode([t for t in token_ids if 0 <= t < self.vocab_size], skip_special_tokens=False)
@@ -174,7 +185,7 @@ class Tokenizer:
         return cls(backend, template, bos_id, eos_token_id if eos_id is None else eos_id, bool(config.get("add_bos_token", False)))
 
 
-def special_content(token: str | dict | None) -> str | None:
+def special_content(token: str | dict[str, Any] | None) -> str | None:
     return token.get("content") if isinstance(token, dict) else token
 
 

@@ -41,12 +41,14 @@ class _Tokenizer:
         return list(self._tokenizer.encode(text, add_special_tokens=False))
 
     def decode(self, token_ids: list[int]) -> str:
-        return self._tokenizer.decode(token_ids)
+        text: str = self._tokenizer.decode(token_ids)
+        return text
 
     def apply_chat_template(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
-        return self._tokenizer.apply_chat_template(
+        prompt: str = self._tokenizer.apply_chat_template(
             messages, tokenize=False, add_generation_prompt=add_generation_prompt
         )
+        return prompt
 
 
 class TrtllmEngine:

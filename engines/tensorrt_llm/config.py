@@ -188,4 +188,5 @@ def disaggregated_options(config: TrtllmConfig) -> dict[str, Any]:
 def to_yaml(options: dict[str, Any], comment: str = "") -> str:
     """Stable YAML text (keys in insertion order), with an optional leading comment block."""
     header = "".join(f"# {line}\n" if line else "#\n" for line in comment.splitlines())
-    return header + yaml.safe_dump(options, sort_keys=False, default_flow_style=False)
+    text: str = yaml.safe_dump(options, sort_keys=False, default_flow_style=False)
+    return header + text

@@ -10,6 +10,7 @@ the target layers whose outputs feed `fc`. Without it, SGLang captures the input
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
 ARCHITECTURE = "LlamaForCausalLMEagle3"
 
@@ -45,7 +46,7 @@ class Eagle3Config:
     def fc_in_features(self) -> int:
         return len(self.aux_layers) * (self.target_hidden_size or self.hidden_size)
 
-    def to_hf(self) -> dict:
+    def to_hf(self) -> dict[str, Any]:
         return {
             "architectures": [ARCHITECTURE],
             "model_type": "llama",
@@ -68,7 +69,7 @@ class Eagle3Config:
         }
 
     @classmethod
-    def from_hf(cls, hf: dict, num_target_layers: int) -> Eagle3Config:
+    def from_hf(cls, hf: dict[str, Any], num_target_layers: int) -> Eagle3Config:
         archs = hf.get("architectures") or []
         if not any("Eagle3" in a for a in archs):
             raise ValueError(f"architectures={archs}: not an EAGLE-3 head (expected {ARCHITECTURE})")
@@ -92,5 +93,5 @@ class Eagle3Config:
             max_position_embeddings=hf.get("max_position_embeddings", 8192),
         )
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
