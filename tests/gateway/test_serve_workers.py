@@ -33,7 +33,8 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 PATH = f"/client/v4/accounts/acc-w/ai/run/{stub_backend.MODEL_ID}"
 CAPPED_PATH = f"/client/v4/accounts/acc-c/ai/run/{stub_backend.MODEL_ID}"
-LEASE_S = 4.0  # inflight_lease_s of the gateways here: a killed worker's slot and tokens last this long
+LEASE_S = 9.0  # inflight_lease_s of the gateways here: a killed worker's slot and tokens last this long (renewed every
+# third of it, so at least 6 s remain at the kill: the checks just after it hold on a loaded 2-core machine too)
 
 
 @pytest.fixture(scope="module")
