@@ -38,6 +38,7 @@ from gateway.store.checks import (
     check_tokens,
 )
 from gateway.store.embedded import EmbeddedStore
+from gateway.store.lease import LeaseTask
 from gateway.store.limits import ALLOWED, WINDOW_MS, check_limit_args, refused, to_ms
 from gateway.store.models import BudgetDecision, LimitDecision, Tenant
 from gateway.store.redis_store import default_replica_id
@@ -57,7 +58,7 @@ class SharedEmbeddedStore(EmbeddedStore):
         self._settings = settings
         replica = check_id("replica id", settings.replica_id or default_replica_id())
         self._shared = SharedTables(settings.sqlite_path, replica, busy_timeout_s=settings.sqlite_busy_timeout_s)
-        self._lease_task: asyncio.Task[None] | None = None
+        self._lease = LeaseTask("edgerun-sqlite-lease", self._renew_lease)
         self._closing = False
 
     # --- tenants: only ever added, never changed, so a cached one is current; a miss checks the file ---
@@ -71,10 +72,6 @@ class SharedEmbeddedStore(EmbeddedStore):
         if tenant_id is not None:
             return replace(self._tenants[tenant_id])
         return await super().get_tenant_by_account(account_id)
-
-    def _may_start_lease(self) -> None:
-        if self._lease_task is None and not self._closing:
-            self._lease_task = asyncio.get_running_loop().create_task(self._renew_lease(), name="edgerun-sqlite-lease")
 
     async def _renew_lease(self) -> None:
         s = self._settings
@@ -93,7 +90,7 @@ class SharedEmbeddedStore(EmbeddedStore):
         check_limit_args(key_id, rpm, tpm, tokens_estimate)
         if rpm is None and tpm is None:
             return ALLOWED
-        self._may_start_lease()
+        self._lease.start()
         scopes = [(f"{key_id}:{which}", limit, cost)
                   for which, limit, cost in (("rpm", rpm, 1), ("tpm", tpm, tokens_estimate)) if limit is not None]
         now_ms = to_ms(self._clock() if now is None else now)
@@ -117,7 +114,7 @@ class SharedEmbeddedStore(EmbeddedStore):
         check_id("tenant id", tenant_id)
         check_text("request id", request_id)
         check_count("limit", limit, positive=True)
-        self._may_start_lease()
+        self._lease.start()
         return await self._run(
             self._shared.acquire_slot, tenant_id, request_id, limit, self._settings.inflight_lease_s
         )
@@ -152,7 +149,7 @@ class SharedEmbeddedStore(EmbeddedStore):
         check_id("tenant id", tenant_id)
         check_text("session id", session_id)
         check_text("backend id", backend_id)
-        self._may_start_lease()  # its renewals also drop expired sessions
+        self._lease.start()  # its renewals also drop expired sessions
         await self._run(self._shared.set_session, tenant_id, session_id, backend_id, self._settings.session_ttl_s)
 
     async def delete_session(self, tenant_id: str, session_id: str) -> None:
@@ -191,7 +188,7 @@ class SharedEmbeddedStore(EmbeddedStore):
 
     async def _change_shared_inflight(self, backend_id: str, prefill_tokens: int, decode_tokens: int, sign: int) -> None:
         check_tokens(backend_id, prefill_tokens, decode_tokens)
-        self._may_start_lease()
+        self._lease.start()
         await self._run(
             self._shared.change_inflight, backend_id, sign * prefill_tokens, sign * decode_tokens,
             self._settings.inflight_lease_s,
@@ -199,7 +196,7 @@ class SharedEmbeddedStore(EmbeddedStore):
 
     async def correct_inflight(self, backend_id: str, prefill_tokens: int, decode_tokens: int) -> None:
         check_tokens(backend_id, prefill_tokens, decode_tokens)
-        self._may_start_lease()
+        self._lease.start()
         await self._run(
             self._shared.correct_inflight, backend_id, prefill_tokens, decode_tokens, self._settings.inflight_lease_s
         )
@@ -213,9 +210,7 @@ class SharedEmbeddedStore(EmbeddedStore):
         if self._closing:
             return
         self._closing = True
-        if self._lease_task is not None:
-            self._lease_task.cancel()
-            await asyncio.gather(self._lease_task, return_exceptions=True)
+        await self._lease.stop()
         try:  # our in-flight requests end with us
             await self._run(self._shared.drop_replica)
         except Exception:  # noqa: BLE001 - the lease drops them anyway

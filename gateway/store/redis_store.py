@@ -46,6 +46,7 @@ from gateway.store.checks import (
     check_tokens,
 )
 from gateway.store.errors import Conflict, InvalidArgument, NotFound, StoreFull, StoreUnavailable
+from gateway.store.lease import LeaseTask
 from gateway.store.limits import ALLOWED, WINDOW_MS, check_limit_args, refused, to_ms
 from gateway.store.models import ApiKey, BudgetDecision, LimitDecision, Tenant, UsageRecord, new_tenant, to_us
 from gateway.store.redis_codec import KeyNames, decode_key, decode_tenant, encode_key, encode_tenant
@@ -108,7 +109,7 @@ class RedisStore(Store):
                          "ACQUIRE_SLOT", "RENEW_SLOTS")
         }
         self._ledger = RedisLedger(self._redis, self._names, settings, self._replica)
-        self._lease_task: asyncio.Task[None] | None = None
+        self._lease = LeaseTask("edgerun-inflight-lease", self._renew_lease)
         self._slots: dict[str, set[str]] = {}  # tenant -> request ids this replica holds (their lease is renewed)
         self._closed = False
 
@@ -265,7 +266,7 @@ class RedisStore(Store):
         check_id("tenant id", tenant_id)
         check_text("request id", request_id)
         check_count("limit", limit, positive=True)
-        self._may_start_lease()
+        self._lease.start()
         granted = await self._scripts["ACQUIRE_SLOT"](
             keys=[self._names.request_slots(tenant_id)], args=[request_id, limit, self._lease_ms()]
         )
@@ -374,7 +375,7 @@ class RedisStore(Store):
     @_redis_errors
     async def _change_inflight(self, backend_id: str, prefill_tokens: int, decode_tokens: int, sign: int) -> None:
         check_tokens(backend_id, prefill_tokens, decode_tokens)
-        self._may_start_lease()
+        self._lease.start()
         await self._scripts["CHANGE_INFLIGHT"](
             keys=self._inflight_keys(),
             args=[backend_id, sign * prefill_tokens, sign * decode_tokens, self._lease_ms(), self._replica],
@@ -383,7 +384,7 @@ class RedisStore(Store):
     @_redis_errors
     async def correct_inflight(self, backend_id: str, prefill_tokens: int, decode_tokens: int) -> None:
         check_tokens(backend_id, prefill_tokens, decode_tokens)
-        self._may_start_lease()
+        self._lease.start()
         await self._scripts["CORRECT_INFLIGHT"](
             keys=self._inflight_keys(),
             args=[backend_id, prefill_tokens, decode_tokens, self._lease_ms(), self._replica, self._names.inflight()],
@@ -412,10 +413,6 @@ class RedisStore(Store):
 
     def _lease_ms(self) -> int:
         return _ms(self._settings.inflight_lease_s)
-
-    def _may_start_lease(self) -> None:
-        if self._lease_task is None and not self._closed:
-            self._lease_task = asyncio.get_running_loop().create_task(self._renew_lease(), name="edgerun-inflight-lease")
 
     async def _renew_lease(self) -> None:
         n = self._names
@@ -474,9 +471,7 @@ class RedisStore(Store):
         if self._closed:
             return
         self._closed = True
-        if self._lease_task is not None:
-            self._lease_task.cancel()
-            await asyncio.gather(self._lease_task, return_exceptions=True)
+        await self._lease.stop()
         try:  # our in-flight requests end with us
             await self._redis.delete(*self._inflight_keys()[:2])
             await self._redis.srem(self._names.inflight_replicas(), self._replica)

@@ -51,7 +51,7 @@ async def test_a_crashed_replicas_counts_expire_a_live_ones_do_not(kind: str, op
     crashed, live, observer = (open_instance(inflight_lease_s=0.45) for _ in range(3))
     await crashed.add_inflight("X", 100, 10)
     await live.add_inflight("X", 5, 1)
-    crashed._lease_task.cancel()  # a crash: no renewals and no clean close
+    crashed._lease._task.cancel()  # type: ignore[union-attr]  # a crash: no renewals and no clean close
     assert await observer.loads() == {"X": (105, 11)}
     await asyncio.sleep(0.7)  # past the lease; the live replica renewed its lease twice meanwhile
     assert await observer.loads() == {"X": (5, 1)}
