@@ -28,9 +28,8 @@ import httpx
 import pytest
 
 from benchmarks import stub_backend
-from benchmarks.gateway_overhead import start_stub
 from benchmarks.workers import worker_pids
-from cli.processes import ChildProcess, ProcessError, free_port
+from cli.processes import ChildProcess, ProcessError
 from gateway.settings import GatewaySettings
 from gateway.store import open_store
 from tests.gateway.redis_server import delete_prefix, new_prefix
@@ -46,20 +45,14 @@ LEASE_S = 9.0  # inflight_lease_s of the gateways here: a killed worker's slot a
 
 
 @pytest.fixture(scope="module")
-def stub() -> Iterator[ChildProcess]:
-    process = start_stub(3)
-    yield process
-    process.stop(timeout_s=10)
+def stub(stub_backend: ChildProcess) -> ChildProcess:
+    return stub_backend  # the session's quick stub
 
 
 @pytest.fixture(scope="module")
-def slow_stub() -> Iterator[ChildProcess]:
+def slow_stub(slow_stub_backend: ChildProcess) -> ChildProcess:
     """Answers of 40 chunks 0.1 s apart: a stream still open when its worker is killed."""
-    port = free_port()
-    process = ChildProcess.launch("slow stub", stub_backend.command(port, 40, 100.0), port)
-    process.wait_ready("/health")
-    yield process
-    process.stop(timeout_s=10)
+    return slow_stub_backend
 
 
 @pytest.fixture(scope="module", params=["redis", "sqlite"])
