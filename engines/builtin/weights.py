@@ -60,7 +60,7 @@ class Fp16Linear:
         if "fbgemm" not in torch.backends.quantized.supported_engines:
             raise RuntimeError("weight_dtype='float16' needs a torch build with fbgemm (x86 CPU)")
         dense = weight.to(torch.float16).float()
-        chunks = dense.split(cls.PACK_ROWS)
+        chunks = torch.split(dense, cls.PACK_ROWS)
         with warnings.catch_warnings():  # the deprecation notice, once per process
             warnings.simplefilter("ignore", UserWarning)
             packed = tuple((pool.map if pool is not None else map)(torch.fbgemm_pack_gemm_matrix_fp16, chunks))
@@ -140,6 +140,7 @@ class LlamaWeights:
             return Fp16Linear.from_weight(weight) if blocks is None else Int4Linear.from_blocks(*blocks)
 
         names = [(i, layer, name) for i, layer in enumerate(self.layers) for name in ("qkv", "o", "gate_up", "down")]
+        assert isinstance(self.lm_head, Tensor), "weights are packed once, from plain tensors"
         with ThreadPoolExecutor(max_workers=max(1, torch.get_num_threads())) as pool:
             head = self.lm_head
             self.lm_head = Fp16Linear.from_weight(head, pool)  # the largest, in row chunks on every thread
@@ -201,7 +202,7 @@ def runtime_to_hf(state: dict[str, Tensor], config: ModelConfig) -> dict[str, Te
         p = f"model.layers.{i}."
         for name, hf_name in HF_LAYER_NAMES.items():
             out[f"{p}{hf_name}.weight"] = state[f"layers.{i}.{name}"]
-        q, k, v = state[f"layers.{i}.qkv"].split([h * hd, kh * hd, kh * hd])
+        q, k, v = torch.split(state[f"layers.{i}.qkv"], [h * hd, kh * hd, kh * hd])
         out[f"{p}self_attn.q_proj.weight"] = deinterleave_rope_rows(q, h)
         out[f"{p}self_attn.k_proj.weight"] = deinterleave_rope_rows(k, kh)
         out[f"{p}self_attn.v_proj.weight"] = v
