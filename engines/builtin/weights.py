@@ -22,6 +22,7 @@ from torch import Tensor
 
 from engines.builtin import kernels
 from engines.builtin.block_linear import BlockLinear, may_quantize_q8_0
+from engines.builtin.config import int4_matmul_available
 from engines.builtin.model_config import ModelConfig
 from engines.builtin.quant import Int4Linear, may_quantize_q4_1
 
@@ -111,8 +112,9 @@ class LlamaWeights:
     def pack(self, linear_format: str, int4_cache: dict[str, Tensor] | None = None) -> dict[str, Tensor]:
         """Hold the linear weights packed (see EngineConfig.linear_format); the embedding lookup keeps
         its float32 table. "float16": every one as Fp16Linear. "q4_1": each decoder weight that is Q4_1
-        already and a Q8_0 lm_head as BlockLinear (edgerun's kernels; each keeps an Fp16Linear for wide
-        inputs), the others as Fp16Linear. "int4": each decoder weight that is Q4_1 already
+        already and a Q8_0 lm_head as BlockLinear (edgerun's kernels for a few rows; above, the decoder's
+        weights go through Int4Linear on an AVX-512 CPU and Fp16Linear elsewhere, the head through
+        Fp16Linear), the others as Fp16Linear. "int4": each decoder weight that is Q4_1 already
         (`quant.may_quantize_q4_1`) as Int4Linear, the others and the lm_head as Fp16Linear (on an AVX-512
         CPU float16 read SmolLM2's Q8_0 head faster than torch's per-row int8 op: benchmarks/quant_matmul.py).
         "int4-all": every decoder weight quantised to 4 bits.
@@ -126,13 +128,17 @@ class LlamaWeights:
         if linear_format == "q4_1" and not kernels.load():
             raise RuntimeError("weight_dtype='q4_1' needs edgerun's kernels (x86 AVX2 and a C++ compiler; see the log "
                                "line above), or use weight_dtype='auto'")
+        int4_wide = linear_format == "q4_1" and int4_matmul_available()
 
         def pack_one(key: str, weight: Tensor) -> Linear:
             if linear_format == "float16":
                 return Fp16Linear.from_weight(weight)
             if linear_format == "q4_1":
                 q4 = may_quantize_q4_1(weight, exact_only=True)
-                return Fp16Linear.from_weight(weight) if q4 is None else BlockLinear.q4_1(*q4, Fp16Linear.from_weight(weight))
+                if q4 is None:
+                    return Fp16Linear.from_weight(weight)
+                # above the kernel's rows: torch's int4 op where it is fast (AVX-512), else float16
+                return BlockLinear.q4_1(*q4, Int4Linear.from_blocks(*q4) if int4_wide else Fp16Linear.from_weight(weight))
             if int4_cache is not None:
                 parts = {part: int4_cache[f"{key}.{part}"] for part in ("packed", "scale_zeros") if f"{key}.{part}" in int4_cache}
                 return Int4Linear.from_tensors(parts, weight) if parts else Fp16Linear.from_weight(weight)
