@@ -72,7 +72,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--mode", choices=["fast", "deterministic"],
         help="fast (default): lower-precision arithmetic per batch shape within a stated tolerance (the GGUF's "
              "4-bit weights at small batches); deterministic: the exact float32 model, batch-invariant (built-in engine)")
-    add("--weight-dtype", choices=["auto", "float32", "bfloat16", "float16", "int4"],
+    add("--weight-dtype", choices=["auto", "float32", "bfloat16", "float16", "int4", "q4_1"],
         help="how linear weights are held (default auto: see EngineConfig.weight_dtype; built-in engine)")
     add("--block-size", type=int, help="tokens per KV block (built-in engine)")
     add("--num-kv-blocks", type=int, help="KV cache capacity in blocks (built-in engine)")

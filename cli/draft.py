@@ -38,7 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     evaluate.add_argument("--threads", type=int, default=None)
 
 
-def logging_options(args: argparse.Namespace) -> dict:
+def logging_options(args: argparse.Namespace) -> dict[str, object]:
     return {"json": False}
 
 
@@ -50,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    report: pipeline.TrainReport | pipeline.EvalReport
     if args.draft_command == "train":
         config = TrainConfig(draft_vocab_size=args.draft_vocab_size, num_epochs=args.epochs, num_ttt_steps=args.ttt_steps)
         report = pipeline.train_pipeline(args.out, args.model, config, args.max_tokens, args.num_prompts, args.threads,

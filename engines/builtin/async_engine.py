@@ -16,7 +16,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -225,6 +225,8 @@ class AsyncEngine:
             command.done.set_exception(EngineStopped("the engine stopped"))
 
     def _run(self) -> None:
+        loop = self._loop
+        assert loop is not None, "start() sets the loop before it starts this thread"
         deadline: float | None = None
         try:
             while True:
@@ -258,9 +260,9 @@ class AsyncEngine:
             calls = [c.done for c in leftover if isinstance(c, _Call)]
             with contextlib.suppress(RuntimeError):
                 for done in calls:
-                    self._loop.call_soon_threadsafe(_resolve, done, None, EngineStopped("the engine stopped"))
+                    loop.call_soon_threadsafe(_resolve, done, None, EngineStopped("the engine stopped"))
             with contextlib.suppress(RuntimeError):  # wake anyone still waiting: no more outputs will come
-                self._loop.call_soon_threadsafe(self._deliver, [], acks, EngineStopped("the engine stopped"))
+                loop.call_soon_threadsafe(self._deliver, [], acks, EngineStopped("the engine stopped"))
 
     def _take_commands(self) -> list[_Add | _Abort | _Call | _Stop]:
         with self._wakeup:
@@ -279,7 +281,7 @@ class AsyncEngine:
             return [_Failed(request.request_id, InvalidRequest(f"bad request: {exc}"))]
         return []
 
-    def _step(self) -> list[GenerationOutput | _Failed]:
+    def _step(self) -> Sequence[GenerationOutput | _Failed]:
         try:
             return self.engine.step()
         except Exception as exc:  # a failed forward must not leave requests hanging forever
@@ -287,7 +289,7 @@ class AsyncEngine:
             failed = self.engine.abort_all()
             return [_Failed(o.request_id, EngineError(f"generation failed: {exc}")) for o in failed]
 
-    def _publish(self, outputs: list[GenerationOutput | _Failed], acks: list[asyncio.Future[None]] = ()) -> None:
+    def _publish(self, outputs: Sequence[GenerationOutput | _Failed], acks: Sequence[asyncio.Future[None]] = ()) -> None:
         self._stats = self.engine.stats()
         if outputs or acks:
             self._call_soon(self._deliver, outputs, acks)
@@ -301,7 +303,7 @@ class AsyncEngine:
             raise _LoopClosed from exc
 
     def _deliver(
-        self, outputs: list[GenerationOutput | _Failed], acks: list[asyncio.Future[None]], to_all: EngineError | None = None
+        self, outputs: Sequence[GenerationOutput | _Failed], acks: Sequence[asyncio.Future[None]], to_all: EngineError | None = None
     ) -> None:
         for output in outputs:
             queue = self._queues.get(output.request_id)

@@ -142,7 +142,9 @@ class BlockManager:
         if len(seq.block_hashes) >= num_full:
             return
         parent = seq.block_hashes[-1] if seq.block_hashes else salt_root(seq.cache_salt)
-        run_parent, run_hashes, run_tokens = parent, [], []
+        run_hashes: list[int] = []
+        run_tokens: list[list[int]] = []
+        run_parent = parent
         for i in range(len(seq.block_hashes), num_full):
             tokens = seq.token_ids[i * bs : (i + 1) * bs]
             h = block_hash(parent, tokens)
@@ -168,6 +170,7 @@ class BlockManager:
             return self._claim(self.free_block_ids.popleft())
         block_id, _ = self.evictable.popitem(last=False)  # least recently released
         block = self.blocks[block_id]
+        assert block.hash is not None, "only hashed blocks are evictable"
         del self.hash_to_block[block.hash]
         self.events.removed([block.hash])
         block.hash, block.token_ids = None, None

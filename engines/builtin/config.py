@@ -36,9 +36,11 @@ class EngineConfig:
     # bytes (see weights.Fp16Linear). "int4" (CPU, float32, fast mode): 4-bit groups of 32 through
     # torch's packed int4 op, bfloat16 activations (see quant.Int4Linear); a weight that is not
     # Q4_1 already is quantised, which loses precision. The same value as `dtype`: exactly as
-    # loaded. "auto" (the default): in fast mode on a CPU with float32, "int4" for every weight that
-    # is Q4_1 already (a GGUF's own 4-bit weights, reproduced exactly) and "float16" for the others
-    # (where fbgemm exists); in deterministic mode, or on CUDA, `dtype`.
+    # loaded. "q4_1" (CPU, float32, fast mode, x86 AVX2): the GGUF's own Q4_1 decoder weights and
+    # Q8_0 head, exactly, through edgerun's AVX2 kernels (int8 activations; see block_linear.py),
+    # float16 for the others. "auto" (the default): in fast mode on a CPU with float32, "q4_1" where
+    # edgerun's kernels run, else "int4" where torch's int4 op is fast (every weight that is Q4_1
+    # already as 4-bit), else "float16" (where fbgemm exists); in deterministic mode, or on CUDA, `dtype`.
     weight_dtype: str = "auto"
     # torch intra-op CPU threads for this process (None: torch's default, one per core). One thread
     # is steadier when other busy processes share the cores: a parallel op waits for its slowest thread.
@@ -83,11 +85,11 @@ class EngineConfig:
             raise ValueError("step_workers must be >= 1 (or None for torch's thread count)")
         if self.mode not in ("fast", "deterministic"):
             raise ValueError(f"mode={self.mode!r}: use fast or deterministic")
-        packed = self.weight_dtype in ("float16", "int4") and self.weight_dtype != self.dtype
+        packed = self.weight_dtype in ("float16", "int4", "q4_1") and self.weight_dtype != self.dtype
         if self.weight_dtype not in ("auto", self.dtype) and not (packed and self.dtype == "float32"):
             raise ValueError(
                 f"weight_dtype={self.weight_dtype!r}: use 'auto', the dtype ({self.dtype!r}), "
-                "or 'float16' / 'int4' with dtype='float32'"
+                "or 'float16' / 'int4' / 'q4_1' with dtype='float32'"
             )
         if packed and self.device != "cpu":
             raise ValueError(
@@ -111,11 +113,14 @@ class EngineConfig:
 
     @property
     def linear_format(self) -> str | None:
-        """How linear weights are packed: "int4" (Q4_1 weights as 4-bit, others float16), "int4-all"
-        (every weight quantised to 4 bits), "float16", or None (they stay in `dtype`)."""
+        """How linear weights are packed: "q4_1" (Q4_1 / Q8_0 weights through edgerun's kernels, others
+        float16), "int4" (Q4_1 weights as torch's 4-bit, others float16), "int4-all" (every weight
+        quantised to 4 bits), "float16", or None (they stay in `dtype`)."""
         if self.weight_dtype == "auto":
             if self.mode != "fast" or self.device != "cpu" or self.dtype != "float32" or not fp16_gemm_available():
                 return None
+            if block_kernels_available():
+                return "q4_1"
             return "int4" if int4_matmul_available() else "float16"
         if self.weight_dtype == self.dtype:
             return None
@@ -131,6 +136,13 @@ def fp16_gemm_available() -> bool:
     import torch  # here, not at the top: reading settings must not pay for importing torch
 
     return "fbgemm" in torch.backends.quantized.supported_engines
+
+
+def block_kernels_available() -> bool:
+    """edgerun's own Q4_1 / Q8_0 kernels (x86 AVX2; built once, see engines/builtin/kernels)."""
+    from engines.builtin import kernels
+
+    return kernels.load()
 
 
 def int4_matmul_available() -> bool:

@@ -33,9 +33,9 @@ def rope_freqs_cis(positions: Tensor, inv_freq: Tensor) -> Tensor:
 def apply_rope_(qk: Tensor, freqs_cis: Tensor) -> None:
     # qk: [T, heads, hd] view of the qkv buffer, rope-interleaved; rotated in place.
     if qk.dtype == torch.float32:
-        torch.view_as_complex(qk.unflatten(-1, (-1, 2))).mul_(freqs_cis)
+        torch.view_as_complex(torch.unflatten(qk, -1, (-1, 2))).mul_(freqs_cis)
     else:  # no complex bf16: rotate in float32, write back
-        rotated = torch.view_as_complex(qk.float().unflatten(-1, (-1, 2))) * freqs_cis
+        rotated = torch.view_as_complex(torch.unflatten(qk.float(), -1, (-1, 2))) * freqs_cis
         qk.copy_(torch.view_as_real(rotated).flatten(-2))
 
 

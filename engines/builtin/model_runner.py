@@ -130,12 +130,12 @@ class ModelRunner:
 
     def pack_weights(self, linear_format: str, cache_entry: Path | None) -> None:
         # the 4-bit weights of a cached model are found and packed once, then read from its entry
-        cached = cache_entry is not None and linear_format == "int4"
-        int4 = cache.read_derived(cache_entry, "int4") if cached else None
+        entry = cache_entry if linear_format == "int4" else None
+        int4 = cache.read_derived(entry, "int4") if entry is not None else None
         built = self.weights.pack(linear_format, int4)
-        if cached and int4 is None:
+        if entry is not None and int4 is None:
             try:
-                cache.write_derived(cache_entry, "int4", built)
+                cache.write_derived(entry, "int4", built)
             except OSError as exc:  # a read-only cache: later starts pack again
                 logger.warning("could not store the packed 4-bit weights in %s: %s", cache_entry, exc)
 
@@ -261,5 +261,5 @@ class ModelRunner:
         if end > self.max_model_len:
             raise ValueError(f"position {end - 1} is past max_model_len={self.max_model_len}")
 
-    def to_tensor(self, values: list) -> Tensor:
+    def to_tensor(self, values: list[int] | list[list[int]]) -> Tensor:
         return torch.tensor(values, dtype=torch.long, device=self.device)

@@ -117,7 +117,8 @@ class Int4Linear:
         xb = x.to(torch.bfloat16)
         if x.shape[0] >= self.dense_from_rows:
             return F.linear(xb, self.dense).float()
-        return torch.ops.aten._weight_int4pack_mm_for_cpu(xb.contiguous(), self.packed, GROUP, self.scale_zeros).float()
+        out: Tensor = torch.ops.aten._weight_int4pack_mm_for_cpu(xb.contiguous(), self.packed, GROUP, self.scale_zeros)
+        return out.float()  # (torch.ops is untyped: `out` is annotated so the result stays a Tensor)
 
 
 @dataclass(slots=True, eq=False)
@@ -143,4 +144,5 @@ class Int8Linear:
         xb = x.to(torch.bfloat16)
         if x.shape[0] >= self.dense_from_rows:
             return F.linear(xb, self.dense).float()
-        return torch.ops.aten._weight_int8pack_mm(xb.contiguous(), self.codes, self.scales).float()
+        out: Tensor = torch.ops.aten._weight_int8pack_mm(xb.contiguous(), self.codes, self.scales)
+        return out.float()

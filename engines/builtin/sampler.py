@@ -125,7 +125,7 @@ class Sampler:
             noise[unseeded] = exponential_noise((len(unseeded), vocab), device, self._shared_generator(device))
         for i, s in enumerate(seqs):
             if s.sampling.seed is not None:
-                noise[i] = exponential_noise((vocab,), device, self._request_generator(s, device))
+                noise[i] = exponential_noise((vocab,), device, self._request_generator(s, s.sampling.seed, device))
         return sample_from_probs(probs, noise)
 
     def probs(self, logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
@@ -144,12 +144,12 @@ class Sampler:
     def generator_for(self, seq: Sequence, device: torch.device) -> torch.Generator:
         """The RNG `seq` draws from: its own with a seed, else the sampler's shared one."""
         if seq.sampling.seed is not None:
-            return self._request_generator(seq, device)
+            return self._request_generator(seq, seq.sampling.seed, device)
         return self._shared_generator(device)
 
-    def _request_generator(self, seq: Sequence, device: torch.device) -> torch.Generator:
+    def _request_generator(self, seq: Sequence, seed: int, device: torch.device) -> torch.Generator:
         if seq.generator is None:
-            seq.generator = torch.Generator(device=device).manual_seed(seq.sampling.seed)
+            seq.generator = torch.Generator(device=device).manual_seed(seed)
         return seq.generator
 
     def _shared_generator(self, device: torch.device) -> torch.Generator:

@@ -20,6 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from engines.builtin import kernels
+from engines.builtin.block_linear import BlockLinear, may_quantize_q8_0
 from engines.builtin.model_config import ModelConfig
 from engines.builtin.quant import Int4Linear, may_quantize_q4_1
 
@@ -58,7 +60,7 @@ class Fp16Linear:
         if "fbgemm" not in torch.backends.quantized.supported_engines:
             raise RuntimeError("weight_dtype='float16' needs a torch build with fbgemm (x86 CPU)")
         dense = weight.to(torch.float16).float()
-        chunks = dense.split(cls.PACK_ROWS)
+        chunks = torch.split(dense, cls.PACK_ROWS)
         with warnings.catch_warnings():  # the deprecation notice, once per process
             warnings.simplefilter("ignore", UserWarning)
             packed = tuple((pool.map if pool is not None else map)(torch.fbgemm_pack_gemm_matrix_fp16, chunks))
@@ -75,7 +77,7 @@ class Fp16Linear:
         return outs[0] if len(outs) == 1 else torch.cat(outs, dim=1)
 
 
-Linear = Tensor | Fp16Linear | Int4Linear
+Linear = Tensor | Fp16Linear | Int4Linear | BlockLinear
 
 
 @dataclass(slots=True)
@@ -108,21 +110,29 @@ class LlamaWeights:
 
     def pack(self, linear_format: str, int4_cache: dict[str, Tensor] | None = None) -> dict[str, Tensor]:
         """Hold the linear weights packed (see EngineConfig.linear_format); the embedding lookup keeps
-        its float32 table. "float16": every one as Fp16Linear. "int4": each decoder weight that is Q4_1
-        already (`quant.may_quantize_q4_1`) as Int4Linear, the others and the lm_head as Fp16Linear (on
-        this CPU float16 reads SmolLM2's Q8_0 head faster than torch's per-row int8 op:
-        benchmarks/quant_matmul.py). "int4-all": every decoder weight quantised to 4 bits.
+        its float32 table. "float16": every one as Fp16Linear. "q4_1": each decoder weight that is Q4_1
+        already and a Q8_0 lm_head as BlockLinear (edgerun's kernels; each keeps an Fp16Linear for wide
+        inputs), the others as Fp16Linear. "int4": each decoder weight that is Q4_1 already
+        (`quant.may_quantize_q4_1`) as Int4Linear, the others and the lm_head as Fp16Linear (on an AVX-512
+        CPU float16 read SmolLM2's Q8_0 head faster than torch's per-row int8 op: benchmarks/quant_matmul.py).
+        "int4-all": every decoder weight quantised to 4 bits.
 
         Finding and packing the 4-bit blocks takes seconds, so `int4_cache` may hand back what an
         earlier call returned (every Int4Linear's tensors by "layers.{i}.{name}.{part}"; a weight
         absent from it is float16). Packing float16 is slow scalar work (~1.5 s for SmolLM2 on one
         core) and releases the GIL, so the weights are packed on as many threads as torch uses."""
-        if linear_format not in ("float16", "int4", "int4-all"):
+        if linear_format not in ("float16", "int4", "int4-all", "q4_1"):
             raise ValueError(f"linear_format={linear_format!r}")
+        if linear_format == "q4_1" and not kernels.load():
+            raise RuntimeError("weight_dtype='q4_1' needs edgerun's kernels (x86 AVX2 and a C++ compiler; see the log "
+                               "line above), or use weight_dtype='auto'")
 
         def pack_one(key: str, weight: Tensor) -> Linear:
             if linear_format == "float16":
                 return Fp16Linear.from_weight(weight)
+            if linear_format == "q4_1":
+                q4 = may_quantize_q4_1(weight, exact_only=True)
+                return Fp16Linear.from_weight(weight) if q4 is None else BlockLinear.q4_1(*q4, Fp16Linear.from_weight(weight))
             if int4_cache is not None:
                 parts = {part: int4_cache[f"{key}.{part}"] for part in ("packed", "scale_zeros") if f"{key}.{part}" in int4_cache}
                 return Int4Linear.from_tensors(parts, weight) if parts else Fp16Linear.from_weight(weight)
@@ -130,8 +140,13 @@ class LlamaWeights:
             return Fp16Linear.from_weight(weight) if blocks is None else Int4Linear.from_blocks(*blocks)
 
         names = [(i, layer, name) for i, layer in enumerate(self.layers) for name in ("qkv", "o", "gate_up", "down")]
+        assert isinstance(self.lm_head, Tensor), "weights are packed once, from plain tensors"
         with ThreadPoolExecutor(max_workers=max(1, torch.get_num_threads())) as pool:
-            self.lm_head = Fp16Linear.from_weight(self.lm_head, pool)  # the largest, in row chunks on every thread
+            head = self.lm_head
+            self.lm_head = Fp16Linear.from_weight(head, pool)  # the largest, in row chunks on every thread
+            q8 = may_quantize_q8_0(head) if linear_format == "q4_1" else None
+            if q8 is not None:
+                self.lm_head = BlockLinear.q8_0(*q8, self.lm_head)
             packed = list(pool.map(lambda item: pack_one(f"layers.{item[0]}.{item[2]}", getattr(item[1], item[2])), names))
         int4_tensors: dict[str, Tensor] = {}
         for (i, layer, name), linear in zip(names, packed):
@@ -187,7 +202,7 @@ def runtime_to_hf(state: dict[str, Tensor], config: ModelConfig) -> dict[str, Te
         p = f"model.layers.{i}."
         for name, hf_name in HF_LAYER_NAMES.items():
             out[f"{p}{hf_name}.weight"] = state[f"layers.{i}.{name}"]
-        q, k, v = state[f"layers.{i}.qkv"].split([h * hd, kh * hd, kh * hd])
+        q, k, v = torch.split(state[f"layers.{i}.qkv"], [h * hd, kh * hd, kh * hd])
         out[f"{p}self_attn.q_proj.weight"] = deinterleave_rope_rows(q, h)
         out[f"{p}self_attn.k_proj.weight"] = deinterleave_rope_rows(k, kh)
         out[f"{p}self_attn.v_proj.weight"] = v

@@ -14,7 +14,8 @@ indefinitely. `limited_protocol(limits, counter)` returns a subclass of it that
 - answers 503 to a connection over `max_connections_per_client` from one address or
   `max_connections` in all, and closes it at once.
 
-The idle keep-alive limit is uvicorn's own `timeout_keep_alive`, set from the same settings by
+Each connection's writes go through `gateway.http.coalesced_writes` (what one turn of the event
+loop writes, one write). The idle keep-alive limit is uvicorn's own `timeout_keep_alive`, set from the same settings by
 `gateway.http.listeners`. Each listener gets its own `ConnectionCounter`.
 """
 
@@ -23,10 +24,12 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+
+from gateway.http.coalesced_writes import CoalescedWrites
 
 
 class ListenerLimits(BaseModel):
@@ -93,7 +96,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     # --- connection ---
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
+        # what one turn writes goes out as one write (a streamed answer's head and first events)
+        super().connection_made(cast(asyncio.Transport, CoalescedWrites(transport, self.loop)))
         host = self.client[0] if self.client else ""
         if not self.counter.admit(host, self.limits):
             self.logger.debug("connection refused: too many open connections from %s or in all", host)

@@ -1,4 +1,4 @@
-"""The backend hop's HTTP transport (aiohttp behind our interface) against raw loopback peers that
+"""The backend hop's HTTP transport (our keep-alive pool on asyncio protocols) against raw loopback peers that
 misbehave in precise ways: the contract the backend client relies on."""
 
 from __future__ import annotations

@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from engines.builtin.block_linear import BlockLinear
 from engines.builtin.config import int4_matmul_available
+from engines.builtin.kernels import cpu_has_avx2
 from engines.builtin.loader import cache
 from engines.builtin.model_runner import ModelRunner
 from engines.builtin.quant import (
@@ -92,11 +94,17 @@ def test_derived_tensors_round_trip_through_the_cache_entry(tmp_path: Path) -> N
 @pytest.mark.slow
 def test_smollm2_fast_mode_runs_its_own_4_bit_weights_where_the_cpu_has_the_op(smollm2_default_runner: ModelRunner) -> None:
     layers = smollm2_default_runner.weights.layers
-    # with torch's fast int4 op (AVX-512): every decoder weight of the GGUF is Q4_1 and was recognised
-    # as such; without it (AVX2) every one is float16. The Q8_0 head stays float16 either way.
-    decoder = Int4Linear if int4_matmul_available() else Fp16Linear
-    assert all(isinstance(getattr(layer, n), decoder) for layer in layers for n in ("qkv", "o", "gate_up", "down"))
-    assert isinstance(smollm2_default_runner.weights.lm_head, Fp16Linear)
+    # every decoder weight of the GGUF is Q4_1 and is recognised as such: with edgerun's kernels (x86 AVX2)
+    # as BlockLinear, and the Q8_0 head too; else with torch's fast int4 op (AVX-512) as Int4Linear and the
+    # head float16; else all float16
+    linears = [getattr(layer, n) for layer in layers for n in ("qkv", "o", "gate_up", "down")]
+    head = smollm2_default_runner.weights.lm_head
+    if cpu_has_avx2():
+        assert all(isinstance(w, BlockLinear) and w.format == "q4_1" for w in linears)
+        assert isinstance(head, BlockLinear) and head.format == "q8_0"
+    else:
+        assert all(isinstance(w, Int4Linear if int4_matmul_available() else Fp16Linear) for w in linears)
+        assert isinstance(head, Fp16Linear)
 
 
 @pytest.mark.slow

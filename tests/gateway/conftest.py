@@ -8,13 +8,11 @@ namespace and deletes it afterwards.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 
 import pytest
-import redis
 
-from tests.gateway.redis_server import answers, redis_binary, start_redis
+from tests.gateway.redis_server import answers, delete_prefix, new_prefix, redis_binary, start_redis
 
 
 @pytest.fixture(scope="session")
@@ -32,10 +30,7 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture
 def redis_prefix(redis_url: str) -> Iterator[str]:
-    prefix = f"edgerun-test:{uuid.uuid4().hex[:12]}:"
+    prefix = new_prefix()
     yield prefix
-    with redis.Redis.from_url(redis_url) as client:
-        keys = list(client.scan_iter(match=prefix + "*", count=1000))
-        if keys:
-            client.delete(*keys)
+    delete_prefix(redis_url, prefix)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -55,3 +56,16 @@ def start_redis(
         server.stop(timeout_s=10)
         raise
     return server
+
+
+def new_prefix() -> str:
+    """A key namespace of its own for one test (or one module's tests) on a shared Redis."""
+    return f"edgerun-test:{uuid.uuid4().hex[:12]}:"
+
+
+def delete_prefix(url: str, prefix: str) -> None:
+    """Delete every key under `prefix`."""
+    with redis.Redis.from_url(url) as client:
+        keys = list(client.scan_iter(match=prefix + "*", count=1000))
+        if keys:
+            client.delete(*keys)

@@ -3,13 +3,18 @@ embedded store's SQLite file (WAL, gateway/store/embedded_shared.py). The benchm
 backend. Requests on fresh connections reach both workers (`x-edgerun-worker`), each has exactly
 one ledger record, `edgerun billing export` reads every worker's records, a key's
 requests-per-minute hold over both workers together, and a killed worker is started again while
-its request slot and in-flight tokens expire with its lease."""
+its request slot and in-flight tokens expire with its lease.
+
+One `serve --workers 2` per store serves both tests of that store (the module's gateway): the quick
+stub behind one model, the slow stub behind another, so a stream can be held open on the slow one
+while the checks around it take the quick one."""
 
 from __future__ import annotations
 
 import asyncio
 import collections
 import csv
+import json
 import os
 import signal
 import subprocess
@@ -23,44 +28,43 @@ import httpx
 import pytest
 
 from benchmarks import stub_backend
-from benchmarks.gateway_overhead import start_stub
 from benchmarks.workers import worker_pids
-from cli.processes import ChildProcess, ProcessError, free_port
+from cli.processes import ChildProcess, ProcessError
 from gateway.settings import GatewaySettings
 from gateway.store import open_store
+from tests.gateway.redis_server import delete_prefix, new_prefix
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
+SLOW_MODEL_ID = "@cf/edgerun/bench-stub-slow"  # served by the slow stub only
 PATH = f"/client/v4/accounts/acc-w/ai/run/{stub_backend.MODEL_ID}"
 CAPPED_PATH = f"/client/v4/accounts/acc-c/ai/run/{stub_backend.MODEL_ID}"
+CAPPED_SLOW_PATH = f"/client/v4/accounts/acc-c/ai/run/{SLOW_MODEL_ID}"
 LEASE_S = 9.0  # inflight_lease_s of the gateways here: a killed worker's slot and tokens last this long (renewed every
 # third of it, so at least 6 s remain at the kill: the checks just after it hold on a loaded 2-core machine too)
 
 
 @pytest.fixture(scope="module")
-def stub() -> Iterator[ChildProcess]:
-    process = start_stub(3)
-    yield process
-    process.stop(timeout_s=10)
+def stub(stub_backend: ChildProcess) -> ChildProcess:
+    return stub_backend  # the session's quick stub
 
 
 @pytest.fixture(scope="module")
-def slow_stub() -> Iterator[ChildProcess]:
+def slow_stub(slow_stub_backend: ChildProcess) -> ChildProcess:
     """Answers of 40 chunks 0.1 s apart: a stream still open when its worker is killed."""
-    port = free_port()
-    process = ChildProcess.launch("slow stub", stub_backend.command(port, 40, 100.0), port)
-    process.wait_ready("/health")
-    yield process
-    process.stop(timeout_s=10)
+    return slow_stub_backend
 
 
-@pytest.fixture(params=["redis", "sqlite"])
-def store_env(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, str]:
-    """The EDGERUN_* settings naming the store every worker shares."""
-    if request.param == "redis":
-        return {"EDGERUN_REDIS_URL": request.getfixturevalue("redis_url"),
-                "EDGERUN_KEY_PREFIX": request.getfixturevalue("redis_prefix")}
-    return {"EDGERUN_SQLITE_PATH": str(tmp_path / "gateway.sqlite3")}
+@pytest.fixture(scope="module", params=["redis", "sqlite"])
+def store_env(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """The EDGERUN_* settings naming the store every worker shares (a fresh key prefix or file)."""
+    if request.param == "sqlite":
+        yield {"EDGERUN_SQLITE_PATH": str(tmp_path_factory.mktemp("sqlite") / "gateway.sqlite3")}
+        return
+    url = request.getfixturevalue("redis_url")
+    prefix = new_prefix()
+    yield {"EDGERUN_REDIS_URL": url, "EDGERUN_KEY_PREFIX": prefix}
+    delete_prefix(url, prefix)
 
 
 def _settings(store_env: dict[str, str], **overrides: object) -> GatewaySettings:
@@ -71,13 +75,23 @@ def _settings(store_env: dict[str, str], **overrides: object) -> GatewaySettings
     )
 
 
-def _env(stub: ChildProcess, tmp_path: Path, store_env: dict[str, str]) -> dict[str, str]:
+def _env(stub: ChildProcess, tmp_path: Path, store_env: dict[str, str], slow_stub: ChildProcess | None = None) -> dict[str, str]:
+    """The gateway's settings: the quick stub serves MODEL_ID; `slow_stub`, when given, SLOW_MODEL_ID."""
+    models = [{"id": stub_backend.MODEL_ID, "backend_model": "stub", "block_size": 16}]
+    backends = [{"id": "stub", "base_url": stub.url, "region": "local", "models": [stub_backend.MODEL_ID]}]
+    if slow_stub is not None:
+        models.append({"id": SLOW_MODEL_ID, "backend_model": "stub", "block_size": 16})
+        backends.append({"id": "slow", "base_url": slow_stub.url, "region": "local", "models": [SLOW_MODEL_ID]})
     return {
-        **stub_backend.gateway_env(stub.port),
+        "EDGERUN_MODELS": json.dumps(models),
+        "EDGERUN_BACKENDS": json.dumps(backends),
         "EDGERUN_SQLITE_PATH": str(tmp_path / "gateway.sqlite3"),
         "EDGERUN_TOKENIZER_CACHE_DIR": str(tmp_path / "tokenizers"),
         "EDGERUN_LOG_LEVEL": "warning",
         "EDGERUN_INFLIGHT_LEASE_S": str(LEASE_S),
+        # The stubs' /load always reports nothing in flight, and each poll would correct the store's counts to
+        # that: one poll at start, then none during the test, so a killed worker's tokens wait for its lease
+        "EDGERUN_LOAD_INTERVAL_S": "600",
         **store_env,
     }
 
@@ -124,34 +138,29 @@ class Workers:
     settings: GatewaySettings  # the store, as a lone process opens it
     shared: GatewaySettings  # the store, as one more worker opens it
     env: dict[str, str]
+    started: float  # time.monotonic() when the gateway answered first
     secret: str  # tenant tw, no limits
     limited: str  # tenant tw, rpm=10
     capped: str  # tenant tc, one request in flight at a time
 
 
-def _start(backend: ChildProcess, tmp_path: Path, store_env: dict[str, str]) -> Iterator[Workers]:
+@pytest.fixture(scope="module")
+def workers(
+    stub: ChildProcess, slow_stub: ChildProcess, store_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Workers]:
+    """`edgerun serve --workers 2` on the store (ready), in front of both stubs; one per store."""
+    tmp_path = tmp_path_factory.mktemp("workers")
     settings = _settings(store_env)
     shared = _settings(store_env, sqlite_shared=True, inflight_lease_s=LEASE_S)
     secret, limited, capped = asyncio.run(_keys(settings))
-    env = _env(backend, tmp_path, store_env)
+    env = _env(stub, tmp_path, store_env, slow_stub)
     gateway = ChildProcess.spawn("gateway", "serve", ["--workers", "2"], env=env)
     try:
         gateway.wait_ready("/healthz")
-        yield Workers(gateway, settings, shared, env, secret, limited, capped)
+        yield Workers(gateway, settings, shared, env, time.monotonic(), secret, limited, capped)
     finally:
         gateway.stop(timeout_s=20)
     assert gateway.process.returncode == 0
-
-
-@pytest.fixture
-def workers(stub: ChildProcess, store_env: dict[str, str], tmp_path: Path) -> Iterator[Workers]:
-    """`edgerun serve --workers 2` on the store (ready), in front of the quick stub."""
-    yield from _start(stub, tmp_path, store_env)
-
-
-@pytest.fixture
-def slow_workers(slow_stub: ChildProcess, store_env: dict[str, str], tmp_path: Path) -> Iterator[Workers]:
-    yield from _start(slow_stub, tmp_path, store_env)
 
 
 def _export_request_ids(w: Workers, tmp_path: Path) -> list[str]:
@@ -167,6 +176,7 @@ def _export_request_ids(w: Workers, tmp_path: Path) -> list[str]:
 
 
 def test_two_workers_share_the_port_the_ledger_and_the_limits(workers: Workers, tmp_path: Path) -> None:
+    """Tenant tw's requests are this test's alone (the other test takes tenant tc)."""
     gateway = workers.gateway
     answers = [_post(gateway.url, workers.secret) for _ in range(16)]
     assert [a.status_code for a in answers] == [200] * 16
@@ -191,14 +201,15 @@ def _worker_pid(supervisor_pid: int, index: str) -> int:
     raise AssertionError(f"no worker {index}")
 
 
-def test_a_killed_worker_is_started_again_and_its_slot_and_tokens_expire(slow_workers: Workers) -> None:
-    w = slow_workers
+def test_a_killed_worker_is_started_again_and_its_slot_and_tokens_expire(workers: Workers) -> None:
+    w = workers
     gateway = w.gateway
-    time.sleep(5.5)  # past the supervisor's min_uptime_s: a death now is a crash, not a bad start
+    # past the supervisor's min_uptime_s: a death now is a crash, not a bad start
+    time.sleep(max(0.0, w.started + 5.5 - time.monotonic()))
     first = worker_pids(gateway.process.pid)
     assert len(first) == 2
     with httpx.Client(timeout=30) as client, client.stream(
-        "POST", gateway.url + CAPPED_PATH, headers={"authorization": f"Bearer {w.capped}"},
+        "POST", gateway.url + CAPPED_SLOW_PATH, headers={"authorization": f"Bearer {w.capped}"},
         json={"prompt": "hi", "max_tokens": 40, "stream": True},
     ) as stream:
         assert stream.status_code == 200
@@ -206,8 +217,8 @@ def test_a_killed_worker_is_started_again_and_its_slot_and_tokens_expire(slow_wo
         victim = _worker_pid(gateway.process.pid, stream.headers["x-edgerun-worker"])
         os.kill(victim, signal.SIGKILL)
         killed_at = time.monotonic()
-    assert asyncio.run(_loads(w.shared)).get("stub", (0, 0)) != (0, 0)  # the dead worker's tokens, until its lease ends
-    assert _post(gateway.url, w.capped, CAPPED_PATH).status_code == 429  # its slot too
+    assert asyncio.run(_loads(w.shared)).get("slow", (0, 0)) != (0, 0)  # the dead worker's tokens, until its lease ends
+    assert _post(gateway.url, w.capped, CAPPED_PATH).status_code == 429  # its slot too (any model of tenant tc)
 
     deadline = killed_at + LEASE_S + 20
     while (answer := _post(gateway.url, w.capped, CAPPED_PATH)).status_code == 429 and time.monotonic() < deadline:
@@ -215,7 +226,11 @@ def test_a_killed_worker_is_started_again_and_its_slot_and_tokens_expire(slow_wo
     freed_after = time.monotonic() - killed_at
     assert answer.status_code == 200, answer.text
     assert freed_after < LEASE_S + 20
-    assert asyncio.run(_loads(w.shared)) == {}  # nothing in flight now, the dead worker's tokens gone
+    # the dead worker's tokens go with their own lease, renewed when they last changed (at the first chunk, a
+    # little after the slot's): nothing in flight soon after the slot is free, within the same deadline
+    while (loads := asyncio.run(_loads(w.shared))) and time.monotonic() < deadline:
+        time.sleep(0.25)
+    assert loads == {}
 
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import llguidance
 import torch
@@ -12,7 +12,10 @@ from engines.builtin.tokenizer import Tokenizer
 from engines.errors import InvalidRequest
 from engines.guided import Guide, closed_objects
 
-COMPACT_JSON = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+if TYPE_CHECKING:  # declared only in llguidance's stub, not importable at run time
+    from llguidance._lib import JsonCompileOptions
+
+COMPACT_JSON: JsonCompileOptions = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 
 
 def ll_tokenizer(tokenizer: Tokenizer, vocab_size: int | None = None) -> llguidance.LLTokenizer:

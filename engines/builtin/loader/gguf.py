@@ -11,6 +11,7 @@ Parsing is slow (seconds: the vocabulary is tens of thousands of small fields), 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TypeVar
 
 import gguf
 import numpy as np
@@ -34,12 +35,38 @@ LAYER_NAMES = {
     "ffn_up": "mlp.up_proj",
     "ffn_down": "mlp.down_proj",
 }
+T = TypeVar("T")
+
 GLOBAL_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
 
 
-def field_value(reader: gguf.GGUFReader, key: str, default: object = None) -> object:
+def field_value(reader: gguf.GGUFReader, key: str) -> object:
+    """A metadata value as the `gguf` package reads it (int, float, bool, str or a list of them), or None."""
     field = reader.fields.get(key)
-    return default if field is None else field.contents()
+    return None if field is None else field.contents()
+
+
+def typed_field(reader: gguf.GGUFReader, key: str, kind: type[T]) -> T | None:
+    value = field_value(reader, key)
+    if value is None or isinstance(value, kind):
+        return value
+    raise ValueError(f"GGUF field {key!r} holds {type(value).__name__}, expected {kind.__name__}")
+
+
+def list_field(reader: gguf.GGUFReader, key: str, kind: type[T]) -> list[T] | None:
+    value = field_value(reader, key)
+    if value is None:
+        return None
+    if isinstance(value, list) and all(isinstance(item, kind) for item in value):
+        return value
+    raise ValueError(f"GGUF field {key!r} is not a list of {kind.__name__}")
+
+
+def vocabulary(reader: gguf.GGUFReader) -> list[str]:
+    tokens = list_field(reader, "tokenizer.ggml.tokens", str)
+    if tokens is None:
+        raise ValueError("GGUF file lacks tokenizer.ggml.tokens (its vocabulary)")
+    return tokens
 
 
 def read_config(reader: gguf.GGUFReader, tensor_names: set[str]) -> ModelConfig:
@@ -50,31 +77,44 @@ def read_config(reader: gguf.GGUFReader, tensor_names: set[str]) -> ModelConfig:
             f"({sorted(SUPPORTED_ARCHITECTURES)})"
         )
 
-    def meta(key: str, default: object = None) -> object:
-        return field_value(reader, f"{arch}.{key}", default)
+    def meta_int(key: str, default: int | None = None) -> int:
+        value = typed_field(reader, f"{arch}.{key}", int)
+        if value is None:
+            value = default
+        if value is None:
+            raise ValueError(f"GGUF file lacks {arch}.{key}")
+        return value
 
-    hidden, num_heads = int(meta("embedding_length")), int(meta("attention.head_count"))
-    head_dim = int(meta("attention.key_length", hidden // num_heads))
-    vocab = meta("vocab_size") or len(field_value(reader, "tokenizer.ggml.tokens"))
-    eos = field_value(reader, "tokenizer.ggml.eos_token_id")
+    def meta_float(key: str, default: float) -> float:
+        value = field_value(reader, f"{arch}.{key}")
+        if value is None:
+            return default
+        if not isinstance(value, int | float):
+            raise ValueError(f"GGUF field {arch}.{key} holds {type(value).__name__}, expected a number")
+        return float(value)
+
+    hidden, num_heads = meta_int("embedding_length"), meta_int("attention.head_count")
+    head_dim = meta_int("attention.key_length", hidden // num_heads)
+    vocab = meta_int("vocab_size", 0) or len(vocabulary(reader))
+    eos = typed_field(reader, "tokenizer.ggml.eos_token_id", int)
     freq_factors = None
     if "rope_freqs.weight" in tensor_names:
         tensor = next(t for t in reader.tensors if t.name == "rope_freqs.weight")
         freq_factors = tuple(float(x) for x in np.asarray(tensor.data, dtype=np.float32))
     return ModelConfig(
-        num_layers=int(meta("block_count")),
+        num_layers=meta_int("block_count"),
         hidden_size=hidden,
         num_heads=num_heads,
-        num_kv_heads=int(meta("attention.head_count_kv", num_heads)),
+        num_kv_heads=meta_int("attention.head_count_kv", num_heads),
         head_dim=head_dim,
-        intermediate_size=int(meta("feed_forward_length")),
-        vocab_size=int(vocab),
-        max_position_embeddings=int(meta("context_length", 2048)),
-        rope_theta=float(meta("rope.freq_base", 10000.0)),
-        rms_norm_eps=float(meta("attention.layer_norm_rms_epsilon", 1e-5)),
+        intermediate_size=meta_int("feed_forward_length"),
+        vocab_size=vocab,
+        max_position_embeddings=meta_int("context_length", 2048),
+        rope_theta=meta_float("rope.freq_base", 10000.0),
+        rms_norm_eps=meta_float("attention.layer_norm_rms_epsilon", 1e-5),
         tie_word_embeddings="output.weight" not in tensor_names,
-        bos_token_id=field_value(reader, "tokenizer.ggml.bos_token_id"),
-        eos_token_ids=() if eos is None else (int(eos),),
+        bos_token_id=typed_field(reader, "tokenizer.ggml.bos_token_id", int),
+        eos_token_ids=() if eos is None else (eos,),
         rope_freq_factors=freq_factors,
     )
 
@@ -112,17 +152,17 @@ def read_tokenizer(reader: gguf.GGUFReader, config: ModelConfig) -> Tokenizer:
     if kind != "gpt2":
         raise ValueError(f"GGUF tokenizer model {kind!r} is not supported (byte-level BPE 'gpt2' only)")
     backend = build_byte_level_bpe(
-        tokens=field_value(reader, "tokenizer.ggml.tokens"),
-        merges=field_value(reader, "tokenizer.ggml.merges") or [],
-        token_types=field_value(reader, "tokenizer.ggml.token_type") or [],
-        pre=field_value(reader, "tokenizer.ggml.pre"),
+        tokens=vocabulary(reader),
+        merges=list_field(reader, "tokenizer.ggml.merges", str) or [],
+        token_types=list_field(reader, "tokenizer.ggml.token_type", int) or [],
+        pre=typed_field(reader, "tokenizer.ggml.pre", str),
     )
     return Tokenizer(
         backend,
-        chat_template=field_value(reader, "tokenizer.chat_template"),
+        chat_template=typed_field(reader, "tokenizer.chat_template", str),
         bos_token_id=config.bos_token_id,
         eos_token_id=config.eos_token_ids[0] if config.eos_token_ids else None,
-        add_bos_token=bool(field_value(reader, "tokenizer.ggml.add_bos_token", False)),
+        add_bos_token=bool(field_value(reader, "tokenizer.ggml.add_bos_token")),
     )
 
 
@@ -132,8 +172,8 @@ def read_gguf(path: Path) -> tuple[ModelConfig, dict[str, Tensor], Tokenizer, st
     config = read_config(reader, {t.name for t in reader.tensors})
     weights = read_weights(reader, config)
     tokenizer = read_tokenizer(reader, config)
-    name = field_value(reader, "general.name") or path.stem
-    return config, weights, tokenizer, str(name)
+    name = typed_field(reader, "general.name", str) or path.stem
+    return config, weights, tokenizer, name
 
 
 def read_gguf_tokenizer(path: Path) -> Tokenizer:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from safetensors.torch import load_file
 from torch import Tensor
@@ -14,8 +15,8 @@ from engines.builtin.tokenizer import Tokenizer
 SUPPORTED_MODEL_TYPES = {"llama", "mistral"}
 
 
-def read_hf_config(directory: Path) -> dict:
-    hf = json.loads((directory / "config.json").read_text())
+def read_hf_config(directory: Path) -> dict[str, Any]:
+    hf: dict[str, Any] = json.loads((directory / "config.json").read_text())
     model_type = hf.get("model_type", "llama")
     if model_type not in SUPPORTED_MODEL_TYPES:
         raise ValueError(f"{directory}: model_type {model_type!r} is not supported; the built-in engine runs Llama-family models")

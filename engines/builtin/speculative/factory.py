@@ -16,5 +16,6 @@ def build_proposer(config: EngineConfig, runner: ModelRunner) -> Proposer | None
         return NgramProposer(config.prompt_lookup_min, config.prompt_lookup_max)
     from engines.builtin.speculative.eagle3 import load_proposer  # torch modules only an EAGLE-3 engine needs
 
+    assert config.speculative_model is not None, "EngineConfig requires it for eagle3"
     return load_proposer(config.speculative_model, runner.model_config, runner.device, runner.dtype,
                          embed=runner.weights.embed, fp16_weights=config.linear_format is not None)

@@ -39,6 +39,7 @@ def load_proposer(path: str | Path, target_config: ModelConfig, device: str | to
     if max(c.aux_layers) >= target_config.num_layers:
         raise HeadFormatError(f"{path}: aux layers {c.aux_layers} exceed the target's {target_config.num_layers} layers")
     shared, head.embed = head.embed, None
+    assert shared is not None, "load_head gives every head an embedding"
     head = head.to(device=device, dtype=dtype)  # floating point tensors only: d2t and t2d keep their types
     head.embed = shared.to(device=device)  # a no-op for the target's own embedding
     on_cpu_float32 = head.norm.weight.device.type == "cpu" and dtype == torch.float32

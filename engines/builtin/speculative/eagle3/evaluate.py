@@ -21,7 +21,7 @@ class Acceptance:
     mean_accepted: list[float]  # [k-1]: mean accepted drafts with a chain of k
     num_positions: int
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, float]:
         return {f"k={k + 1}": round(v, 3) for k, v in enumerate(self.mean_accepted)} | {"positions": self.num_positions}
 
 

@@ -48,7 +48,8 @@ class MLP(nn.Module):
         self.down_proj = nn.Linear(c.intermediate_size, c.hidden_size, bias=False)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        out: Tensor = self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))  # Module.__call__ is untyped
+        return out
 
 
 class MidLayer(nn.Module):
@@ -64,6 +65,10 @@ class MidLayer(nn.Module):
 class Eagle3Head(nn.Module):
     """Parameters and the pieces of one draft step; the training loop (train.py) and the proposer
     (proposer.py) run attention themselves, over all positions or over a per-sequence cache."""
+
+    d2t: Tensor  # buffers, registered in __init__
+    t2d: Tensor
+    inv_freq: Tensor
 
     def __init__(self, config: Eagle3Config, embed: Tensor | None = None) -> None:
         super().__init__()
@@ -105,12 +110,14 @@ class Eagle3Head(nn.Module):
 
     def after_attention(self, fused: Tensor, attn_out: Tensor) -> Tensor:
         # fused [T, D], attn_out [T, H*hd] -> out [T, D] (before the final norm)
-        h = fused + self.midlayer.self_attn.o_proj(attn_out)
-        return h + self.midlayer.mlp(self.midlayer.post_attention_layernorm(h))
+        h: Tensor = fused + self.midlayer.self_attn.o_proj(attn_out)
+        mlp_out: Tensor = self.midlayer.mlp(self.midlayer.post_attention_layernorm(h))
+        return h + mlp_out
 
     def logits(self, out: Tensor) -> Tensor:
         # out [T, D] -> [T, draft_vocab]
-        return self.lm_head(self.norm(out))
+        logits: Tensor = self.lm_head(self.norm(out))
+        return logits
 
     def to_target(self, draft_ids: Tensor) -> Tensor:
         return draft_ids + self.d2t[draft_ids]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import TypedDict
 
 from engines.builtin.config import EngineConfig
 from engines.builtin.loader import load_model
@@ -28,8 +29,31 @@ from engines.builtin.speculative.eagle3.train import TargetParts, TrainConfig, t
 DEFAULT_OUT = Path.home() / ".cache" / "edgerun" / "eagle3" / "smollm2"
 
 
+class TrainReport(TypedDict):
+    """train_report.json, and what `edgerun draft train` prints."""
+
+    data_seconds: int
+    train_seconds: int
+    conversations: int
+    tokens: int
+    answer_tokens: int
+    draft_vocab_size: int
+    aux_layers: list[int]
+    epochs: int
+    ttt_steps: int
+
+
+class EvalReport(TypedDict):
+    """What `edgerun draft eval` prints."""
+
+    head: str
+    prompts: int
+    mean_accepted_length: dict[str, float]  # "k=1".."k=4" and "positions" (see Acceptance.as_dict)
+    ms_per_4_draft_call: float
+
+
 def train_pipeline(out: Path, model: str, config: TrainConfig, max_tokens: int = 256, num_prompts: int | None = None,
-                   num_threads: int | None = None, data_budget_s: float | None = None) -> dict:
+                   num_threads: int | None = None, data_budget_s: float | None = None) -> TrainReport:
     """Generate (or reuse) the data, train, write the head into `out`; returns a report (also in
     train_report.json). `data_budget_s` caps the time spent making new data (see generate_data)."""
     started = time.monotonic()
@@ -43,7 +67,7 @@ def train_pipeline(out: Path, model: str, config: TrainConfig, max_tokens: int =
     conversations = read_conversations(paths)
     head = train_head(conversations, target_parts(model), aux_layers, config, out / "train_state.pt")
     save_head(head, out)
-    report = {
+    report: TrainReport = {
         "data_seconds": round(data_s), "train_seconds": round(time.monotonic() - started - data_s),
         "conversations": len(conversations), "tokens": sum(len(c.token_ids) for c in conversations),
         "answer_tokens": sum(len(c.token_ids) - c.prompt_len for c in conversations),
@@ -54,7 +78,7 @@ def train_pipeline(out: Path, model: str, config: TrainConfig, max_tokens: int =
     return report
 
 
-def eval_pipeline(head_dir: Path, model: str, max_tokens: int = 256, num_threads: int | None = None) -> dict:
+def eval_pipeline(head_dir: Path, model: str, max_tokens: int = 256, num_threads: int | None = None) -> EvalReport:
     """Mean accepted length of the head in `head_dir` on the held-out prompts (greedy answers)."""
     engine = data_engine(model, num_threads, max_tokens)
     target_config = engine.runner.model_config

@@ -87,7 +87,9 @@ CHAT = [
     "What is a good way to start a conversation with a stranger?",
 ]
 
-TOOLS = [
+ToolSeed = tuple[str, str, dict[str, str], list[str]]  # name, description, parameter types, requests
+
+TOOLS: list[ToolSeed] = [
     ("get_weather", "Get the current weather for a city", {"city": "string", "unit": "string"},
      ["What's the weather in Paris?", "Is it raining in London right now?", "How hot is it in Cairo in celsius?",
       "Tell me the temperature in Tokyo in fahrenheit.", "Should I bring an umbrella in Seattle today?"]),

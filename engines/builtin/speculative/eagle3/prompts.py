@@ -90,7 +90,7 @@ def user(text: str, system: str | None = None) -> tuple[dict[str, str], ...]:
     return head + ({"role": "user", "content": text},)
 
 
-def tool_system(tools: list[tuple]) -> str:
+def tool_system(tools: list[seeds.ToolSeed]) -> str:
     specs = [
         {"name": name, "description": desc, "parameters": {"type": "object", "properties": {k: {"type": v} for k, v in params.items()}}}
         for name, desc, params, _ in tools

@@ -107,7 +107,7 @@ def train_head(conversations: list[Conversation], target: TargetParts, aux_layer
             group["lr"] = lr_at(step, len(schedule), config)
         loss, stats = unrolled_loss(head, batch, probs, config.num_ttt_steps)
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        torch.autograd.backward(loss)  # loss.backward(), which torch leaves unannotated
         torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
         optimizer.step()
         if step % 10 == 0 or step == len(schedule) - 1:

@@ -1,0 +1,99 @@
+"""Linear layers on the GGUF's own block formats through edgerun's AVX2 kernels (engines/builtin/kernels).
+
+A decode step reads every weight once, so at batch 1 its speed is the bytes read per token. These hold
+SmolLM2's weights as the file stores them: the decoder's Q4_1 (per block of 32 weights: float16 d and m,
+4-bit codes, w = d * q + m; 0.625 bytes per weight) and the tied head's Q8_0 (float16 d, int8 codes,
+w = d * q; 1.06 bytes per weight), against float16's 2. The kernels quantise each activation row per
+block of 32 and do integer dot products (block_gemv.cpp): the weights are the file's, exactly; the
+activations carry int16's rounding for Q4_1 (2^-16 of the block's max |x|: below float16's rounding of
+the weights) and int8's for the Q8_0 head (half a step of max |x| / 127). With int8 activations in the
+decoder too, SmolLM2's max logit error against the exact model was 1.9 (over the stated 1.5); with int16
+there 0.42, nearly all from the head (0.03 with a float16 head), against 1.19 for torch's int4 path.
+
+The kernel is for short inputs (decode steps, a few rows); from `kernel_max_rows + 1` rows the layer
+hands the input to `wide`, an Fp16Linear of the same weight (fbgemm's float16 GEMM, then a float32 GEMM
+for tall inputs), where arithmetic rather than reading weights sets the pace.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor
+
+from engines.builtin.quant import GROUP
+
+if TYPE_CHECKING:
+    from engines.builtin.weights import Fp16Linear
+
+
+def pack_q4_1(codes: Tensor, d: Tensor, m: Tensor) -> tuple[Tensor, Tensor]:
+    """Q4_1 blocks (codes [N, K] in [0, 15], d and m [N, K/32] float16) -> the kernel's layout (block_gemv.cpp):
+    codes [N, 32 * ceil(K/64)] uint8, blocks in pairs of 32 bytes (block 2i in the low nibbles, 2i + 1 in the
+    high ones; an odd last block alone) and scales [N, 2, K/32] float16 (each row's d, then its m)."""
+    n, k = codes.shape
+    blocks = codes.reshape(n, k // GROUP, GROUP).to(torch.uint8)
+    if blocks.shape[1] % 2:
+        blocks = torch.cat([blocks, blocks.new_zeros(n, 1, GROUP)], dim=1)
+    pairs = blocks.reshape(n, -1, 2, GROUP)
+    nibbles = pairs[:, :, 0] | (pairs[:, :, 1] << 4)
+    return nibbles.reshape(n, -1).contiguous(), torch.stack([d, m], dim=1).half().contiguous()
+
+
+def q8_0_blocks(w: Tensor) -> tuple[Tensor, Tensor]:
+    """[N, K] float -> codes [N, K] int8 and d [N, K/32] float16 (llama.cpp's Q8_0 rule: d = block max |w|
+    / 127, q = round(w / d)); for a weight that is Q8_0 already this gives back its own blocks."""
+    n, k = w.shape
+    blocks = w.float().reshape(n, k // GROUP, GROUP)
+    d = (blocks.abs().amax(-1) / 127).half()
+    inv = torch.where(d == 0, 0.0, 1.0 / d.float())
+    codes = (blocks * inv[..., None]).round_().clamp_(-128, 127).to(torch.int8)
+    return codes.reshape(n, k), d
+
+
+def dequantize_q8_0(codes: Tensor, d: Tensor) -> Tensor:
+    n, k = codes.shape
+    return (d.float()[..., None] * codes.reshape(n, k // GROUP, GROUP).float()).reshape(n, k)
+
+
+def may_quantize_q8_0(w: Tensor) -> tuple[Tensor, Tensor] | None:
+    """The Q8_0 blocks of `w` when they reproduce it exactly (a GGUF's Q8_0 tensor), else None."""
+    if w.shape[1] % GROUP:
+        return None
+    blocks = q8_0_blocks(w)
+    return blocks if torch.equal(dequantize_q8_0(*blocks), w.float()) else None
+
+
+@dataclass(slots=True, eq=False)
+class BlockLinear:
+    """An [out, in] weight in a GGUF block format ("q4_1" or "q8_0"): the kernel for up to
+    `kernel_max_rows` input rows, `wide` (an Fp16Linear of the same weight) above."""
+
+    format: str
+    codes: Tensor  # q4_1: [out, 32 * ceil(in / 64)] uint8 (pack_q4_1's layout); q8_0: [out, in] int8
+    scales: Tensor  # q4_1: [out, 2, in / 32] float16 (d, then m); q8_0: [out, in / 32] float16
+    wide: Fp16Linear
+    kernel_max_rows: int
+
+    # up to this many rows the kernel; above, `wide`. SmolLM2 decode, one thread (benchmarks/quant_decode.py):
+    # CPU per step 0.62x float16's at 1 row, 1.14x at 4
+    KERNEL_MAX_ROWS = 2
+
+    @classmethod
+    def q4_1(cls, codes: Tensor, d: Tensor, m: Tensor, wide: Fp16Linear) -> BlockLinear:
+        """From Q4_1 blocks (`quant.q4_1_blocks`)."""
+        return cls("q4_1", *pack_q4_1(codes, d, m), wide, cls.KERNEL_MAX_ROWS)
+
+    @classmethod
+    def q8_0(cls, codes: Tensor, d: Tensor, wide: Fp16Linear) -> BlockLinear:
+        """From Q8_0 blocks (`q8_0_blocks`)."""
+        return cls("q8_0", codes.contiguous(), d.half().contiguous(), wide, cls.KERNEL_MAX_ROWS)
+
+    def __call__(self, x: Tensor) -> Tensor:
+        # x: [T, in] float32 -> [T, out] float32
+        if x.shape[0] > self.kernel_max_rows:
+            return self.wide(x)
+        op = torch.ops.edgerun.q4_1_linear if self.format == "q4_1" else torch.ops.edgerun.q8_0_linear
+        return op(x, self.codes, self.scales)

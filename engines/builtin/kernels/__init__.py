@@ -1,0 +1,70 @@
+"""edgerun's own C++ CPU kernels (block_gemv.cpp: Q4_1 and Q8_0 matmuls for short inputs, AVX2),
+built once as a torch extension and registered as torch ops (`torch.ops.edgerun.q4_1_linear`, ...).
+
+The build is cached under ~/.cache/edgerun/kernels/<hash of the source, torch version and flags>, so
+a machine compiles it once (the Makefile's install step does: `python -m engines.builtin.kernels`);
+later processes only load the shared library. Where the CPU lacks AVX2/FMA/F16C, the compiler is
+missing, the build fails, or EDGERUN_KERNELS=off, `load()` returns False after one log line and the
+engine keeps torch's own ops.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+import os
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+SOURCE = Path(__file__).with_name("block_gemv.cpp")
+CFLAGS = ["-O3", "-mavx2", "-mfma", "-mf16c", "-fno-math-errno"]
+NAME = "edgerun_kernels"
+DISABLE_ENV = "EDGERUN_KERNELS"  # "off": never build or load them (the fallback path, on purpose)
+
+
+def cpu_has_avx2() -> bool:
+    """AVX2, FMA and F16C, as the kernel needs (Linux's /proc/cpuinfo; False where it cannot tell)."""
+    try:
+        flags = next((line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")), "")
+    except OSError:
+        return False
+    return {"avx2", "fma", "f16c"} <= set(flags.split())
+
+
+def build_dir() -> Path:
+    import torch
+
+    key = hashlib.sha256(SOURCE.read_bytes() + torch.__version__.encode() + " ".join(CFLAGS).encode()).hexdigest()[:16]
+    return Path.home() / ".cache" / "edgerun" / "kernels" / f"{NAME}-{key}"
+
+
+@functools.cache
+def load() -> bool:
+    """Whether the edgerun ops are registered in this process (building them if needed, once)."""
+    if os.environ.get(DISABLE_ENV, "").lower() in ("off", "0", "false"):
+        logger.info("edgerun kernels off (%s=%s): torch's own ops run instead", DISABLE_ENV, os.environ[DISABLE_ENV])
+        return False
+    if not cpu_has_avx2():
+        logger.info("edgerun kernels need AVX2, FMA and F16C, which this CPU lacks: torch's own ops run instead")
+        return False
+    import torch
+
+    directory = build_dir()
+    library = directory / f"{NAME}.so"
+    try:
+        if library.exists():
+            torch.ops.load_library(str(library))
+        else:
+            from torch.utils.cpp_extension import load as build
+
+            directory.mkdir(parents=True, exist_ok=True)
+            logger.info("building the edgerun kernels in %s (once per machine)", directory)
+            build(NAME, [str(SOURCE)], extra_cflags=CFLAGS, build_directory=str(directory), is_python_module=False,
+                  verbose=False)
+    except Exception as exc:  # no compiler, no ninja, a failed build: the engine must still start
+        logger.warning("edgerun kernels unavailable (%s: %s); torch's own ops run instead",
+                       type(exc).__name__, str(exc).strip().splitlines()[-1] if str(exc).strip() else "")
+        return False
+    return hasattr(torch.ops.edgerun, "q4_1_linear")

@@ -1,0 +1,152 @@
+"""edgerun's own Q4_1 / Q8_0 kernels (engines/builtin/kernels) and the layers that use them (block_linear.py).
+
+On an x86 CPU with AVX2 the kernels must build and load: these tests fail, not skip, when they do not (the
+Makefile's install step builds them). Only a CPU without AVX2 skips them, saying so.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from engines.builtin import kernels
+from engines.builtin.block_linear import (
+    BlockLinear,
+    dequantize_q8_0,
+    may_quantize_q8_0,
+    pack_q4_1,
+    q8_0_blocks,
+)
+from engines.builtin.quant import GROUP, q4_1_blocks
+from engines.builtin.weights import Fp16Linear
+from tests.engines.test_quant import random_q4_1_weight
+
+needs_avx2 = pytest.mark.skipif(not kernels.cpu_has_avx2(), reason="edgerun's kernels need x86 AVX2, FMA and F16C; this CPU lacks them")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def loaded_kernels() -> None:
+    if kernels.cpu_has_avx2() and os.environ.get(kernels.DISABLE_ENV, "") != "off":
+        assert kernels.load(), "the CPU has AVX2 but edgerun's kernels did not build or load (see the log)"
+
+
+@pytest.fixture(params=[1, 2], ids=["1-thread", "2-threads"])
+def num_threads(request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
+    before = torch.get_num_threads()
+    torch.set_num_threads(request.param)
+    yield request.param
+    torch.set_num_threads(before)
+
+
+def integer_activations(x: torch.Tensor, levels: int) -> torch.Tensor:
+    """x as the kernel sees it, in float64: per block of 32, s * round(x / s) with s = max |x| / levels
+    (127 for Q8_0's int8, 32767 for Q4_1's int16)."""
+    t, k = x.shape
+    blocks = x.double().reshape(t, k // GROUP, GROUP)
+    amax = blocks.abs().amax(-1, keepdim=True).float()
+    inv = torch.where(amax > 0, levels / amax, 0.0)
+    codes = (blocks.float() * inv).round()  # float32 like the kernel's x * (levels / amax)
+    return (codes.double() * (amax / levels).double()).reshape(t, k)
+
+
+def magnitude(x: torch.Tensor, w: torch.Tensor) -> float:
+    """The largest sum of |x_k w_k| of any output: float32 rounding errors scale with it."""
+    return float((x.double().abs() @ w.double().abs().t()).max())
+
+
+def q4_1_reference(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    # sum_j (d q_j + m) x_j = d * sum_j q_j x_j + m * sum_j x_j: int16 x in the first term, exact x in the second
+    codes, d, m = q4_1_blocks(w)
+    n, k = w.shape
+    xq, xe = integer_activations(x, 32767), x.double()
+    dq = (d.double()[..., None] * codes.reshape(n, k // GROUP, GROUP).double()).reshape(n, k)
+    mm = m.double().repeat_interleave(GROUP, dim=1)
+    return xq @ dq.t() + xe @ mm.t()
+
+
+@needs_avx2
+@pytest.mark.parametrize("rows", [1, 2, 3, 7])
+@pytest.mark.parametrize(("n", "k"), [(96, 576), (37, 1536), (70, 96)])  # 96: an odd number of blocks
+def test_q4_1_kernel_matches_a_float64_reference(rows: int, n: int, k: int, num_threads: int) -> None:
+    w = random_q4_1_weight(n, k, seed=rows + n)
+    x = torch.randn(rows, k, generator=torch.Generator().manual_seed(k))
+    x[0, :GROUP] = 0  # an all-zero block (scale 0)
+    y = torch.ops.edgerun.q4_1_linear(x, *pack_q4_1(*q4_1_blocks(w)))
+    assert y.dtype == torch.float32 and y.shape == (rows, n)
+    expected = q4_1_reference(x, w)  # the kernel's own arithmetic, up to float32 rounding and summation order
+    assert (y.double() - expected).abs().max() <= 1e-5 * magnitude(x, w)
+    exact = x.double() @ w.double().t()  # and int16 activations' rounding is tiny
+    assert (y.double() - exact).abs().max() <= 1e-4 * exact.abs().max()
+
+
+@needs_avx2
+@pytest.mark.parametrize("rows", [1, 2, 3, 7])
+@pytest.mark.parametrize(("n", "k"), [(96, 576), (37, 1536), (70, 96)])
+def test_q8_0_kernel_matches_a_float64_reference(rows: int, n: int, k: int, num_threads: int) -> None:
+    gen = torch.Generator().manual_seed(rows + n)
+    codes = torch.randint(-128, 128, (n, k), dtype=torch.int8, generator=gen)
+    codes[:, 0] = -128  # |q| = 128 still multiplies right
+    d = (torch.rand(n, k // GROUP, generator=gen) * 0.01 + 1e-4).half()
+    x = torch.randn(rows, k, generator=gen)
+    y = torch.ops.edgerun.q8_0_linear(x, codes, d)
+    w = dequantize_q8_0(codes, d).double()
+    expected = integer_activations(x, 127) @ w.t()
+    assert (y.double() - expected).abs().max() <= 1e-5 * magnitude(x, w)
+    exact = x.double() @ w.t()
+    assert (y.double() - exact).abs().max() <= 0.02 * exact.abs().max()
+
+
+def test_q8_0_blocks_reproduce_a_q8_0_weight_exactly() -> None:
+    codes, d = q8_0_blocks(torch.randn(16, 128))
+    w = dequantize_q8_0(codes, d)
+    back = may_quantize_q8_0(w)
+    assert back is not None and torch.equal(back[0], codes) and torch.equal(back[1], d)
+    assert may_quantize_q8_0(torch.randn(16, 128)) is None  # not 8-bit to begin with
+    assert may_quantize_q8_0(torch.randn(4, 48)) is None  # not whole blocks
+
+
+def test_pack_q4_1_pairs_blocks_in_nibbles() -> None:
+    codes = torch.arange(3 * GROUP).remainder(16).reshape(1, -1).int()  # three blocks: the last one alone
+    d = m = torch.ones(1, 3).half()
+    nibbles, scales = pack_q4_1(codes, d, m)
+    assert nibbles.shape == (1, 2 * GROUP) and scales.shape == (1, 2, 3)
+    assert torch.equal(nibbles[0, :GROUP] & 15, codes[0, :GROUP].to(torch.uint8))
+    assert torch.equal(nibbles[0, :GROUP] >> 4, codes[0, GROUP:2 * GROUP].to(torch.uint8))
+    assert torch.equal(nibbles[0, GROUP:] >> 4, torch.zeros(GROUP, dtype=torch.uint8))
+
+
+@needs_avx2
+def test_layers_run_the_kernel_for_short_inputs_and_the_wide_path_above() -> None:
+    w = random_q4_1_weight(64, 128)
+    layer = BlockLinear.q4_1(*q4_1_blocks(w), Fp16Linear.from_weight(w))
+    head_codes, head_d = q8_0_blocks(torch.randn(64, 128))
+    head = BlockLinear.q8_0(head_codes, head_d, Fp16Linear.from_weight(dequantize_q8_0(head_codes, head_d)))
+    for linear, weight in ((layer, w), (head, dequantize_q8_0(head_codes, head_d))):
+        short = torch.randn(linear.kernel_max_rows, 128)
+        wide = torch.randn(linear.kernel_max_rows + 1, 128)
+        assert not torch.equal(linear(short), linear.wide(short))  # integer activations: not fbgemm's result
+        assert torch.equal(linear(wide), linear.wide(wide))
+        assert (linear(short) - short @ weight.t()).abs().max() <= 0.02 * (short @ weight.t()).abs().max()
+
+
+def test_the_engine_falls_back_to_torch_ops_when_the_kernels_are_off() -> None:
+    code = ("import logging; logging.basicConfig(level=logging.INFO, format='%(message)s')\n"
+            "from engines.builtin import kernels\nfrom engines.builtin.config import EngineConfig\n"
+            "print(kernels.load(), EngineConfig().linear_format)")
+    env = {**os.environ, kernels.DISABLE_ENV: "off"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout.split() in (["False", "int4"], ["False", "float16"])
+    assert "edgerun kernels off" in done.stderr  # one clear log line
+
+
+def test_asking_for_q4_1_without_the_kernels_says_how_to_fix_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from engines.builtin.config import EngineConfig
+    from engines.builtin.model_runner import ModelRunner
+
+    monkeypatch.setattr(kernels, "load", lambda: False)
+    with pytest.raises(RuntimeError, match="weight_dtype='auto'"):
+        ModelRunner(EngineConfig(model="random:tiny", num_kv_blocks=8, weight_dtype="q4_1"))
