@@ -45,6 +45,11 @@ class EngineConfig:
     # torch intra-op CPU threads for this process (None: torch's default, one per core). One thread
     # is steadier when other busy processes share the cores: a parallel op waits for its slowest thread.
     num_threads: int | None = None
+    # CPU: a step of several sequences runs as this many parts at once, each on a worker thread with
+    # one torch thread (no OpenMP barrier per op: engines/builtin/step_split.py); a step whose tokens
+    # do not split evenly (one long prefill chunk) runs whole with num_threads. None: torch's thread
+    # count; 1: every step runs whole.
+    step_workers: int | None = None
     # Speculative decoding (engines/builtin/speculative): "none", "ngram" (prompt lookup, vLLM's
     # method: the continuation of the latest earlier match of the context's last n tokens,
     # prompt_lookup_max >= n >= prompt_lookup_min) or "eagle3" (a draft head in speculative_model).
@@ -76,6 +81,8 @@ class EngineConfig:
             raise ValueError(f"dtype={self.dtype!r}: use float32, bfloat16 or float16")
         if self.num_threads is not None and self.num_threads < 1:
             raise ValueError("num_threads must be >= 1 (or None for torch's default)")
+        if self.step_workers is not None and self.step_workers < 1:
+            raise ValueError("step_workers must be >= 1 (or None for torch's thread count)")
         if self.mode not in ("fast", "deterministic"):
             raise ValueError(f"mode={self.mode!r}: use fast or deterministic")
         packed = self.weight_dtype in ("float16", "int4", "q4_1") and self.weight_dtype != self.dtype

@@ -27,6 +27,7 @@ from engines.builtin.config import EngineConfig
 from engines.builtin.loader import cache, load_model
 from engines.builtin.model import forward, rope_freqs_cis, rope_inv_freq
 from engines.builtin.model_config import ModelConfig
+from engines.builtin.step_split import StepWorkers, plan_parts
 from engines.builtin.tokenizer import Tokenizer
 from engines.builtin.weights import LlamaWeights
 
@@ -72,6 +73,21 @@ class PreparedBatch:
     meta: AttentionMetadata
 
 
+def merge_outputs(parts: list[list[int]], outputs: list[RunOutput], num_logits: list[int]) -> RunOutput:
+    # each part's output holds its items' rows in part order -> every item's rows in item order
+    logits: dict[int, Tensor] = {}
+    hidden: dict[int, Tensor] = {}
+    for part, output in zip(parts, outputs):
+        start = 0
+        for i in part:
+            logits[i] = output.logits[start : start + num_logits[i]]
+            start += num_logits[i]
+        if output.hidden is not None:
+            hidden.update(zip(part, output.hidden))
+    items = range(len(num_logits))
+    return RunOutput(torch.cat([logits[i] for i in items]), [hidden[i] for i in items] if hidden else None)
+
+
 def resolve_device(name: str) -> torch.device:
     device = torch.device(name)
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -109,6 +125,8 @@ class ModelRunner:
         self.inv_freq = rope_inv_freq(mc, self.device)
         self.max_model_len = min(config.max_model_len or mc.max_position_embeddings, mc.max_position_embeddings)
         self.max_group_padding = MAX_GROUP_PADDING  # benchmarks/decode_groups.py sets it huge for the old single group
+        num_workers = config.step_workers if config.step_workers is not None else torch.get_num_threads()
+        self.step_workers = StepWorkers(num_workers) if self.device.type == "cpu" and num_workers > 1 else None
 
     def pack_weights(self, linear_format: str, cache_entry: Path | None) -> None:
         # the 4-bit weights of a cached model are found and packed once, then read from its entry
@@ -126,7 +144,18 @@ class ModelRunner:
         return self.run(items).logits
 
     def run(self, items: list[ForwardItem], aux_layers: tuple[int, ...] = ()) -> RunOutput:
-        """`execute`, plus the outputs of decoder layers `aux_layers` (0-based) at every new token."""
+        """`execute`, plus the outputs of decoder layers `aux_layers` (0-based) at every new token.
+
+        On the CPU a step of several items may run as parts at once on one-thread workers (step_split.py)."""
+        workers = self.step_workers
+        parts = None if workers is None else plan_parts([len(item.token_ids) for item in items], workers.num_workers)
+        if workers is None or parts is None:
+            return self.run_together(items, aux_layers)
+        outputs = workers.map(lambda part: self.run_together([items[i] for i in part], aux_layers), parts)
+        return merge_outputs(parts, outputs, [item.num_logits for item in items])
+
+    def run_together(self, items: list[ForwardItem], aux_layers: tuple[int, ...] = ()) -> RunOutput:
+        """`run` as one forward pass on the calling thread."""
         with torch.inference_mode():
             batch = self.prepare_batch(items)
             freqs_cis = rope_freqs_cis(batch.positions, self.inv_freq)
