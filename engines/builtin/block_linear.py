@@ -98,4 +98,5 @@ class BlockLinear:
         if x.shape[0] > self.kernel_max_rows:
             return self.wide(x)
         op = torch.ops.edgerun.q4_1_linear if self.format == "q4_1" else torch.ops.edgerun.q8_0_linear
-        return op(x, self.codes, self.scales)
+        out: Tensor = op(x, self.codes, self.scales)  # torch.ops is untyped
+        return out
