@@ -24,10 +24,9 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from engines.builtin.quant import GROUP
+from engines.builtin.quant import GROUP, Int4Linear
 
 if TYPE_CHECKING:
-    from engines.builtin.quant import Int4Linear
     from engines.builtin.weights import Fp16Linear
 
 
@@ -92,6 +91,11 @@ class BlockLinear:
     def q8_0(cls, codes: Tensor, d: Tensor, wide: Fp16Linear) -> BlockLinear:
         """From Q8_0 blocks (`q8_0_blocks`)."""
         return cls("q8_0", codes.contiguous(), d.half().contiguous(), wide, cls.KERNEL_MAX_ROWS)
+
+    def to_tensors(self) -> dict[str, Tensor]:
+        """What the model cache stores: codes and scales, and the int4 op's tensors when `wide` is Int4Linear."""
+        wide = self.wide.to_tensors() if isinstance(self.wide, Int4Linear) else {}
+        return {"codes": self.codes, "scales": self.scales, **wide}
 
     def __call__(self, x: Tensor) -> Tensor:
         # x: [T, in] float32 -> [T, out] float32

@@ -130,12 +130,12 @@ class ModelRunner:
 
     def pack_weights(self, linear_format: str, cache_entry: Path | None) -> None:
         # the 4-bit weights of a cached model are found and packed once, then read from its entry
-        entry = cache_entry if linear_format == "int4" else None
-        int4 = cache.read_derived(entry, "int4") if entry is not None else None
-        built = self.weights.pack(linear_format, int4)
-        if entry is not None and int4 is None:
+        entry = cache_entry if linear_format in ("int4", "q4_1") else None
+        derived = cache.read_derived(entry, linear_format) if entry is not None else None
+        built = self.weights.pack(linear_format, derived)
+        if entry is not None and derived is None:
             try:
-                cache.write_derived(entry, "int4", built)
+                cache.write_derived(entry, linear_format, built)
             except OSError as exc:  # a read-only cache: later starts pack again
                 logger.warning("could not store the packed 4-bit weights in %s: %s", cache_entry, exc)
 

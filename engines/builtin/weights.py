@@ -109,7 +109,7 @@ class LlamaWeights:
         lm_head = embed if config.tie_word_embeddings else state["lm_head"]
         return cls(embed=embed, layers=layers, norm=state["norm"], lm_head=lm_head)
 
-    def pack(self, linear_format: str, int4_cache: dict[str, Tensor] | None = None) -> dict[str, Tensor]:
+    def pack(self, linear_format: str, cache: dict[str, Tensor] | None = None) -> dict[str, Tensor]:
         """Hold the linear weights packed (see EngineConfig.linear_format); the embedding lookup keeps
         its float32 table. "float16": every one as Fp16Linear. "q4_1": each decoder weight that is Q4_1
         already and a Q8_0 lm_head as BlockLinear (edgerun's kernels for a few rows; above, the decoder's
@@ -119,10 +119,11 @@ class LlamaWeights:
         CPU float16 read SmolLM2's Q8_0 head faster than torch's per-row int8 op: benchmarks/quant_matmul.py).
         "int4-all": every decoder weight quantised to 4 bits.
 
-        Finding and packing the 4-bit blocks takes seconds, so `int4_cache` may hand back what an
-        earlier call returned (every Int4Linear's tensors by "layers.{i}.{name}.{part}"; a weight
-        absent from it is float16). Packing float16 is slow scalar work (~1.5 s for SmolLM2 on one
-        core) and releases the GIL, so the weights are packed on as many threads as torch uses."""
+        Finding and packing the 4-bit blocks takes seconds, so `cache` may hand back what an earlier call
+        with the same format returned (every Int4Linear's and BlockLinear's tensors by
+        "{name}.{part}", e.g. "layers.0.qkv.codes"; a weight absent from it is float16). Packing float16 is
+        slow scalar work (~1.5 s for SmolLM2 on one core) and releases the GIL, so the weights are packed
+        on as many threads as torch uses."""
         if linear_format not in ("float16", "int4", "int4-all", "q4_1"):
             raise ValueError(f"linear_format={linear_format!r}")
         if linear_format == "q4_1" and not kernels.load():
@@ -134,13 +135,9 @@ class LlamaWeights:
             if linear_format == "float16":
                 return Fp16Linear.from_weight(weight)
             if linear_format == "q4_1":
-                q4 = may_quantize_q4_1(weight, exact_only=True)
-                if q4 is None:
-                    return Fp16Linear.from_weight(weight)
-                # above the kernel's rows: torch's int4 op where it is fast (AVX-512), else float16
-                return BlockLinear.q4_1(*q4, Int4Linear.from_blocks(*q4) if int4_wide else Fp16Linear.from_weight(weight))
-            if int4_cache is not None:
-                parts = {part: int4_cache[f"{key}.{part}"] for part in ("packed", "scale_zeros") if f"{key}.{part}" in int4_cache}
+                return pack_q4_1_weight(weight, int4_wide, None if cache is None else cached_parts(cache, key))
+            if cache is not None:
+                parts = cached_parts(cache, key)
                 return Int4Linear.from_tensors(parts, weight) if parts else Fp16Linear.from_weight(weight)
             blocks = may_quantize_q4_1(weight, exact_only=linear_format == "int4")
             return Fp16Linear.from_weight(weight) if blocks is None else Int4Linear.from_blocks(*blocks)
@@ -150,16 +147,41 @@ class LlamaWeights:
         with ThreadPoolExecutor(max_workers=max(1, torch.get_num_threads())) as pool:
             head = self.lm_head
             self.lm_head = Fp16Linear.from_weight(head, pool)  # the largest, in row chunks on every thread
-            q8 = may_quantize_q8_0(head) if linear_format == "q4_1" else None
-            if q8 is not None:
-                self.lm_head = BlockLinear.q8_0(*q8, self.lm_head)
+            if linear_format == "q4_1":
+                parts = None if cache is None else cached_parts(cache, "lm_head")
+                q8 = may_quantize_q8_0(head) if parts is None else ((parts["codes"], parts["scales"]) if parts else None)
+                if q8 is not None:
+                    self.lm_head = BlockLinear.q8_0(*q8, self.lm_head)
             packed = list(pool.map(lambda item: pack_one(f"layers.{item[0]}.{item[2]}", getattr(item[1], item[2])), names))
-        int4_tensors: dict[str, Tensor] = {}
-        for (i, layer, name), linear in zip(names, packed):
+        derived: dict[str, Tensor] = {}
+        for key, linear in [("lm_head", self.lm_head), *((f"layers.{i}.{name}", linear) for (i, _, name), linear in zip(names, packed))]:
+            if isinstance(linear, (Int4Linear, BlockLinear)):
+                derived.update({f"{key}.{part}": t for part, t in linear.to_tensors().items()})
+        for (_, layer, name), linear in zip(names, packed):
             setattr(layer, name, linear)
-            if isinstance(linear, Int4Linear):
-                int4_tensors.update({f"layers.{i}.{name}.{part}": t for part, t in linear.to_tensors().items()})
-        return int4_tensors
+        return derived
+
+
+def cached_parts(cache: dict[str, Tensor], key: str) -> dict[str, Tensor]:
+    """The tensors `LlamaWeights.pack` stored for weight `key` ({} when it held it as float16)."""
+    prefix = f"{key}."
+    return {name[len(prefix):]: t for name, t in cache.items() if name.startswith(prefix)}
+
+
+def pack_q4_1_weight(weight: Tensor, int4_wide: bool, cached: dict[str, Tensor] | None) -> Linear:
+    """A decoder weight in the "q4_1" format: BlockLinear when it is Q4_1 already (from `cached`, the parts
+    an earlier pack stored, when given), else Fp16Linear. Above the kernel's rows: torch's int4 op where it
+    is fast (`int4_wide`, AVX-512), else float16."""
+    if cached is None:
+        q4 = may_quantize_q4_1(weight, exact_only=True)
+        if q4 is None:
+            return Fp16Linear.from_weight(weight)
+        return BlockLinear.q4_1(*q4, Int4Linear.from_blocks(*q4) if int4_wide else Fp16Linear.from_weight(weight))
+    if "codes" not in cached:
+        return Fp16Linear.from_weight(weight)
+    int4_parts: dict[str, Tensor] = {part: cached[part] for part in ("packed", "scale_zeros") if part in cached}
+    wide = Int4Linear.from_tensors(int4_parts, weight) if int4_wide and int4_parts else Fp16Linear.from_weight(weight)
+    return BlockLinear("q4_1", cached["codes"], cached["scales"], wide, BlockLinear.KERNEL_MAX_ROWS)
 
 
 HF_LAYER_NAMES = {

@@ -150,3 +150,27 @@ def test_asking_for_q4_1_without_the_kernels_says_how_to_fix_it(monkeypatch: pyt
     monkeypatch.setattr(kernels, "load", lambda: False)
     with pytest.raises(RuntimeError, match="weight_dtype='auto'"):
         ModelRunner(EngineConfig(model="random:tiny", num_kv_blocks=8, weight_dtype="q4_1"))
+
+
+@needs_avx2
+def test_q4_1_packing_round_trips_through_the_cache_tensors() -> None:
+    from engines.builtin.weights import LayerWeights, LlamaWeights
+
+    def weights() -> LlamaWeights:
+        layer = LayerWeights(torch.ones(64), random_q4_1_weight(96, 64, seed=1), random_q4_1_weight(64, 64, seed=2),
+                             torch.ones(64), torch.randn(128, 64, generator=torch.Generator().manual_seed(3)),  # not Q4_1
+                             random_q4_1_weight(64, 64, seed=4))
+        head = dequantize_q8_0(*q8_0_blocks(torch.randn(200, 64, generator=torch.Generator().manual_seed(5))))
+        return LlamaWeights(embed=head, layers=[layer], norm=torch.ones(64), lm_head=head)
+
+    first = weights()
+    stored = first.pack("q4_1")
+    assert {"lm_head.codes", "layers.0.qkv.codes", "layers.0.down.scales"} <= stored.keys()
+    assert not any(key.startswith("layers.0.gate_up.") for key in stored)  # float16: nothing to store
+    again = weights()
+    assert again.pack("q4_1", stored).keys() == stored.keys()
+    x = torch.randn(1, 64)
+    for name in ("qkv", "o", "gate_up", "down"):
+        a, b = getattr(first.layers[0], name), getattr(again.layers[0], name)
+        assert type(a) is type(b) and torch.equal(a(x), b(x))
+    assert isinstance(again.lm_head, BlockLinear) and torch.equal(again.lm_head(x), first.lm_head(x))
