@@ -102,6 +102,7 @@ def _via_gateway(args: argparse.Namespace, token: str | None) -> Any:
     if not token:
         raise SystemExit("--gateway needs an admin token: --admin-token or EDGERUN_ADMIN_TOKEN")
     base = args.gateway.rstrip("/") + "/admin/v1"
+    payload: dict[str, Any] | None
     match (args.command, args.action):
         case ("tenants", "create"):
             body = {

@@ -112,7 +112,8 @@ async def serve_dev(args: argparse.Namespace) -> int:
     try:
         print(f"starting the backend ({args.model}) on 127.0.0.1:{backend_port} ...", flush=True)
         wait_backend(backend)
-        models, backends = [*default_models()], [
+        models = [*default_models()]
+        backends: list[dict[str, str | list[str]]] = [
             {"id": "local-1", "base_url": f"http://127.0.0.1:{backend_port}", "region": "local"}
         ]
         if embedder is not None:
@@ -145,19 +146,20 @@ async def serve_dev(args: argparse.Namespace) -> int:
 def dev_settings(
     args: argparse.Namespace, backend_key: str, models: list[ModelSpec], backends: list[Any]
 ) -> GatewaySettings:
-    store_path = {"sqlite_path": args.sqlite_path} if args.sqlite_path else {}
-    return GatewaySettings(
-        port=args.port,
-        **store_path,
-        redis_url=None,
-        admin_token=SecretStr(secrets.token_urlsafe(32)),
-        admin_port=args.admin_port,
-        backend_api_key=SecretStr(backend_key),
-        models=models,
-        backends=backends,
-        log_level=args.log_level,
-        workers=args.workers,
-    )
+    # flat names, which GatewaySettings moves into their sections (gateway/settings.py)
+    flat: dict[str, Any] = {"sqlite_path": args.sqlite_path} if args.sqlite_path else {}
+    flat |= {
+        "port": args.port,
+        "redis_url": None,
+        "admin_token": SecretStr(secrets.token_urlsafe(32)),
+        "admin_port": args.admin_port,
+        "backend_api_key": SecretStr(backend_key),
+        "models": models,
+        "backends": backends,
+        "log_level": args.log_level,
+        "workers": args.workers,
+    }
+    return GatewaySettings(**flat)
 
 
 async def serve_in_process(settings: GatewaySettings, store: Store, announce: Callable[[], None]) -> int:

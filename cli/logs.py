@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from typing import TextIO, cast
 
 import structlog
 
@@ -25,7 +26,7 @@ class _Stderr:
 def configure_logging(level: str = "info", json: bool = True) -> None:
     """Route structlog and stdlib logging (uvicorn, httpx) through one renderer on stderr."""
     renderer = structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer(colors=False)
-    shared = [
+    shared: list[structlog.typing.Processor] = [
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
@@ -33,7 +34,8 @@ def configure_logging(level: str = "info", json: bool = True) -> None:
     structlog.configure(
         processors=[*shared, structlog.processors.format_exc_info, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
-        logger_factory=structlog.PrintLoggerFactory(file=_Stderr()),
+        # structlog asks for a TextIO but only calls write() and flush(), which _Stderr has
+        logger_factory=structlog.PrintLoggerFactory(file=cast(TextIO, _Stderr())),
         cache_logger_on_first_use=True,
     )
     handler = logging.StreamHandler(_Stderr())

@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def read_trace(path: Path, limit: int | None) -> list[SimRequest]:
-    records = []
+    records: list[TraceRequest] = []
     with path.open() as f:
         for line_no, line in enumerate(f, 1):
             if limit is not None and len(records) >= limit:

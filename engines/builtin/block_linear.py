@@ -11,8 +11,9 @@ decoder too, SmolLM2's max logit error against the exact model was 1.9 (over the
 there 0.42, nearly all from the head (0.03 with a float16 head), against 1.19 for torch's int4 path.
 
 The kernel is for short inputs (decode steps, a few rows); from `kernel_max_rows + 1` rows the layer
-hands the input to `wide`, an Fp16Linear of the same weight (fbgemm's float16 GEMM, then a float32 GEMM
-for tall inputs), where arithmetic rather than reading weights sets the pace.
+hands the input to `wide`, the same weight as the fast mode held it before: Int4Linear where torch's int4
+op is fast (AVX-512), else Fp16Linear (fbgemm's float16 GEMM, then float32 for tall inputs), where
+arithmetic rather than reading weights sets the pace.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from torch import Tensor
 from engines.builtin.quant import GROUP
 
 if TYPE_CHECKING:
+    from engines.builtin.quant import Int4Linear
     from engines.builtin.weights import Fp16Linear
 
 
@@ -69,12 +71,12 @@ def may_quantize_q8_0(w: Tensor) -> tuple[Tensor, Tensor] | None:
 @dataclass(slots=True, eq=False)
 class BlockLinear:
     """An [out, in] weight in a GGUF block format ("q4_1" or "q8_0"): the kernel for up to
-    `kernel_max_rows` input rows, `wide` (an Fp16Linear of the same weight) above."""
+    `kernel_max_rows` input rows, `wide` (the same weight as Fp16Linear, or Int4Linear on AVX-512) above."""
 
     format: str
     codes: Tensor  # q4_1: [out, 32 * ceil(in / 64)] uint8 (pack_q4_1's layout); q8_0: [out, in] int8
     scales: Tensor  # q4_1: [out, 2, in / 32] float16 (d, then m); q8_0: [out, in / 32] float16
-    wide: Fp16Linear
+    wide: Fp16Linear | Int4Linear
     kernel_max_rows: int
 
     # up to this many rows the kernel; above, `wide`. SmolLM2 decode, one thread (benchmarks/quant_decode.py):
@@ -82,7 +84,7 @@ class BlockLinear:
     KERNEL_MAX_ROWS = 2
 
     @classmethod
-    def q4_1(cls, codes: Tensor, d: Tensor, m: Tensor, wide: Fp16Linear) -> BlockLinear:
+    def q4_1(cls, codes: Tensor, d: Tensor, m: Tensor, wide: Fp16Linear | Int4Linear) -> BlockLinear:
         """From Q4_1 blocks (`quant.q4_1_blocks`)."""
         return cls("q4_1", *pack_q4_1(codes, d, m), wide, cls.KERNEL_MAX_ROWS)
 
@@ -96,4 +98,5 @@ class BlockLinear:
         if x.shape[0] > self.kernel_max_rows:
             return self.wide(x)
         op = torch.ops.edgerun.q4_1_linear if self.format == "q4_1" else torch.ops.edgerun.q8_0_linear
-        return op(x, self.codes, self.scales)
+        out: Tensor = op(x, self.codes, self.scales)  # torch.ops is untyped
+        return out

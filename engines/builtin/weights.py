@@ -22,6 +22,7 @@ from torch import Tensor
 
 from engines.builtin import kernels
 from engines.builtin.block_linear import BlockLinear, may_quantize_q8_0
+from engines.builtin.config import int4_matmul_available
 from engines.builtin.model_config import ModelConfig
 from engines.builtin.quant import Int4Linear, may_quantize_q4_1
 
@@ -45,7 +46,7 @@ class Fp16Linear:
     """
 
     packed: tuple[Tensor, ...]  # opaque fbgemm handles: the float16 weight, PACK_ROWS output rows each
-    dense: Tensor  # [out, in] float32 (or bfloat16: `from_weight`'s tall_dtype), the same float16 values
+    dense: Tensor  # [out, in] float32, the same float16 values
     biases: tuple[Tensor, ...]  # [rows of each handle] zeros: the fbgemm op takes one
 
     DENSE_FROM_ROWS = 96  # inputs with at least this many rows use the float32 copy
@@ -55,10 +56,8 @@ class Fp16Linear:
     PACK_ROWS = 12288
 
     @classmethod
-    def from_weight(cls, weight: Tensor, pool: Executor | None = None, tall_dtype: torch.dtype = torch.float32) -> Fp16Linear:
-        """Round and pack `weight` [out, in]; its row chunks are packed on `pool` when one is given.
-        `tall_dtype` bfloat16 holds the copy for tall inputs in bfloat16 (activations rounded too): on a
-        CPU with AVX-512 BF16 a 512-row GEMM then takes ~0.25x float32's (fast mode only, see `pack`)."""
+    def from_weight(cls, weight: Tensor, pool: Executor | None = None) -> Fp16Linear:
+        """Round and pack `weight` [out, in]; its row chunks are packed on `pool` when one is given."""
         if "fbgemm" not in torch.backends.quantized.supported_engines:
             raise RuntimeError("weight_dtype='float16' needs a torch build with fbgemm (x86 CPU)")
         dense = weight.to(torch.float16).float()
@@ -66,14 +65,14 @@ class Fp16Linear:
         with warnings.catch_warnings():  # the deprecation notice, once per process
             warnings.simplefilter("ignore", UserWarning)
             packed = tuple((pool.map if pool is not None else map)(torch.fbgemm_pack_gemm_matrix_fp16, chunks))
-            out = cls(packed, dense.to(tall_dtype), tuple(torch.zeros(chunk.shape[0]) for chunk in chunks))
+            out = cls(packed, dense, tuple(torch.zeros(chunk.shape[0]) for chunk in chunks))
             out(torch.zeros(1, weight.shape[1]))
         return out
 
     def __call__(self, x: Tensor) -> Tensor:
         # x: [T, in] float32 -> [T, out] float32
         if x.shape[0] >= self.DENSE_FROM_ROWS:
-            return F.linear(x.to(self.dense.dtype), self.dense).float()
+            return F.linear(x, self.dense)
         x = x.contiguous()
         outs = [torch.fbgemm_linear_fp16_weight(x, packed, bias) for packed, bias in zip(self.packed, self.biases)]
         return outs[0] if len(outs) == 1 else torch.cat(outs, dim=1)
@@ -113,8 +112,9 @@ class LlamaWeights:
     def pack(self, linear_format: str, int4_cache: dict[str, Tensor] | None = None) -> dict[str, Tensor]:
         """Hold the linear weights packed (see EngineConfig.linear_format); the embedding lookup keeps
         its float32 table. "float16": every one as Fp16Linear. "q4_1": each decoder weight that is Q4_1
-        already and a Q8_0 lm_head as BlockLinear (edgerun's kernels; each keeps an Fp16Linear for wide
-        inputs), the others as Fp16Linear. "int4": each decoder weight that is Q4_1 already
+        already and a Q8_0 lm_head as BlockLinear (edgerun's kernels for a few rows; above, the decoder's
+        weights go through Int4Linear on an AVX-512 CPU and Fp16Linear elsewhere, the head through
+        Fp16Linear), the others as Fp16Linear. "int4": each decoder weight that is Q4_1 already
         (`quant.may_quantize_q4_1`) as Int4Linear, the others and the lm_head as Fp16Linear (on an AVX-512
         CPU float16 read SmolLM2's Q8_0 head faster than torch's per-row int8 op: benchmarks/quant_matmul.py).
         "int4-all": every decoder weight quantised to 4 bits.
@@ -128,16 +128,17 @@ class LlamaWeights:
         if linear_format == "q4_1" and not kernels.load():
             raise RuntimeError("weight_dtype='q4_1' needs edgerun's kernels (x86 AVX2 and a C++ compiler; see the log "
                                "line above), or use weight_dtype='auto'")
+        int4_wide = linear_format == "q4_1" and int4_matmul_available()
 
         def pack_one(key: str, weight: Tensor) -> Linear:
             if linear_format == "float16":
                 return Fp16Linear.from_weight(weight)
             if linear_format == "q4_1":
                 q4 = may_quantize_q4_1(weight, exact_only=True)
-                # tall inputs (prefill) in bfloat16 where the CPU has it: not batch-invariant, within the fast mode's tolerance
-                tall = torch.bfloat16 if torch.cpu._is_avx512_bf16_supported() else torch.float32
-                wide = Fp16Linear.from_weight(weight, tall_dtype=tall)
-                return wide if q4 is None else BlockLinear.q4_1(*q4, wide)
+                if q4 is None:
+                    return Fp16Linear.from_weight(weight)
+                # above the kernel's rows: torch's int4 op where it is fast (AVX-512), else float16
+                return BlockLinear.q4_1(*q4, Int4Linear.from_blocks(*q4) if int4_wide else Fp16Linear.from_weight(weight))
             if int4_cache is not None:
                 parts = {part: int4_cache[f"{key}.{part}"] for part in ("packed", "scale_zeros") if f"{key}.{part}" in int4_cache}
                 return Int4Linear.from_tensors(parts, weight) if parts else Fp16Linear.from_weight(weight)

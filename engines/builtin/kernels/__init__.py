@@ -55,7 +55,7 @@ def load() -> bool:
     library = directory / f"{NAME}.so"
     try:
         if library.exists():
-            torch.ops.load_library(str(library))
+            torch.ops.load_library(str(library))  # type: ignore[no-untyped-call]  # unannotated in torch
         else:
             from torch.utils.cpp_extension import load as build
 
