@@ -239,7 +239,7 @@ def test_float16_weights_batch_like_float32(tiny_runner: ModelRunner) -> None:
 def test_weight_dtype_is_validated() -> None:
     with pytest.raises(ValueError, match="weight_dtype"):
         EngineConfig(weight_dtype="int8")
-    with pytest.raises(ValueError, match="'int4' with dtype='float32'"):
+    with pytest.raises(ValueError, match="'q4_1' with dtype='float32'"):
         EngineConfig(weight_dtype="float16", dtype="bfloat16")
     with pytest.raises(ValueError, match="is for device='cpu'"):
         EngineConfig(weight_dtype="float16", device="cuda")
