@@ -199,9 +199,10 @@ class HTTPTransport:
         what = f"{method} {url}"
         request = self._encode(method, target, body, headers)
         await self._take_slot(what, timeout_s)
+        has_retried = False  # a kept-alive connection the peer had dropped is retried once, as aiohttp did
         try:
             for attempt in range(1, MAX_ATTEMPTS + 1):
-                connection, is_reused = self._idle_connection(target)
+                connection, is_reused = (None, False) if has_retried else self._idle_connection(target)
                 if connection is None:
                     connection = await self._connect(target, what, timeout_s, attempt)
                     if connection is None:
@@ -219,17 +220,18 @@ class HTTPTransport:
                     self._drop(connection)
                     # The peer closed a kept-alive connection without answering (it dropped it as idle
                     # just as we reused it): once more, on a fresh connection.
-                    if is_reused and not connection.has_answer_bytes:
+                    if is_reused and not connection.has_answer_bytes and not has_retried:
+                        has_retried = True
                         continue
                     raise TransportError(f"{what}: {exc}") from None
                 except BaseException:  # cancelled: the connection is in an unknown state
                     self._drop(connection)
                     raise
                 return Response(self, target, connection, what, timeout_s)
+            raise TransportError(f"{what}: no connection answered in {MAX_ATTEMPTS} tries")
         except BaseException:
             self._free_slot()
             raise
-        raise AssertionError("unreachable: every attempt returns, continues with a reason, or raises")
 
     def _encode(self, method: str, target: Target, body: bytes | None, headers: Mapping[str, str] | None) -> bytes:
         port = "" if target.port == (443 if target.is_tls else 80) else f":{target.port}"

@@ -169,6 +169,15 @@ async def test_a_connection_the_peer_dropped_while_idle_is_retried_once() -> Non
         assert server.accepted == 2
 
 
+async def test_the_retry_after_a_dropped_connection_takes_a_fresh_one() -> None:
+    """Two idle connections both dropped by the peer: the retry does not take the other stale one."""
+    async with open_transport() as transport, peer(one_answer_then_drop) as server:
+        assert await asyncio.gather(fetch(transport, server.url), fetch(transport, server.url)) == [b"first"] * 2
+        assert server.accepted == 2
+        assert await fetch(transport, server.url) == b"first"
+        assert server.accepted == 3
+
+
 async def test_idle_connections_expire() -> None:
     async with open_transport(keepalive_expiry_s=0.05) as http, peer(keep_alive) as server:
         await fetch(http, server.url)
