@@ -3,12 +3,12 @@
 A decode step reads every weight once, so at batch 1 its speed is the bytes read per token. These hold
 SmolLM2's weights as the file stores them: the decoder's Q4_1 (per block of 32 weights: float16 d and m,
 4-bit codes, w = d * q + m; 0.625 bytes per weight) and the tied head's Q8_0 (float16 d, int8 codes,
-w = d * q; 1.06 bytes per weight), against float16's 2. The kernels quantise each activation row per
-block of 32 and do integer dot products (block_gemv.cpp): the weights are the file's, exactly; the
-activations carry int16's rounding for Q4_1 (2^-16 of the block's max |x|: below float16's rounding of
-the weights) and int8's for the Q8_0 head (half a step of max |x| / 127). With int8 activations in the
-decoder too, SmolLM2's max logit error against the exact model was 1.9 (over the stated 1.5); with int16
-there 0.42, nearly all from the head (0.03 with a float16 head), against 1.19 for torch's int4 path.
+w = d * q; 1.06 bytes per weight), against float16's 2. The kernels quantise each activation row to int16
+per block of 32 and do integer dot products (block_gemv.cpp): the weights are the file's, exactly; the
+activations carry int16's rounding (2^-16 of the block's max |x|: below float16's rounding of weights).
+With int8 activations instead, SmolLM2's max logit error against the exact model was 1.9 (over the
+stated 1.5); with int16 in the decoder and int8 in the head 0.49, int16 in both 0.35 (what remains comes
+from the bfloat16 prefill on an AVX-512 CPU), against 1.19 for torch's int4 path (BENCHMARKS.md).
 
 The kernel is for short inputs (decode steps, a few rows); from `kernel_max_rows + 1` rows the layer
 hands the input to `wide`, the same weight as the fast mode held it before: Int4Linear where torch's int4

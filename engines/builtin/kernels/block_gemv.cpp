@@ -11,12 +11,12 @@
 // The activations are quantised once per call, per block of 32: x ~= s * p with s = max|x| / L, so each
 // block's dot product is integer arithmetic, scaled once: sum_j w_j x_j ~= d * s * sum_j q_j p_j
 // (+ m * sum_j x_j for Q4_1, with the block's exact float32 sum of x).
-//   Q4_1: p int16 (L = 32767: a relative error of 2^-16 of the block's max, far below float16's), so
+//   Q4_1: p int16 (L = 32767: an error of 2^-16 of the block's max |x|, far below float16's), so
 //         madd_epi16 multiplies 16-bit codes by 16-bit activations; read as 16-bit lanes, a pair's 32
 //         bytes give four vectors of codes with one AND or shift each (bits 0-3: block 2i's even codes,
 //         4-7: block 2i+1's even, 8-11: 2i's odd, 12-15: 2i+1's odd), and the activations are stored
 //         in that order, so no shuffles are needed.
-//   Q8_0: p int8 (L = 127), maddubs on |q| and p with q's sign (u8 x s8 -> s16 pairs), then madd -> s32.
+//   Q8_0: p int16 too, the codes widened to int16 (two converts per block), madd_epi16 -> s32.
 // Output rows n are split over torch's own thread pool (at::parallel_for): torch.set_num_threads
 // governs them and no second OpenMP runtime is linked.
 
@@ -171,10 +171,9 @@ struct Q4_1 : BlockTypes<uint8_t, int16_t> {
 };
 
 template <int R>
-struct Q8_0 : BlockTypes<int8_t, int8_t> {
+struct Q8_0 : BlockTypes<int8_t, int16_t> {
   static void row(const Act& xq, int64_t t0, int64_t nb, const Code* wq, const uint16_t* d16, float* y, int64_t n_out, int64_t n) {
-    const __m256i ones = _mm256_set1_epi16(1);
-    const RowViews<R, int8_t> x(xq, t0, nb);
+    const RowViews<R, int16_t> x(xq, t0, nb);
     const auto &p = x.p, &s = x.s;
     __m256 acc[R];
     for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
@@ -190,11 +189,12 @@ struct Q8_0 : BlockTypes<int8_t, int8_t> {
       }
       for (int64_t j = 0; j < count; ++j) {
         const __m256i q = load32(wq + (b + j) * kBlock);
-        const __m256i q_abs = _mm256_sign_epi8(q, q);  // |q| read as unsigned (|-128| as 128)
-        for (int r = 0; r < R; ++r) {  // q * p == |q| * (p with q's sign); |q| * |p| <= 128 * 127: no saturation
-          const __m256i pairs = _mm256_maddubs_epi16(q_abs, _mm256_sign_epi8(load32(p[r] + (b + j) * kBlock), q));
-          const __m256 dot = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones));
-          acc[r] = _mm256_fmadd_ps(dot, _mm256_broadcast_ss(&ds[r][j]), acc[r]);
+        const __m256i q_lo = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(q));  // codes 0-15 as int16
+        const __m256i q_hi = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(q, 1));  // 16-31
+        for (int r = 0; r < R; ++r) {
+          const int16_t* pp = p[r] + (b + j) * kBlock;
+          const __m256i dot = _mm256_add_epi32(_mm256_madd_epi16(q_lo, load32(pp)), _mm256_madd_epi16(q_hi, load32(pp + 16)));
+          acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_broadcast_ss(&ds[r][j]), acc[r]);
         }
       }
     }
@@ -259,7 +259,7 @@ at::Tensor q4_1_linear(const at::Tensor& x, const at::Tensor& codes, const at::T
 at::Tensor q8_0_linear(const at::Tensor& x, const at::Tensor& codes, const at::Tensor& scales) {
   TORCH_CHECK(codes.dim() == 2 && codes.scalar_type() == at::kChar, "codes must be 2-D int8");
   const at::Tensor xc = checked_input(x);
-  const auto xq = quantize_rows<int8_t, false>(xc.data_ptr<float>(), xc.size(0), xc.size(1), 127.f);
+  const auto xq = quantize_rows<int16_t, false>(xc.data_ptr<float>(), xc.size(0), xc.size(1), 32767.f);
   return block_linear<Q8_0>(xc, codes, scales, xc.size(1), xc.size(1) / kBlock, xq);
 }
 
