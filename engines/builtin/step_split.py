@@ -32,13 +32,16 @@ T = TypeVar("T")
 # with 2 parts, 65%. Past that the big part on one thread would take longer than the whole step
 # on every thread.
 SPLIT_SLACK = 0.15
+# ... and into at most one part per this many tokens: a part of fewer rows is bound by reading the
+# weights (every part reads all of them), so many one-row parts on a many-core machine would not pay.
+MIN_PART_TOKENS = 4
 
 
 def plan_parts(costs: Sequence[int], num_parts: int) -> list[list[int]] | None:
-    """Indices of `costs` in `num_parts` parts of about equal total cost (longest first, each into the
-    lightest part), each part's indices ascending; None when fewer than two items or when the largest
-    part would hold more than 1/num_parts + SPLIT_SLACK of the total."""
-    num_parts = min(num_parts, len(costs))
+    """Indices of `costs` (tokens per item) in up to `num_parts` parts of about equal total (longest first,
+    each into the lightest part), each part's indices ascending; None when fewer than two parts fit (items,
+    MIN_PART_TOKENS) or when the largest part would hold more than 1/parts + SPLIT_SLACK of the total."""
+    num_parts = min(num_parts, len(costs), sum(costs) // MIN_PART_TOKENS)
     if num_parts < 2:
         return None
     parts: list[list[int]] = [[] for _ in range(num_parts)]

@@ -30,7 +30,12 @@ def test_a_step_that_does_not_split_evenly_runs_whole() -> None:
 
 
 def test_more_workers_than_items_uses_one_part_per_item() -> None:
-    assert plan_parts([3, 3], 4) == [[0], [1]]
+    assert plan_parts([4, 4], 4) == [[0], [1]]
+
+
+def test_parts_have_at_least_a_few_tokens() -> None:
+    assert plan_parts([1, 1, 1], 2) is None  # three decode rows run whole
+    assert plan_parts([1] * 16, 16) == [list(range(i, 16, 4)) for i in range(4)]  # 4 parts of 4 rows, not 16 of 1
 
 
 def test_workers_run_with_one_torch_thread_and_leave_the_callers_count() -> None:
