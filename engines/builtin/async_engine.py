@@ -252,6 +252,7 @@ class AsyncEngine:
         except _LoopClosed:
             log.warning("event loop closed under the engine thread; stopping it")
         finally:
+            self.engine.runner.close()  # its step workers, which this thread started
             with self._wakeup:
                 self._worker_exited = True
                 leftover = list(self._commands)

@@ -128,6 +128,11 @@ class ModelRunner:
         num_workers = config.step_workers if config.step_workers is not None else torch.get_num_threads()
         self.step_workers = StepWorkers(num_workers) if self.device.type == "cpu" and num_workers > 1 else None
 
+    def close(self) -> None:
+        """Stop the step workers, if they run (the next split step starts them again)."""
+        if self.step_workers is not None:
+            self.step_workers.close()
+
     def pack_weights(self, linear_format: str, cache_entry: Path | None) -> None:
         # the 4-bit weights of a cached model are found and packed once, then read from its entry
         entry = cache_entry if linear_format in ("int4", "q4_1") else None

@@ -56,30 +56,38 @@ def plan_parts(costs: Sequence[int], num_parts: int) -> list[list[int]] | None:
 
 
 class StepWorkers:
-    """`num_workers` daemon threads with one torch thread each; `map(fn, args)` runs fn on every arg
-    at once (one arg per worker at most) and returns the results in order, raising the first error."""
+    """`num_workers` daemon threads with one torch thread each, started by the first `map` and stopped by
+    `close`; `map(fn, args)` runs fn on every arg at once (one arg per worker at most) and returns the
+    results in order, raising the first error."""
 
     def __init__(self, num_workers: int) -> None:
         if num_workers < 2:
             raise ValueError("StepWorkers needs at least 2 workers")
         self.num_workers = num_workers
         self.tasks: queue.SimpleQueue[tuple[Callable[[Any], Any], Any, Future[Any]] | None] = queue.SimpleQueue()
+        self.threads: list[threading.Thread] = []  # started by the first `map`, on the thread that steps
+
+    def start(self) -> None:
+        """Start the workers (`map` does when they are not running). They start from the thread that runs the
+        steps, not from the one that built the runner: a backend builds it on a load thread that exits."""
         restore = torch.get_num_threads()
-        ready = threading.Barrier(num_workers + 1)
+        ready = threading.Barrier(self.num_workers + 1)
         self.threads = [
-            threading.Thread(target=self._serve, args=(ready,), name=f"edgerun-step-{i}", daemon=True)
-            for i in range(num_workers)
+            threading.Thread(target=self._serve, args=(self.tasks, ready), name=f"edgerun-step-{i}", daemon=True)
+            for i in range(self.num_workers)
         ]
         for thread in self.threads:
             thread.start()
         ready.wait()
         torch.set_num_threads(restore)
 
-    def _serve(self, ready: threading.Barrier) -> None:
+    @staticmethod
+    def _serve(tasks: queue.SimpleQueue[tuple[Callable[[Any], Any], Any, Future[Any]] | None],
+               ready: threading.Barrier) -> None:
         torch.get_num_threads()  # torch's first call on a thread sets its count from the default: do it now
         torch.set_num_threads(1)
         ready.wait()
-        while (task := self.tasks.get()) is not None:
+        while (task := tasks.get()) is not None:
             fn, arg, future = task
             try:
                 future.set_result(fn(arg))
@@ -89,6 +97,8 @@ class StepWorkers:
     def map(self, fn: Callable[[Any], T], args: Sequence[Any]) -> list[T]:
         if len(args) > self.num_workers:
             raise ValueError(f"{len(args)} tasks for {self.num_workers} workers")
+        if not self.threads:
+            self.start()
         futures: list[Future[T]] = [Future() for _ in args]
         for arg, future in zip(args, futures):
             self.tasks.put((fn, arg, future))
@@ -96,5 +106,8 @@ class StepWorkers:
         return [future.result() for future in futures]
 
     def close(self) -> None:
+        """Let the workers exit (each takes one stop from the queue it serves); a later `map` starts new ones."""
         for _ in self.threads:
             self.tasks.put(None)
+        self.tasks = queue.SimpleQueue()
+        self.threads = []

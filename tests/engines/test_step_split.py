@@ -78,6 +78,7 @@ def test_a_split_step_gives_the_logits_and_hidden_states_of_a_whole_one() -> Non
     runners = [ModelRunner(EngineConfig(model="random:tiny", num_kv_blocks=64, weight_dtype="float32", step_workers=n))
                for n in (1, 2)]
     assert runners[0].step_workers is None and runners[1].step_workers is not None
+    assert runners[1].step_workers.threads == []  # started by the first split step, not by the load
     prompts = [list(range(1, n)) for n in (9, 30, 17, 21)]
     outputs = []
     for runner in runners:
@@ -97,4 +98,9 @@ def test_a_split_step_gives_the_logits_and_hidden_states_of_a_whole_one() -> Non
     assert [h.shape for h in split.hidden] == [h.shape for h in whole.hidden]
     for a, b in zip(split.hidden, whole.hidden):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
-    runners[1].step_workers.close()
+    started = runners[1].step_workers.threads
+    assert len(started) == 2 and all(t.is_alive() for t in started)
+    runners[1].close()
+    for thread in started:
+        thread.join(timeout=10)
+        assert not thread.is_alive()
