@@ -70,7 +70,9 @@ def test_completion_by_token_ids(http: httpx.Client) -> None:
 
 
 def test_chat_completion(http: httpx.Client) -> None:
-    messages = [{"role": "user", "content": "What is the capital of France?"}]
+    # "What is the capital of France?" alone is a near tie for SmolLM2 ("The" leads "L" by 0.08 in the exact
+    # model's first logits), so the fast mode's stated tolerance may flip it; this wording leads by 0.6+ throughout
+    messages = [{"role": "user", "content": "What is the capital city of France? Answer in one word."}]
     body = {"messages": messages, "max_tokens": 12, "temperature": 0.0}
     answer = http.post("/v1/chat/completions", json=body).json()
     assert answer["object"] == "chat.completion"
