@@ -128,7 +128,7 @@ class Tokenizer:
         ids = self.backend.encode(text, add_special_tokens=False).ids
         if self.add_bos_token and self.bos_token_id is not None:
             return [self.bos_token_id, *ids]
-        return list(ids)
+        return ids
 
     def decode(self, token_ids: list[int]) -> str:
         return self.backend.decode([t for t in token_ids if 0 <= t < self.vocab_size], skip_special_tokens=False)
