@@ -273,13 +273,17 @@ class HTTPTransport:
     def _idle_connection(self, target: Target) -> tuple[Connection | None, bool]:
         idle = self._idle.get(target.key)
         if idle:
-            deadline = asyncio.get_running_loop().time() - self._keepalive_expiry_s
+            now = asyncio.get_running_loop().time()
             while idle:
                 connection = idle.pop()  # the most recently used
-                if not connection.is_lost and connection.idle_since > deadline:
+                if not self._is_stale(connection, now):
                     return connection, True
                 self._drop(connection)
         return None, False
+
+    def _is_stale(self, connection: Connection, now: float) -> bool:
+        """Gone, or idle so long that the server may be closing it."""
+        return connection.is_lost or connection.idle_since <= now - self._keepalive_expiry_s
 
     async def _connect(self, target: Target, what: str, timeout_s: float, attempt: int) -> Connection | None:
         """A new connection; None when the connect timer fired late and another try is left."""
@@ -326,7 +330,7 @@ class HTTPTransport:
         now = asyncio.get_running_loop().time()
         connection.idle_since = now
         idle = self._idle.setdefault(target.key, deque())
-        while idle and (idle[0].is_lost or idle[0].idle_since <= now - self._keepalive_expiry_s):
+        while idle and self._is_stale(idle[0], now):
             self._drop(idle.popleft())  # expired: close it before the server does
         idle.append(connection)
 

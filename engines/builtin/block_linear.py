@@ -43,30 +43,6 @@ def pack_q4_1(codes: Tensor, d: Tensor, m: Tensor) -> tuple[Tensor, Tensor]:
     return nibbles.reshape(n, -1).contiguous(), torch.stack([d, m], dim=1).half().contiguous()
 
 
-def q8_0_blocks(w: Tensor) -> tuple[Tensor, Tensor]:
-    """[N, K] float -> codes [N, K] int8 and d [N, K/32] float16 (llama.cpp's Q8_0 rule: d = block max |w|
-    / 127, q = round(w / d)); for a weight that is Q8_0 already this gives back its own blocks."""
-    n, k = w.shape
-    blocks = w.float().reshape(n, k // GROUP, GROUP)
-    d = (blocks.abs().amax(-1) / 127).half()
-    inv = torch.where(d == 0, 0.0, 1.0 / d.float())
-    codes = (blocks * inv[..., None]).round_().clamp_(-128, 127).to(torch.int8)
-    return codes.reshape(n, k), d
-
-
-def dequantize_q8_0(codes: Tensor, d: Tensor) -> Tensor:
-    n, k = codes.shape
-    return (d.float()[..., None] * codes.reshape(n, k // GROUP, GROUP).float()).reshape(n, k)
-
-
-def may_quantize_q8_0(w: Tensor) -> tuple[Tensor, Tensor] | None:
-    """The Q8_0 blocks of `w` when they reproduce it exactly (a GGUF's Q8_0 tensor), else None."""
-    if w.shape[1] % GROUP:
-        return None
-    blocks = q8_0_blocks(w)
-    return blocks if torch.equal(dequantize_q8_0(*blocks), w.float()) else None
-
-
 @dataclass(slots=True, eq=False)
 class BlockLinear:
     """An [out, in] weight in a GGUF block format ("q4_1" or "q8_0"): the kernel for up to
@@ -89,7 +65,7 @@ class BlockLinear:
 
     @classmethod
     def q8_0(cls, codes: Tensor, d: Tensor, wide: Fp16Linear) -> BlockLinear:
-        """From Q8_0 blocks (`q8_0_blocks`)."""
+        """From Q8_0 blocks (`quant.q8_0_blocks`)."""
         return cls("q8_0", codes.contiguous(), d.half().contiguous(), wide, cls.KERNEL_MAX_ROWS)
 
     def to_tensors(self) -> dict[str, Tensor]:

@@ -37,7 +37,7 @@ class EngineConfig:
     # torch's packed int4 op, bfloat16 activations (see quant.Int4Linear); a weight that is not
     # Q4_1 already is quantised, which loses precision. The same value as `dtype`: exactly as
     # loaded. "q4_1" (CPU, float32, fast mode, x86 AVX2): the GGUF's own Q4_1 decoder weights and
-    # Q8_0 head, exactly, through edgerun's AVX2 kernels (int8 activations; see block_linear.py),
+    # Q8_0 head, exactly, through edgerun's AVX2 kernels (int16 activations; see block_linear.py),
     # float16 for the others. "auto" (the default): in fast mode on a CPU with float32, "q4_1" where
     # edgerun's kernels run, else "int4" where torch's int4 op is fast (every weight that is Q4_1
     # already as 4-bit), else "float16" (where fbgemm exists); in deterministic mode, or on CUDA, `dtype`.

@@ -72,6 +72,30 @@ def may_quantize_q4_1(w: Tensor, exact_only: bool) -> tuple[Tensor, Tensor, Tens
     return blocks
 
 
+def q8_0_blocks(w: Tensor) -> tuple[Tensor, Tensor]:
+    """[N, K] float -> codes [N, K] int8 and d [N, K/32] float16 (llama.cpp's Q8_0 rule: d = block max |w|
+    / 127, q = round(w / d)); for a weight that is Q8_0 already this gives back its own blocks."""
+    n, k = w.shape
+    blocks = w.float().reshape(n, k // GROUP, GROUP)
+    d = (blocks.abs().amax(-1) / 127).half()
+    inv = torch.where(d == 0, 0.0, 1.0 / d.float())
+    codes = (blocks * inv[..., None]).round_().clamp_(-128, 127).to(torch.int8)
+    return codes.reshape(n, k), d
+
+
+def dequantize_q8_0(codes: Tensor, d: Tensor) -> Tensor:
+    n, k = codes.shape
+    return (d.float()[..., None] * codes.reshape(n, k // GROUP, GROUP).float()).reshape(n, k)
+
+
+def may_quantize_q8_0(w: Tensor) -> tuple[Tensor, Tensor] | None:
+    """The Q8_0 blocks of `w` when they reproduce it exactly (a GGUF's Q8_0 tensor), else None."""
+    if w.shape[1] % GROUP:
+        return None
+    blocks = q8_0_blocks(w)
+    return blocks if torch.equal(dequantize_q8_0(*blocks), w.float()) else None
+
+
 def int4_scale_zeros(d: Tensor, m: Tensor, dtype: torch.dtype) -> Tensor:
     # the int4 op's w = (q - 8) * scale + zero  ==  d * q + m   ->   [K/32, N, 2] (scale, zero)
     d32, m32 = d.float().t(), m.float().t()

@@ -21,10 +21,10 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from engines.builtin import kernels
-from engines.builtin.block_linear import BlockLinear, may_quantize_q8_0
+from engines.builtin.block_linear import BlockLinear
 from engines.builtin.config import int4_matmul_available
 from engines.builtin.model_config import ModelConfig
-from engines.builtin.quant import Int4Linear, may_quantize_q4_1
+from engines.builtin.quant import Int4Linear, may_quantize_q4_1, may_quantize_q8_0
 
 
 @dataclass(slots=True, eq=False)
@@ -148,8 +148,7 @@ class LlamaWeights:
             head = self.lm_head
             self.lm_head = Fp16Linear.from_weight(head, pool)  # the largest, in row chunks on every thread
             if linear_format == "q4_1":
-                parts = None if cache is None else cached_parts(cache, "lm_head")
-                q8 = may_quantize_q8_0(head) if parts is None else ((parts["codes"], parts["scales"]) if parts else None)
+                q8 = q8_0_head_blocks(head, cache)
                 if q8 is not None:
                     self.lm_head = BlockLinear.q8_0(*q8, self.lm_head)
             packed = list(pool.map(lambda item: pack_one(f"layers.{item[0]}.{item[2]}", getattr(item[1], item[2])), names))
@@ -166,6 +165,15 @@ def cached_parts(cache: dict[str, Tensor], key: str) -> dict[str, Tensor]:
     """The tensors `LlamaWeights.pack` stored for weight `key` ({} when it held it as float16)."""
     prefix = f"{key}."
     return {name[len(prefix):]: t for name, t in cache.items() if name.startswith(prefix)}
+
+
+def q8_0_head_blocks(head: Tensor, cached: dict[str, Tensor] | None) -> tuple[Tensor, Tensor] | None:
+    """The "q4_1" format's lm_head as Q8_0 blocks (codes, d): from `cached` (what an earlier pack stored) when
+    given, else found in the weight; None when it is not Q8_0 (then it stays Fp16Linear)."""
+    if cached is None:
+        return may_quantize_q8_0(head)
+    parts = cached_parts(cached, "lm_head")
+    return (parts["codes"], parts["scales"]) if parts else None
 
 
 def pack_q4_1_weight(weight: Tensor, int4_wide: bool, cached: dict[str, Tensor] | None) -> Linear:

@@ -5,7 +5,7 @@ gateway/settings.py explains."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from contracts.settings import check_secret
 from gateway.fleet.catalog import BackendSpec, ModelSpec, default_models
@@ -43,5 +43,5 @@ class FleetSettings(BaseModel):
 
     @field_validator("backend_api_key")
     @classmethod
-    def _long_enough(cls, value: SecretStr | None, info: ValidationInfo) -> SecretStr | None:
+    def _long_enough(cls, value: SecretStr | None) -> SecretStr | None:
         return check_secret(value, "backend_api_key (EDGERUN_BACKEND_API_KEY)")

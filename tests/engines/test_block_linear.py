@@ -14,14 +14,8 @@ import pytest
 import torch
 
 from engines.builtin import kernels
-from engines.builtin.block_linear import (
-    BlockLinear,
-    dequantize_q8_0,
-    may_quantize_q8_0,
-    pack_q4_1,
-    q8_0_blocks,
-)
-from engines.builtin.quant import GROUP, q4_1_blocks
+from engines.builtin.block_linear import BlockLinear, pack_q4_1
+from engines.builtin.quant import GROUP, dequantize_q8_0, may_quantize_q8_0, q4_1_blocks, q8_0_blocks
 from engines.builtin.weights import Fp16Linear
 from tests.engines.test_quant import random_q4_1_weight
 
