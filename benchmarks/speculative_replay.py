@@ -112,13 +112,19 @@ def replay(prompt: list[int], answer: list[int], policy: DraftPolicy | None, max
             cost, committed = cost + 1, committed + 1
             continue
         drafts = draft(full[:committed], k)
-        accepted = 0
-        while accepted < len(drafts) and drafts[accepted] == full[committed + accepted]:
-            accepted += 1
+        accepted = leading_matches(drafts, full[committed : committed + k])
         if policy is not None and drafts:
             policy.observe("s", len(drafts), accepted)
         cost, committed = cost + 1 + (verify_cost + draft.cost) * len(drafts), committed + accepted + 1
     return (len(answer) - 1) / cost if cost else 1.0
+
+
+def leading_matches(drafts: list[int], truth: list[int]) -> int:
+    """How many drafts lead `truth` (what greedy verification accepts of them)."""
+    run = 0
+    while run < min(len(drafts), len(truth)) and drafts[run] == truth[run]:
+        run += 1
+    return run
 
 
 def eagle3_drafters(head: Path, runner: Any, data: dict[str, tuple[list[int], list[int]]], draft_cost: float) -> dict[str, Eagle3Drafter]:
@@ -196,10 +202,7 @@ def mean_accepted(data: dict[str, tuple[list[int], list[int]]], keys: list[str],
         prompt, answer = data[key]
         full, draft = prompt + answer, drafters[key]
         for committed in range(len(prompt) + 1, len(full)):
-            drafts = draft(full[:committed], 4)
-            run = 0
-            while run < len(drafts) and committed + run < len(full) and drafts[run] == full[committed + run]:
-                run += 1
+            run = leading_matches(draft(full[:committed], 4), full[committed : committed + 4])
             for k in range(4):
                 totals[k] += min(k + 1, run)
             positions += 1
