@@ -13,7 +13,7 @@
 // The cache is [num_blocks, block_size, 2, KH, hd] float32 (attention.py); position p of a row lives in
 // slot block_table[p / block_size] * block_size + p % block_size. Rope pairs are interleaved (weights.py):
 // (x[2i], x[2i+1]) turns by pos * inv_freq[i]. The matmuls split output rows over torch's threads
-// (at::parallel_for), attention splits its (row, head) pairs.
+// (at::parallel_for), attention splits its (row, kv head) pairs.
 
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
@@ -110,6 +110,14 @@ void rope(const Step& s, float* qkv) {
   }
 }
 
+// the cache lines of n floats from x, into L1 ahead of use: the keys and values of a position are
+// kv_width floats apart from the next's, a stride the hardware prefetcher does not run far enough ahead on
+constexpr int64_t kAhead = 4;  // positions
+
+void prefetch(const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) _mm_prefetch(reinterpret_cast<const char*>(x + i), _MM_HINT_T0);
+}
+
 // k and v of each row's new token -> its cache slot; then out [rows, H * hd] = attention of its q heads
 void attend(const Step& s, const float* qkv, float* cache, float* out) {
   const int64_t width = (s.heads + 2 * s.kv_heads) * s.hd, kv_width = s.kv_heads * s.hd;
@@ -117,32 +125,39 @@ void attend(const Step& s, const float* qkv, float* cache, float* out) {
     float* slot = cache + s.slot(t, s.positions[t]) * 2 * kv_width;
     std::copy_n(qkv + t * width + s.heads * s.hd, 2 * kv_width, slot);  // k heads then v heads, as the cache
   }
+  // one task per (row, kv head): the kv head's group of query heads read each key and value once
   const float scale = 1.f / std::sqrt(static_cast<float>(s.hd));
   const int64_t group = s.heads / s.kv_heads;
-  at::parallel_for(0, s.rows * s.heads, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> scores;
-    std::vector<float> acc(s.hd);
+  at::parallel_for(0, s.rows * s.kv_heads, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> scores, acc(group * s.hd);
     for (int64_t task = begin; task < end; ++task) {
-      const int64_t t = task / s.heads, h = task % s.heads, g = h / group;
+      const int64_t t = task / s.kv_heads, g = task % s.kv_heads;
       const int64_t context = s.positions[t] + 1;
-      const float* q = qkv + t * width + h * s.hd;
-      scores.resize(context);
-      float top = -INFINITY;
+      const float* q = qkv + t * width + g * group * s.hd;  // [group, hd]: query heads g * group ...
+      scores.resize(group * context);  // [group, context]
       for (int64_t p = 0; p < context; ++p) {
         const float* k = cache + s.slot(t, p) * 2 * kv_width + g * s.hd;
-        scores[p] = dot(q, k, s.hd) * scale;
-        top = std::max(top, scores[p]);
+        if (p + kAhead < context) prefetch(cache + s.slot(t, p + kAhead) * 2 * kv_width + g * s.hd, s.hd);
+        for (int64_t j = 0; j < group; ++j) scores[j * context + p] = dot(q + j * s.hd, k, s.hd) * scale;
       }
-      float total = 0.f;
+      for (int64_t j = 0; j < group; ++j) {  // softmax over each head's scores, in place
+        float* row = scores.data() + j * context;
+        const float top = *std::max_element(row, row + context);
+        float total = 0.f;
+        for (int64_t p = 0; p < context; ++p) total += (row[p] = std::exp(row[p] - top));
+        for (int64_t p = 0; p < context; ++p) row[p] /= total;
+      }
       std::fill(acc.begin(), acc.end(), 0.f);
       for (int64_t p = 0; p < context; ++p) {
-        const float e = std::exp(scores[p] - top);
-        total += e;
         const float* v = cache + s.slot(t, p) * 2 * kv_width + kv_width + g * s.hd;
-        for (int64_t i = 0; i < s.hd; ++i) acc[i] += e * v[i];
+        if (p + kAhead < context) prefetch(cache + s.slot(t, p + kAhead) * 2 * kv_width + kv_width + g * s.hd, s.hd);
+        for (int64_t j = 0; j < group; ++j) {
+          const float e = scores[j * context + p];
+          float* a = acc.data() + j * s.hd;
+          for (int64_t i = 0; i < s.hd; ++i) a[i] += e * v[i];
+        }
       }
-      float* o = out + t * s.heads * s.hd + h * s.hd;
-      for (int64_t i = 0; i < s.hd; ++i) o[i] = acc[i] / total;
+      std::copy(acc.begin(), acc.end(), out + t * s.heads * s.hd + g * group * s.hd);
     }
   });
 }
