@@ -21,7 +21,11 @@ logger = logging.getLogger(__name__)
 
 SOURCES = [Path(__file__).with_name(name) for name in ("block_gemv.cpp", "decode_step.cpp")]
 HEADERS = [Path(__file__).with_name("block_gemv.h")]
-CFLAGS = ["-O3", "-mavx2", "-mfma", "-mf16c", "-fno-math-errno"]
+# -fopenmp: at::parallel_for is inline OpenMP in torch's headers, so without it every kernel ran on one thread.
+# The library then needs libgomp.so.1, which the dynamic linker finds already loaded by torch (its own copy,
+# same soname): one OpenMP runtime and one thread pool in the process, sized by torch.set_num_threads.
+CFLAGS = ["-O3", "-mavx2", "-mfma", "-mf16c", "-fno-math-errno", "-fopenmp"]
+LDFLAGS = ["-fopenmp"]
 NAME = "edgerun_kernels"
 DISABLE_ENV = "EDGERUN_KERNELS"  # "off": never build or load them (the fallback path, on purpose)
 
@@ -64,8 +68,8 @@ def load() -> bool:
 
             directory.mkdir(parents=True, exist_ok=True)
             logger.info("building the edgerun kernels in %s (once per machine)", directory)
-            build(NAME, [str(path) for path in SOURCES], extra_cflags=CFLAGS, build_directory=str(directory), is_python_module=False,
-                  verbose=False)
+            build(NAME, [str(path) for path in SOURCES], extra_cflags=CFLAGS, extra_ldflags=LDFLAGS,
+                  build_directory=str(directory), is_python_module=False, verbose=False)
     except Exception as exc:  # no compiler, no ninja, a failed build: the engine must still start
         logger.warning("edgerun kernels unavailable (%s: %s); torch's own ops run instead",
                        type(exc).__name__, str(exc).strip().splitlines()[-1] if str(exc).strip() else "")

@@ -17,8 +17,8 @@
 //         4-7: block 2i+1's even, 8-11: 2i's odd, 12-15: 2i+1's odd), and the activations are stored
 //         in that order, so no shuffles are needed.
 //   Q8_0: p int16 too, the codes widened to int16 (two converts per block), madd_epi16 -> s32.
-// Output rows n are split over torch's own thread pool (at::parallel_for): torch.set_num_threads
-// governs them and no second OpenMP runtime is linked.
+// Output rows n are split over torch's own thread pool (at::parallel_for, built with -fopenmp against the
+// libgomp torch loads: see kernels/__init__.py): torch.set_num_threads governs them.
 
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
