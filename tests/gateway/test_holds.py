@@ -52,23 +52,41 @@ async def test_a_failing_release_does_not_keep_the_others() -> None:
     assert released == ["slot"]
 
 
-async def test_settle_finishes_even_when_its_scope_is_cancelled() -> None:
-    holds, released = Holds("r3"), []
+def slow_then_ledger(request_id: str) -> tuple[Holds, list[str]]:
+    """Holds whose first release waits 50 ms and whose ledger record comes last; `released` fills in."""
+    holds, released = Holds(request_id), []
 
     async def slow(_: Outcome) -> None:
         await asyncio.sleep(0.05)
         released.append("slow")
 
-    async def after(_: Outcome) -> None:
-        released.append("after")
+    async def ledger(_: Outcome) -> None:
+        released.append("ledger")
 
     holds.push("slow", slow)
-    holds.push("after", after)
-    async with anyio.create_task_group() as group:  # how Starlette cancels a request whose client left
+    holds.push("ledger", ledger, final=True)
+    return holds, released
+
+
+async def test_settle_finishes_even_when_its_scope_is_cancelled() -> None:
+    holds, released = slow_then_ledger("r3")
+    async with anyio.create_task_group() as group:  # an anyio cancel scope, as Starlette's task groups cancel
         group.start_soon(holds.settle, OK)
         await asyncio.sleep(0.01)
         group.cancel_scope.cancel()
-    assert released == ["slow", "after"]
+    assert released == ["slow", "ledger"]
+
+
+async def test_settle_finishes_even_when_its_task_is_cancelled() -> None:
+    """Task.cancel() (a client that left, a request cut at shutdown) passes anyio's shields: the
+    releases still all run, the ledger's last, and the cancellation reaches the caller afterwards."""
+    holds, released = slow_then_ledger("r5")
+    settling = asyncio.ensure_future(holds.settle(OK))
+    await asyncio.sleep(0.01)
+    settling.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await settling
+    assert released == ["slow", "ledger"]
 
 
 def test_no_hold_is_taken_after_settling() -> None:
