@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Coroutine
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -44,10 +45,16 @@ Release = Callable[[Outcome], Awaitable[None]]
 T = TypeVar("T")
 
 
+_RUNNING_TO_END: ContextVar[bool] = ContextVar("edgerun_running_to_end", default=False)
+
+
 async def run_to_end(work: Coroutine[Any, Any, T]) -> T:
     """`work`'s result, with `work` run to its end in a task of its own even if the caller is
-    cancelled meanwhile (a cancellation that came is raised afterwards, so the caller still ends)."""
-    task = asyncio.get_running_loop().create_task(work)
+    cancelled meanwhile (a cancellation that came is raised afterwards, so the caller still ends).
+    Called from such a task already (a generation's settling settles its holds), it just awaits."""
+    if _RUNNING_TO_END.get():
+        return await work
+    task = asyncio.get_running_loop().create_task(_running_to_end(work))
     cancelled = False
     while True:
         try:
@@ -61,6 +68,11 @@ async def run_to_end(work: Coroutine[Any, Any, T]) -> T:
     if cancelled:
         raise asyncio.CancelledError
     return result
+
+
+async def _running_to_end(work: Coroutine[Any, Any, T]) -> T:
+    _RUNNING_TO_END.set(True)  # this task's own context (and that of the tasks it starts)
+    return await work
 
 
 class Holds:

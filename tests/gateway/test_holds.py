@@ -8,7 +8,7 @@ import anyio
 import pytest
 
 from contracts.usage import Usage
-from gateway.pipeline.holds import Holds, Outcome
+from gateway.pipeline.holds import Holds, Outcome, run_to_end
 from gateway.store.errors import StoreUnavailable
 
 OK = Outcome(Usage(3, 2, 0), "ok", "b1", "local", streamed=True)
@@ -87,6 +87,28 @@ async def test_settle_finishes_even_when_its_task_is_cancelled() -> None:
     with pytest.raises(asyncio.CancelledError):
         await settling
     assert released == ["slow", "ledger"]
+
+
+async def test_run_to_end_within_run_to_end_runs_in_the_same_task() -> None:
+    ran: list[tuple[str, asyncio.Task[object] | None]] = []
+
+    async def inner() -> int:
+        await asyncio.sleep(0.05)
+        ran.append(("inner", asyncio.current_task()))
+        return 2
+
+    async def outer() -> int:
+        ran.append(("outer", asyncio.current_task()))
+        return await run_to_end(inner())
+
+    caller = asyncio.ensure_future(run_to_end(outer()))
+    await asyncio.sleep(0.01)
+    caller.cancel()  # neither the outer nor the inner work stops for it
+    with pytest.raises(asyncio.CancelledError):
+        await caller
+    assert [name for name, _ in ran] == ["outer", "inner"]
+    assert ran[0][1] is ran[1][1] is not caller
+    assert await run_to_end(outer()) == 2
 
 
 def test_no_hold_is_taken_after_settling() -> None:
