@@ -11,9 +11,7 @@ Where a model's tokenizer comes from, first hit wins:
 The payload is a `contracts.tokenizer.TokenizerPayload` (what the backend's tokenizer route
 writes: `tokenizer_json`, `chat_template`, special tokens, `add_bos_token`, `max_model_len`).
 Text is encoded as the built-in engine encodes it: no post-processor specials, the BOS id in
-front of raw prompts when `add_bos_token` is set. The ids of the last `RECENT_PROMPTS` small
-prompts without tools are kept per model (least recently used dropped first), so a prompt sent
-again (a retry, a fixed classification or extraction prompt) skips the template and the tokenizer.
+front of raw prompts when `add_bos_token` is set.
 """
 
 from __future__ import annotations
@@ -21,9 +19,8 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections import OrderedDict
-from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from tokenizers import Tokenizer
@@ -37,8 +34,6 @@ from gateway.pipeline.offload import Offload, is_large
 from gateway.pipeline.schemas import Prompt
 from gateway.pipeline.tools import with_tools_prompt
 
-RECENT_PROMPTS = 256  # prompts per model whose ids are kept; each at most LARGE_INPUT_BYTES of text
-
 
 @dataclass(frozen=True, slots=True)
 class ModelTokenizer:
@@ -47,7 +42,6 @@ class ModelTokenizer:
     template: ChatTemplate | None
     max_model_len: int
     bos_token_id: int | None  # put in front of raw prompts when the model asks for it
-    recent: OrderedDict[Hashable, tuple[int, ...]] = field(default_factory=OrderedDict, compare=False, repr=False)
 
     @classmethod
     def from_payload(cls, model: ModelSpec, payload: TokenizerPayload) -> ModelTokenizer:
@@ -95,27 +89,10 @@ class ModelTokenizer:
         return ids
 
     async def encode(self, prompt: Prompt, offload: Offload | None = None) -> list[int]:
-        """`encode_prompt`, on the offload pool when the prompt is large (inline without a pool);
-        a small prompt seen lately is not encoded again."""
-        size = prompt_size(prompt)
-        if is_large(size) or prompt.tools is not None:
-            return self.encode_prompt(prompt) if offload is None else await offload.run_if_large(
-                size, lambda: self.encode_prompt(prompt)
-            )
-        key: Hashable = prompt.text if prompt.messages is None else tuple(tuple(m.items()) for m in prompt.messages)
-        recent = self.recent
-        try:
-            found = recent.get(key)
-        except TypeError:  # a message value that is not text: no key, just encode
+        """`encode_prompt`, on the offload pool when the prompt is large (inline without a pool)."""
+        if offload is None:
             return self.encode_prompt(prompt)
-        if found is None:
-            found = tuple(self.encode_prompt(prompt))
-            recent[key] = found
-            if len(recent) > RECENT_PROMPTS:
-                recent.popitem(last=False)
-        else:
-            recent.move_to_end(key)
-        return list(found)  # the caller's own list
+        return await offload.run_if_large(prompt_size(prompt), lambda: self.encode_prompt(prompt))
 
 
 def prompt_size(prompt: Prompt) -> int:

@@ -12,7 +12,6 @@ from tokenizers import Tokenizer
 from backends.client import BackendClient, Endpoint
 from gateway.errors import InvalidInput, OutOfCapacity
 from gateway.fleet.catalog import ModelSpec
-from gateway.pipeline import tokenization
 from gateway.pipeline.schemas import Prompt
 from gateway.pipeline.tokenization import ModelTokenizer, TokenizerRegistry, load_hf_dir
 from tests.gateway.fixtures_tokenizer import CHATML, payload
@@ -34,22 +33,6 @@ async def test_raw_text_gets_bos_only_when_the_model_asks() -> None:
     with_bos = ModelTokenizer.from_payload(MODEL, payload(add_bos_token=True))
     raw = Prompt(text="the lazy dog")
     assert (await with_bos.encode(raw)) == [with_bos.bos_token_id, *(await plain.encode(raw))]
-
-
-async def test_a_prompt_seen_lately_is_not_encoded_again(monkeypatch: pytest.MonkeyPatch) -> None:
-    tok = ModelTokenizer.from_payload(MODEL, payload())
-    monkeypatch.setattr(tokenization, "RECENT_PROMPTS", 2)
-    chat = Prompt(messages=({"role": "user", "content": "the quick fox"},))
-    first = await tok.encode(chat)
-    first.append(-1)  # each caller gets a list of its own
-    seen = list(tok.recent)
-    again = await tok.encode(Prompt(messages=({"role": "user", "content": "the quick fox"},)))
-    assert again == tok.encode_prompt(chat) and list(tok.recent) == seen
-    for text in ("one", "two"):  # the least recently used goes first
-        await tok.encode(Prompt(text=text))
-    assert list(tok.recent) == ["one", "two"]
-    assert await tok.encode(Prompt(text="one")) == tok.encode_prompt(Prompt(text="one"))
-    assert list(tok.recent) == ["two", "one"]
 
 
 async def test_context_length_comes_from_the_catalog_first() -> None:
