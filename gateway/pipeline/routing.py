@@ -24,6 +24,7 @@ presents the admin token in `x-edgerun-explain` gets it back in the response hea
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,10 +60,21 @@ class Flight:
     backend_id: str  # where the tokens are counted now
     prefill_tokens: int  # still counted
     decode_tokens: int
-    explanation: str = ""  # `explain(...)`: each candidate's cached tokens, load and score
+    # what `explanation` explains: the policy and every candidate it was shown (None: nothing to explain)
+    choice: tuple[Policy, Candidate, list[Candidate]] | None = None
     started: bool = False
     finished: bool = False
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    _explanation: str | None = None
+
+    @property
+    def explanation(self) -> str:
+        """`explain(...)`: each candidate's cached tokens, load and score. Written when first asked
+        (an admin's x-edgerun-explain, or debug logging), not on every request: the candidates are
+        frozen and a policy's `score_of` depends only on them and the request."""
+        if self._explanation is None:
+            self._explanation = explain(self.choice[0], self.choice[1], self.choice[2], self.info) if self.choice else ""
+        return self._explanation
 
     @property
     def chosen(self) -> Endpoint:
@@ -130,22 +142,23 @@ class Router:
             )
         by_id = {e.id: e for e in endpoints}
         first = ordered[0]
-        explanation = explain(self.policy, first, candidates, info)
-        log.debug("routing decision", request_id=ctx.request_id, policy=self.policy.name, explanation=explanation)
         prefill = len(prompt_ids) - first.cached_prefix_tokens
         await self.store.add_inflight(first.id, prefill, max_tokens)
         self.metrics.routing_decisions.labels(self.policy.name, first.id).inc()
-        return Flight(
+        flight = Flight(
             ctx=ctx,
             info=info,
             endpoints=[by_id[c.id] for c in ordered],
             expected_cached_tokens=first.cached_prefix_tokens,
             cache_salt=cache_salt,
-            explanation=explanation,
+            choice=(self.policy, first, candidates),
             backend_id=first.id,
             prefill_tokens=prefill,
             decode_tokens=max_tokens,
         )
+        if log.is_enabled_for(logging.DEBUG):
+            log.debug("routing decision", request_id=ctx.request_id, policy=self.policy.name, explanation=flight.explanation)
+        return flight
 
     async def _gather(self, awaitables: list[Awaitable[Any]]) -> list[Any]:
         """asyncio.gather when the store waits on the network (Redis: one round trip of latency for
