@@ -22,6 +22,7 @@ from engines.builtin.attention import (
     DecodeGroup,
     PrefillChunk,
     allocate_kv_caches,
+    attention_backends,
 )
 from engines.builtin.config import EngineConfig
 from engines.builtin.loader import cache, load_model
@@ -161,7 +162,7 @@ class ModelRunner:
 
     def run_together(self, items: list[ForwardItem], aux_layers: tuple[int, ...] = ()) -> RunOutput:
         """`run` as one forward pass on the calling thread."""
-        with torch.inference_mode():
+        with torch.inference_mode(), attention_backends(self.device):
             batch = self.prepare_batch(items)
             freqs_cis = rope_freqs_cis(batch.positions, self.inv_freq)
             logits, aux = forward(self.weights, self.model_config, self.kv_caches, batch.token_ids, freqs_cis,
