@@ -2,6 +2,9 @@
 
     python -m benchmarks.quant_decode --weight-dtype float16 auto --batch 1 16 --rounds 3 --threads 1
 
+A format followed by "-unfused" (e.g. `auto-unfused`) is that format with the fused decode step off
+(engines/builtin/fused_decode.py): model.py's torch ops for every step, to measure what fusing gains.
+
 One runner per `--weight-dtype` in this process; each round runs `benchmarks.runner.measure_decode`
 (random-token context, greedy steps) on every runner in turn, so all see the same machine. Reports
 median wall tok/s and median process-CPU ms per step (with one thread the steadier figure on a
@@ -33,9 +36,13 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    runners = {w: ModelRunner(EngineConfig(model=args.model, weight_dtype=w, num_kv_blocks=1024,
-                                           mode="deterministic" if w == "float32" else "fast"))
-               for w in args.weight_dtype}
+    runners = {}
+    for label in args.weight_dtype:
+        w = label.removesuffix("-unfused")
+        runners[label] = ModelRunner(EngineConfig(model=args.model, weight_dtype=w, num_kv_blocks=1024,
+                                                  mode="deterministic" if w == "float32" else "fast"))
+        if label.endswith("-unfused"):
+            runners[label].fused = None
     print(f"# {machine(with_torch=True)}, threads={torch.get_num_threads()}, load average {os.getloadavg()[0]:.1f}")
     print("| batch | format | wall tok/s | CPU ms/step | CPU tok/s per core | CPU ratio to first |")
     print("| ---: | --- | ---: | ---: | ---: | ---: |")

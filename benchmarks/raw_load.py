@@ -60,6 +60,15 @@ def raw_request(url: str, body: dict[str, Any], headers: dict[str, str]) -> tupl
     return parsed.host, int(parsed.port or 80), ("\r\n".join(lines) + "\r\n\r\n").encode() + payload
 
 
+def distinct_bodies(body: dict[str, Any], count: int = 1024) -> list[dict[str, Any]]:
+    """`count` copies of a body whose text prompt differs in each (a numbered suffix), so the gateway does
+    its per-prompt work (template, tokenizer, prefix lookup) on every request, as it does on real traffic,
+    rather than meeting one prompt over and over that a cache would hide. Token-id prompts are kept as is."""
+    if not isinstance(body.get("prompt"), str):
+        return [body]
+    return [{**body, "prompt": f"{body['prompt']} (request {i})"} for i in range(count)]
+
+
 @dataclass
 class Phase:
     name: str
@@ -96,11 +105,14 @@ async def drive(
     watch_pid: int | None = None,
     rate: float | None = None,
 ) -> Phase:
-    """`concurrency` clients, each on its own keep-alive connection, for `duration_s`: closed loop
+    """`concurrency` clients, each on its own keep-alive connection, for `duration_s`, sending the
+    `distinct_bodies` of `body` in turn: closed loop
     (each sends its next request as soon as the last one ends), or with `rate`, requests arriving
     at `rate` per second in all (Poisson), each client taking the next arrival when it is free.
     Latency counts from the arrival, not the send, so a client that falls behind shows it."""
-    host, port, request = raw_request(url, body, headers)
+    requests = [raw_request(url, variant, headers)[2] for variant in distinct_bodies(body)]
+    host, port, _ = raw_request(url, body, headers)
+    sent = 0
     latencies: list[float] = []
     errors = 0
     deadline = time.perf_counter() + duration_s
@@ -108,7 +120,7 @@ async def drive(
     next_arrival = time.perf_counter()
 
     async def client() -> None:
-        nonlocal errors, next_arrival
+        nonlocal errors, next_arrival, sent
         connection = RawConnection(host, port)
         try:
             while time.perf_counter() < deadline:
@@ -116,6 +128,8 @@ async def drive(
                 if rate is not None:
                     start = next_arrival = max(next_arrival, start - 1.0) + arrivals.expovariate(rate)
                     await asyncio.sleep(max(0.0, start - time.perf_counter()))
+                request = requests[sent % len(requests)]
+                sent += 1
                 try:
                     ok = await connection.post(request) == 200
                 except (OSError, asyncio.IncompleteReadError, ValueError):

@@ -25,6 +25,7 @@ from engines.builtin.attention import (
     attention_backends,
 )
 from engines.builtin.config import EngineConfig
+from engines.builtin.fused_decode import FusedDecode
 from engines.builtin.loader import cache, load_model
 from engines.builtin.model import forward, rope_freqs_cis, rope_inv_freq
 from engines.builtin.model_config import ModelConfig
@@ -124,6 +125,10 @@ class ModelRunner:
             mc.num_layers, config.num_kv_blocks, config.block_size, mc.num_kv_heads, mc.head_dim, self.dtype, self.device
         )
         self.inv_freq = rope_inv_freq(mc, self.device)
+        # a step of 1-2 decodes in one C++ call where the weights are in the q4_1 format (fused_decode.py)
+        self.fused: FusedDecode | None = None
+        if config.linear_format == "q4_1":
+            self.fused = FusedDecode.may_build(self.weights, mc, self.kv_caches, self.inv_freq)
         self.max_model_len = min(config.max_model_len or mc.max_position_embeddings, mc.max_position_embeddings)
         self.max_group_padding = MAX_GROUP_PADDING  # benchmarks/decode_groups.py sets it huge for the old single group
         num_workers = config.step_workers if config.step_workers is not None else torch.get_num_threads()
@@ -162,6 +167,8 @@ class ModelRunner:
 
     def run_together(self, items: list[ForwardItem], aux_layers: tuple[int, ...] = ()) -> RunOutput:
         """`run` as one forward pass on the calling thread."""
+        if self.fused is not None and self.fused.can_run([len(item.token_ids) for item in items]):
+            return self.run_fused(self.fused, items, aux_layers)
         with torch.inference_mode(), attention_backends(self.device):
             batch = self.prepare_batch(items)
             freqs_cis = rope_freqs_cis(batch.positions, self.inv_freq)
@@ -169,6 +176,15 @@ class ModelRunner:
                                   batch.meta, batch.logit_indices, aux_layers)
         hidden = None if aux is None else [aux[start:end] for start, end in batch.item_rows]
         return RunOutput(logits, hidden)
+
+    def run_fused(self, fused: FusedDecode, items: list[ForwardItem], aux_layers: tuple[int, ...]) -> RunOutput:
+        """`run` for a step of single-token decodes, in one call of the fused kernel."""
+        for item in items:
+            self.check_item(item)
+        with torch.inference_mode():
+            logits, aux = fused([item.token_ids[0] for item in items], [item.start_pos for item in items],
+                                [item.block_table for item in items], aux_layers)
+        return RunOutput(logits, None if aux is None else [aux[i : i + 1] for i in range(len(items))])
 
     def prepare_batch(self, items: list[ForwardItem]) -> PreparedBatch:
         if not items:

@@ -23,6 +23,7 @@ from gateway.http.admin_guard import presented_bearer, token_matches
 from gateway.http.dashboard import dashboard_routes
 from gateway.http.drain import Drain, DrainGate
 from gateway.http.envelopes import JSONBytes, error_response
+from gateway.http.hot_routes import ExceptionHandler, HotRoutes
 from gateway.http.listeners import ADMIN, ListenerGate, listener_of
 from gateway.http.middleware import RequestContextMiddleware, is_openai_path
 from gateway.http.openapi import openapi_document
@@ -96,13 +97,20 @@ async def openapi_json(request: Request) -> Response:
     return JSONBytes(openapi_document())
 
 
-def routes() -> list[Route]:
+def inference_routes() -> list[Route]:
+    """The POST routes that carry the traffic (also served by `HotRoutes`, gateway/http/hot_routes.py)."""
     return [
         Route(f"{ACCOUNT}/ai/run/{{model:path}}", api_inference.run_model, methods=["POST"]),
         Route(f"{ACCOUNT}/ai/v1/chat/completions", api_inference.chat_completions, methods=["POST"]),
         Route(f"{ACCOUNT}/ai/v1/responses", api_inference.create_response, methods=["POST"]),
         Route(f"{ACCOUNT}/ai/v1/completions", api_inference.completions, methods=["POST"]),
         Route(f"{ACCOUNT}/ai/v1/embeddings", api_inference.embeddings, methods=["POST"]),
+    ]
+
+
+def routes() -> list[Route]:
+    return [
+        *inference_routes(),
         Route(f"{ACCOUNT}/ai/models/search", api_inference.search_models, methods=["GET"]),
         Route(f"{ACCOUNT}/ai/models/schema", api_inference.model_schema, methods=["GET"]),
         Route("/admin/v1/tenants", api_admin.create_tenant, methods=["POST"]),
@@ -135,15 +143,13 @@ def create_app(
         finally:
             await services.aclose()
 
-    app = Starlette(
-        routes=routes(),
-        lifespan=lifespan,
-        exception_handlers={
-            GatewayError: render_gateway_error,
-            store_errors.StoreUnavailable: render_store_unavailable,
-            HTTPException: render_http_exception,
-        },
-    )
+    handlers: dict[type[Exception], ExceptionHandler] = {
+        GatewayError: render_gateway_error,
+        store_errors.StoreUnavailable: render_store_unavailable,
+        HTTPException: render_http_exception,
+    }
+    app = Starlette(routes=routes(), lifespan=lifespan, exception_handlers=dict(handlers))
+    app.add_middleware(HotRoutes, routes=inference_routes(), handlers=handlers)  # innermost: past the gateway's middleware
     app.add_middleware(ListenerGate, split=settings.http.admin_port is not None)
     app.state.drain = drain = Drain(settings.http.shutdown_timeout_s)  # run by Listeners on SIGTERM
     app.add_middleware(DrainGate, drain=drain)

@@ -33,10 +33,24 @@ def _finite_float(text: str) -> float:
     return value
 
 
+# json.loads with these hooks would build a decoder per call (a measurable part of each request)
+_DECODER = json.JSONDecoder(parse_constant=_no_constants, parse_float=_finite_float)
+
+
+def _decode(data: bytes | str) -> Any:
+    """`json.loads(data, ...)` with the hooks above: the same encoding detection and BOM rule."""
+    if isinstance(data, str):
+        if data.startswith("\ufeff"):
+            raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", data, 0)
+    else:
+        data = data.decode(json.detect_encoding(data), "surrogatepass")
+    return _DECODER.decode(data)
+
+
 def loads_strict(data: bytes | str, max_depth: int = MAX_DEPTH) -> Any:
     """Parse `data`; raise JSONRejected for invalid JSON, NaN/Infinity, lone surrogates or deep nesting."""
     try:
-        value = json.loads(data, parse_constant=_no_constants, parse_float=_finite_float)
+        value = _decode(data)
     except JSONRejected:
         raise
     except RecursionError:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import anyio
 import structlog
 
 from gateway.errors import ConcurrencyLimited
@@ -35,11 +34,10 @@ class Slot:
         if self.released:
             return
         self.released = True
-        with anyio.CancelScope(shield=True):
-            try:
-                await self.store.release_request_slot(self.tenant_id, self.request_id)
-            except Exception as exc:
-                log.warning("releasing a request slot failed", request_id=self.request_id, error=repr(exc))
+        try:  # called as one of a request's holds, whose settling runs to its end (gateway.pipeline.holds)
+            await self.store.release_request_slot(self.tenant_id, self.request_id)
+        except Exception as exc:
+            log.warning("releasing a request slot failed", request_id=self.request_id, error=repr(exc))
 
 
 class TenantSlots:

@@ -23,7 +23,6 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
-import anyio
 import structlog
 
 from backends.client import (
@@ -47,7 +46,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.pipeline.auth import Authenticator
 from gateway.pipeline.concurrency import TenantSlots
 from gateway.pipeline.disagg import Attempt, Disaggregator, Pools
-from gateway.pipeline.holds import Holds, Outcome, Release
+from gateway.pipeline.holds import Holds, Outcome, Release, run_to_end
 from gateway.pipeline.offload import Offload
 from gateway.pipeline.routing import Flight, Router
 from gateway.pipeline.schemas import GenerationInput
@@ -157,8 +156,7 @@ class Generation:
             self._watch.monitor.record_error(exc)
             raise InternalError("the backend failed while generating the answer; retry the request") from exc
         finally:
-            with anyio.CancelScope(shield=True):
-                await self._finish(status)
+            await self._finish(status)
 
     async def collect(self) -> str:
         return "".join([text async for text in self.texts()])
@@ -166,9 +164,7 @@ class Generation:
     async def aclose(self) -> None:
         """Settle a generation whose text was never (fully) read, e.g. the client left before the
         response started; a no-op once the text iterator has finished."""
-        if not self._finished:
-            with anyio.CancelScope(shield=True):
-                await self._finish("cancelled")
+        await self._finish("cancelled")
 
     @property
     def text(self) -> str:
@@ -204,9 +200,14 @@ class Generation:
             self._watch.metrics.inter_token.labels(self.ctx.model.id).observe(itl)
 
     async def _finish(self, status: UsageStatus) -> None:
+        """Close the backend stream and settle, once, to the end even if this task is cancelled
+        meanwhile (`run_to_end`: anyio's shields do not stop `Task.cancel()`)."""
         if self._finished:
             return
         self._finished = True
+        await run_to_end(self._close_and_settle(status))
+
+    async def _close_and_settle(self, status: UsageStatus) -> None:
         try:
             await self._chunks.aclose()  # type: ignore[attr-defined]  # drops the connection: the backend aborts
         except Exception:  # the record below must be written whatever the connection did

@@ -6,14 +6,21 @@ Holds are released in the order they were taken, except the `final` ones (the le
 which come last: whoever sees a request's record sees every other hold already released. A
 release that fails is logged and does not stop the others (a store outage must not leak a
 tenant's concurrency slot).
+
+Settling runs to its end even when the task awaiting it is cancelled (`run_to_end`): a client
+that leaves, uvicorn cutting a request at shutdown, or `collect_or_cancel` all cancel with
+`Task.cancel()`, which anyio's shielded scopes do not stop, and a cancellation landing inside a
+release would otherwise lose the ledger record.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import asyncio
+from collections.abc import Awaitable, Callable, Coroutine
+from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
-import anyio
 import structlog
 
 from contracts.usage import Usage
@@ -35,6 +42,37 @@ class Outcome:
 
 
 Release = Callable[[Outcome], Awaitable[None]]
+T = TypeVar("T")
+
+
+_RUNNING_TO_END: ContextVar[bool] = ContextVar("edgerun_running_to_end", default=False)
+
+
+async def run_to_end(work: Coroutine[Any, Any, T]) -> T:
+    """`work`'s result, with `work` run to its end in a task of its own even if the caller is
+    cancelled meanwhile (a cancellation that came is raised afterwards, so the caller still ends).
+    Called from such a task already (a generation's settling settles its holds), it just awaits."""
+    if _RUNNING_TO_END.get():
+        return await work
+    task = asyncio.get_running_loop().create_task(_running_to_end(work))
+    cancelled = False
+    while True:
+        try:
+            result = await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if not task.done():
+                cancelled = True
+                continue
+            raise  # the work itself was cancelled: nothing is left to wait for
+        break
+    if cancelled:
+        raise asyncio.CancelledError
+    return result
+
+
+async def _running_to_end(work: Coroutine[Any, Any, T]) -> T:
+    _RUNNING_TO_END.set(True)  # this task's own context (and that of the tasks it starts)
+    return await work
 
 
 class Holds:
@@ -56,13 +94,15 @@ class Holds:
         if self.outcome is not None:
             return False
         self.outcome = outcome
-        ordered = [h for h in self._holds if not h[2]] + [h for h in self._holds if h[2]]
-        with anyio.CancelScope(shield=True):
-            for name, release, _ in ordered:
-                try:
-                    await release(outcome)
-                except StoreUnavailable as exc:  # an outage: leases and the backends' /load correct the counts
-                    log.warning("releasing a hold failed", hold=name, error=exc.args[0], request_id=self.request_id)
-                except Exception:
-                    log.exception("releasing a hold failed", hold=name, request_id=self.request_id)
+        await run_to_end(self._release_all(outcome))
         return True
+
+    async def _release_all(self, outcome: Outcome) -> None:
+        ordered = [h for h in self._holds if not h[2]] + [h for h in self._holds if h[2]]
+        for name, release, _ in ordered:
+            try:
+                await release(outcome)
+            except StoreUnavailable as exc:  # an outage: leases and the backends' /load correct the counts
+                log.warning("releasing a hold failed", hold=name, error=exc.args[0], request_id=self.request_id)
+            except Exception:
+                log.exception("releasing a hold failed", hold=name, request_id=self.request_id)

@@ -8,7 +8,7 @@ import anyio
 import pytest
 
 from contracts.usage import Usage
-from gateway.pipeline.holds import Holds, Outcome
+from gateway.pipeline.holds import Holds, Outcome, run_to_end
 from gateway.store.errors import StoreUnavailable
 
 OK = Outcome(Usage(3, 2, 0), "ok", "b1", "local", streamed=True)
@@ -52,23 +52,63 @@ async def test_a_failing_release_does_not_keep_the_others() -> None:
     assert released == ["slot"]
 
 
-async def test_settle_finishes_even_when_its_scope_is_cancelled() -> None:
-    holds, released = Holds("r3"), []
+def slow_then_ledger(request_id: str) -> tuple[Holds, list[str]]:
+    """Holds whose first release waits 50 ms and whose ledger record comes last; `released` fills in."""
+    holds, released = Holds(request_id), []
 
     async def slow(_: Outcome) -> None:
         await asyncio.sleep(0.05)
         released.append("slow")
 
-    async def after(_: Outcome) -> None:
-        released.append("after")
+    async def ledger(_: Outcome) -> None:
+        released.append("ledger")
 
     holds.push("slow", slow)
-    holds.push("after", after)
-    async with anyio.create_task_group() as group:  # how Starlette cancels a request whose client left
+    holds.push("ledger", ledger, final=True)
+    return holds, released
+
+
+async def test_settle_finishes_even_when_its_scope_is_cancelled() -> None:
+    holds, released = slow_then_ledger("r3")
+    async with anyio.create_task_group() as group:  # an anyio cancel scope, as Starlette's task groups cancel
         group.start_soon(holds.settle, OK)
         await asyncio.sleep(0.01)
         group.cancel_scope.cancel()
-    assert released == ["slow", "after"]
+    assert released == ["slow", "ledger"]
+
+
+async def test_settle_finishes_even_when_its_task_is_cancelled() -> None:
+    """Task.cancel() (a client that left, a request cut at shutdown) passes anyio's shields: the
+    releases still all run, the ledger's last, and the cancellation reaches the caller afterwards."""
+    holds, released = slow_then_ledger("r5")
+    settling = asyncio.ensure_future(holds.settle(OK))
+    await asyncio.sleep(0.01)
+    settling.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await settling
+    assert released == ["slow", "ledger"]
+
+
+async def test_run_to_end_within_run_to_end_runs_in_the_same_task() -> None:
+    ran: list[tuple[str, asyncio.Task[object] | None]] = []
+
+    async def inner() -> int:
+        await asyncio.sleep(0.05)
+        ran.append(("inner", asyncio.current_task()))
+        return 2
+
+    async def outer() -> int:
+        ran.append(("outer", asyncio.current_task()))
+        return await run_to_end(inner())
+
+    caller = asyncio.ensure_future(run_to_end(outer()))
+    await asyncio.sleep(0.01)
+    caller.cancel()  # neither the outer nor the inner work stops for it
+    with pytest.raises(asyncio.CancelledError):
+        await caller
+    assert [name for name, _ in ran] == ["outer", "inner"]
+    assert ran[0][1] is ran[1][1] is not caller
+    assert await run_to_end(outer()) == 2
 
 
 def test_no_hold_is_taken_after_settling() -> None:

@@ -1,5 +1,6 @@
-"""edgerun's own C++ CPU kernels (block_gemv.cpp: Q4_1 and Q8_0 matmuls for short inputs, AVX2),
-built once as a torch extension and registered as torch ops (`torch.ops.edgerun.q4_1_linear`, ...).
+"""edgerun's own C++ CPU kernels, built once as a torch extension and registered as torch ops:
+block_gemv.cpp (`torch.ops.edgerun.q4_1_linear`, `q8_0_linear`: Q4_1 and Q8_0 matmuls for short inputs,
+AVX2) and decode_step.cpp (`torch.ops.edgerun.decode_step`: a whole decode step of a few rows in one call).
 
 The build is cached under ~/.cache/edgerun/kernels/<hash of the source, torch version and flags>, so
 a machine compiles it once (the Makefile's install step does: `python -m engines.builtin.kernels`);
@@ -18,8 +19,13 @@ from pathlib import Path
 
 logger = logging.getLogger(__name__)
 
-SOURCE = Path(__file__).with_name("block_gemv.cpp")
-CFLAGS = ["-O3", "-mavx2", "-mfma", "-mf16c", "-fno-math-errno"]
+SOURCES = [Path(__file__).with_name(name) for name in ("block_gemv.cpp", "decode_step.cpp")]
+HEADERS = [Path(__file__).with_name("block_gemv.h")]
+# -fopenmp: at::parallel_for is inline OpenMP in torch's headers, so without it every kernel ran on one thread.
+# The library then needs libgomp.so.1, which the dynamic linker finds already loaded by torch (its own copy,
+# same soname): one OpenMP runtime and one thread pool in the process, sized by torch.set_num_threads.
+CFLAGS = ["-O3", "-mavx2", "-mfma", "-mf16c", "-fno-math-errno", "-fopenmp"]
+LDFLAGS = ["-fopenmp"]
 NAME = "edgerun_kernels"
 DISABLE_ENV = "EDGERUN_KERNELS"  # "off": never build or load them (the fallback path, on purpose)
 
@@ -36,7 +42,8 @@ def cpu_has_avx2() -> bool:
 def build_dir() -> Path:
     import torch
 
-    key = hashlib.sha256(SOURCE.read_bytes() + torch.__version__.encode() + " ".join(CFLAGS).encode()).hexdigest()[:16]
+    code = b"".join(path.read_bytes() for path in SOURCES + HEADERS)
+    key = hashlib.sha256(code + torch.__version__.encode() + " ".join(CFLAGS).encode()).hexdigest()[:16]
     return Path.home() / ".cache" / "edgerun" / "kernels" / f"{NAME}-{key}"
 
 
@@ -61,10 +68,10 @@ def load() -> bool:
 
             directory.mkdir(parents=True, exist_ok=True)
             logger.info("building the edgerun kernels in %s (once per machine)", directory)
-            build(NAME, [str(SOURCE)], extra_cflags=CFLAGS, build_directory=str(directory), is_python_module=False,
-                  verbose=False)
+            build(NAME, [str(path) for path in SOURCES], extra_cflags=CFLAGS, extra_ldflags=LDFLAGS,
+                  build_directory=str(directory), is_python_module=False, verbose=False)
     except Exception as exc:  # no compiler, no ninja, a failed build: the engine must still start
         logger.warning("edgerun kernels unavailable (%s: %s); torch's own ops run instead",
                        type(exc).__name__, str(exc).strip().splitlines()[-1] if str(exc).strip() else "")
         return False
-    return hasattr(torch.ops.edgerun, "q4_1_linear")
+    return hasattr(torch.ops.edgerun, "q4_1_linear") and hasattr(torch.ops.edgerun, "decode_step")

@@ -17,8 +17,8 @@
 //         4-7: block 2i+1's even, 8-11: 2i's odd, 12-15: 2i+1's odd), and the activations are stored
 //         in that order, so no shuffles are needed.
 //   Q8_0: p int16 too, the codes widened to int16 (two converts per block), madd_epi16 -> s32.
-// Output rows n are split over torch's own thread pool (at::parallel_for): torch.set_num_threads
-// governs them and no second OpenMP runtime is linked.
+// Output rows n are split over torch's own thread pool (at::parallel_for, built with -fopenmp against the
+// libgomp torch loads: see kernels/__init__.py): torch.set_num_threads governs them.
 
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
@@ -26,6 +26,8 @@
 #include <c10/util/Exception.h>
 #include <immintrin.h>
 #include <torch/library.h>
+
+#include "block_gemv.h"
 
 #include <algorithm>
 #include <cmath>
@@ -218,54 +220,75 @@ void all_rows(const typename Kernel<1>::Act& xq, int64_t rows, int64_t nb, const
 
 constexpr int64_t kGrainRows = 32;  // output rows per task at least: a small matrix stays on one thread
 
+// y [rows, n] = x @ w.T with w's row i at codes + i * row_bytes and its scales at scales + i * scales_per_row
+template <template <int> class Kernel>
+void block_matmul(const typename Kernel<1>::Act& xq, int64_t rows, int64_t nb, const typename Kernel<1>::Code* wq,
+                  const uint16_t* scales, int64_t row_bytes, int64_t scales_per_row, int64_t n, float* y) {
+  at::parallel_for(0, n, kGrainRows, [&](int64_t n0, int64_t n1) {
+    for (int64_t i = n0; i < n1; ++i) all_rows<Kernel>(xq, rows, nb, wq + i * row_bytes, scales + i * scales_per_row, y, n, i);
+  });
+}
+
+}  // namespace
+
+namespace edgerun {
+
+void q4_1_matmul(const float* x, int64_t rows, int64_t k, const uint8_t* codes, const uint16_t* scales, int64_t n, float* y) {
+  const int64_t nb = k / kBlock;
+  const auto xq = quantize_rows<int16_t, true>(x, rows, k, 32767.f);
+  block_matmul<Q4_1>(xq, rows, nb, codes, scales, (nb + 1) / 2 * kBlock, 2 * nb, n, y);
+}
+
+void q8_0_matmul(const float* x, int64_t rows, int64_t k, const int8_t* codes, const uint16_t* scales, int64_t n, float* y) {
+  const auto xq = quantize_rows<int16_t, false>(x, rows, k, 32767.f);
+  block_matmul<Q8_0>(xq, rows, k / kBlock, codes, scales, k, k / kBlock, n, y);
+}
+
+}  // namespace edgerun
+
+namespace {
+
 at::Tensor checked_input(const at::Tensor& x) {
   TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat && x.device().is_cpu(), "x must be a 2-D float32 CPU tensor");
   TORCH_CHECK(x.size(1) % kBlock == 0, "in_features must be a multiple of 32, got ", x.size(1));
   return x.contiguous();
 }
 
-// y = x @ w.T with w's row n at codes + n * row_bytes and its scales at scales + n * scales_per_row
-template <template <int> class Kernel>
-at::Tensor block_linear(const at::Tensor& x, const at::Tensor& codes, const at::Tensor& scales, int64_t row_bytes,
-                        int64_t scales_per_row, const typename Kernel<1>::Act& xq) {
-  using Code = typename Kernel<1>::Code;
-  const int64_t rows = x.size(0), k = x.size(1), n = codes.size(0);
-  const int64_t nb = k / kBlock;
-  TORCH_CHECK(codes.is_contiguous() && codes.size(1) == row_bytes, "codes must be contiguous [out, ", row_bytes,
-              "] for in_features ", k, ", got ", codes.sizes());
-  TORCH_CHECK(scales.is_contiguous() && scales.scalar_type() == at::kHalf && scales.numel() == n * scales_per_row,
+void check_weight(const at::Tensor& codes, const at::Tensor& scales, int64_t row_bytes, int64_t scales_per_row, int64_t k) {
+  TORCH_CHECK(codes.is_contiguous() && codes.dim() == 2 && codes.size(1) == row_bytes, "codes must be contiguous [out, ",
+              row_bytes, "] for in_features ", k, ", got ", codes.sizes());
+  TORCH_CHECK(scales.is_contiguous() && scales.scalar_type() == at::kHalf && scales.numel() == codes.size(0) * scales_per_row,
               "scales must be contiguous float16 with ", scales_per_row, " per output row");
-  at::Tensor y = at::empty({rows, n}, x.options());
-  const Code* wq = reinterpret_cast<const Code*>(codes.data_ptr());
-  const uint16_t* sc = reinterpret_cast<const uint16_t*>(scales.data_ptr());
-  float* out = y.data_ptr<float>();
-  at::parallel_for(0, n, kGrainRows, [&](int64_t n0, int64_t n1) {
-    for (int64_t i = n0; i < n1; ++i) all_rows<Kernel>(xq, rows, nb, wq + i * row_bytes, sc + i * scales_per_row, out, n, i);
-  });
-  return y;
 }
 
 // codes [N, 32 * ceil(K / 64)] uint8: blocks paired, block 2i in the low nibbles of 32 bytes and block
 // 2i + 1 in the high ones; scales [N, 2, K / 32] float16: each row's d, then its m
 at::Tensor q4_1_linear(const at::Tensor& x, const at::Tensor& codes, const at::Tensor& scales) {
-  TORCH_CHECK(codes.dim() == 2 && codes.scalar_type() == at::kByte, "codes must be 2-D uint8");
+  TORCH_CHECK(codes.scalar_type() == at::kByte, "codes must be uint8");
   const at::Tensor xc = checked_input(x);
-  const int64_t nb = xc.size(1) / kBlock;
-  const auto xq = quantize_rows<int16_t, true>(xc.data_ptr<float>(), xc.size(0), xc.size(1), 32767.f);
-  return block_linear<Q4_1>(xc, codes, scales, (nb + 1) / 2 * kBlock, 2 * nb, xq);
+  const int64_t k = xc.size(1), nb = k / kBlock;
+  check_weight(codes, scales, (nb + 1) / 2 * kBlock, 2 * nb, k);
+  at::Tensor y = at::empty({xc.size(0), codes.size(0)}, xc.options());
+  edgerun::q4_1_matmul(xc.data_ptr<float>(), xc.size(0), k, codes.data_ptr<uint8_t>(),
+                       reinterpret_cast<const uint16_t*>(scales.data_ptr()), codes.size(0), y.data_ptr<float>());
+  return y;
 }
 
 // codes [N, K] int8, scales [N, K / 32] float16
 at::Tensor q8_0_linear(const at::Tensor& x, const at::Tensor& codes, const at::Tensor& scales) {
-  TORCH_CHECK(codes.dim() == 2 && codes.scalar_type() == at::kChar, "codes must be 2-D int8");
+  TORCH_CHECK(codes.scalar_type() == at::kChar, "codes must be int8");
   const at::Tensor xc = checked_input(x);
-  const auto xq = quantize_rows<int16_t, false>(xc.data_ptr<float>(), xc.size(0), xc.size(1), 32767.f);
-  return block_linear<Q8_0>(xc, codes, scales, xc.size(1), xc.size(1) / kBlock, xq);
+  const int64_t k = xc.size(1);
+  check_weight(codes, scales, k, k / kBlock, k);
+  at::Tensor y = at::empty({xc.size(0), codes.size(0)}, xc.options());
+  edgerun::q8_0_matmul(xc.data_ptr<float>(), xc.size(0), k, codes.data_ptr<int8_t>(),
+                       reinterpret_cast<const uint16_t*>(scales.data_ptr()), codes.size(0), y.data_ptr<float>());
+  return y;
 }
 
 }  // namespace
 
-TORCH_LIBRARY(edgerun, m) {
+TORCH_LIBRARY_FRAGMENT(edgerun, m) {
   m.def("q4_1_linear(Tensor x, Tensor codes, Tensor scales) -> Tensor");
   m.def("q8_0_linear(Tensor x, Tensor codes, Tensor scales) -> Tensor");
 }

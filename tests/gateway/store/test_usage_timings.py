@@ -32,3 +32,10 @@ def test_a_record_written_before_the_fields_existed_still_parses() -> None:
 def test_timings_must_be_finite_seconds(value: object) -> None:
     with pytest.raises(InvalidArgument, match="ttft_s"):
         record("req-bad", T0, ttft_s=value)
+
+
+def test_a_record_encodes_every_field_sorted_and_compact_and_reads_back() -> None:
+    timed = record("req-json", T0, ttft_s=0.5, itl_s=0.01)
+    text = timed.to_json()
+    assert text == json.dumps(dataclasses.asdict(timed), separators=(",", ":"), sort_keys=True)
+    assert UsageRecord.from_json(text) == timed

@@ -1,0 +1,84 @@
+"""A decode step of a few rows in one C++ call (engines/builtin/kernels/decode_step.cpp), for the q4_1 format.
+
+At one row a step of model.py's forward pass is ~20 torch ops per layer, each costing more in dispatch than
+in arithmetic. When every decoder weight is Q4_1 and the head Q8_0 (BlockLinear, edgerun's kernels) and
+the KV cache float32 on the CPU, a step whose items are all single-token decodes, at most `MAX_ROWS` of
+them, runs through `torch.ops.edgerun.decode_step` instead: the same maths and the same kernels for the
+matmuls, in one call. model.py stays the reference and runs everything else (prefill chunks, verify rows,
+more rows, other formats, CUDA, EDGERUN_KERNELS=off).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from engines.builtin.block_linear import BlockLinear
+from engines.builtin.model_config import ModelConfig
+from engines.builtin.weights import LlamaWeights
+
+
+@dataclass(slots=True, eq=False)
+class FusedDecode:
+    """The tensors `decode_step` reads, gathered once; call it with one step's decode rows."""
+
+    embed: Tensor  # [V, D] float32
+    layers: list[Tensor]  # per layer: attn_norm, then codes and scales of qkv, o, gate_up, down
+    kv_caches: list[Tensor]
+    inv_freq: Tensor  # [hd / 2] float32
+    norm: Tensor
+    head: BlockLinear
+    config: ModelConfig
+    block_size: int
+
+    # up to this many decode rows a step runs fused (the kernel's own row limit: its matmuls run up to 4 rows
+    # per pass over a weight row, and past 2 rows torch's wide paths win the linear layers already)
+    MAX_ROWS = BlockLinear.KERNEL_MAX_ROWS
+
+    @classmethod
+    def may_build(cls, weights: LlamaWeights, config: ModelConfig, kv_caches: list[Tensor], inv_freq: Tensor) -> FusedDecode | None:
+        """The fused step over these weights, or None where it does not apply (a weight not in the q4_1 format,
+        a cache not float32 on the CPU, the kernels not loaded)."""
+        head = weights.lm_head
+        linears = [getattr(layer, name) for layer in weights.layers for name in ("qkv", "o", "gate_up", "down")]
+        if not (isinstance(head, BlockLinear) and head.format == "q8_0"):
+            return None
+        if not all(isinstance(w, BlockLinear) and w.format == "q4_1" for w in linears):
+            return None
+        if not all(c.dtype == torch.float32 and c.device.type == "cpu" and c.is_contiguous() for c in kv_caches):
+            return None
+        if weights.embed.dtype != torch.float32 or not hasattr(torch.ops.edgerun, "decode_step"):
+            return None
+        layers: list[Tensor] = []
+        for layer in weights.layers:
+            layers.append(layer.attn_norm.contiguous())
+            for name in ("qkv", "o"):
+                linear = getattr(layer, name)
+                layers += [linear.codes, linear.scales]
+            layers.append(layer.mlp_norm.contiguous())
+            for name in ("gate_up", "down"):
+                linear = getattr(layer, name)
+                layers += [linear.codes, linear.scales]
+        return cls(weights.embed, layers, kv_caches, inv_freq.float().contiguous(), weights.norm.contiguous(), head,
+                   config, kv_caches[0].shape[1])
+
+    def can_run(self, token_counts: Sequence[int]) -> bool:
+        """Whether a step of items with these numbers of new tokens runs fused: 1 to MAX_ROWS single-token items."""
+        return 0 < len(token_counts) <= self.MAX_ROWS and all(n == 1 for n in token_counts)
+
+    def __call__(self, token_ids: list[int], positions: list[int], block_tables: list[list[int]],
+                 aux_layers: tuple[int, ...] = ()) -> tuple[Tensor, Tensor | None]:
+        """One new token per row at `positions` -> (logits [rows, V] float32, the residual stream after each layer
+        of aux_layers [rows, len(aux_layers) * D], None without); the rows' k/v go into their cache slots."""
+        num_blocks = [pos // self.block_size + 1 for pos in positions]
+        width = max(num_blocks)
+        tables = [table[:n] + [0] * (width - n) for table, n in zip(block_tables, num_blocks)]
+        c = self.config
+        logits, aux = torch.ops.edgerun.decode_step(
+            self.embed[token_ids], self.layers, self.kv_caches, torch.tensor(positions), torch.tensor(tables),
+            self.inv_freq, self.norm, self.head.codes, self.head.scales, list(aux_layers), c.num_heads, c.num_kv_heads,
+            c.rms_norm_eps)
+        return logits, aux if aux_layers else None

@@ -1,0 +1,258 @@
+// A whole decode step of a Llama model in one call: edgerun's fast path for a few single-token rows.
+//
+// model.py runs a step as ~20 torch ops per layer; at one row each op costs more in dispatch than in
+// arithmetic. This runs the same maths for rows of one new token each (their own sequences), with every
+// linear weight in the q4_1 format (block_gemv.h: Q4_1 decoder, Q8_0 head) and a float32 paged KV cache:
+//
+//   per layer:  h = rms_norm(x) * attn_norm;  qkv = h @ Wqkv.T;  rope(q, k) at the row's position;
+//               k, v -> the cache slot of that position;  a = softmax(q k^T / sqrt(hd)) v over the row's
+//               context (grouped-query: query head j reads kv head j / (H / KH));  x += a @ Wo.T
+//               h = rms_norm(x) * mlp_norm;  [g, u] = h @ Wgate_up.T;  x += (silu(g) * u) @ Wdown.T
+//   then:       logits = rms_norm(x) * norm @ Whead.T
+//
+// The cache is [num_blocks, block_size, 2, KH, hd] float32 (attention.py); position p of a row lives in
+// slot block_table[p / block_size] * block_size + p % block_size. Rope pairs are interleaved (weights.py):
+// (x[2i], x[2i+1]) turns by pos * inv_freq[i]. The matmuls split output rows over torch's threads
+// (at::parallel_for), attention splits its (row, kv head) pairs.
+
+#include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
+#include <c10/util/Exception.h>
+#include <immintrin.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "block_gemv.h"
+
+namespace {
+
+constexpr int64_t kLayerTensors = 10;  // per layer: attn_norm, then codes and scales of qkv, o, gate_up, down
+
+struct Q4Weight {
+  const uint8_t* codes;
+  const uint16_t* scales;
+  int64_t out;
+};
+
+Q4Weight q4_weight(const at::Tensor& codes, const at::Tensor& scales, int64_t in) {
+  TORCH_CHECK(codes.scalar_type() == at::kByte && codes.is_contiguous() && codes.dim() == 2 &&
+                  codes.size(1) == (in / 32 + 1) / 2 * 32,
+              "q4_1 codes must be contiguous uint8 [out, ", (in / 32 + 1) / 2 * 32, "], got ", codes.sizes());
+  TORCH_CHECK(scales.scalar_type() == at::kHalf && scales.is_contiguous() && scales.numel() == codes.size(0) * 2 * (in / 32),
+              "q4_1 scales must be contiguous float16 [out, 2, in / 32]");
+  return {codes.data_ptr<uint8_t>(), reinterpret_cast<const uint16_t*>(scales.data_ptr()), codes.size(0)};
+}
+
+const float* norm_weight(const at::Tensor& w, int64_t d) {
+  TORCH_CHECK(w.scalar_type() == at::kFloat && w.is_contiguous() && w.numel() == d, "norm weights must be float32 [", d, "]");
+  return w.data_ptr<float>();
+}
+
+float dot(const float* a, const float* b, int64_t n) {
+  __m256 acc = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
+  __m128 r = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+  r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+  r = _mm_add_ss(r, _mm_movehdup_ps(r));
+  float sum = _mm_cvtss_f32(r);
+  for (; i < n; ++i) sum += a[i] * b[i];
+  return sum;
+}
+
+// out[t] = x[t] / sqrt(mean(x[t]^2) + eps) * w    x, out: [rows, d]
+void rms_norm(const float* x, const float* w, int64_t rows, int64_t d, float eps, float* out) {
+  for (int64_t t = 0; t < rows; ++t) {
+    const float* xt = x + t * d;
+    const float inv = 1.f / std::sqrt(dot(xt, xt, d) / static_cast<float>(d) + eps);
+    for (int64_t i = 0; i < d; ++i) out[t * d + i] = xt[i] * inv * w[i];
+  }
+}
+
+// The shape of the model and of one step's rows, and where each row's keys live.
+struct Step {
+  int64_t rows, d, heads, kv_heads, hd, inter;
+  int64_t block_size, max_blocks;
+  float eps;
+  const int64_t* positions;     // [rows]
+  const int64_t* block_tables;  // [rows, max_blocks]
+  const float* inv_freq;        // [hd / 2]
+
+  int64_t slot(int64_t t, int64_t pos) const {
+    return block_tables[t * max_blocks + pos / block_size] * block_size + pos % block_size;
+  }
+};
+
+// qkv [rows, (H + 2KH) * hd]: rope on the q and k heads, in place
+void rope(const Step& s, float* qkv) {
+  const int64_t width = (s.heads + 2 * s.kv_heads) * s.hd, half = s.hd / 2;
+  std::vector<float> cos_sin(2 * half);
+  for (int64_t t = 0; t < s.rows; ++t) {
+    for (int64_t i = 0; i < half; ++i) {
+      const float angle = static_cast<float>(s.positions[t]) * s.inv_freq[i];
+      cos_sin[2 * i] = std::cos(angle);
+      cos_sin[2 * i + 1] = std::sin(angle);
+    }
+    for (int64_t h = 0; h < s.heads + s.kv_heads; ++h) {
+      float* v = qkv + t * width + h * s.hd;
+      for (int64_t i = 0; i < half; ++i) {
+        const float a = v[2 * i], b = v[2 * i + 1], c = cos_sin[2 * i], sn = cos_sin[2 * i + 1];
+        v[2 * i] = a * c - b * sn;
+        v[2 * i + 1] = a * sn + b * c;
+      }
+    }
+  }
+}
+
+// the cache lines of n floats from x, into L1 ahead of use: the keys and values of a position are
+// kv_width floats apart from the next's, a stride the hardware prefetcher does not run far enough ahead on
+constexpr int64_t kAhead = 4;  // positions
+
+void prefetch(const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) _mm_prefetch(reinterpret_cast<const char*>(x + i), _MM_HINT_T0);
+}
+
+// k and v of each row's new token -> its cache slot; then out [rows, H * hd] = attention of its q heads
+void attend(const Step& s, const float* qkv, float* cache, float* out) {
+  const int64_t width = (s.heads + 2 * s.kv_heads) * s.hd, kv_width = s.kv_heads * s.hd;
+  for (int64_t t = 0; t < s.rows; ++t) {
+    float* slot = cache + s.slot(t, s.positions[t]) * 2 * kv_width;
+    std::copy_n(qkv + t * width + s.heads * s.hd, 2 * kv_width, slot);  // k heads then v heads, as the cache
+  }
+  // one task per (row, kv head): the kv head's group of query heads read each key and value once
+  const float scale = 1.f / std::sqrt(static_cast<float>(s.hd));
+  const int64_t group = s.heads / s.kv_heads;
+  at::parallel_for(0, s.rows * s.kv_heads, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> scores, acc(group * s.hd);
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t t = task / s.kv_heads, g = task % s.kv_heads;
+      const int64_t context = s.positions[t] + 1;
+      const float* q = qkv + t * width + g * group * s.hd;  // [group, hd]: query heads g * group ...
+      scores.resize(group * context);  // [group, context]
+      for (int64_t p = 0; p < context; ++p) {
+        const float* k = cache + s.slot(t, p) * 2 * kv_width + g * s.hd;
+        if (p + kAhead < context) prefetch(cache + s.slot(t, p + kAhead) * 2 * kv_width + g * s.hd, s.hd);
+        for (int64_t j = 0; j < group; ++j) scores[j * context + p] = dot(q + j * s.hd, k, s.hd) * scale;
+      }
+      for (int64_t j = 0; j < group; ++j) {  // softmax over each head's scores, in place
+        float* row = scores.data() + j * context;
+        const float top = *std::max_element(row, row + context);
+        float total = 0.f;
+        for (int64_t p = 0; p < context; ++p) total += (row[p] = std::exp(row[p] - top));
+        for (int64_t p = 0; p < context; ++p) row[p] /= total;
+      }
+      std::fill(acc.begin(), acc.end(), 0.f);
+      for (int64_t p = 0; p < context; ++p) {
+        const float* v = cache + s.slot(t, p) * 2 * kv_width + kv_width + g * s.hd;
+        if (p + kAhead < context) prefetch(cache + s.slot(t, p + kAhead) * 2 * kv_width + kv_width + g * s.hd, s.hd);
+        for (int64_t j = 0; j < group; ++j) {
+          const float e = scores[j * context + p];
+          float* a = acc.data() + j * s.hd;
+          for (int64_t i = 0; i < s.hd; ++i) a[i] += e * v[i];
+        }
+      }
+      std::copy(acc.begin(), acc.end(), out + t * s.heads * s.hd + g * group * s.hd);
+    }
+  });
+}
+
+// x [rows, d] += y [rows, d]
+void add(float* x, const float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] += y[i];
+}
+
+// One step: x [rows, d] (the new tokens' embeddings) -> (logits [rows, vocab], the residual stream after
+// each layer of aux_layers [rows, len(aux_layers) * d]; [rows, 0] without)
+std::tuple<at::Tensor, at::Tensor> decode_step(const at::Tensor& x_in, at::TensorList layers, at::TensorList kv_caches,
+                                               const at::Tensor& positions, const at::Tensor& block_tables,
+                                               const at::Tensor& inv_freq, const at::Tensor& norm,
+                                               const at::Tensor& head_codes, const at::Tensor& head_scales,
+                                               at::IntArrayRef aux_layers, int64_t num_heads, int64_t num_kv_heads,
+                                               double eps) {
+  TORCH_CHECK(x_in.dim() == 2 && x_in.scalar_type() == at::kFloat && x_in.device().is_cpu(), "x must be a 2-D float32 CPU tensor");
+  const int64_t rows = x_in.size(0), d = x_in.size(1), num_layers = static_cast<int64_t>(kv_caches.size());
+  TORCH_CHECK(static_cast<int64_t>(layers.size()) == kLayerTensors * num_layers, "layers must hold ", kLayerTensors,
+              " tensors per layer");
+  TORCH_CHECK(d % 32 == 0 && num_heads % num_kv_heads == 0, "hidden size must be a multiple of 32");
+  const at::Tensor& cache0 = kv_caches[0];
+  TORCH_CHECK(cache0.dim() == 5 && cache0.size(2) == 2 && cache0.size(3) == num_kv_heads, "kv caches must be [blocks, block_size, 2, KH, hd]");
+  const int64_t hd = cache0.size(4), block_size = cache0.size(1);
+  TORCH_CHECK(positions.scalar_type() == at::kLong && positions.is_contiguous() && positions.numel() == rows, "positions must be int64 [rows]");
+  TORCH_CHECK(block_tables.scalar_type() == at::kLong && block_tables.is_contiguous() && block_tables.dim() == 2 &&
+                  block_tables.size(0) == rows, "block_tables must be int64 [rows, max_blocks]");
+  TORCH_CHECK(inv_freq.scalar_type() == at::kFloat && inv_freq.is_contiguous() && inv_freq.numel() == hd / 2, "inv_freq must be float32 [hd / 2]");
+  const int64_t max_blocks = block_tables.size(1);
+  const int64_t* pos = positions.data_ptr<int64_t>();
+  const int64_t* tables = block_tables.data_ptr<int64_t>();
+  for (int64_t t = 0; t < rows; ++t) {
+    TORCH_CHECK(pos[t] >= 0 && pos[t] < max_blocks * block_size, "position ", pos[t], " is outside row ", t, "'s block table");
+    for (int64_t b = 0; b <= pos[t] / block_size; ++b)
+      TORCH_CHECK(tables[t * max_blocks + b] >= 0 && tables[t * max_blocks + b] < cache0.size(0), "block id out of range");
+  }
+  const int64_t inter = layers[6].size(0) / 2;  // gate_up codes: [2I, ...]
+  const Step s{rows, d, num_heads, num_kv_heads, hd, inter, block_size, max_blocks, static_cast<float>(eps), pos, tables,
+               inv_freq.data_ptr<float>()};
+  const int64_t qkv_width = (num_heads + 2 * num_kv_heads) * hd;
+
+  at::Tensor x = x_in.contiguous().clone();
+  at::Tensor aux = at::empty({rows, static_cast<int64_t>(aux_layers.size()) * d}, x.options());
+  float* xs = x.data_ptr<float>();
+  std::vector<float> h(rows * std::max(d, inter)), qkv(rows * qkv_width), attn(rows * num_heads * hd), y(rows * d),
+      gate_up(rows * 2 * inter);
+  for (int64_t layer = 0; layer < num_layers; ++layer) {
+    const at::TensorList w = layers.slice(layer * kLayerTensors, kLayerTensors);
+    const at::Tensor& cache = kv_caches[layer];
+    TORCH_CHECK(cache.scalar_type() == at::kFloat && cache.is_contiguous() && cache.sizes() == cache0.sizes(),
+                "kv caches must be contiguous float32, all of one shape");
+    const Q4Weight wqkv = q4_weight(w[1], w[2], d), wo = q4_weight(w[3], w[4], num_heads * hd);
+    const Q4Weight wgu = q4_weight(w[6], w[7], d), wdown = q4_weight(w[8], w[9], inter);
+    TORCH_CHECK(wqkv.out == qkv_width && wo.out == d && wgu.out == 2 * inter && wdown.out == d, "layer ", layer,
+                "'s weights do not match the model's shape");
+
+    rms_norm(xs, norm_weight(w[0], d), rows, d, s.eps, h.data());
+    edgerun::q4_1_matmul(h.data(), rows, d, wqkv.codes, wqkv.scales, qkv_width, qkv.data());
+    rope(s, qkv.data());
+    attend(s, qkv.data(), cache.data_ptr<float>(), attn.data());
+    edgerun::q4_1_matmul(attn.data(), rows, num_heads * hd, wo.codes, wo.scales, d, y.data());
+    add(xs, y.data(), rows * d);
+
+    rms_norm(xs, norm_weight(w[5], d), rows, d, s.eps, h.data());
+    edgerun::q4_1_matmul(h.data(), rows, d, wgu.codes, wgu.scales, 2 * inter, gate_up.data());
+    for (int64_t t = 0; t < rows; ++t) {  // h = silu(gate) * up   [rows, I]
+      const float* g = gate_up.data() + t * 2 * inter;
+      for (int64_t i = 0; i < inter; ++i) h[t * inter + i] = g[i] / (1.f + std::exp(-g[i])) * g[inter + i];
+    }
+    edgerun::q4_1_matmul(h.data(), rows, inter, wdown.codes, wdown.scales, d, y.data());
+    add(xs, y.data(), rows * d);
+
+    for (size_t j = 0; j < aux_layers.size(); ++j)
+      if (aux_layers[j] == layer)
+        for (int64_t t = 0; t < rows; ++t) std::copy_n(xs + t * d, d, aux.data_ptr<float>() + t * aux.size(1) + j * d);
+  }
+
+  TORCH_CHECK(head_codes.scalar_type() == at::kChar && head_codes.is_contiguous() && head_codes.dim() == 2 && head_codes.size(1) == d,
+              "head codes must be contiguous int8 [vocab, ", d, "]");
+  TORCH_CHECK(head_scales.scalar_type() == at::kHalf && head_scales.is_contiguous() && head_scales.numel() == head_codes.size(0) * (d / 32),
+              "head scales must be contiguous float16 [vocab, ", d / 32, "]");
+  rms_norm(xs, norm_weight(norm, d), rows, d, s.eps, h.data());
+  at::Tensor logits = at::empty({rows, head_codes.size(0)}, x.options());
+  edgerun::q8_0_matmul(h.data(), rows, d, head_codes.data_ptr<int8_t>(), reinterpret_cast<const uint16_t*>(head_scales.data_ptr()),
+                       head_codes.size(0), logits.data_ptr<float>());
+  return {logits, aux};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(edgerun, m) {
+  m.def("decode_step(Tensor x, Tensor[] layers, Tensor(a!)[] kv_caches, Tensor positions, Tensor block_tables, Tensor inv_freq, "
+        "Tensor norm, Tensor head_codes, Tensor head_scales, int[] aux_layers, int num_heads, int num_kv_heads, float eps) "
+        "-> (Tensor, Tensor)");
+}
+
+TORCH_LIBRARY_IMPL(edgerun, CPU, m) { m.impl("decode_step", decode_step); }

@@ -1,0 +1,146 @@
+"""The fused decode step (engines/builtin/fused_decode.py, kernels/decode_step.cpp) against model.py's torch path
+with the same q4_1 weights: logits, the k/v it writes, aux hidden states and long greedy runs agree."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+from engines.builtin import kernels
+from engines.builtin.config import EngineConfig
+from engines.builtin.fused_decode import FusedDecode
+from engines.builtin.model_runner import ForwardItem, ModelRunner
+from engines.builtin.quant import dequantize_q4_1, dequantize_q8_0, q4_1_blocks, q8_0_blocks
+
+pytestmark = pytest.mark.skipif(not kernels.cpu_has_avx2(), reason="edgerun's kernels need x86 AVX2, FMA and F16C")
+
+BLOCK = 16  # the engine's default block size, as the runners here use
+
+
+@pytest.fixture(params=[1, 2], ids=["1-thread", "2-threads"])
+def num_threads(request: pytest.FixtureRequest) -> Iterator[int]:
+    before = torch.get_num_threads()
+    torch.set_num_threads(request.param)
+    yield request.param
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def tiny_q4_runner() -> ModelRunner:
+    """The random tiny Llama (4 heads, 2 kv heads, head_dim 16) with its weights rounded to Q4_1 (decoder) and
+    Q8_0 (tied head), then packed in the q4_1 format as the engine packs a GGUF's."""
+    runner = ModelRunner(EngineConfig(model="random:tiny", num_kv_blocks=128, weight_dtype="float32"))
+    weights = runner.weights
+    for layer in weights.layers:
+        for name in ("qkv", "o", "gate_up", "down"):
+            setattr(layer, name, dequantize_q4_1(*q4_1_blocks(getattr(layer, name))))
+    weights.embed = weights.lm_head = dequantize_q8_0(*q8_0_blocks(weights.embed))  # type: ignore[arg-type]
+    weights.pack("q4_1")
+    runner.fused = FusedDecode.may_build(weights, runner.model_config, runner.kv_caches, runner.inv_freq)
+    return runner
+
+
+def with_fused(runner: ModelRunner, fused: FusedDecode | None, items: list[ForwardItem],
+               aux_layers: tuple[int, ...] = ()) -> tuple[torch.Tensor, list[torch.Tensor] | None]:
+    kept = runner.fused
+    runner.fused = fused
+    try:
+        out = runner.run(items, aux_layers)
+    finally:
+        runner.fused = kept
+    return out.logits, out.hidden
+
+
+def shuffled_blocks(count: int, seed: int, first: int = 0) -> list[int]:
+    # a block table that is not a contiguous run (the attention reads it through its table)
+    table = list(range(first, first + count))
+    random.Random(seed).shuffle(table)
+    return table
+
+
+def check_step(runner: ModelRunner, contexts: list[int], tol: float) -> None:
+    """Prefill each row's context (torch path), then decode one token per row, fused and on the torch path
+    (in separate blocks): the logits and the k/v the step writes must agree."""
+    fused = runner.fused
+    assert fused is not None
+    vocab = runner.model_config.vocab_size
+    blocks_per_row = max(contexts) // BLOCK + 1
+    steps: dict[str, list[ForwardItem]] = {"fused": [], "torch": []}
+    for path, first in (("fused", 0), ("torch", len(contexts) * blocks_per_row)):
+        for row, context in enumerate(contexts):
+            table = shuffled_blocks(blocks_per_row, seed=row, first=first + row * blocks_per_row)
+            prompt = torch.randint(0, vocab, (context,), generator=torch.Generator().manual_seed(row)).tolist()
+            if context > 1:
+                runner.execute([ForwardItem(prompt[:-1], 0, table)])
+            steps[path].append(ForwardItem(prompt[-1:], context - 1, table))
+    fused_logits, _ = with_fused(runner, fused, steps["fused"])
+    torch_logits, _ = with_fused(runner, None, steps["torch"])
+    assert fused_logits.shape == torch_logits.shape == (len(contexts), vocab)
+    assert (fused_logits - torch_logits).abs().max() <= tol * torch_logits.abs().max()
+    assert torch.equal(fused_logits.argmax(-1), torch_logits.argmax(-1))
+    for a, b in zip(steps["fused"], steps["torch"]):  # the new token's k and v, in every layer's cache
+        pos = a.start_pos
+        slot_a = a.block_table[pos // BLOCK] * BLOCK + pos % BLOCK
+        slot_b = b.block_table[pos // BLOCK] * BLOCK + pos % BLOCK
+        for cache in runner.kv_caches:
+            flat = cache.view(-1, *cache.shape[2:])
+            assert (flat[slot_a] - flat[slot_b]).abs().max() <= 1e-3 * flat[slot_b].abs().max() + 1e-6
+
+
+def test_the_default_runner_decodes_one_and_two_rows_fused(smollm2_default_runner: ModelRunner) -> None:
+    runner = smollm2_default_runner
+    if runner.config.linear_format != "q4_1":
+        pytest.skip("the fused step runs in the q4_1 format only")
+    assert runner.fused is not None and runner.fused.can_run([1]) and runner.fused.can_run([1, 1])
+    assert not runner.fused.can_run([2]) and not runner.fused.can_run([1] * (FusedDecode.MAX_ROWS + 1))
+
+
+@pytest.mark.parametrize("contexts", [[1], [31], [32], [33], [17, 330]], ids=["1", "31", "32", "33", "2-rows-17-330"])
+def test_smollm2_fused_step_matches_the_torch_path(smollm2_default_runner: ModelRunner, contexts: list[int],
+                                                   num_threads: int) -> None:
+    if smollm2_default_runner.fused is None:
+        pytest.skip("the fused step runs in the q4_1 format only")
+    check_step(smollm2_default_runner, contexts, tol=2e-3)
+
+
+@pytest.mark.parametrize("contexts", [[1], [16], [17], [40, 3]])
+def test_tiny_model_fused_step_matches_the_torch_path(tiny_q4_runner: ModelRunner, contexts: list[int],
+                                                      num_threads: int) -> None:
+    check_step(tiny_q4_runner, contexts, tol=1e-4)
+
+
+def test_fused_step_returns_the_aux_hidden_states(tiny_q4_runner: ModelRunner) -> None:
+    runner = tiny_q4_runner
+    items = {path: [ForwardItem([7], 0, [first]), ForwardItem([9], 0, [first + 1])] for path, first in (("fused", 0), ("torch", 2))}
+    _, fused_hidden = with_fused(runner, runner.fused, items["fused"], aux_layers=(0, 1))
+    _, torch_hidden = with_fused(runner, None, items["torch"], aux_layers=(0, 1))
+    assert fused_hidden is not None and torch_hidden is not None and len(fused_hidden) == 2
+    for a, b in zip(fused_hidden, torch_hidden):
+        assert a.shape == b.shape == (1, 2 * runner.model_config.hidden_size)
+        assert (a - b).abs().max() <= 1e-4 * b.abs().max()
+
+
+@pytest.mark.parametrize("num_threads", [1], indirect=True)  # one thread: the torch path's 2-thread steps crawl on a busy machine
+def test_fused_greedy_generation_matches_the_torch_path(smollm2_default_runner: ModelRunner, num_threads: int) -> None:
+    runner = smollm2_default_runner
+    if runner.fused is None:
+        pytest.skip("the fused step runs in the q4_1 format only")
+    prompt = runner.tokenizer.encode("The history of the printing press in Europe began")
+    tokens: dict[str, list[int]] = {}
+    for path, fused, first in (("fused", runner.fused, 0), ("torch", None, 40)):
+        table = list(range(first, first + 40))
+        logits, _ = with_fused(runner, None, [ForwardItem(prompt, 0, table)])
+        out = [int(logits[-1].argmax())]
+        for pos in range(len(prompt), len(prompt) + 160):
+            logits, _ = with_fused(runner, fused, [ForwardItem(out[-1:], pos, table)])
+            out.append(int(logits[0].argmax()))
+        tokens[path] = out
+    assert tokens["fused"] == tokens["torch"]
+
+
+def test_runners_without_the_q4_1_format_take_the_torch_path(tiny_runner: ModelRunner) -> None:
+    assert tiny_runner.fused is None
+    assert FusedDecode.may_build(tiny_runner.weights, tiny_runner.model_config, tiny_runner.kv_caches, tiny_runner.inv_freq) is None
