@@ -22,6 +22,7 @@ from engines.builtin.attention import (
     DecodeGroup,
     PrefillChunk,
     allocate_kv_caches,
+    attention_backends,
 )
 from engines.builtin.config import EngineConfig
 from engines.builtin.fused_decode import FusedDecode
@@ -168,7 +169,7 @@ class ModelRunner:
         """`run` as one forward pass on the calling thread."""
         if self.fused is not None and self.fused.can_run([len(item.token_ids) for item in items]):
             return self.run_fused(self.fused, items, aux_layers)
-        with torch.inference_mode():
+        with torch.inference_mode(), attention_backends(self.device):
             batch = self.prepare_batch(items)
             freqs_cis = rope_freqs_cis(batch.positions, self.inv_freq)
             logits, aux = forward(self.weights, self.model_config, self.kv_caches, batch.token_ids, freqs_cis,
