@@ -76,7 +76,8 @@ class FusedDecode:
         of aux_layers [rows, len(aux_layers) * D], None without); the rows' k/v go into their cache slots."""
         num_blocks = [pos // self.block_size + 1 for pos in positions]
         width = max(num_blocks)
-        tables = [table[:n] + [0] * (width - n) for table, n in zip(block_tables, num_blocks)]
+        # padded with -1, which the kernel refuses where a row needs a block (a table too short for its position)
+        tables = [table[:n] + [-1] * (width - len(table[:n])) for table, n in zip(block_tables, num_blocks)]
         c = self.config
         logits, aux = torch.ops.edgerun.decode_step(
             self.embed[token_ids], self.layers, self.kv_caches, torch.tensor(positions), torch.tensor(tables),

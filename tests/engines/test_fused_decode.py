@@ -158,6 +158,13 @@ def test_fused_greedy_generation_matches_the_torch_path(smollm2_default_runner: 
     assert tokens["fused"] == tokens["torch"]
 
 
+def test_fused_step_refuses_a_block_table_too_short_for_its_position(tiny_q4_runner: ModelRunner) -> None:
+    fused = tiny_q4_runner.fused
+    assert fused is not None
+    with pytest.raises(RuntimeError, match="block id out of range"):
+        fused([7], [40], [[0]])  # position 40 needs 3 blocks of 16
+
+
 def test_runners_without_the_q4_1_format_take_the_torch_path(tiny_runner: ModelRunner) -> None:
     assert tiny_runner.fused is None
     assert FusedDecode.may_build(tiny_runner.weights, tiny_runner.model_config, tiny_runner.kv_caches, tiny_runner.inv_freq) is None

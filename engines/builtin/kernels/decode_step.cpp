@@ -41,6 +41,7 @@ struct Q4Weight {
 };
 
 Q4Weight q4_weight(const at::Tensor& codes, const at::Tensor& scales, int64_t in) {
+  TORCH_CHECK(in % 32 == 0, "q4_1 weights need in_features a multiple of 32, got ", in);
   TORCH_CHECK(codes.scalar_type() == at::kByte && codes.is_contiguous() && codes.dim() == 2 &&
                   codes.size(1) == (in / 32 + 1) / 2 * 32,
               "q4_1 codes must be contiguous uint8 [out, ", (in / 32 + 1) / 2 * 32, "], got ", codes.sizes());
@@ -177,8 +178,8 @@ std::tuple<at::Tensor, at::Tensor> decode_step(const at::Tensor& x_in, at::Tenso
                                                double eps) {
   TORCH_CHECK(x_in.dim() == 2 && x_in.scalar_type() == at::kFloat && x_in.device().is_cpu(), "x must be a 2-D float32 CPU tensor");
   const int64_t rows = x_in.size(0), d = x_in.size(1), num_layers = static_cast<int64_t>(kv_caches.size());
-  TORCH_CHECK(static_cast<int64_t>(layers.size()) == kLayerTensors * num_layers, "layers must hold ", kLayerTensors,
-              " tensors per layer");
+  TORCH_CHECK(num_layers > 0 && static_cast<int64_t>(layers.size()) == kLayerTensors * num_layers,
+              "one kv cache per layer and ", kLayerTensors, " tensors per layer in `layers`");
   TORCH_CHECK(d % 32 == 0 && num_heads % num_kv_heads == 0, "hidden size must be a multiple of 32");
   const at::Tensor& cache0 = kv_caches[0];
   TORCH_CHECK(cache0.dim() == 5 && cache0.size(2) == 2 && cache0.size(3) == num_kv_heads, "kv caches must be [blocks, block_size, 2, KH, hd]");
