@@ -71,9 +71,10 @@ class FusedDecode:
         return 0 < len(token_counts) <= self.MAX_ROWS and all(n == 1 for n in token_counts)
 
     def __call__(self, token_ids: list[int], positions: list[int], block_tables: list[list[int]],
-                 aux_layers: tuple[int, ...] = ()) -> tuple[Tensor, Tensor | None]:
+                 aux_layers: tuple[int, ...] = (), num_threads: int = 0) -> tuple[Tensor, Tensor | None]:
         """One new token per row at `positions` -> (logits [rows, V] float32, the residual stream after each layer
-        of aux_layers [rows, len(aux_layers) * D], None without); the rows' k/v go into their cache slots."""
+        of aux_layers [rows, len(aux_layers) * D], None without); the rows' k/v go into their cache slots. On
+        `num_threads` OpenMP threads (0: as many as torch uses on this thread)."""
         num_blocks = [pos // self.block_size + 1 for pos in positions]
         width = max(num_blocks)
         # padded with -1, which the kernel refuses where a row needs a block (a table too short for its position)
@@ -82,5 +83,5 @@ class FusedDecode:
         logits, aux = torch.ops.edgerun.decode_step(
             self.embed[token_ids], self.layers, self.kv_caches, torch.tensor(positions), torch.tensor(tables),
             self.inv_freq, self.norm, self.head.codes, self.head.scales, list(aux_layers), c.num_heads, c.num_kv_heads,
-            c.rms_norm_eps)
+            c.rms_norm_eps, num_threads)
         return logits, aux if aux_layers else None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +31,7 @@ from engines.builtin.loader import cache, load_model
 from engines.builtin.model import forward, rope_freqs_cis, rope_inv_freq
 from engines.builtin.model_config import ModelConfig
 from engines.builtin.step_split import StepWorkers, plan_parts
+from engines.builtin.thread_choice import ThreadChoice
 from engines.builtin.tokenizer import Tokenizer
 from engines.builtin.weights import LlamaWeights
 
@@ -129,6 +131,7 @@ class ModelRunner:
         self.fused: FusedDecode | None = None
         if config.linear_format == "q4_1":
             self.fused = FusedDecode.may_build(self.weights, mc, self.kv_caches, self.inv_freq)
+        self.fused_threads = ThreadChoice(torch.get_num_threads())  # 1 or all threads per fused step, by its times
         self.max_model_len = min(config.max_model_len or mc.max_position_embeddings, mc.max_position_embeddings)
         self.max_group_padding = MAX_GROUP_PADDING  # benchmarks/decode_groups.py sets it huge for the old single group
         num_workers = config.step_workers if config.step_workers is not None else torch.get_num_threads()
@@ -178,12 +181,20 @@ class ModelRunner:
         return RunOutput(logits, hidden)
 
     def run_fused(self, fused: FusedDecode, items: list[ForwardItem], aux_layers: tuple[int, ...]) -> RunOutput:
-        """`run` for a step of single-token decodes, in one call of the fused kernel."""
+        """`run` for a step of single-token decodes, in one call of the fused kernel, on 1 or all of this
+        thread's torch threads, whichever has been faster lately (thread_choice.py)."""
         for item in items:
             self.check_item(item)
+        max_threads = torch.get_num_threads()
+        if self.fused_threads.max_threads != max_threads:
+            self.fused_threads = ThreadChoice(max_threads)
+        num_threads = self.fused_threads.pick() if max_threads > 1 else 1
+        start = time.perf_counter()
         with torch.inference_mode():
             logits, aux = fused([item.token_ids[0] for item in items], [item.start_pos for item in items],
-                                [item.block_table for item in items], aux_layers)
+                                [item.block_table for item in items], aux_layers, num_threads)
+        if max_threads > 1:
+            self.fused_threads.record(num_threads, 1000 * (time.perf_counter() - start), len(items))
         return RunOutput(logits, None if aux is None else [aux[i : i + 1] for i in range(len(items))])
 
     def prepare_batch(self, items: list[ForwardItem]) -> PreparedBatch:

@@ -165,6 +165,15 @@ def test_fused_step_refuses_a_block_table_too_short_for_its_position(tiny_q4_run
         fused([7], [40], [[0]])  # position 40 needs 3 blocks of 16
 
 
+def test_a_fused_step_on_one_thread_leaves_torch_threads_as_they_were(tiny_q4_runner: ModelRunner, num_threads: int) -> None:
+    fused = tiny_q4_runner.fused
+    assert fused is not None
+    alone, _ = fused([7], [0], [[0]], num_threads=1)
+    assert torch.get_num_threads() == num_threads
+    together, _ = fused([7], [0], [[0]], num_threads=num_threads)
+    assert torch.equal(alone, together)  # output rows split over threads: the same arithmetic
+
+
 def test_runners_without_the_q4_1_format_take_the_torch_path(tiny_runner: ModelRunner) -> None:
     assert tiny_runner.fused is None
     assert FusedDecode.may_build(tiny_runner.weights, tiny_runner.model_config, tiny_runner.kv_caches, tiny_runner.inv_freq) is None

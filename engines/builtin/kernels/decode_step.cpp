@@ -21,6 +21,7 @@
 #include <ATen/ops/zeros.h>
 #include <c10/util/Exception.h>
 #include <immintrin.h>
+#include <omp.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -163,19 +164,28 @@ void attend(const Step& s, const float* qkv, float* cache, float* out) {
   });
 }
 
+// OpenMP threads of the calling thread for this scope (at::parallel_for reads them), restored at its end
+struct ThreadCount {
+  int before;
+  explicit ThreadCount(int64_t n) : before(omp_get_max_threads()) {
+    if (n > 0) omp_set_num_threads(static_cast<int>(n));
+  }
+  ~ThreadCount() { omp_set_num_threads(before); }
+};
+
 // x [rows, d] += y [rows, d]
 void add(float* x, const float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] += y[i];
 }
 
 // One step: x [rows, d] (the new tokens' embeddings) -> (logits [rows, vocab], the residual stream after
-// each layer of aux_layers [rows, len(aux_layers) * d]; [rows, 0] without)
+// each layer of aux_layers [rows, len(aux_layers) * d]; [rows, 0] without), on num_threads threads (0: torch's)
 std::tuple<at::Tensor, at::Tensor> decode_step(const at::Tensor& x_in, at::TensorList layers, at::TensorList kv_caches,
                                                const at::Tensor& positions, const at::Tensor& block_tables,
                                                const at::Tensor& inv_freq, const at::Tensor& norm,
                                                const at::Tensor& head_codes, const at::Tensor& head_scales,
                                                at::IntArrayRef aux_layers, int64_t num_heads, int64_t num_kv_heads,
-                                               double eps) {
+                                               double eps, int64_t num_threads) {
   TORCH_CHECK(x_in.dim() == 2 && x_in.scalar_type() == at::kFloat && x_in.device().is_cpu(), "x must be a 2-D float32 CPU tensor");
   const int64_t rows = x_in.size(0), d = x_in.size(1), num_layers = static_cast<int64_t>(kv_caches.size());
   TORCH_CHECK(num_layers > 0 && static_cast<int64_t>(layers.size()) == kLayerTensors * num_layers,
@@ -201,6 +211,7 @@ std::tuple<at::Tensor, at::Tensor> decode_step(const at::Tensor& x_in, at::Tenso
                inv_freq.data_ptr<float>()};
   const int64_t qkv_width = (num_heads + 2 * num_kv_heads) * hd;
 
+  const ThreadCount threads(num_threads);
   at::Tensor x = x_in.contiguous().clone();
   at::Tensor aux = at::empty({rows, static_cast<int64_t>(aux_layers.size()) * d}, x.options());
   float* xs = x.data_ptr<float>();
@@ -252,7 +263,8 @@ std::tuple<at::Tensor, at::Tensor> decode_step(const at::Tensor& x_in, at::Tenso
 
 TORCH_LIBRARY_FRAGMENT(edgerun, m) {
   m.def("decode_step(Tensor x, Tensor[] layers, Tensor(a!)[] kv_caches, Tensor positions, Tensor block_tables, Tensor inv_freq, "
-        "Tensor norm, Tensor head_codes, Tensor head_scales, int[] aux_layers, int num_heads, int num_kv_heads, float eps) "
+        "Tensor norm, Tensor head_codes, Tensor head_scales, int[] aux_layers, int num_heads, int num_kv_heads, float eps, "
+        "int num_threads) "
         "-> (Tensor, Tensor)");
 }
 

@@ -1,0 +1,48 @@
+"""How many threads a small step runs on: one, or all of torch's, whichever has been faster lately.
+
+A fused decode step (fused_decode.py) splits each of its ~150 matmuls and attention calls over torch's
+OpenMP threads, and each ends at a barrier where the threads wait for the slowest. On an idle 2-core
+machine two threads take SmolLM2's batch-1 step from ~8.8 to ~5.8 ms; on a busy one a thread that loses
+its core stalls every barrier, and the same step took 26-69 ms while one thread kept its 8.8 (load ~2,
+2026-11-26). So the runner times its steps: it runs the option with the lower recent time per row, and
+every `PROBE_EVERY` steps tries the other once, so it notices when the machine quietens or fills again.
+A probe on a busy machine costs one slow step in PROBE_EVERY.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(slots=True)
+class ThreadChoice:
+    """Picks 1 or `max_threads` threads per step from the steps' measured times (`record`)."""
+
+    max_threads: int
+    ms_per_row: dict[int, float] = field(default_factory=dict)  # per option: recent wall ms per row
+    num_steps: int = 0
+
+    PROBE_EVERY = 64  # steps between tries of the option not in use
+    SMOOTHING = 0.25  # weight of a new time in the option in use's running average
+
+    def pick(self) -> int:
+        """The thread count for the next step."""
+        options = (self.max_threads, 1)
+        untried = [n for n in options if n not in self.ms_per_row]
+        if untried:
+            return untried[0]
+        best = min(options, key=self.ms_per_row.__getitem__)
+        self.num_steps += 1
+        if self.num_steps % self.PROBE_EVERY == 0:
+            return 1 if best != 1 else self.max_threads
+        return best
+
+    def record(self, num_threads: int, wall_ms: float, num_rows: int) -> None:
+        """A step's wall time on `num_threads`: averaged into the option in use, or replacing a probed one's."""
+        per_row = wall_ms / num_rows
+        known = self.ms_per_row.get(num_threads)
+        in_use = known is not None and known <= min(self.ms_per_row.values())
+        if known is None or not in_use:
+            self.ms_per_row[num_threads] = per_row
+        else:
+            self.ms_per_row[num_threads] = known + self.SMOOTHING * (per_row - known)

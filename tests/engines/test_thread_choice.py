@@ -1,0 +1,38 @@
+"""The fused step's thread count policy (engines/builtin/thread_choice.py), fed step times directly."""
+
+from __future__ import annotations
+
+from engines.builtin.thread_choice import ThreadChoice
+
+
+def run_steps(choice: ThreadChoice, ms_per_step: dict[int, float], num_steps: int) -> list[int]:
+    picked = []
+    for _ in range(num_steps):
+        n = choice.pick()
+        choice.record(n, ms_per_step[n], num_rows=1)
+        picked.append(n)
+    return picked
+
+
+def test_it_tries_both_then_keeps_the_faster_and_probes_the_other_now_and_then() -> None:
+    choice = ThreadChoice(max_threads=2)
+    picked = run_steps(choice, {1: 8.8, 2: 5.8}, 2 + 2 * ThreadChoice.PROBE_EVERY)
+    assert picked[:2] == [2, 1]
+    assert picked[2:].count(1) == 2  # one probe per PROBE_EVERY steps
+    assert picked[-1] == 1 and set(picked[2:-1]) == {2, 1}
+
+
+def test_it_moves_to_one_thread_when_the_machine_fills_and_back_when_it_empties() -> None:
+    choice = ThreadChoice(max_threads=2)
+    run_steps(choice, {1: 8.8, 2: 5.8}, 10)
+    busy = run_steps(choice, {1: 8.8, 2: 40.0}, 10)
+    assert busy[0] == 2 and busy[1:] == [1] * 9  # one slow step is enough to switch
+    quiet = run_steps(choice, {1: 8.8, 2: 5.8}, 2 * ThreadChoice.PROBE_EVERY)
+    assert quiet[-1] == 2 and quiet.count(1) < ThreadChoice.PROBE_EVERY + 2  # back after the next probe
+
+
+def test_times_are_compared_per_row() -> None:
+    choice = ThreadChoice(max_threads=4)
+    choice.record(4, 12.0, num_rows=4)  # 3 ms per row
+    choice.record(1, 5.0, num_rows=1)
+    assert choice.pick() == 4
