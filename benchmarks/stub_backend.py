@@ -1,13 +1,15 @@
 """A backend that answers at once, for measuring what sits in front of it (the gateway, metering).
 
-    python -m benchmarks.stub_backend --port PORT [--chunks 8] [--chunk-delay-ms 0]
+    python -m benchmarks.stub_backend --port PORT [--chunks 8] [--chunk-delay-ms 0] [--reuse-port]
 
 A tiny Starlette app speaking the streaming /v1/completions protocol plus the routes the gateway
 polls (health, load, KV events, tokenizer). Every answer streams `--chunks` text chunks and a
 usage chunk. Its tokenizer is a small byte-level BPE trained at start-up, with a ChatML template,
 so a gateway in front does its real per-request work (template, tokenize, hash, route, meter,
 re-encode the stream). With `--chunk-delay-ms` each chunk waits that long first: a slow backend
-holding many streams open (benchmarks/streams.py). Used only by the benchmarks.
+holding many streams open (benchmarks/streams.py). With `--reuse-port` several stub processes
+bind one port and the kernel spreads connections over them, so the stub keeps up with several
+gateway workers (benchmarks/workers.py). Used only by the benchmarks.
 """
 
 from __future__ import annotations
@@ -26,10 +28,11 @@ MODEL_ID = "@cf/edgerun/bench-stub"
 PROMPT = "Summarise the design of an inference gateway in front of regional GPU backends, in one line."
 
 
-def command(port: int, num_chunks: int = 8, chunk_delay_ms: float = 0.0) -> list[str]:
-    """The argv that starts the stub on `port` as its own process."""
+def command(port: int, num_chunks: int = 8, chunk_delay_ms: float = 0.0, reuse_port: bool = False) -> list[str]:
+    """The argv that starts the stub on `port` as its own process (one of several with `reuse_port`)."""
     argv = [sys.executable, "-m", "benchmarks.stub_backend", "--port", str(port), "--chunks", str(num_chunks)]
-    return argv + (["--chunk-delay-ms", str(chunk_delay_ms)] if chunk_delay_ms else [])
+    argv += ["--chunk-delay-ms", str(chunk_delay_ms)] if chunk_delay_ms else []
+    return argv + (["--reuse-port"] if reuse_port else [])
 
 
 def gateway_env(stub_port: int) -> dict[str, str]:
@@ -131,9 +134,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--backlog", type=int, default=8192, help="listen backlog (thousands of streams connect at once)"
     )
+    parser.add_argument("--reuse-port", action="store_true", help="bind with SO_REUSEPORT (one of several stubs)")
     args = parser.parse_args(argv)
     app = stub_app(args.chunks, args.chunk_delay_ms)
-    uvicorn.run(
+    config = uvicorn.Config(
         app,
         host="127.0.0.1",
         port=args.port,
@@ -142,6 +146,13 @@ def main(argv: list[str] | None = None) -> int:
         backlog=args.backlog,
         timeout_keep_alive=30,
     )
+    server = uvicorn.Server(config)
+    if args.reuse_port:
+        from gateway.http.listeners import reuse_port_socket
+
+        server.run(sockets=[reuse_port_socket(config)])
+    else:
+        server.run()
     return 0
 
 

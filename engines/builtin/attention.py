@@ -12,17 +12,35 @@ axis). Grouping keeps one long sequence from padding every short one to its leng
 streams next to one 1,500-token prompt gathered and attended 7,500 keys a layer instead of 1,740.
 Each prefill chunk runs alone, causal inside the chunk and fully attending to its cached prefix, with
 SDPA's own grouped-query support (4-D inputs, so that the CPU flash-attention kernel runs it).
+
+On CUDA, every attention call runs inside `attention_backends(device)`: SDPA without cuDNN's kernel.
+On Hopper torch tries cuDNN first, and cuDNN builds a graph for each new shape; a decode step brings
+a new context length every time, so each layer's call paid a build (1.8 ms of CPU per call on an
+H200: random:llama-8b ran 70 ms per batch-1 step on lengths not seen before, 13 ms on seen ones).
+Flash and memory-efficient attention take any length as it comes: decoding 16 and 64 streams ran
+1.16x and 1.21x faster even against cuDNN's cached graphs, a 1,000-token prefill of an already seen
+length 10% slower (BENCHMARKS.md, "On a lent GPU machine").
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import mmap
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+CUDA_SDPA_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+
+
+def attention_backends(device: torch.device) -> AbstractContextManager[None]:
+    """The SDPA kernels attention may use on `device` (on CUDA all but cuDNN's; see above)."""
+    return sdpa_kernel(CUDA_SDPA_BACKENDS) if device.type == "cuda" else contextlib.nullcontext()
 
 
 @dataclass(slots=True)

@@ -4,7 +4,7 @@ At one row a step of model.py's forward pass is ~20 torch ops per layer, each co
 in arithmetic. When every decoder weight is Q4_1 and the head Q8_0 (BlockLinear, edgerun's kernels) and
 the KV cache float32 on the CPU, a step whose items are all single-token decodes, at most `MAX_ROWS` of
 them, runs through `torch.ops.edgerun.decode_step` instead: the same maths and the same kernels for the
-matmuls, in one call. model.py stays the reference and runs everything else (prefill chunks, verify rows,
+matmuls, in one call (1-4 rows). model.py stays the reference and runs everything else (prefill chunks, verify rows,
 more rows, other formats, CUDA, EDGERUN_KERNELS=off).
 """
 
@@ -34,9 +34,10 @@ class FusedDecode:
     config: ModelConfig
     block_size: int
 
-    # up to this many decode rows a step runs fused (the kernel's own row limit: its matmuls run up to 4 rows
-    # per pass over a weight row, and past 2 rows torch's wide paths win the linear layers already)
-    MAX_ROWS = BlockLinear.KERNEL_MAX_ROWS
+    # up to this many decode rows a step runs fused: the kernel's matmuls take 4 rows per pass over a weight row.
+    # SmolLM2, context 128, CPU ms per step fused / torch path (int4 op from 3 rows), 1 thread: 2 rows 12.4 / 16.2,
+    # 3 rows 16.9 / 21.2, 4 rows 22.4 / 24.7, 8 rows 45.6 / 40.9 (2 passes: worse); 2 threads gain at 2-6 rows too
+    MAX_ROWS = 4
 
     @classmethod
     def may_build(cls, weights: LlamaWeights, config: ModelConfig, kv_caches: list[Tensor], inv_freq: Tensor) -> FusedDecode | None:

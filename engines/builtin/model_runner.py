@@ -22,6 +22,7 @@ from engines.builtin.attention import (
     DecodeGroup,
     PrefillChunk,
     allocate_kv_caches,
+    attention_backends,
 )
 from engines.builtin.config import EngineConfig
 from engines.builtin.fused_decode import FusedDecode
@@ -124,7 +125,7 @@ class ModelRunner:
             mc.num_layers, config.num_kv_blocks, config.block_size, mc.num_kv_heads, mc.head_dim, self.dtype, self.device
         )
         self.inv_freq = rope_inv_freq(mc, self.device)
-        # a step of 1-2 decodes in one C++ call where the weights are in the q4_1 format (fused_decode.py)
+        # a step of 1-4 decodes in one C++ call where the weights are in the q4_1 format (fused_decode.py)
         self.fused: FusedDecode | None = None
         if config.linear_format == "q4_1":
             self.fused = FusedDecode.may_build(self.weights, mc, self.kv_caches, self.inv_freq)
@@ -168,7 +169,7 @@ class ModelRunner:
         """`run` as one forward pass on the calling thread."""
         if self.fused is not None and self.fused.can_run([len(item.token_ids) for item in items]):
             return self.run_fused(self.fused, items, aux_layers)
-        with torch.inference_mode():
+        with torch.inference_mode(), attention_backends(self.device):
             batch = self.prepare_batch(items)
             freqs_cis = rope_freqs_cis(batch.positions, self.inv_freq)
             logits, aux = forward(self.weights, self.model_config, self.kv_caches, batch.token_ids, freqs_cis,

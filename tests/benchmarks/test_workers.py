@@ -1,5 +1,6 @@
 """benchmarks/workers.py: the CPU of `edgerun serve --workers N` is summed over the supervisor's
-children, found through /proc; a lone process counts itself."""
+children, found through /proc; a lone process counts itself. The load side: clients shared over
+client processes, and several stub processes on one port (SO_REUSEPORT)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import os
 import subprocess
 import sys
 
-from benchmarks.workers import worker_pids
+import httpx
+
+from benchmarks.workers import shares, start_stubs, worker_pids
 
 
 def test_worker_pids_are_the_children_or_the_process_itself() -> None:
@@ -23,3 +26,24 @@ def test_worker_pids_are_the_children_or_the_process_itself() -> None:
     finally:
         lone.kill()
         lone.wait()
+
+
+def test_clients_are_shared_evenly_over_the_client_processes() -> None:
+    assert shares(192, 2) == [96, 96]
+    assert shares(10, 4) == [3, 3, 2, 2]
+    assert shares(3, 5) == [1, 1, 1]  # no process without clients
+    assert sum(shares(257, 7)) == 257
+
+
+def test_several_stubs_share_one_port() -> None:
+    stubs = start_stubs(2, 2)
+    try:
+        assert len({stub.port for stub in stubs}) == 1
+        assert all(stub.process.poll() is None for stub in stubs)  # the second bound the port too
+        for _ in range(8):  # fresh connections, spread over both by the kernel; each answers in full
+            with httpx.stream("POST", f"{stubs[0].url}/v1/completions", json={"prompt": [1, 2, 3]}) as response:
+                events = [line for line in response.iter_lines() if line.startswith("data: ")]
+            assert response.status_code == 200 and events[-1] == "data: [DONE]" and len(events) == 2 + 2
+    finally:
+        for stub in stubs:
+            stub.stop(timeout_s=10)

@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from engines.builtin.attention import attention_backends
 from engines.builtin.speculative.eagle3.model import Eagle3Head
 from engines.builtin.speculative.proposer import DraftInput
 from engines.builtin.weights import Fp16Linear
@@ -76,7 +77,7 @@ class Eagle3Proposer:
             pack_fp16(head)
 
     def propose(self, inputs: list[DraftInput]) -> list[list[int]]:
-        with torch.inference_mode():
+        with torch.inference_mode(), attention_backends(self.device):
             return [self.propose_one(item) for item in inputs]
 
     def finish(self, seq_id: str) -> None:
