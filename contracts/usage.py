@@ -60,8 +60,11 @@ class Usage:
         server's odd report must not fail a request that already ran."""
         details = usage.get("prompt_tokens_details") or {}
         prompt = max(0, int(usage.get("prompt_tokens") or 0))
-        return cls(
-            prompt_tokens=prompt,
-            completion_tokens=max(0, int(usage.get("completion_tokens") or 0)),
-            cached_tokens=min(prompt, max(0, int(details.get("cached_tokens") or 0))),
-        )
+        completion = max(0, int(usage.get("completion_tokens") or 0))
+        cached = min(prompt, max(0, int(details.get("cached_tokens") or 0)))
+        # in range by construction: skip __post_init__'s checks (a backend sends usage with every chunk)
+        found = object.__new__(cls)
+        object.__setattr__(found, "prompt_tokens", prompt)
+        object.__setattr__(found, "completion_tokens", completion)
+        object.__setattr__(found, "cached_tokens", cached)
+        return found
