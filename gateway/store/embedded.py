@@ -103,8 +103,9 @@ class EmbeddedStore(Store):
     async def _refresh(self) -> None:
         started = time.monotonic()
         try:
-            if await self._run(self._db.catalog_version) != self._catalog_version:
-                version, tenants, keys = await self._run(self._db.load_tenants_and_keys)
+            # Reads: they may run while the shared store's group transaction is open (WAL: never blocked).
+            if await self._run(self._db.catalog_version, grouped=True) != self._catalog_version:
+                version, tenants, keys = await self._run(self._db.load_tenants_and_keys, grouped=True)
                 self._merge(tenants, keys)
                 self._catalog_version = version
             self._checked_at = started
@@ -124,9 +125,10 @@ class EmbeddedStore(Store):
             elif known.revoked_at is None and key.revoked_at is not None:
                 known.revoked_at = key.revoked_at
 
-    async def _run(self, fn: Callable[..., T], *args: object) -> T:
+    async def _run(self, fn: Callable[..., T], *args: object, grouped: bool = False) -> T:
+        """`fn(*args)` on the worker thread (`grouped`: `SerialWorker.run_grouped`); a file error is StoreUnavailable."""
         try:
-            return await self._worker.run(fn, *args)
+            return await (self._worker.run_grouped if grouped else self._worker.run)(fn, *args)
         except sqlite3.OperationalError as exc:  # locked past the busy timeout, disk full, file gone
             raise StoreUnavailable(f"the SQLite file cannot be written ({exc}); check EDGERUN_SQLITE_PATH") from exc
 
@@ -398,11 +400,15 @@ class EmbeddedStore(Store):
         finally:
             self._ledger_writer = None
 
+    async def _write_usages(self, records: list[UsageRecord]) -> list[bool]:
+        """One transaction of ledger records (the shared store writes them in its group transaction)."""
+        return await self._run(self._db.insert_usages, records)
+
     async def _insert_usages(self, records: list[UsageRecord]) -> list[bool | BaseException]:
         """Each record's outcome. A batch that fails for any other reason than the file (which
         fails them all alike) is written again one record at a time, so one bad record fails alone."""
         try:
-            return list(await self._run(self._db.insert_usages, records))
+            return list(await self._write_usages(records))
         except StoreUnavailable as exc:
             return [exc] * len(records)
         except Exception as exc:

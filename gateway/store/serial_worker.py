@@ -6,6 +6,13 @@ results go back to the loop in one callback. Under load (many requests each maki
 calls) that is one thread wake-up and one loop wake-up for many calls instead of two per call.
 A call whose caller was cancelled still runs (as in an executor once queued): the store's writes
 are never half-done.
+
+Group commit (`run_grouped`, with a `commit` given at construction): consecutive grouped calls of
+one wake-up (at most `MAX_GROUP`) share one open write transaction, which `commit` ends after the
+last of them; their results reach their callers only once that commit has succeeded (if it fails,
+each of them gets its error). A plain call between them commits the group first, so it never
+waits for a lock this thread holds. The shared SQLite store (sqlite_shared.py) uses this to take
+the file's write lock once per wake-up instead of once per call.
 """
 
 from __future__ import annotations
@@ -16,25 +23,35 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 T = TypeVar("T")
-_Job = tuple[Callable[..., Any], tuple[Any, ...], "asyncio.Future[Any]"]
+_Job = tuple[Callable[..., Any], tuple[Any, ...], "asyncio.Future[Any]", bool]
 _Outcome = tuple["asyncio.Future[Any]", Any, BaseException | None]
+MAX_GROUP = 128  # grouped calls per transaction: bounds how long one worker holds the write lock
 
 
 class SerialWorker:
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, commit: Callable[[], None] | None = None) -> None:
+        """`commit` ends the transaction grouped calls left open (see `run_grouped`); None: no grouping."""
         self._jobs: list[_Job] = []
         self._ready = threading.Condition()
         self._closed = False
+        self.commit = commit
         self._thread = threading.Thread(target=self._work, name=name, daemon=True)
         self._thread.start()
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         """`fn(*args)` on the worker thread, after every call asked for before it."""
+        return await self._ask(fn, args, grouped=False)
+
+    async def run_grouped(self, fn: Callable[..., T], *args: Any) -> T:
+        """As `run`, for a call that may join the open group transaction; it returns once that is committed."""
+        return await self._ask(fn, args, grouped=self.commit is not None)
+
+    async def _ask(self, fn: Callable[..., T], args: tuple[Any, ...], grouped: bool) -> T:
         done: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         with self._ready:
             if self._closed:
                 raise RuntimeError("the store's worker thread is closed")
-            self._jobs.append((fn, args, done))
+            self._jobs.append((fn, args, done, grouped))
             if len(self._jobs) == 1:
                 self._ready.notify()
         return await done
@@ -54,18 +71,40 @@ class SerialWorker:
                 if not self._jobs:
                     return
                 jobs, self._jobs = self._jobs, []
-            outcomes: dict[asyncio.AbstractEventLoop, list[_Outcome]] = {}
-            for fn, args, done in jobs:
+            settled: list[_Outcome] = []
+            group: list[_Outcome] = []  # outcomes waiting for the group's commit
+            for fn, args, done, grouped in jobs:
+                if group and (not grouped or len(group) >= MAX_GROUP):
+                    settled.extend(self._commit(group))
+                    group = []
                 try:
                     outcome: _Outcome = (done, fn(*args), None)
                 except BaseException as exc:  # noqa: BLE001 - handed to the caller
                     outcome = (done, None, exc)
-                outcomes.setdefault(done.get_loop(), []).append(outcome)
-            for loop, settled in outcomes.items():
-                try:
-                    loop.call_soon_threadsafe(_settle, settled)
-                except RuntimeError:  # that loop is closed: nobody waits for these any more
-                    pass
+                (group if grouped else settled).append(outcome)
+            settled.extend(self._commit(group))
+            _hand_back(settled)
+
+    def _commit(self, group: list[_Outcome]) -> list[_Outcome]:
+        """The group's outcomes once its transaction is committed; if the commit fails, its error for each."""
+        if not group or self.commit is None:
+            return group
+        try:
+            self.commit()
+        except BaseException as exc:  # noqa: BLE001 - nothing of the group was written
+            return [(done, None, error or exc) for done, _, error in group]
+        return group
+
+
+def _hand_back(settled: list[_Outcome]) -> None:
+    outcomes: dict[asyncio.AbstractEventLoop, list[_Outcome]] = {}
+    for outcome in settled:
+        outcomes.setdefault(outcome[0].get_loop(), []).append(outcome)
+    for loop, some in outcomes.items():
+        try:
+            loop.call_soon_threadsafe(_settle, some)
+        except RuntimeError:  # that loop is closed: nobody waits for these any more
+            pass
 
 
 def _settle(outcomes: list[_Outcome]) -> None:

@@ -176,16 +176,9 @@ class Database:
     def insert_usages(self, records: Sequence[UsageRecord]) -> list[bool]:
         """Insert records in one transaction (one commit for all, or none on an error); for each,
         True when written, False when its request id was already in the ledger."""
-        written = []
         with self._conn:
             self._conn.execute("BEGIN IMMEDIATE")
-            for record in records:
-                cursor = self._conn.execute(
-                    "INSERT OR IGNORE INTO usage VALUES (?, ?, ?, ?, ?)",
-                    (record.request_id, record.tenant_id, record.ended_us, record.cost_micro, record.to_json()),
-                )
-                written.append(cursor.rowcount == 1)
-        return written
+            return write_usages(self._conn, records)
 
     def usage_page(
         self, start_us: int, end_us: int, tenant_id: str | None, after: tuple[int, str] | None, limit: int
@@ -219,3 +212,16 @@ class Database:
     def get_usage(self, request_id: str) -> UsageRecord | None:
         row = self._conn.execute("SELECT record FROM usage WHERE request_id = ?", (request_id,)).fetchone()
         return None if row is None else UsageRecord.from_json(row[0])
+
+
+def write_usages(conn: sqlite3.Connection, records: Sequence[UsageRecord]) -> list[bool]:
+    """Insert records in the caller's transaction on `conn` (the shared store's group transaction, or
+    `Database.insert_usages`'s own); for each, True when written, False when its request id was there."""
+    written = []
+    for record in records:
+        cursor = conn.execute(
+            "INSERT OR IGNORE INTO usage VALUES (?, ?, ?, ?, ?)",
+            (record.request_id, record.tenant_id, record.ended_us, record.cost_micro, record.to_json()),
+        )
+        written.append(cursor.rowcount == 1)
+    return written

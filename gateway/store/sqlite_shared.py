@@ -2,8 +2,10 @@
 
 Rate-limit windows, per-tenant request slots, in-flight tokens, sessions and the prefix index,
 in tables next to the embedded store's own (sqlite_db.py) in the same WAL-mode file. Every
-check-and-change is one `BEGIN IMMEDIATE` transaction: SQLite lets one connection write at a
+check-and-change runs in a `BEGIN IMMEDIATE` transaction: SQLite lets one connection write at a
 time, so the read, the decision and the write of one process never interleave with another's.
+Grouped (what the store uses), consecutive calls share one transaction, each in a savepoint,
+until `commit`: the lock and the commit were the cap on `serve --workers N` (six per request).
 A writer that finds the file locked waits up to `busy_timeout_s` (then `sqlite3.OperationalError`).
 
 Blocking and synchronous, one connection: the store calls it from its one worker thread.
@@ -22,6 +24,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from gateway.store.memory import leading_runs
+from gateway.store.models import UsageRecord
+from gateway.store.sqlite_db import write_usages
 from policies.limits import WindowRule, sliding_window, window_index
 
 _SCHEMA = """
@@ -54,10 +58,16 @@ _SWEEP_EVERY = 4096  # rate-limit decisions between two sweeps of old windows
 
 
 class SharedTables:
-    def __init__(self, path: str, replica: str, *, busy_timeout_s: float = 5.0) -> None:
-        """Open the file (created if needed, WAL) and its shared tables; `replica` names this process's counts."""
+    def __init__(self, path: str, replica: str, *, busy_timeout_s: float = 5.0, grouped: bool = False) -> None:
+        """Open the file (created if needed, WAL) and its shared tables; `replica` names this process's counts.
+
+        `grouped`: a write leaves its transaction open, so the next ones join it, until `commit` (each
+        write in its own savepoint: one that fails undoes only its own changes). The store's worker
+        thread commits after a run of calls (serial_worker.py `run_grouped`): one lock and one commit
+        for many requests' writes."""
         Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
         self.replica = replica
+        self._grouped = grouped
         self._num_checks = 0
         self._conn = sqlite3.connect(
             str(Path(path).expanduser()), timeout=busy_timeout_s, isolation_level=None, check_same_thread=False
@@ -72,15 +82,40 @@ class SharedTables:
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction, taken at once (`BEGIN IMMEDIATE`): no other process writes until it ends."""
+        """One write transaction, taken at once (`BEGIN IMMEDIATE`): no other process writes until it ends
+        (grouped: a savepoint in the open transaction, begun here if none is)."""
         conn = self._conn
-        conn.execute("BEGIN IMMEDIATE")
+        if not self._grouped:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+            return
+        if not conn.in_transaction:
+            conn.execute("BEGIN IMMEDIATE")
+        conn.execute("SAVEPOINT call")
         try:
             yield conn
         except BaseException:
-            conn.execute("ROLLBACK")
+            if conn.in_transaction:  # an I/O error may have rolled back the whole transaction already
+                conn.execute("ROLLBACK TO call")
+                conn.execute("RELEASE call")
             raise
-        conn.execute("COMMIT")
+        conn.execute("RELEASE call")
+
+    def commit(self) -> None:
+        """End the open group transaction, if any (grouped mode); on failure nothing of it is kept."""
+        if not self._conn.in_transaction:
+            return
+        try:
+            self._conn.execute("COMMIT")
+        except BaseException:
+            if self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
+            raise
 
     # --- replicas and their leases ---
 
@@ -296,6 +331,13 @@ class SharedTables:
     def delete_session(self, tenant_id: str, session_id: str) -> None:
         with self._write() as conn:
             conn.execute("DELETE FROM sessions WHERE tenant_id = ? AND session_id = ?", (tenant_id, session_id))
+
+    # --- the ledger (the embedded store's `usage` table) ---
+
+    def insert_usages(self, records: Sequence[UsageRecord]) -> list[bool]:
+        """`Database.insert_usages` in this connection's (group) transaction."""
+        with self._write() as conn:
+            return write_usages(conn, records)
 
     # --- prefix index ---
 

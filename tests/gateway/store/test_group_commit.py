@@ -1,0 +1,135 @@
+"""Group commit of the shared SQLite store (serial_worker.py `run_grouped`, sqlite_shared.py `grouped`):
+the calls of one worker wake-up share one write transaction, answered only once it is committed; a
+failing call undoes only its own writes; a plain call between them (another connection's write)
+commits the group first instead of waiting for the lock this thread holds; a failed commit fails
+each grouped caller. Real SQLite files, real threads."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from collections.abc import Awaitable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.store.serial_worker import SerialWorker
+from gateway.store.sqlite_db import Database
+from gateway.store.sqlite_shared import SharedTables
+
+LEASE_S = 60.0
+
+
+class Counted:
+    """The tables' `commit`, counting the commits that ended a transaction."""
+
+    def __init__(self, tables: SharedTables) -> None:
+        self.tables = tables
+        self.commits = 0
+
+    def __call__(self) -> None:
+        if self.tables._conn.in_transaction:
+            self.commits += 1
+        self.tables.commit()
+
+
+def _slots(path: Path) -> int:
+    with sqlite3.connect(path) as conn:  # a second connection: sees only what is committed
+        return int(conn.execute("SELECT count(*) FROM request_slots").fetchone()[0])
+
+
+async def _in_one_wake_up(worker: SerialWorker, *calls: Awaitable[Any]) -> list[Any]:
+    """Ask for `calls` while a plain call holds the worker thread, so they all run in its next wake-up;
+    their results (or errors)."""
+    gate = threading.Event()
+    blocker = asyncio.ensure_future(worker.run(gate.wait, 5))
+    await asyncio.sleep(0.05)
+    asked = [asyncio.ensure_future(call) for call in calls]
+    await asyncio.sleep(0)
+    gate.set()
+    await blocker
+    return list(await asyncio.gather(*asked, return_exceptions=True))
+
+
+@dataclass
+class Grouped:
+    path: Path
+    tables: SharedTables
+    commit: Counted
+    worker: SerialWorker
+
+
+@pytest.fixture
+def grouped(tmp_path: Path) -> Iterator[Grouped]:
+    """Shared tables in grouped mode on a fresh file, and a worker committing their groups."""
+    path = tmp_path / "shared.sqlite3"
+    tables = SharedTables(str(path), "replica-a", grouped=True)
+    commit = Counted(tables)
+    worker = SerialWorker("test-group", commit)
+    yield Grouped(path, tables, commit, worker)
+    worker.close()
+    tables.close()
+
+
+async def test_the_calls_of_one_wake_up_share_one_commit_and_all_count(grouped: Grouped) -> None:
+    worker, tables = grouped.worker, grouped.tables
+    granted = await _in_one_wake_up(
+        worker, *(worker.run_grouped(tables.acquire_slot, "acme", f"r{i}", 30, LEASE_S) for i in range(40))
+    )
+    assert granted == [True] * 30 + [False] * 10  # the limit holds inside the group too
+    assert grouped.commit.commits == 1
+    assert _slots(grouped.path) == 30  # committed before the callers were answered
+
+
+async def test_a_failing_call_undoes_only_its_own_writes(grouped: Grouped) -> None:
+    worker, tables = grouped.worker, grouped.tables
+
+    def half_done() -> None:
+        with tables._write() as conn:
+            conn.execute("INSERT INTO request_slots VALUES ('acme', 'broken', 'replica-a')")
+            raise ValueError("after a write")
+
+    first, broken, last = await _in_one_wake_up(
+        worker,
+        worker.run_grouped(tables.acquire_slot, "acme", "r1", 10, LEASE_S),
+        worker.run_grouped(half_done),
+        worker.run_grouped(tables.acquire_slot, "acme", "r2", 10, LEASE_S),
+    )
+    assert first is True and last is True
+    assert isinstance(broken, ValueError) and str(broken) == "after a write"
+    with sqlite3.connect(grouped.path) as conn:
+        held = sorted(r for (r,) in conn.execute("SELECT request_id FROM request_slots"))
+    assert held == ["r1", "r2"]
+
+
+async def test_a_plain_write_on_another_connection_commits_the_group_first(grouped: Grouped) -> None:
+    worker = grouped.worker
+    db = Database(str(grouped.path), busy_timeout_s=0.5)  # were the group still open, this would fail after 0.5 s
+    try:
+        outcomes = await _in_one_wake_up(
+            worker,
+            worker.run_grouped(grouped.tables.acquire_slot, "acme", "r1", 10, LEASE_S),
+            worker.run(db.get_or_create_secret, "signing", "s3cret"),
+            worker.run(_slots, grouped.path),  # a plain call after: the group is committed by then
+        )
+        assert outcomes == [True, "s3cret", 1]
+    finally:
+        db.close()
+
+
+async def test_a_failed_commit_fails_every_grouped_caller_and_no_plain_one() -> None:
+    def cannot_commit() -> None:
+        raise sqlite3.OperationalError("disk I/O error")
+
+    worker = SerialWorker("test-group", cannot_commit)
+    try:
+        outcomes = await asyncio.gather(worker.run_grouped(int, "1"), worker.run(int, "2"),
+                                        worker.run_grouped(int, "3"), return_exceptions=True)
+        assert isinstance(outcomes[0], sqlite3.OperationalError)
+        assert outcomes[1] == 2
+        assert isinstance(outcomes[2], sqlite3.OperationalError)
+    finally:
+        worker.close()
