@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import json
 from collections import deque
-from collections.abc import AsyncGenerator, Callable, Iterator
+from collections.abc import AsyncGenerator, Callable, Coroutine, Iterator
 from typing import Any, NoReturn, cast
 from urllib.parse import urlencode
 
@@ -223,7 +223,7 @@ class BackendClient:
             except BaseException:
                 await stream.aclose()
                 raise
-            return endpoint, _prepend(first, stream)
+            return endpoint, _Prepended(first, stream)
         if not failures:  # `may_try` refused every endpoint
             raise BackendOverloaded(f"none of the {len(endpoints)} endpoints may take a request now", retry_after_s=1.0)
         if all(isinstance(exc, BackendOverloaded) for exc in failures):
@@ -424,15 +424,32 @@ async def _drain(events: _Events) -> None:
                 events.ready.popleft()
 
 
-async def _prepend(
-    first: CompletionChunk, rest: AsyncGenerator[CompletionChunk, None]
-) -> AsyncGenerator[CompletionChunk, None]:
-    try:
-        yield first
-        async for chunk in rest:
-            yield chunk
-    finally:
-        await rest.aclose()
+class _Prepended(AsyncGenerator[CompletionChunk, None]):
+    """`first`, then `rest`'s chunks. Each later step is `rest`'s own awaitable, handed on as it is:
+    a generator wrapping `rest` would add a resume to every chunk of every stream."""
+
+    def __init__(self, first: CompletionChunk, rest: AsyncGenerator[CompletionChunk, None]) -> None:
+        self._first: CompletionChunk | None = first
+        self._rest = rest
+
+    def __anext__(self) -> Coroutine[Any, Any, CompletionChunk]:
+        return self.asend(None)
+
+    def asend(self, value: None) -> Coroutine[Any, Any, CompletionChunk]:
+        first, self._first = self._first, None
+        return _ready(first) if first is not None else self._rest.asend(value)
+
+    def athrow(self, typ: Any, val: Any = None, tb: Any = None, /) -> Coroutine[Any, Any, CompletionChunk]:
+        self._first = None
+        return self._rest.athrow(typ, val, tb)
+
+    async def aclose(self) -> None:
+        self._first = None
+        await self._rest.aclose()
+
+
+async def _ready(chunk: CompletionChunk) -> CompletionChunk:
+    return chunk
 
 
 def _id_header(request_id: str | None) -> dict[str, str] | None:
