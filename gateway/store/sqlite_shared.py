@@ -68,6 +68,7 @@ class SharedTables:
         Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
         self.replica = replica
         self._grouped = grouped
+        self._lease_written = False  # grouped: this replica's lease is already renewed in the open transaction
         self._num_checks = 0
         self._conn = sqlite3.connect(
             str(Path(path).expanduser()), timeout=busy_timeout_s, isolation_level=None, check_same_thread=False
@@ -96,10 +97,12 @@ class SharedTables:
             return
         if not conn.in_transaction:
             conn.execute("BEGIN IMMEDIATE")
+            self._lease_written = False
         conn.execute("SAVEPOINT call")
         try:
             yield conn
         except BaseException:
+            self._lease_written = False  # the lease may have been written in what is undone now
             if conn.in_transaction:  # an I/O error may have rolled back the whole transaction already
                 conn.execute("ROLLBACK TO call")
                 conn.execute("RELEASE call")
@@ -141,8 +144,13 @@ class SharedTables:
         """A clean close: this replica's slots and in-flight tokens end now."""
         with self._write() as conn:
             self._forget(conn, self.replica)
+            self._lease_written = False
 
     def _touch(self, conn: sqlite3.Connection, now: float, lease_s: float) -> None:
+        """Renew this replica's lease (grouped: once per transaction, the calls of one group are µs apart)."""
+        if self._lease_written:
+            return
+        self._lease_written = self._grouped
         conn.execute(
             "INSERT INTO replicas VALUES (?, ?) ON CONFLICT (replica) DO UPDATE SET lease_until = excluded.lease_until",
             (self.replica, now + lease_s),

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
+import time
 from collections.abc import Awaitable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,6 +104,24 @@ async def test_a_failing_call_undoes_only_its_own_writes(grouped: Grouped) -> No
     with sqlite3.connect(grouped.path) as conn:
         held = sorted(r for (r,) in conn.execute("SELECT request_id FROM request_slots"))
     assert held == ["r1", "r2"]
+
+
+async def test_a_lease_undone_with_a_failing_call_is_written_again_by_the_next(grouped: Grouped) -> None:
+    worker, tables = grouped.worker, grouped.tables
+
+    def renews_then_fails() -> None:
+        with tables._write() as conn:
+            tables._touch(conn, time.time(), LEASE_S)
+            raise ValueError("after the lease")
+
+    await _in_one_wake_up(
+        worker, worker.run_grouped(renews_then_fails), worker.run_grouped(tables.acquire_slot, "acme", "r1", 1, LEASE_S)
+    )
+    other = SharedTables(str(grouped.path), "replica-b")  # another process's view: r1 must count (its replica is live)
+    try:
+        assert other.acquire_slot("acme", "r2", 1, LEASE_S) is False
+    finally:
+        other.close()
 
 
 async def test_a_plain_write_on_another_connection_commits_the_group_first(grouped: Grouped) -> None:
