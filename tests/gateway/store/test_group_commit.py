@@ -152,3 +152,22 @@ async def test_a_failed_commit_fails_every_grouped_caller_and_no_plain_one() -> 
         assert isinstance(outcomes[2], sqlite3.OperationalError)
     finally:
         worker.close()
+
+
+def test_a_write_waits_for_another_writer_then_gives_up_at_the_busy_timeout(tmp_path: Path) -> None:
+    path = tmp_path / "shared.sqlite3"
+    patient = SharedTables(str(path), "replica-a", busy_timeout_s=5.0, grouped=True)
+    hasty = SharedTables(str(path), "replica-b", busy_timeout_s=0.1, grouped=True)
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    try:
+        holder.execute("BEGIN IMMEDIATE")  # another process's write transaction
+        threading.Timer(0.3, holder.execute, ("COMMIT",)).start()
+        with pytest.raises(sqlite3.OperationalError, match="locked"):
+            hasty.acquire_slot("acme", "r0", 10, LEASE_S)
+        assert patient.acquire_slot("acme", "r1", 10, LEASE_S) is True  # taken once the holder commits
+        patient.commit()
+        assert _slots(path) == 1
+    finally:
+        holder.close()
+        hasty.close()
+        patient.close()
