@@ -1,11 +1,11 @@
 """A decode step of a few rows in one C++ call (engines/builtin/kernels/decode_step.cpp), for the q4_1 format.
 
 At one row a step of model.py's forward pass is ~20 torch ops per layer, each costing more in dispatch than
-in arithmetic. When every decoder weight is Q4_1 and the head Q8_0 (BlockLinear, edgerun's kernels) and
-the KV cache float32 on the CPU, a step whose items are all single-token decodes, at most `MAX_ROWS` of
-them, runs through `torch.ops.edgerun.decode_step` instead: the same maths and the same kernels for the
-matmuls, in one call (1-4 rows). model.py stays the reference and runs everything else (prefill chunks, verify rows,
-more rows, other formats, CUDA, EDGERUN_KERNELS=off).
+in arithmetic. When every decoder weight is Q4_1 and the head Q8_0 (BlockLinear, edgerun's kernels) and the
+KV cache float32 on the CPU, a step whose items are all single-token decodes, 1 to `MAX_ROWS` of them, runs
+through `torch.ops.edgerun.decode_step` instead: the same maths and the same matmul kernels, in one call.
+model.py stays the reference and runs everything else (prefill chunks, verify rows, more rows, other
+formats, CUDA, EDGERUN_KERNELS=off). The runner picks the step's thread count (thread_choice.py).
 """
 
 from __future__ import annotations

@@ -185,8 +185,8 @@ class ModelRunner:
         thread's torch threads, whichever has been faster lately (thread_choice.py)."""
         for item in items:
             self.check_item(item)
-        max_threads = torch.get_num_threads()
-        if self.fused_threads.max_threads != max_threads:
+        max_threads = torch.get_num_threads()  # 1 on a step worker (step_split.py): it leaves the choice alone
+        if max_threads > 1 and self.fused_threads.max_threads != max_threads:
             self.fused_threads = ThreadChoice(max_threads)
         num_threads = self.fused_threads.pick() if max_threads > 1 else 1
         start = time.perf_counter()

@@ -174,6 +174,21 @@ def test_a_fused_step_on_one_thread_leaves_torch_threads_as_they_were(tiny_q4_ru
     assert torch.equal(alone, together)  # output rows split over threads: the same arithmetic
 
 
+@pytest.mark.parametrize("num_threads", [2], indirect=True)
+def test_a_split_step_runs_fused_parts_on_the_workers_and_leaves_the_thread_choice_alone(
+        smollm2_default_runner: ModelRunner, num_threads: int) -> None:
+    runner = smollm2_default_runner
+    if runner.fused is None or runner.step_workers is None:
+        pytest.skip("needs the q4_1 format and step workers")
+    items = [ForwardItem([11 + i], 0, [100 + i]) for i in range(2 * FusedDecode.MAX_ROWS)]  # split into 2 fused parts
+    runner.execute(items[:1])  # the main thread's choice has a history
+    choice, history = runner.fused_threads, dict(runner.fused_threads.ms_per_row)
+    together = runner.execute(items)
+    assert runner.fused_threads is choice and choice.ms_per_row == history
+    alone = torch.cat([runner.execute([item]) for item in items])
+    assert (together - alone).abs().max() <= 1e-5 * alone.abs().max()
+
+
 def test_runners_without_the_q4_1_format_take_the_torch_path(tiny_runner: ModelRunner) -> None:
     assert tiny_runner.fused is None
     assert FusedDecode.may_build(tiny_runner.weights, tiny_runner.model_config, tiny_runner.kv_caches, tiny_runner.inv_freq) is None

@@ -7,6 +7,7 @@ can be followed into the backend's.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -46,8 +47,14 @@ def test_the_backend_runs_the_request_under_the_gateways_id(
     answer = httpx.post(url, json=body, headers={"authorization": f"Bearer {secret}"}, timeout=60)
     assert answer.status_code == 200, answer.text
     request_id = answer.headers["cf-ray"]
-    gateway.ledger_record(request_id)  # settled: the backend has closed the request by now
-    assert f"request_id=cmpl-{request_id} route=completion outcome=ok" in backend.log(), backend.log_tail()
+    gateway.ledger_record(request_id)  # settled: the backend has sent its last byte
+    # The backend logs the request once its stream has ended on its side, which may come a moment after
+    # the gateway has read the last chunk and settled: wait for the line rather than race it.
+    line = f"request_id=cmpl-{request_id} route=completion outcome=ok"
+    deadline = time.monotonic() + 10
+    while line not in backend.log() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert line in backend.log(), backend.log_tail()
 
 
 def test_the_backend_takes_a_plain_id_and_refuses_an_odd_one(backend: BackendProcess) -> None:

@@ -2,7 +2,7 @@
 block_gemv.cpp (`torch.ops.edgerun.q4_1_linear`, `q8_0_linear`: Q4_1 and Q8_0 matmuls for short inputs,
 AVX2) and decode_step.cpp (`torch.ops.edgerun.decode_step`: a whole decode step of a few rows in one call).
 
-The build is cached under ~/.cache/edgerun/kernels/<hash of the source, torch version and flags>, so
+The build is cached under ~/.cache/edgerun/kernels/<hash of the sources, torch version and flags>, so
 a machine compiles it once (the Makefile's install step does: `python -m engines.builtin.kernels`);
 later processes only load the shared library. Where the CPU lacks AVX2/FMA/F16C, the compiler is
 missing, the build fails, or EDGERUN_KERNELS=off, `load()` returns False after one log line and the
