@@ -47,6 +47,15 @@ def apply_top_p(logits: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
     return logits.masked_fill(drop, float("-inf"))
 
 
+def greedy_ids(logits: torch.Tensor) -> list[int]:
+    # logits: [B, V] -> each row's argmax, the first index on ties (NaN counts as the largest, as in torch).
+    # On the CPU numpy's vectorised argmax: SmolLM2's 49,152 logits take ~5 us against torch's ~43 (a decode
+    # step is ~5.5 ms at batch 1); the same index in every case, ties and NaN included.
+    if logits.device.type == "cpu" and logits.dtype == torch.float32:
+        return logits.numpy().argmax(axis=-1).tolist()  # type: ignore[no-any-return]
+    return logits.argmax(dim=-1).tolist()
+
+
 def sample_from_probs(probs: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
     # probs: [B, V], noise: [B, V] ~ Exp(1). argmax(p / q) is a draw from p (exponential race).
     return (probs / noise).argmax(dim=-1)
@@ -67,7 +76,7 @@ class Sampler:
         # logits: [B, V] float32
         logits = self.prepare_guided(logits, seqs)
         if all(s.sampling.is_greedy and not has_penalty(s) for s in seqs):
-            return logits.argmax(dim=-1).tolist()  # fast path
+            return greedy_ids(logits)  # fast path
         logits = self.prepare_penalised(logits, seqs)
         next_ids = logits.argmax(dim=-1)  # [B]: right for greedy rows, overwritten for the rest
         rows = [i for i, s in enumerate(seqs) if not s.sampling.is_greedy]

@@ -12,6 +12,7 @@ from engines.builtin.sampler import (
     apply_repetition_penalty,
     apply_top_k,
     apply_top_p,
+    greedy_ids,
 )
 from engines.builtin.sequence import Sequence
 from engines.sampling_params import SamplingParams
@@ -74,6 +75,18 @@ def test_greedy_fast_path_is_argmax() -> None:
     logits = random_logits(3)
     seqs = [make_seq([1]) for _ in range(3)]
     assert Sampler()(logits, seqs) == logits.argmax(-1).tolist()
+
+
+def test_greedy_ids_is_torch_argmax_with_ties_and_nan() -> None:
+    logits = random_logits(4)
+    logits[1, 7] = logits[1, 30] = 1e9  # a tie: the first index
+    logits[2, 11] = float("nan")  # NaN wins, as in torch
+    logits[3, 5] = logits[3, 9] = float("nan")
+    expected = [int(i) for i in logits.argmax(dim=-1)]
+    assert expected[1:] == [7, 11, 5]
+    assert greedy_ids(logits) == expected
+    assert greedy_ids(logits[1:3]) == expected[1:3]  # a view of some rows
+    assert greedy_ids(logits.to(torch.bfloat16)) == logits.to(torch.bfloat16).argmax(dim=-1).tolist()
 
 
 def test_top_k_1_equals_greedy() -> None:

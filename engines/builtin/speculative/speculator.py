@@ -21,7 +21,7 @@ from torch import Tensor
 
 from engines.builtin.config import EngineConfig
 from engines.builtin.model_runner import ForwardItem
-from engines.builtin.sampler import Sampler, has_penalty
+from engines.builtin.sampler import Sampler, greedy_ids, has_penalty
 from engines.builtin.scheduler import ScheduledChunk
 from engines.builtin.sequence import Sequence, SequenceStatus
 from engines.builtin.speculative.draft_policy import DraftPolicy, StepCosts
@@ -84,13 +84,13 @@ class Speculator:
     def verify(self, logits: Tensor, seq: Sequence, drafts: list[int]) -> list[int]:
         # logits: [k + 1, V], row j after drafts[:j] -> accepted drafts + the target's next token
         if seq.sampling.is_greedy and not has_penalty(seq):
-            tokens = accept_greedy(logits.argmax(dim=-1).tolist(), drafts)
+            tokens = accept_greedy(greedy_ids(logits), drafts)
         else:
             # row j is sampled as if drafts[:j] were already generated: penalties see them
             views = [_extended(seq, drafts[:j]) for j in range(len(drafts) + 1)]
             logits = self.sampler.prepare_penalised(logits, views)
             if seq.sampling.is_greedy:
-                tokens = accept_greedy(logits.argmax(dim=-1).tolist(), drafts)
+                tokens = accept_greedy(greedy_ids(logits), drafts)
             else:
                 probs = self.sampler.probs(logits, views)
                 tokens = accept_sampled(probs, drafts, None, self.sampler.generator_for(seq, logits.device))
