@@ -75,6 +75,18 @@ class BackendSettings(TomlSettings):
             )
         return self
 
+    @model_validator(mode="after")
+    def _kv_transfer_needs_the_cpu(self) -> BackendSettings:
+        # backends/kv_transfer reads and writes the KV cache in host memory: the built-in engine offers it on
+        # the CPU only (benchmarks on a GPU: BENCHMARKS.md, "On a lent GPU machine"). Refused here, before the
+        # model loads, rather than on the first disaggregated request.
+        if self.engine_kind == "builtin" and self.role != "mixed" and self.engine.device != "cpu":
+            raise ValueError(
+                f"role = {self.role} needs KV transfer between backends, which the built-in engine offers on the "
+                f"CPU only (device = {self.engine.device}): run this backend with role = mixed, or on the CPU"
+            )
+        return self
+
     @field_validator("api_key")
     @classmethod
     def _long_enough(cls, value: SecretStr | None) -> SecretStr | None:

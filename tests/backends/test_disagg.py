@@ -73,3 +73,18 @@ async def test_pins_are_released_once_pulled_or_expired_and_not_while_leased() -
     assert sorted(released) == [1, 2, 3] and len(exports) == 0 and exports.num_expired == 2
     with pytest.raises(PinNotFound, match="expired"):
         exports.lease(3)
+
+
+def test_a_disaggregated_role_on_cuda_is_refused_at_start() -> None:
+    # KV transfer reads the cache in host memory: the built-in engine offers it on the CPU only, so a
+    # prefill or decode backend on CUDA is refused before its model loads, naming the way out.
+    from backends.settings import BackendSettings
+    from engines.builtin.config import EngineConfig
+
+    cuda = EngineConfig(device="cuda", dtype="bfloat16")
+    for role in ("prefill", "decode"):
+        with pytest.raises(ValueError, match="role = mixed"):
+            BackendSettings(role=role, engine=cuda)
+    assert BackendSettings(role="mixed", engine=cuda).role == "mixed"
+    assert BackendSettings(role="decode").engine.device == "cpu"
+    assert BackendSettings(role="decode", engine_kind="trtllm", engine=cuda).role == "decode"  # trtllm-serve moves its own KV
