@@ -4,18 +4,13 @@ A fused decode step (fused_decode.py) splits each of its ~150 matmuls and attent
 OpenMP threads, and each ends at a barrier where the threads wait for the slowest. On an idle 2-core
 machine two threads take SmolLM2's batch-1 step from ~8.8 to ~5.8 ms; on a busy one a thread that loses
 its core stalls every barrier, and the same step took 26-69 ms while one thread kept its 8.8 (load ~2,
-2026-11-26). So the runner times its steps and runs the option with the lower median time per row over
-its last `WINDOW` steps: one slow step (a preemption) does not move a median, a machine that fills up does
-within a few steps. Now and then it tries the other option once (a probe), so it notices when the machine
-quietens or fills again: the first probe `MIN_PROBE_GAP` steps after a switch, then twice as long after
-each probe that loses, up to `PROBE_EVERY`. A switch that a passing burst of load caused is undone within
-a few steps, and on a machine that stays busy a probe costs one slow step in PROBE_EVERY.
+2026-11-26). So the runner times its steps: it runs the option with the lower recent time per row, and
+every `PROBE_EVERY` steps tries the other once, so it notices when the machine quietens or fills again.
+A probe on a busy machine costs one slow step in PROBE_EVERY.
 """
 
 from __future__ import annotations
 
-import statistics
-from collections import deque
 from dataclasses import dataclass, field
 
 
@@ -24,39 +19,30 @@ class ThreadChoice:
     """Picks 1 or `max_threads` threads per step from the steps' measured times (`record`)."""
 
     max_threads: int
-    recent_ms_per_row: dict[int, deque[float]] = field(default_factory=dict)  # per option: its last wall ms per row
-    in_use: int | None = None
-    probe_gap: int = 0  # steps between the last switch or probe and the next probe
-    num_steps: int = 0  # since the last switch or probe
+    ms_per_row: dict[int, float] = field(default_factory=dict)  # per option: recent wall ms per row
+    num_steps: int = 0
 
-    WINDOW = 5  # steps whose median is an option's time
-    MIN_PROBE_GAP = 4
-    PROBE_EVERY = 64  # the longest gap between tries of the option not in use
+    PROBE_EVERY = 64  # steps between tries of the option not in use
+    SMOOTHING = 0.25  # weight of a new time in the option in use's running average
 
     def pick(self) -> int:
         """The thread count for the next step."""
         options = (self.max_threads, 1)
-        untried = [n for n in options if n not in self.recent_ms_per_row]
+        untried = [n for n in options if n not in self.ms_per_row]
         if untried:
             return untried[0]
-        best = min(options, key=self.ms_per_row)
-        if best != self.in_use:
-            self.in_use, self.probe_gap, self.num_steps = best, self.MIN_PROBE_GAP, 0
+        best = min(options, key=self.ms_per_row.__getitem__)
         self.num_steps += 1
-        if self.num_steps > self.probe_gap:
-            self.probe_gap, self.num_steps = min(2 * self.probe_gap, self.PROBE_EVERY), 0
+        if self.num_steps % self.PROBE_EVERY == 0:
             return 1 if best != 1 else self.max_threads
         return best
 
-    def ms_per_row(self, num_threads: int) -> float:
-        """The option's recent wall ms per row: the median of its last WINDOW steps."""
-        return statistics.median(self.recent_ms_per_row[num_threads])
-
     def record(self, num_threads: int, wall_ms: float, num_rows: int) -> None:
-        """A step's wall time on `num_threads`: one more of the option in use's, or a probed one's only time."""
+        """A step's wall time on `num_threads`: averaged into the option in use, or replacing a probed one's."""
         per_row = wall_ms / num_rows
-        recent = self.recent_ms_per_row.get(num_threads)
-        if recent is None or num_threads != self.in_use:  # untried, or a probe: what it takes now
-            self.recent_ms_per_row[num_threads] = deque([per_row], maxlen=self.WINDOW)
+        known = self.ms_per_row.get(num_threads)
+        in_use = known is not None and known <= min(self.ms_per_row.values())
+        if known is None or not in_use:
+            self.ms_per_row[num_threads] = per_row
         else:
-            recent.append(per_row)
+            self.ms_per_row[num_threads] = known + self.SMOOTHING * (per_row - known)

@@ -182,11 +182,9 @@ def test_a_split_step_runs_fused_parts_on_the_workers_and_leaves_the_thread_choi
         pytest.skip("needs the q4_1 format and step workers")
     items = [ForwardItem([11 + i], 0, [100 + i]) for i in range(2 * FusedDecode.MAX_ROWS)]  # split into 2 fused parts
     runner.execute(items[:1])  # the main thread's choice has a history
-    choice = runner.fused_threads
-    history = {n: list(times) for n, times in choice.recent_ms_per_row.items()}
+    choice, history = runner.fused_threads, dict(runner.fused_threads.ms_per_row)
     together = runner.execute(items)
-    assert runner.fused_threads is choice
-    assert {n: list(times) for n, times in choice.recent_ms_per_row.items()} == history
+    assert runner.fused_threads is choice and choice.ms_per_row == history
     alone = torch.cat([runner.execute([item]) for item in items])
     assert (together - alone).abs().max() <= 1e-5 * alone.abs().max()
 
