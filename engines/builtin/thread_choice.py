@@ -6,7 +6,12 @@ machine two threads take SmolLM2's batch-1 step from ~8.8 to ~5.8 ms; on a busy 
 its core stalls every barrier, and the same step took 26-69 ms while one thread kept its 8.8 (load ~2,
 2026-11-26). So the runner times its steps: it runs the option with the lower recent time per row, and
 every `PROBE_EVERY` steps tries the other once, so it notices when the machine quietens or fills again.
-A probe on a busy machine costs one slow step in PROBE_EVERY.
+A probe on a busy machine costs one slow step in PROBE_EVERY. One slow step is enough to switch, and on a
+quiet machine a step that another process preempted once would then hold a stream on one thread until the
+next probe (served, a whole 64-token stream at ~108 tok/s instead of ~165): so a switch after the choice
+has held for PROBE_EVERY steps is followed by a probe `QUICK_PROBE` steps later, which undoes it if the
+slowness has passed. Switches closer together (a machine whose load comes and goes) get no quick probe,
+so those cost at most one more probe per PROBE_EVERY steps.
 """
 
 from __future__ import annotations
@@ -21,8 +26,12 @@ class ThreadChoice:
     max_threads: int
     ms_per_row: dict[int, float] = field(default_factory=dict)  # per option: recent wall ms per row
     num_steps: int = 0
+    in_use: int | None = None
+    switched_at: int = 0  # num_steps at the last change of the option in use
+    quick_probe_at: int | None = None  # num_steps of the probe that follows a switch, if any
 
     PROBE_EVERY = 64  # steps between tries of the option not in use
+    QUICK_PROBE = 4  # steps from a switch to its probe
     SMOOTHING = 0.25  # weight of a new time in the option in use's running average
 
     def pick(self) -> int:
@@ -33,7 +42,11 @@ class ThreadChoice:
             return untried[0]
         best = min(options, key=self.ms_per_row.__getitem__)
         self.num_steps += 1
-        if self.num_steps % self.PROBE_EVERY == 0:
+        if best != self.in_use:
+            held = self.in_use is not None and self.num_steps - self.switched_at >= self.PROBE_EVERY
+            self.quick_probe_at = self.num_steps + self.QUICK_PROBE if held else None
+            self.in_use, self.switched_at = best, self.num_steps
+        if self.num_steps % self.PROBE_EVERY == 0 or self.num_steps == self.quick_probe_at:
             return 1 if best != 1 else self.max_threads
         return best
 

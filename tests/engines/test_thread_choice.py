@@ -31,6 +31,19 @@ def test_it_moves_to_one_thread_when_the_machine_fills_and_back_when_it_empties(
     assert quiet[-1] == 2 and quiet.count(1) < ThreadChoice.PROBE_EVERY + 2  # back after the next probe
 
 
+def test_after_a_long_hold_one_slow_step_is_undone_by_a_quick_probe() -> None:
+    choice = ThreadChoice(max_threads=2)
+    run_steps(choice, {1: 8.8, 2: 5.8}, 2 + ThreadChoice.PROBE_EVERY + 1)
+    assert run_steps(choice, {1: 8.8, 2: 40.0}, 1) == [2]  # preempted once
+    after = run_steps(choice, {1: 8.8, 2: 5.8}, 20)
+    assert after[: ThreadChoice.QUICK_PROBE + 1] == [1] * ThreadChoice.QUICK_PROBE + [2]  # not PROBE_EVERY steps
+    assert set(after[ThreadChoice.QUICK_PROBE :]) == {2}
+    # switches that follow closely (load that comes and goes) get no quick probe: one thread until the next probe
+    assert run_steps(choice, {1: 8.8, 2: 40.0}, 1) == [2]
+    again = run_steps(choice, {1: 8.8, 2: 5.8}, 20)
+    assert again == [1] * 20
+
+
 def test_times_are_compared_per_row() -> None:
     choice = ThreadChoice(max_threads=4)
     choice.record(4, 12.0, num_rows=4)  # 3 ms per row
