@@ -28,6 +28,7 @@ import shlex
 import sys
 import tempfile
 import uuid
+from collections import Counter
 from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -118,7 +119,8 @@ async def measure(gateway: ChildProcess, key: str, args: argparse.Namespace, sli
         ))
         # the parts ran side by side: their requests add up over the longest one's time
         phase = Phase("gateway", [t for part, _ in parts for t in part.latencies_s], sum(part.errors for part, _ in parts),
-                      max(part.elapsed_s for part, _ in parts))
+                      max(part.elapsed_s for part, _ in parts), failures=sum((part.failures for part, _ in parts), Counter()),
+                      samples={k: v for part, _ in parts for k, v in part.samples.items()})
         client_cpu = sum(cpu for _, cpu in parts)
     phase.cpu_s = sum(process_cpu_s(pid) for pid in pids) - before
     return Measured(phase, sum(process_cpu_s(pid) for pid in stub_pids) - stub_before, client_cpu)
@@ -206,6 +208,12 @@ def main(argv: list[str] | None = None) -> int:
             f"| {store} | {n} | {phase.rps:.0f} | {phase.pct(0.5):.1f} / {phase.pct(0.99):.1f} | {cpu_ms:.2f} "
             f"| {stub_ms:.2f} / {client_ms:.2f} | {phase.errors} |"
         )
+    failed = [(store, n, measured.phase) for (store, n), measured in results.items() if measured.phase.errors]
+    if failed:
+        lines += ["", "errors by kind (HTTP status or the client's exception), with the first answer of each kind:"]
+        for store, n, phase in failed:
+            lines.append(f"- {store}, {n} worker(s): {phase.failures_text}")
+            lines += [f"  - {kind}: `{sample}`" for kind, sample in phase.samples.items()]
     print("\n".join(lines))
     return 0 if all(measured.phase.errors == 0 for measured in results.values()) else 1
 

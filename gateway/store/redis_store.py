@@ -12,7 +12,8 @@ replica's long requests stay counted while a crashed replica's counts vanish wit
 lease keeps the per-tenant request slots (`{p}slots:{tenant}`, request id -> lease end on
 Redis's clock) of this replica's requests alive.
 
-Redis connection failures and timeouts become `StoreUnavailable`.
+Each process holds at most `redis_max_connections` connections; a command past them waits for one, up
+to `redis_timeout_s`. Redis connection failures and timeouts become `StoreUnavailable`.
 """
 
 from __future__ import annotations
@@ -96,11 +97,16 @@ class RedisStore(Store):
         self._settings = settings
         self._names = KeyNames(settings.key_prefix)
         self._replica = check_id("replica id", settings.replica_id or default_replica_id())
-        # decode_responses: every reply is str, which redis-py's annotations cannot express, hence Any.
-        self._redis: Any = aioredis.from_url(
-            settings.redis_url, decode_responses=True,
+        # A command waits for a free connection (up to the timeout) rather than failing when all are busy:
+        # redis-py's own pool raises at once past max_connections (100 by default since 6.x), which turned a
+        # burst of concurrent requests into 503s although Redis was fine.
+        self._pool = aioredis.BlockingConnectionPool.from_url(
+            settings.redis_url, decode_responses=True, max_connections=settings.redis_max_connections,
+            timeout=settings.redis_timeout_s,
             socket_timeout=settings.redis_timeout_s, socket_connect_timeout=settings.redis_timeout_s,
         )
+        # decode_responses: every reply is str, which redis-py's annotations cannot express, hence Any.
+        self._redis: Any = aioredis.Redis(connection_pool=self._pool)
         self._scripts = {
             name: self._redis.register_script(getattr(redis_scripts, name))
             for name in ("CHECK_AND_CONSUME", "RECONCILE_TOKENS", "RESERVE_BUDGET", "SETTLE_BUDGET",
@@ -481,6 +487,7 @@ class RedisStore(Store):
             pass  # the lease drops them anyway
         await self._ledger.aclose()
         await self._redis.aclose()
+        await self._pool.disconnect()  # a pool passed in is the caller's to close
 
 
 def _ms(seconds: float) -> int:
