@@ -52,6 +52,7 @@ from gateway.store.limits import ALLOWED, WINDOW_MS, check_limit_args, refused, 
 from gateway.store.models import ApiKey, BudgetDecision, LimitDecision, Tenant, UsageRecord, new_tenant, to_us
 from gateway.store.redis_codec import KeyNames, decode_key, decode_tenant, encode_key, encode_tenant
 from gateway.store.redis_ledger import RedisLedger
+from gateway.store.redis_pool import WaitingConnectionPool
 from gateway.store.settings import StoreSettings
 
 P = ParamSpec("P")
@@ -97,12 +98,10 @@ class RedisStore(Store):
         self._settings = settings
         self._names = KeyNames(settings.key_prefix)
         self._replica = check_id("replica id", settings.replica_id or default_replica_id())
-        # A command waits for a free connection (up to the timeout) rather than failing when all are busy:
-        # redis-py's own pool raises at once past max_connections (100 by default since 6.x), which turned a
-        # burst of concurrent requests into 503s although Redis was fine.
-        self._pool = aioredis.BlockingConnectionPool.from_url(
+        # bounded; a command finding every connection busy waits for one (redis_pool.py)
+        self._pool = WaitingConnectionPool.from_url(
             settings.redis_url, decode_responses=True, max_connections=settings.redis_max_connections,
-            timeout=settings.redis_timeout_s,
+            wait_s=settings.redis_timeout_s,
             socket_timeout=settings.redis_timeout_s, socket_connect_timeout=settings.redis_timeout_s,
         )
         # decode_responses: every reply is str, which redis-py's annotations cannot express, hence Any.
