@@ -7,7 +7,8 @@ import asyncio
 import json
 import random
 import time
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -23,7 +24,8 @@ class RawConnection:
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
 
-    async def post(self, request: bytes) -> int:
+    async def post(self, request: bytes) -> tuple[int, bytes]:
+        """Send one request -> (status, body); a chunked body comes back as its chunks joined."""
         if self.writer is None:
             self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
         assert self.reader is not None
@@ -32,15 +34,15 @@ class RawConnection:
         status = int(head.split(b" ", 2)[1])
         lowered = head.lower()
         if b"transfer-encoding: chunked" in lowered:
+            chunks = []
             while True:
                 size = int((await self.reader.readuntil(b"\r\n")).strip(), 16)
-                await self.reader.readexactly(size + 2)
+                chunks.append((await self.reader.readexactly(size + 2))[:-2])
                 if size == 0:
                     break
-        else:
-            length = int(lowered.split(b"content-length: ", 1)[1].split(b"\r\n", 1)[0])
-            await self.reader.readexactly(length)
-        return status
+            return status, b"".join(chunks)
+        length = int(lowered.split(b"content-length: ", 1)[1].split(b"\r\n", 1)[0])
+        return status, await self.reader.readexactly(length)
 
     def close(self) -> None:
         if self.writer is not None:
@@ -76,6 +78,14 @@ class Phase:
     errors: int
     elapsed_s: float
     cpu_s: float = 0.0  # CPU time the gateway process used during the phase
+    # what each failed request got: its HTTP status, or the exception that ended its connection
+    failures: Counter[str] = field(default_factory=Counter)
+    samples: dict[str, str] = field(default_factory=dict)  # the first body seen for each failure
+
+    @property
+    def failures_text(self) -> str:
+        """The failures by kind, most frequent first ("429 x3, IncompleteReadError x1"), or "none"."""
+        return ", ".join(f"{kind} x{count}" for kind, count in self.failures.most_common()) or "none"
 
     @property
     def rps(self) -> float:
@@ -92,6 +102,8 @@ class Phase:
             self.errors + other.errors,
             self.elapsed_s + other.elapsed_s,
             self.cpu_s + other.cpu_s,
+            self.failures + other.failures,
+            {**other.samples, **self.samples},
         )
 
 
@@ -115,6 +127,8 @@ async def drive(
     sent = 0
     latencies: list[float] = []
     errors = 0
+    failures: Counter[str] = Counter()
+    samples: dict[str, str] = {}
     deadline = time.perf_counter() + duration_s
     arrivals = random.Random(0)
     next_arrival = time.perf_counter()
@@ -131,15 +145,18 @@ async def drive(
                 request = requests[sent % len(requests)]
                 sent += 1
                 try:
-                    ok = await connection.post(request) == 200
-                except (OSError, asyncio.IncompleteReadError, ValueError):
-                    ok = False
+                    status, answer = await connection.post(request)
+                    failure = "" if status == 200 else str(status)
+                except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
+                    failure, answer = type(exc).__name__, str(exc).encode()
                     connection.close()
                     connection = RawConnection(host, port)
-                if ok:
+                if not failure:
                     latencies.append(time.perf_counter() - start)
                 else:
                     errors += 1
+                    failures[failure] += 1
+                    samples.setdefault(failure, answer[:300].decode(errors="replace"))
         finally:
             connection.close()
 
@@ -148,4 +165,4 @@ async def drive(
     await asyncio.gather(*(client() for _ in range(concurrency)))
     elapsed = time.perf_counter() - start
     cpu = process_cpu_s(watch_pid) - cpu_before if watch_pid else 0.0
-    return Phase(name, latencies, errors, elapsed, cpu)
+    return Phase(name, latencies, errors, elapsed, cpu, failures, samples)

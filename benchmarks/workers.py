@@ -1,7 +1,7 @@
 """Throughput and CPU per request of `edgerun serve --workers N` for several N, in one run.
 
     python -m benchmarks.workers [--workers 1 2 4] [--stores redis sqlite embedded] [--concurrency 50]
-        [--duration 12] [--chunks 8] [--stub-procs 1] [--client-procs 1]
+        [--duration 12] [--chunks 8] [--stub-procs 1] [--client-procs 1] [--baseline-tree PATH]
 
 Starts the stub backend (benchmarks/stub_backend.py) and, for each store and N, `edgerun serve
 --workers N` in front of it: `--stores redis` (`--redis-url`, a fresh key prefix per gateway),
@@ -13,7 +13,9 @@ kernel spreads their connections over the workers (SO_REUSEPORT). CPU is summed 
 worker process. The rows alternate in `--rounds` rounds, each gateway started once and kept.
 On a machine with many cores, `--stub-procs` stub processes share the stub's port (SO_REUSEPORT) and
 `--client-procs` processes share the clients, so neither the stub nor the load generator is what
-saturates first; their CPU per request is reported beside the gateway's.
+saturates first; their CPU per request is reported beside the gateway's. `--baseline-tree` runs
+each row's gateway from another checkout too (rows marked "baseline"), in the same rounds: before/after.
+A row with errors lists them by HTTP status (or the client's exception) with the first answer of each.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import shlex
 import sys
 import tempfile
 import uuid
+from collections import Counter
 from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,7 +41,7 @@ from benchmarks.gateway_overhead import create_key, start_gateway
 from benchmarks.machine import machine, process_cpu_s
 from benchmarks.raw_load import Phase, drive
 from benchmarks.stub_backend import MODEL_ID, PROMPT
-from cli.processes import ChildProcess, free_port
+from cli.processes import ROOT, ChildProcess, free_port
 
 
 @dataclass
@@ -118,7 +121,8 @@ async def measure(gateway: ChildProcess, key: str, args: argparse.Namespace, sli
         ))
         # the parts ran side by side: their requests add up over the longest one's time
         phase = Phase("gateway", [t for part, _ in parts for t in part.latencies_s], sum(part.errors for part, _ in parts),
-                      max(part.elapsed_s for part, _ in parts))
+                      max(part.elapsed_s for part, _ in parts), failures=sum((part.failures for part, _ in parts), Counter()),
+                      samples={k: v for part, _ in parts for k, v in part.samples.items()})
         client_cpu = sum(cpu for _, cpu in parts)
     phase.cpu_s = sum(process_cpu_s(pid) for pid in pids) - before
     return Measured(phase, sum(process_cpu_s(pid) for pid in stub_pids) - stub_before, client_cpu)
@@ -145,30 +149,35 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stub-procs", type=int, default=1, help="stub backend processes sharing its port")
     parser.add_argument("--client-procs", type=int, default=1,
                         help="load generator processes (1: the clients run in this process)")
+    parser.add_argument("--baseline-tree", type=Path,
+                        help="another checkout whose gateways run too, in the same rounds (before/after)")
     args = parser.parse_args(argv)
     if args.stub_procs < 1 or not 1 <= args.client_procs <= args.concurrency:
         parser.error("--stub-procs must be >= 1 and --client-procs between 1 and --concurrency")
 
-    rows = [(store, n) for store in args.stores for n in args.workers if store != "embedded" or n == 1]
+    trees = [("", ROOT)] + ([(" (baseline)", args.baseline_tree.resolve())] if args.baseline_tree else [])
+    rows = [(store, n, label, tree) for store in args.stores for n in args.workers if store != "embedded" or n == 1
+            for label, tree in trees]
     pool = None
     if args.client_procs > 1:
         pool = ProcessPoolExecutor(args.client_procs, mp_context=multiprocessing.get_context("spawn"))
     load = Load(start_stubs(args.chunks, args.stub_procs), pool)
-    gateways: dict[tuple[str, int], tuple[ChildProcess, str]] = {}
+    gateways: dict[tuple[str, int], tuple[ChildProcess, str]] = {}  # (store and tree, N) -> gateway, key
     workdir = Path(tempfile.mkdtemp(prefix="edgerun-workers-"))
     try:
-        for store, n in rows:
+        for store, n, label, tree in rows:
             # every client connects from 127.0.0.1: a listener's per-address connection cap (64) must hold them all,
             # or the connections past it are answered 503 and closed, and closed-loop clients spin on that
             env = {**store_env(store, args.redis_url), "EDGERUN_MAX_CONNECTIONS_PER_CLIENT": str(args.concurrency)}
-            gateway = start_gateway(load.stubs[0].port, workdir / f"{store}-{n}", env, args=["--workers", str(n)])
+            gateway = start_gateway(load.stubs[0].port, workdir / f"{store}-{n}{label.strip(' ()')}", env,
+                                    cwd=tree, args=["--workers", str(n)])
             # the tenant's in-flight limit (128 by default) above the clients: a 429 answers at once, and
             # closed-loop clients would spin on it instead of measuring served requests
             key = create_key(gateway.url, "bench", max_concurrent_requests=2 * args.concurrency)
-            gateways[(store, n)] = (gateway, key)
+            gateways[(store + label, n)] = (gateway, key)
 
         async def run_all() -> dict[tuple[str, int], Measured]:
-            pooled: dict[tuple[str, int], list[Measured]] = {row: [] for row in rows}
+            pooled: dict[tuple[str, int], list[Measured]] = {row: [] for row in gateways}
             for gateway, key in gateways.values():
                 await measure(gateway, key, args, 1.5, load)  # warm-up
             for _ in range(args.rounds):
@@ -206,6 +215,12 @@ def main(argv: list[str] | None = None) -> int:
             f"| {store} | {n} | {phase.rps:.0f} | {phase.pct(0.5):.1f} / {phase.pct(0.99):.1f} | {cpu_ms:.2f} "
             f"| {stub_ms:.2f} / {client_ms:.2f} | {phase.errors} |"
         )
+    failed = [(store, n, measured.phase) for (store, n), measured in results.items() if measured.phase.errors]
+    if failed:
+        lines += ["", "errors by kind (HTTP status or the client's exception), with the first answer of each kind:"]
+        for store, n, phase in failed:
+            lines.append(f"- {store}, {n} worker(s): {phase.failures_text}")
+            lines += [f"  - {kind}: `{sample}`" for kind, sample in phase.samples.items()]
     print("\n".join(lines))
     return 0 if all(measured.phase.errors == 0 for measured in results.values()) else 1
 

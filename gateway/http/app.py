@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import structlog
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -33,6 +34,8 @@ from gateway.settings import GatewaySettings
 from gateway.store import errors as store_errors
 from gateway.store.base import Store
 
+log = structlog.get_logger("edgerun.gateway.app")
+
 ACCOUNT = "/client/v4/accounts/{account_id}"
 
 
@@ -50,6 +53,8 @@ async def render_gateway_error(request: Request, exc: Exception) -> Response:
 
 
 async def render_store_unavailable(request: Request, exc: Exception) -> Response:
+    # the client sees only "retry shortly": the operator needs the cause (the store's message names no secret)
+    log.warning("store_unavailable", path=request.url.path, error=str(exc), cause=repr(exc.__cause__))
     if isinstance(exc, store_errors.StoreFull):  # Redis at maxmemory: the operator must free memory
         message = "the gateway's shared store is full and refuses writes; retry later"
         error = ServiceUnavailable(message, retry_after_s=5.0)

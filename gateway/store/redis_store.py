@@ -12,7 +12,8 @@ replica's long requests stay counted while a crashed replica's counts vanish wit
 lease keeps the per-tenant request slots (`{p}slots:{tenant}`, request id -> lease end on
 Redis's clock) of this replica's requests alive.
 
-Redis connection failures and timeouts become `StoreUnavailable`.
+Each process holds at most `redis_max_connections` connections; a command past them waits for one, up
+to `redis_timeout_s`. Redis connection failures and timeouts become `StoreUnavailable`.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ from gateway.store.limits import ALLOWED, WINDOW_MS, check_limit_args, refused, 
 from gateway.store.models import ApiKey, BudgetDecision, LimitDecision, Tenant, UsageRecord, new_tenant, to_us
 from gateway.store.redis_codec import KeyNames, decode_key, decode_tenant, encode_key, encode_tenant
 from gateway.store.redis_ledger import RedisLedger
+from gateway.store.redis_pool import WaitingConnectionPool
 from gateway.store.settings import StoreSettings
 
 P = ParamSpec("P")
@@ -96,11 +98,14 @@ class RedisStore(Store):
         self._settings = settings
         self._names = KeyNames(settings.key_prefix)
         self._replica = check_id("replica id", settings.replica_id or default_replica_id())
-        # decode_responses: every reply is str, which redis-py's annotations cannot express, hence Any.
-        self._redis: Any = aioredis.from_url(
-            settings.redis_url, decode_responses=True,
+        # bounded; a command finding every connection busy waits for one (redis_pool.py)
+        self._pool = WaitingConnectionPool.from_url(
+            settings.redis_url, decode_responses=True, max_connections=settings.redis_max_connections,
+            wait_s=settings.redis_timeout_s,
             socket_timeout=settings.redis_timeout_s, socket_connect_timeout=settings.redis_timeout_s,
         )
+        # decode_responses: every reply is str, which redis-py's annotations cannot express, hence Any.
+        self._redis: Any = aioredis.Redis(connection_pool=self._pool)
         self._scripts = {
             name: self._redis.register_script(getattr(redis_scripts, name))
             for name in ("CHECK_AND_CONSUME", "RECONCILE_TOKENS", "RESERVE_BUDGET", "SETTLE_BUDGET",
@@ -481,6 +486,7 @@ class RedisStore(Store):
             pass  # the lease drops them anyway
         await self._ledger.aclose()
         await self._redis.aclose()
+        await self._pool.disconnect()  # a pool passed in is the caller's to close
 
 
 def _ms(seconds: float) -> int:

@@ -14,6 +14,9 @@ class StoreSettings(BaseModel):
     # Redis URL for several gateway replicas; None keeps everything in this process + SQLite.
     redis_url: str | None = None
     redis_timeout_s: float = Field(default=2.0, gt=0)  # connect and per-command socket timeout
+    # Connections to Redis per gateway process; a command finding them all busy waits for one, up to
+    # redis_timeout_s (then 503). Bounds what N processes x M machines open against Redis's maxclients.
+    redis_max_connections: int = Field(default=100, ge=1)
     # SQLite file of the embedded store (tenants, key hashes, budgets, ledger); ":memory:" for tests.
     sqlite_path: str = str(Path.home() / ".local" / "share" / "edgerun" / "gateway.sqlite3")
     # The embedded store re-reads tenants and keys that another process (`edgerun keys revoke` on the
