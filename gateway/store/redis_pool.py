@@ -6,7 +6,7 @@ redis-py's asyncio `ConnectionPool` raises `MaxConnectionsError` at once past `m
 Redis was fine. Its `BlockingConnectionPool` waits, but takes a condition lock and arms a timer on
 every command, even with connections to spare: about 10 us of CPU per command, 0.1-0.2 ms per
 request. This pool takes a free connection exactly as `ConnectionPool` does and only waits (up to
-`wait_s`, then `redis.exceptions.ConnectionError`, which the store turns into `StoreUnavailable`)
+`wait_s`, then `PoolExhausted`, a redis-py `ConnectionError`, which the store turns into `StoreUnavailable`)
 when there is none.
 """
 
@@ -18,6 +18,10 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import MaxConnectionsError
+
+
+class PoolExhausted(RedisConnectionError):
+    """Every connection of the pool stayed busy for `wait_s`: Redis is slow, or the pool too small."""
 
 
 class WaitingConnectionPool(aioredis.ConnectionPool):
@@ -48,7 +52,7 @@ class WaitingConnectionPool(aioredis.ConnectionPool):
                     except MaxConnectionsError:
                         continue  # another command took it first
         except TimeoutError as exc:
-            raise RedisConnectionError(
+            raise PoolExhausted(
                 f"no Redis connection came free within {self._wait_s} s (all {self.max_connections} busy)"
             ) from exc
 

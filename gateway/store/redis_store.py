@@ -52,7 +52,7 @@ from gateway.store.limits import ALLOWED, WINDOW_MS, check_limit_args, refused, 
 from gateway.store.models import ApiKey, BudgetDecision, LimitDecision, Tenant, UsageRecord, new_tenant, to_us
 from gateway.store.redis_codec import KeyNames, decode_key, decode_tenant, encode_key, encode_tenant
 from gateway.store.redis_ledger import RedisLedger
-from gateway.store.redis_pool import WaitingConnectionPool
+from gateway.store.redis_pool import PoolExhausted, WaitingConnectionPool
 from gateway.store.settings import StoreSettings
 
 P = ParamSpec("P")
@@ -65,6 +65,9 @@ def _store_error(exc: RedisError) -> StoreUnavailable | None:
     """The store's error for a Redis failure that is not a bug (None: let it show as one)."""
     if isinstance(exc, OutOfMemoryError):
         return StoreFull(f"Redis is full (maxmemory reached: {exc}); free memory or raise maxmemory")
+    if isinstance(exc, PoolExhausted):
+        return StoreUnavailable(f"Redis answers too slowly for this load ({exc}); check the server's latency, "
+                                "or raise EDGERUN_REDIS_MAX_CONNECTIONS")
     if isinstance(exc, RedisConnectionError | RedisTimeoutError):
         return StoreUnavailable(f"Redis is unreachable ({exc}); check EDGERUN_REDIS_URL and the server")
     return None

@@ -1,6 +1,6 @@
 """gateway/store/redis_pool.py on a real Redis: commands past the pool's connections wait for one and all
-succeed; a command that finds none free within `wait_s` fails with redis-py's ConnectionError (which the
-store turns into StoreUnavailable)."""
+succeed; a command that finds none free within `wait_s` fails with PoolExhausted (a redis-py
+ConnectionError, which the store turns into StoreUnavailable)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,8 @@ import asyncio
 
 import pytest
 import redis.asyncio as aioredis
-from redis.exceptions import ConnectionError as RedisConnectionError
 
-from gateway.store.redis_pool import WaitingConnectionPool
+from gateway.store.redis_pool import PoolExhausted, WaitingConnectionPool
 
 
 async def test_commands_past_the_connections_wait_and_succeed(redis_url: str) -> None:
@@ -30,7 +29,7 @@ async def test_a_command_that_finds_no_connection_in_time_fails(redis_url: str) 
     client = aioredis.Redis(connection_pool=pool)
     held = await pool.get_connection()
     try:
-        with pytest.raises(RedisConnectionError, match="no Redis connection came free"):
+        with pytest.raises(PoolExhausted, match="no Redis connection came free"):
             await client.ping()
         await pool.release(held)
         assert await client.ping() is True  # free again: served at once
