@@ -186,7 +186,9 @@ std::tuple<at::Tensor, at::Tensor> decode_step(const at::Tensor& x_in, at::Tenso
   const int64_t rows = x_in.size(0), d = x_in.size(1), num_layers = static_cast<int64_t>(kv_caches.size());
   TORCH_CHECK(num_layers > 0 && static_cast<int64_t>(layers.size()) == kLayerTensors * num_layers,
               "one kv cache per layer and ", kLayerTensors, " tensors per layer in `layers`");
-  TORCH_CHECK(d % 32 == 0 && num_heads % num_kv_heads == 0, "hidden size must be a multiple of 32");
+  TORCH_CHECK(d % 32 == 0, "hidden size must be a multiple of 32, got ", d);
+  TORCH_CHECK(num_kv_heads > 0 && num_heads % num_kv_heads == 0, "num_heads (", num_heads, ") must be a multiple of num_kv_heads (",
+              num_kv_heads, ")");
   const at::Tensor& cache0 = kv_caches[0];
   TORCH_CHECK(cache0.dim() == 5 && cache0.size(2) == 2 && cache0.size(3) == num_kv_heads, "kv caches must be [blocks, block_size, 2, KH, hd]");
   const int64_t hd = cache0.size(4), block_size = cache0.size(1);
@@ -195,6 +197,8 @@ std::tuple<at::Tensor, at::Tensor> decode_step(const at::Tensor& x_in, at::Tenso
                   block_tables.size(0) == rows, "block_tables must be int64 [rows, max_blocks]");
   TORCH_CHECK(inv_freq.scalar_type() == at::kFloat && inv_freq.is_contiguous() && inv_freq.numel() == hd / 2, "inv_freq must be float32 [hd / 2]");
   edgerun::check_q8_0_weight(head_codes, head_scales, d);
+  for (const int64_t layer : aux_layers)  // else its columns of aux would be left unwritten
+    TORCH_CHECK(layer >= 0 && layer < num_layers, "aux layer ", layer, " is outside the model's ", num_layers, " layers");
   const int64_t max_blocks = block_tables.size(1);
   const int64_t* pos = positions.data_ptr<int64_t>();
   const int64_t* tables = block_tables.data_ptr<int64_t>();
