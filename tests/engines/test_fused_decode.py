@@ -90,7 +90,7 @@ def check_step(runner: ModelRunner, contexts: list[int], tol: float) -> None:
             assert (flat[slot_a] - flat[slot_b]).abs().max() <= max(tol, 1e-3) * flat[slot_b].abs().max() + 1e-6
 
 
-def test_the_default_runner_decodes_one_and_two_rows_fused(smollm2_default_runner: ModelRunner) -> None:
+def test_the_default_runner_decodes_one_to_max_rows_fused(smollm2_default_runner: ModelRunner) -> None:
     runner = smollm2_default_runner
     if runner.config.linear_format != "q4_1":
         pytest.skip("the fused step runs in the q4_1 format only")
