@@ -31,6 +31,7 @@ from engines.builtin.model_runner import ModelRunner
 from engines.sampling_params import SamplingParams
 
 PROMPT_TOKENS = 32  # per decode stream
+BLOCK_SIZE = 16  # KV cache tokens per block (the engine's default)
 
 
 def synchronize(device: torch.device) -> None:
@@ -90,10 +91,11 @@ def main(argv: list[str] | None = None) -> int:
 
     max_streams = max(args.streams)
     budget = max(args.prompt_tokens, max_streams * PROMPT_TOKENS)
-    blocks_per_stream = -(-(PROMPT_TOKENS + args.tokens) // 16)
+    blocks_per_stream = -(-(PROMPT_TOKENS + args.tokens) // BLOCK_SIZE)
+    num_kv_blocks = max(max_streams * blocks_per_stream, -(-budget // BLOCK_SIZE)) + 16  # 16 blocks spare
     config = EngineConfig(
         model=args.model, device=args.device, dtype=args.dtype, mode="fast", max_num_seqs=max_streams,
-        max_num_batched_tokens=budget, num_kv_blocks=max(max_streams * blocks_per_stream, -(-budget // 16)) + 16,
+        max_num_batched_tokens=budget, block_size=BLOCK_SIZE, num_kv_blocks=num_kv_blocks,
     )
     started = time.perf_counter()
     runner = ModelRunner(config)
