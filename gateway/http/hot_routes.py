@@ -53,14 +53,14 @@ class HotRoutes:
         try:
             response: Response = await route.endpoint(request)
         except Exception as exc:
-            handler = self.handler(exc)
+            handler = self._handler(exc)
             if handler is None:
                 raise
             response = await handler(request, exc)
             exc.__traceback__ = None  # a reused exception would pile up tracebacks (as Starlette does)
         await response(scope, receive, send)
 
-    def handler(self, exc: Exception) -> ExceptionHandler | None:
+    def _handler(self, exc: Exception) -> ExceptionHandler | None:
         """The handler of the nearest class in `exc`'s MRO, as Starlette looks it up."""
         for cls in type(exc).__mro__:
             found = self.handlers.get(cls)
