@@ -28,7 +28,8 @@ ExceptionHandler = Callable[[Request, Exception], Awaitable[Response]]
 
 
 class HotRoutes:
-    """Middleware: serves `routes` (POST only) directly; everything else goes on to `app`."""
+    """Middleware: serves `routes` (POST only; async function endpoints, awaited as they are) directly;
+    everything else goes on to `app`."""
 
     def __init__(
         self, app: ASGIApp, routes: Sequence[Route], handlers: Mapping[type[Exception], ExceptionHandler]
