@@ -26,7 +26,8 @@ class FusedDecode:
     """The tensors `decode_step` reads, gathered once; call it with one step's decode rows."""
 
     embed: Tensor  # [V, D] float32
-    layers: list[Tensor]  # per layer: attn_norm, then codes and scales of qkv, o, gate_up, down
+    # per layer: attn_norm, codes and scales of qkv and of o, mlp_norm, codes and scales of gate_up and of down
+    layers: list[Tensor]
     kv_caches: list[Tensor]
     inv_freq: Tensor  # [hd / 2] float32
     norm: Tensor

@@ -127,7 +127,7 @@ class ModelRunner:
             mc.num_layers, config.num_kv_blocks, config.block_size, mc.num_kv_heads, mc.head_dim, self.dtype, self.device
         )
         self.inv_freq = rope_inv_freq(mc, self.device)
-        # a step of 1-4 decodes in one C++ call where the weights are in the q4_1 format (fused_decode.py)
+        # a step of 1 to FusedDecode.MAX_ROWS decodes in one C++ call where the weights are in the q4_1 format
         self.fused: FusedDecode | None = None
         if config.linear_format == "q4_1":
             self.fused = FusedDecode.may_build(self.weights, mc, self.kv_caches, self.inv_freq)

@@ -51,11 +51,12 @@ class ThreadChoice:
         return best
 
     def record(self, num_threads: int, wall_ms: float, num_rows: int) -> None:
-        """A step's wall time on `num_threads`: averaged into the option in use, or replacing a probed one's."""
+        """A step's wall time on `num_threads`: averaged into the faster option's (the one in use), or replacing
+        the slower one's (a probe, so a single time decides whether it has become the faster)."""
         per_row = wall_ms / num_rows
         known = self.ms_per_row.get(num_threads)
-        in_use = known is not None and known <= min(self.ms_per_row.values())
-        if known is None or not in_use:
+        is_fastest = known is not None and known <= min(self.ms_per_row.values())
+        if known is None or not is_fastest:
             self.ms_per_row[num_threads] = per_row
         else:
             self.ms_per_row[num_threads] = known + self.SMOOTHING * (per_row - known)

@@ -90,7 +90,7 @@ def check_step(runner: ModelRunner, contexts: list[int], tol: float) -> None:
             assert (flat[slot_a] - flat[slot_b]).abs().max() <= max(tol, 1e-3) * flat[slot_b].abs().max() + 1e-6
 
 
-def test_the_default_runner_decodes_one_and_two_rows_fused(smollm2_default_runner: ModelRunner) -> None:
+def test_the_default_runner_decodes_one_to_max_rows_fused(smollm2_default_runner: ModelRunner) -> None:
     runner = smollm2_default_runner
     if runner.config.linear_format != "q4_1":
         pytest.skip("the fused step runs in the q4_1 format only")
@@ -163,6 +163,13 @@ def test_fused_step_refuses_a_block_table_too_short_for_its_position(tiny_q4_run
     assert fused is not None
     with pytest.raises(RuntimeError, match="block id out of range"):
         fused([7], [40], [[0]])  # position 40 needs 3 blocks of 16
+
+
+def test_fused_step_refuses_an_aux_layer_outside_the_model(tiny_q4_runner: ModelRunner) -> None:
+    fused = tiny_q4_runner.fused
+    assert fused is not None
+    with pytest.raises(RuntimeError, match="aux layer 2 is outside the model's 2 layers"):
+        fused([7], [0], [[0]], aux_layers=(0, tiny_q4_runner.model_config.num_layers))
 
 
 def test_a_fused_step_on_one_thread_leaves_torch_threads_as_they_were(tiny_q4_runner: ModelRunner, num_threads: int) -> None:

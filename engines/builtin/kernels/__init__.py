@@ -43,7 +43,8 @@ def build_dir() -> Path:
     import torch
 
     code = b"".join(path.read_bytes() for path in SOURCES + HEADERS)
-    key = hashlib.sha256(code + torch.__version__.encode() + " ".join(CFLAGS).encode()).hexdigest()[:16]
+    flags = " ".join(CFLAGS + LDFLAGS).encode()
+    key = hashlib.sha256(code + torch.__version__.encode() + flags).hexdigest()[:16]
     return Path.home() / ".cache" / "edgerun" / "kernels" / f"{NAME}-{key}"
 
 

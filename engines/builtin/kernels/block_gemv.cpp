@@ -229,6 +229,13 @@ void block_matmul(const typename Kernel<1>::Act& xq, int64_t rows, int64_t nb, c
   });
 }
 
+void check_weight(const at::Tensor& codes, const at::Tensor& scales, int64_t row_bytes, int64_t scales_per_row, int64_t k) {
+  TORCH_CHECK(codes.is_contiguous() && codes.dim() == 2 && codes.size(1) == row_bytes, "codes must be contiguous [out, ",
+              row_bytes, "] for in_features ", k, ", got ", codes.sizes());
+  TORCH_CHECK(scales.is_contiguous() && scales.scalar_type() == at::kHalf && scales.numel() == codes.size(0) * scales_per_row,
+              "scales must be contiguous float16 with ", scales_per_row, " per output row");
+}
+
 }  // namespace
 
 namespace edgerun {
@@ -244,6 +251,18 @@ void q8_0_matmul(const float* x, int64_t rows, int64_t k, const int8_t* codes, c
   block_matmul<Q8_0>(xq, rows, k / kBlock, codes, scales, k, k / kBlock, n, y);
 }
 
+void check_q4_1_weight(const at::Tensor& codes, const at::Tensor& scales, int64_t k) {
+  TORCH_CHECK(k % kBlock == 0, "in_features must be a multiple of 32, got ", k);
+  TORCH_CHECK(codes.scalar_type() == at::kByte, "q4_1 codes must be uint8");
+  check_weight(codes, scales, (k / kBlock + 1) / 2 * kBlock, 2 * (k / kBlock), k);
+}
+
+void check_q8_0_weight(const at::Tensor& codes, const at::Tensor& scales, int64_t k) {
+  TORCH_CHECK(k % kBlock == 0, "in_features must be a multiple of 32, got ", k);
+  TORCH_CHECK(codes.scalar_type() == at::kChar, "q8_0 codes must be int8");
+  check_weight(codes, scales, k, k / kBlock, k);
+}
+
 }  // namespace edgerun
 
 namespace {
@@ -254,20 +273,12 @@ at::Tensor checked_input(const at::Tensor& x) {
   return x.contiguous();
 }
 
-void check_weight(const at::Tensor& codes, const at::Tensor& scales, int64_t row_bytes, int64_t scales_per_row, int64_t k) {
-  TORCH_CHECK(codes.is_contiguous() && codes.dim() == 2 && codes.size(1) == row_bytes, "codes must be contiguous [out, ",
-              row_bytes, "] for in_features ", k, ", got ", codes.sizes());
-  TORCH_CHECK(scales.is_contiguous() && scales.scalar_type() == at::kHalf && scales.numel() == codes.size(0) * scales_per_row,
-              "scales must be contiguous float16 with ", scales_per_row, " per output row");
-}
-
 // codes [N, 32 * ceil(K / 64)] uint8: blocks paired, block 2i in the low nibbles of 32 bytes and block
 // 2i + 1 in the high ones; scales [N, 2, K / 32] float16: each row's d, then its m
 at::Tensor q4_1_linear(const at::Tensor& x, const at::Tensor& codes, const at::Tensor& scales) {
-  TORCH_CHECK(codes.scalar_type() == at::kByte, "codes must be uint8");
   const at::Tensor xc = checked_input(x);
-  const int64_t k = xc.size(1), nb = k / kBlock;
-  check_weight(codes, scales, (nb + 1) / 2 * kBlock, 2 * nb, k);
+  const int64_t k = xc.size(1);
+  edgerun::check_q4_1_weight(codes, scales, k);
   at::Tensor y = at::empty({xc.size(0), codes.size(0)}, xc.options());
   edgerun::q4_1_matmul(xc.data_ptr<float>(), xc.size(0), k, codes.data_ptr<uint8_t>(),
                        reinterpret_cast<const uint16_t*>(scales.data_ptr()), codes.size(0), y.data_ptr<float>());
@@ -276,10 +287,9 @@ at::Tensor q4_1_linear(const at::Tensor& x, const at::Tensor& codes, const at::T
 
 // codes [N, K] int8, scales [N, K / 32] float16
 at::Tensor q8_0_linear(const at::Tensor& x, const at::Tensor& codes, const at::Tensor& scales) {
-  TORCH_CHECK(codes.scalar_type() == at::kChar, "codes must be int8");
   const at::Tensor xc = checked_input(x);
   const int64_t k = xc.size(1);
-  check_weight(codes, scales, k, k / kBlock, k);
+  edgerun::check_q8_0_weight(codes, scales, k);
   at::Tensor y = at::empty({xc.size(0), codes.size(0)}, xc.options());
   edgerun::q8_0_matmul(xc.data_ptr<float>(), xc.size(0), k, codes.data_ptr<int8_t>(),
                        reinterpret_cast<const uint16_t*>(scales.data_ptr()), codes.size(0), y.data_ptr<float>());

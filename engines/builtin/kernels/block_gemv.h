@@ -1,4 +1,4 @@
-// The block-format matmuls of block_gemv.cpp, for edgerun's other kernels (decode_step.cpp).
+// The block-format matmuls of block_gemv.cpp, and their weight checks, for edgerun's other kernels (decode_step.cpp).
 //
 //   y[t, i] = sum_k x[t, k] * w[i, k]    x: [rows, k] float32 (k a multiple of 32), y: [rows, n] float32
 //
@@ -6,11 +6,17 @@
 // ones as codes [n, k] int8 and scales [n, k/32] float16; output rows split over torch's thread pool.
 #pragma once
 
+#include <ATen/core/Tensor.h>
+
 #include <cstdint>
 
 namespace edgerun {
 
 void q4_1_matmul(const float* x, int64_t rows, int64_t k, const uint8_t* codes, const uint16_t* scales, int64_t n, float* y);
 void q8_0_matmul(const float* x, int64_t rows, int64_t k, const int8_t* codes, const uint16_t* scales, int64_t n, float* y);
+
+// that codes and scales hold a weight of in_features k in that layout (contiguous); a TORCH_CHECK error naming it if not
+void check_q4_1_weight(const at::Tensor& codes, const at::Tensor& scales, int64_t k);
+void check_q8_0_weight(const at::Tensor& codes, const at::Tensor& scales, int64_t k);
 
 }  // namespace edgerun

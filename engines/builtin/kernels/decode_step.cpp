@@ -33,7 +33,8 @@
 
 namespace {
 
-constexpr int64_t kLayerTensors = 10;  // per layer: attn_norm, then codes and scales of qkv, o, gate_up, down
+// per layer: attn_norm, codes and scales of qkv and of o, mlp_norm, codes and scales of gate_up and of down
+constexpr int64_t kLayerTensors = 10;
 
 struct Q4Weight {
   const uint8_t* codes;
@@ -42,12 +43,7 @@ struct Q4Weight {
 };
 
 Q4Weight q4_weight(const at::Tensor& codes, const at::Tensor& scales, int64_t in) {
-  TORCH_CHECK(in % 32 == 0, "q4_1 weights need in_features a multiple of 32, got ", in);
-  TORCH_CHECK(codes.scalar_type() == at::kByte && codes.is_contiguous() && codes.dim() == 2 &&
-                  codes.size(1) == (in / 32 + 1) / 2 * 32,
-              "q4_1 codes must be contiguous uint8 [out, ", (in / 32 + 1) / 2 * 32, "], got ", codes.sizes());
-  TORCH_CHECK(scales.scalar_type() == at::kHalf && scales.is_contiguous() && scales.numel() == codes.size(0) * 2 * (in / 32),
-              "q4_1 scales must be contiguous float16 [out, 2, in / 32]");
+  edgerun::check_q4_1_weight(codes, scales, in);
   return {codes.data_ptr<uint8_t>(), reinterpret_cast<const uint16_t*>(scales.data_ptr()), codes.size(0)};
 }
 
@@ -190,7 +186,9 @@ std::tuple<at::Tensor, at::Tensor> decode_step(const at::Tensor& x_in, at::Tenso
   const int64_t rows = x_in.size(0), d = x_in.size(1), num_layers = static_cast<int64_t>(kv_caches.size());
   TORCH_CHECK(num_layers > 0 && static_cast<int64_t>(layers.size()) == kLayerTensors * num_layers,
               "one kv cache per layer and ", kLayerTensors, " tensors per layer in `layers`");
-  TORCH_CHECK(d % 32 == 0 && num_heads % num_kv_heads == 0, "hidden size must be a multiple of 32");
+  TORCH_CHECK(d % 32 == 0, "hidden size must be a multiple of 32, got ", d);
+  TORCH_CHECK(num_kv_heads > 0 && num_heads % num_kv_heads == 0, "num_heads (", num_heads, ") must be a multiple of num_kv_heads (",
+              num_kv_heads, ")");
   const at::Tensor& cache0 = kv_caches[0];
   TORCH_CHECK(cache0.dim() == 5 && cache0.size(2) == 2 && cache0.size(3) == num_kv_heads, "kv caches must be [blocks, block_size, 2, KH, hd]");
   const int64_t hd = cache0.size(4), block_size = cache0.size(1);
@@ -198,6 +196,9 @@ std::tuple<at::Tensor, at::Tensor> decode_step(const at::Tensor& x_in, at::Tenso
   TORCH_CHECK(block_tables.scalar_type() == at::kLong && block_tables.is_contiguous() && block_tables.dim() == 2 &&
                   block_tables.size(0) == rows, "block_tables must be int64 [rows, max_blocks]");
   TORCH_CHECK(inv_freq.scalar_type() == at::kFloat && inv_freq.is_contiguous() && inv_freq.numel() == hd / 2, "inv_freq must be float32 [hd / 2]");
+  edgerun::check_q8_0_weight(head_codes, head_scales, d);
+  for (const int64_t layer : aux_layers)  // else its columns of aux would be left unwritten
+    TORCH_CHECK(layer >= 0 && layer < num_layers, "aux layer ", layer, " is outside the model's ", num_layers, " layers");
   const int64_t max_blocks = block_tables.size(1);
   const int64_t* pos = positions.data_ptr<int64_t>();
   const int64_t* tables = block_tables.data_ptr<int64_t>();
@@ -248,10 +249,6 @@ std::tuple<at::Tensor, at::Tensor> decode_step(const at::Tensor& x_in, at::Tenso
         for (int64_t t = 0; t < rows; ++t) std::copy_n(xs + t * d, d, aux.data_ptr<float>() + t * aux.size(1) + j * d);
   }
 
-  TORCH_CHECK(head_codes.scalar_type() == at::kChar && head_codes.is_contiguous() && head_codes.dim() == 2 && head_codes.size(1) == d,
-              "head codes must be contiguous int8 [vocab, ", d, "]");
-  TORCH_CHECK(head_scales.scalar_type() == at::kHalf && head_scales.is_contiguous() && head_scales.numel() == head_codes.size(0) * (d / 32),
-              "head scales must be contiguous float16 [vocab, ", d / 32, "]");
   rms_norm(xs, norm_weight(norm, d), rows, d, s.eps, h.data());
   at::Tensor logits = at::empty({rows, head_codes.size(0)}, x.options());
   edgerun::q8_0_matmul(h.data(), rows, d, head_codes.data_ptr<int8_t>(), reinterpret_cast<const uint16_t*>(head_scales.data_ptr()),
