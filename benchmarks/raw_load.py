@@ -118,10 +118,10 @@ async def drive(
     rate: float | None = None,
 ) -> Phase:
     """`concurrency` clients, each on its own keep-alive connection, for `duration_s`, sending the
-    `distinct_bodies` of `body` in turn: closed loop
-    (each sends its next request as soon as the last one ends), or with `rate`, requests arriving
-    at `rate` per second in all (Poisson), each client taking the next arrival when it is free.
-    Latency counts from the arrival, not the send, so a client that falls behind shows it."""
+    `distinct_bodies` of `body` in turn: closed loop (each sends its next request as soon as the
+    last one ends), or with `rate`, requests arriving at `rate` per second in all (Poisson), each
+    client taking the next arrival when it is free. Latency counts from the arrival, not the send,
+    so a client that falls behind shows it. Failures are counted by kind (`Phase.failures`)."""
     requests = [raw_request(url, variant, headers)[2] for variant in distinct_bodies(body)]
     host, port, _ = raw_request(url, body, headers)
     sent = 0

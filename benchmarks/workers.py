@@ -32,7 +32,7 @@ import tempfile
 import uuid
 from collections import Counter
 from concurrent.futures import Executor, ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +50,6 @@ class Load:
 
     stubs: list[ChildProcess]
     pool: Executor | None  # None: the clients run in this process
-    client_pids: list[int] = field(default_factory=list)
 
 
 def start_stubs(num_chunks: int, num_procs: int) -> list[ChildProcess]:

@@ -4,6 +4,7 @@
     listeners.py        the public listener and the optional admin listener
     listener_limits.py  what one connection may cost a listener (header sizes, timeouts)
     middleware.py       request id, access log, request metrics, last-resort errors
+    hot_routes.py       the POST inference routes served past Starlette's exception and routing layers
     api_inference.py    `ai/run`, the OpenAI-compatible routes, model search
     api_admin.py        `/admin/v1/...` tenants and keys, behind the admin token
     api_billing.py      `GET /admin/v1/billing/export`

@@ -153,7 +153,7 @@ def create_app(
         store_errors.StoreUnavailable: render_store_unavailable,
         HTTPException: render_http_exception,
     }
-    app = Starlette(routes=routes(), lifespan=lifespan, exception_handlers=dict(handlers))
+    app = Starlette(routes=routes(), lifespan=lifespan, exception_handlers=handlers)
     app.add_middleware(HotRoutes, routes=inference_routes(), handlers=handlers)  # innermost: past the gateway's middleware
     app.add_middleware(ListenerGate, split=settings.http.admin_port is not None)
     app.state.drain = drain = Drain(settings.http.shutdown_timeout_s)  # run by Listeners on SIGTERM

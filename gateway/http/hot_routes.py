@@ -28,7 +28,8 @@ ExceptionHandler = Callable[[Request, Exception], Awaitable[Response]]
 
 
 class HotRoutes:
-    """Middleware: serves `routes` (POST only) directly; everything else goes on to `app`."""
+    """Middleware: serves `routes` (POST only; async function endpoints, awaited as they are) directly;
+    everything else goes on to `app`."""
 
     def __init__(
         self, app: ASGIApp, routes: Sequence[Route], handlers: Mapping[type[Exception], ExceptionHandler]
@@ -53,14 +54,14 @@ class HotRoutes:
         try:
             response: Response = await route.endpoint(request)
         except Exception as exc:
-            handler = self.handler(exc)
+            handler = self._handler(exc)
             if handler is None:
                 raise
             response = await handler(request, exc)
             exc.__traceback__ = None  # a reused exception would pile up tracebacks (as Starlette does)
         await response(scope, receive, send)
 
-    def handler(self, exc: Exception) -> ExceptionHandler | None:
+    def _handler(self, exc: Exception) -> ExceptionHandler | None:
         """The handler of the nearest class in `exc`'s MRO, as Starlette looks it up."""
         for cls in type(exc).__mro__:
             found = self.handlers.get(cls)

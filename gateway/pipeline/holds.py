@@ -56,18 +56,14 @@ async def run_to_end(work: Coroutine[Any, Any, T]) -> T:
         return await work
     task = asyncio.get_running_loop().create_task(_running_to_end(work))
     cancelled = False
-    while True:
+    while not task.done():
         try:
-            result = await asyncio.shield(task)
-        except asyncio.CancelledError:
-            if not task.done():
-                cancelled = True
-                continue
-            raise  # the work itself was cancelled: nothing is left to wait for
-        break
+            await asyncio.shield(task)
+        except asyncio.CancelledError:  # the caller's (wait on), or the work's own (then it is done)
+            cancelled = True
     if cancelled:
         raise asyncio.CancelledError
-    return result
+    return task.result()
 
 
 async def _running_to_end(work: Coroutine[Any, Any, T]) -> T:

@@ -73,7 +73,7 @@ class Flight:
         (an admin's x-edgerun-explain, or debug logging), not on every request: the candidates are
         frozen and a policy's `score_of` depends only on them and the request."""
         if self._explanation is None:
-            self._explanation = explain(self.choice[0], self.choice[1], self.choice[2], self.info) if self.choice else ""
+            self._explanation = explain(*self.choice, self.info) if self.choice else ""
         return self._explanation
 
     @property

@@ -5,11 +5,12 @@ in-flight tokens, sessions, the prefix index) lives here in the SQLite file inst
 ledger, in the tables of `sqlite_shared.py`; every check-and-change runs inside a `BEGIN IMMEDIATE`
 transaction (the file's one write lock), so N workers never allow N x a limit. The calls that one
 wake-up of the store's thread runs share that transaction (group commit, serial_worker.py): one
-lock and one commit for many requests, and each caller is answered only after the commit. Tenants and keys stay cached in each process
-as in `EmbeddedStore`, but the catalog version is read on every call (concurrent calls share one
-read), so a key created or revoked by one worker holds in the others at once. The ledger is the
-same table, appended with `INSERT OR IGNORE` by request id (in the same group transaction), so a
-record is written once whichever worker (or retry) appends it, and counts as written once committed.
+lock and one commit for many requests, and each caller is answered only after the commit. Tenants
+and keys stay cached in each process as in `EmbeddedStore`, but the catalog version is read on
+every call (concurrent calls share one read), so a key created or revoked by one worker holds in
+the others at once. The ledger is the same table, appended with `INSERT OR IGNORE` by request id
+(in the same group transaction), so a record is written once whichever worker (or retry) appends
+it, and counts as written once committed.
 
 Chosen by `open_store` when `workers > 1` without Redis, or with `sqlite_shared = true`. The
 one-process `EmbeddedStore` stays the default for a lone gateway: it decides limits in memory,

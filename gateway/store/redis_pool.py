@@ -2,7 +2,7 @@
 for one instead of failing.
 
 redis-py's asyncio `ConnectionPool` raises `MaxConnectionsError` at once past `max_connections`
-(100 by default since redis-py 6), which turned a burst of concurrent requests into 503s although
+(100 by default since redis-py 8.0), which turned a burst of concurrent requests into 503s although
 Redis was fine. Its `BlockingConnectionPool` waits, but takes a condition lock and arms a timer on
 every command, even with connections to spare: about 10 us of CPU per command, 0.1-0.2 ms per
 request. This pool takes a free connection exactly as `ConnectionPool` does and only waits (up to
@@ -45,6 +45,9 @@ class WaitingConnectionPool(aioredis.ConnectionPool):
                         self._num_waiting += 1
                         try:
                             await self._freed.wait()
+                        except BaseException:  # cancelled or timed out, maybe just as a release woke it:
+                            self._freed.notify()  # pass the wake-up on, or a free connection waits for the next
+                            raise
                         finally:
                             self._num_waiting -= 1
                     try:

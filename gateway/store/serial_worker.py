@@ -7,7 +7,8 @@ calls) that is one thread wake-up and one loop wake-up for many calls instead of
 A call whose caller was cancelled still runs (as in an executor once queued): the store's writes
 are never half-done.
 
-Group commit (`run_grouped`, with a `commit` given at construction): consecutive grouped calls of
+Group commit (`run_grouped`, once the worker has a `commit`: given at construction, or set before the
+first grouped call as the shared store does once its tables are open): consecutive grouped calls of
 one wake-up (at most `MAX_GROUP`) share one open write transaction, which `commit` ends after the
 last of them; their results reach their callers only once that commit has succeeded (if it fails,
 each of them gets its error). A plain call between them commits the group first, so it never

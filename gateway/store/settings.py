@@ -16,6 +16,7 @@ class StoreSettings(BaseModel):
     redis_timeout_s: float = Field(default=2.0, gt=0)  # connect and per-command socket timeout
     # Connections to Redis per gateway process; a command finding them all busy waits for one, up to
     # redis_timeout_s (then 503). Bounds what N processes x M machines open against Redis's maxclients.
+    # A `?max_connections=` in redis_url wins over it (redis-py's query options win over arguments).
     redis_max_connections: int = Field(default=100, ge=1)
     # SQLite file of the embedded store (tenants, key hashes, budgets, ledger); ":memory:" for tests.
     sqlite_path: str = str(Path.home() / ".local" / "share" / "edgerun" / "gateway.sqlite3")

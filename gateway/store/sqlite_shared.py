@@ -5,7 +5,8 @@ in tables next to the embedded store's own (sqlite_db.py) in the same WAL-mode f
 check-and-change runs in a `BEGIN IMMEDIATE` transaction: SQLite lets one connection write at a
 time, so the read, the decision and the write of one process never interleave with another's.
 Grouped (what the store uses), consecutive calls share one transaction, each in a savepoint,
-until `commit`: the lock and the commit were the cap on `serve --workers N` (six per request).
+until `commit`: one lock and one commit for many calls, where each request made six write
+transactions (less CPU per request; the workers' throughput cap stayed: BENCHMARKS.md, "group commit").
 A writer that finds the file locked waits up to `busy_timeout_s` (then `sqlite3.OperationalError`).
 
 Blocking and synchronous, one connection: the store calls it from its one worker thread.
@@ -114,7 +115,7 @@ class SharedTables:
     def _begin(self) -> None:
         """`BEGIN IMMEDIATE`, tried again every `_RETRY_S` until the busy timeout. SQLite's own wait
         sleeps 1, 2, 5, 10 ... 100 ms between tries: with several workers the lock sat free while they
-        slept (measured: waits of 0.5-1.4 s, and `serve --workers 8` capped near 1,200 requests/s)."""
+        slept (8 processes on one file: worst wait 55-82 ms that way, 12-14 ms retrying every 0.2 ms)."""
         deadline = time.monotonic() + self._busy_timeout_s
         self._conn.execute("PRAGMA busy_timeout = 0")
         try:

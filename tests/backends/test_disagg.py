@@ -12,7 +12,9 @@ from backends.kv_transfer.opaque import OpaqueState
 from backends.server.disagg import check_role
 from backends.server.errors import BadRequest, NotImplementedFeature
 from backends.server.protocol import DisaggregatedParams
+from backends.settings import BackendSettings
 from engines.base import KVPin
+from engines.builtin.config import EngineConfig
 
 
 def state(role: str, has_kv: bool = True) -> SimpleNamespace:
@@ -78,9 +80,6 @@ async def test_pins_are_released_once_pulled_or_expired_and_not_while_leased() -
 def test_a_disaggregated_role_on_cuda_is_refused_at_start() -> None:
     # KV transfer reads the cache in host memory: the built-in engine offers it on the CPU only, so a
     # prefill or decode backend on CUDA is refused before its model loads, naming the way out.
-    from backends.settings import BackendSettings
-    from engines.builtin.config import EngineConfig
-
     cuda = EngineConfig(device="cuda", dtype="bfloat16")
     for role in ("prefill", "decode"):
         with pytest.raises(ValueError, match="role = mixed"):

@@ -1,10 +1,11 @@
 """More concurrent requests than the gateway has Redis connections, through real processes (`edgerun
 serve` on the Redis store, the benchmark stub behind it): every request is answered 200. A request
 whose store command finds every connection busy waits for one; it used to fail at once with 503
-"the shared store is unreachable" (redis-py's pool raises past its size: 100 by default in redis-py
-6+, which 192 benchmark clients on one worker hit). The pool is made small here so a few dozen
-clients for two seconds reach its bound; it is set in the URL (`?max_connections=4`), the one
-place redis-py reads it from whatever the gateway's own setting (`redis_max_connections`) says."""
+"the shared store is unreachable" (redis-py's pool raises past its size: 100 by default since redis-py
+8.0, which 192 benchmark clients on one worker hit). The pool is made small here so a few dozen
+clients for two seconds reach its bound. It is set in the URL (`?max_connections=4`), which redis-py's
+`from_url` lets win over the gateway's own `redis_max_connections`: so the bound holds on any gateway,
+the one before that setting existed included, and the test fails there."""
 
 from __future__ import annotations
 

@@ -36,3 +36,20 @@ async def test_a_command_that_finds_no_connection_in_time_fails(redis_url: str) 
     finally:
         await client.aclose()
         await pool.disconnect()
+
+
+async def test_a_waiter_cancelled_as_a_release_wakes_it_passes_the_wake_up_on(redis_url: str) -> None:
+    """A client that leaves (its task cancelled) just after a release woke its command: the next waiter
+    gets the connection, rather than waiting for another release (here: none) until its `wait_s`."""
+    pool = WaitingConnectionPool.from_url(redis_url, max_connections=1, wait_s=5.0)
+    held = await pool.get_connection()
+    first, second = asyncio.ensure_future(pool.get_connection()), asyncio.ensure_future(pool.get_connection())
+    try:
+        await asyncio.sleep(0.05)  # both wait
+        await pool.release(held)  # wakes `first`, which has not run yet
+        first.cancel()
+        connection = await asyncio.wait_for(second, 2.0)
+        await pool.release(connection)
+        assert first.cancelled()
+    finally:
+        await pool.disconnect()
