@@ -273,27 +273,29 @@ at::Tensor checked_input(const at::Tensor& x) {
   return x.contiguous();
 }
 
+// x [rows, K] float32 -> x @ w.T [rows, N] float32, w in one block format (its weight check and matmul)
+template <typename Code>
+at::Tensor block_linear(const at::Tensor& x, const at::Tensor& codes, const at::Tensor& scales,
+                        void (*check)(const at::Tensor&, const at::Tensor&, int64_t),
+                        void (*matmul)(const float*, int64_t, int64_t, const Code*, const uint16_t*, int64_t, float*)) {
+  const at::Tensor xc = checked_input(x);
+  const int64_t k = xc.size(1);
+  check(codes, scales, k);
+  at::Tensor y = at::empty({xc.size(0), codes.size(0)}, xc.options());
+  matmul(xc.data_ptr<float>(), xc.size(0), k, codes.data_ptr<Code>(), reinterpret_cast<const uint16_t*>(scales.data_ptr()),
+         codes.size(0), y.data_ptr<float>());
+  return y;
+}
+
 // codes [N, 32 * ceil(K / 64)] uint8: blocks paired, block 2i in the low nibbles of 32 bytes and block
 // 2i + 1 in the high ones; scales [N, 2, K / 32] float16: each row's d, then its m
 at::Tensor q4_1_linear(const at::Tensor& x, const at::Tensor& codes, const at::Tensor& scales) {
-  const at::Tensor xc = checked_input(x);
-  const int64_t k = xc.size(1);
-  edgerun::check_q4_1_weight(codes, scales, k);
-  at::Tensor y = at::empty({xc.size(0), codes.size(0)}, xc.options());
-  edgerun::q4_1_matmul(xc.data_ptr<float>(), xc.size(0), k, codes.data_ptr<uint8_t>(),
-                       reinterpret_cast<const uint16_t*>(scales.data_ptr()), codes.size(0), y.data_ptr<float>());
-  return y;
+  return block_linear<uint8_t>(x, codes, scales, edgerun::check_q4_1_weight, edgerun::q4_1_matmul);
 }
 
 // codes [N, K] int8, scales [N, K / 32] float16
 at::Tensor q8_0_linear(const at::Tensor& x, const at::Tensor& codes, const at::Tensor& scales) {
-  const at::Tensor xc = checked_input(x);
-  const int64_t k = xc.size(1);
-  edgerun::check_q8_0_weight(codes, scales, k);
-  at::Tensor y = at::empty({xc.size(0), codes.size(0)}, xc.options());
-  edgerun::q8_0_matmul(xc.data_ptr<float>(), xc.size(0), k, codes.data_ptr<int8_t>(),
-                       reinterpret_cast<const uint16_t*>(scales.data_ptr()), codes.size(0), y.data_ptr<float>());
-  return y;
+  return block_linear<int8_t>(x, codes, scales, edgerun::check_q8_0_weight, edgerun::q8_0_matmul);
 }
 
 }  // namespace
