@@ -24,8 +24,8 @@ HEADERS = [Path(__file__).with_name("block_gemv.h")]
 # -fopenmp: at::parallel_for is inline OpenMP in torch's headers, so without it every kernel ran on one thread.
 # The library then needs libgomp.so.1, which the dynamic linker finds already loaded by torch (its own copy,
 # same soname): one OpenMP runtime and one thread pool in the process, sized by torch.set_num_threads.
-CFLAGS = ["-O3", "-mavx2", "-mfma", "-mf16c", "-fno-math-errno", "-fopenmp"]
-LDFLAGS = ["-fopenmp"]
+CFLAGS = ("-O3", "-mavx2", "-mfma", "-mf16c", "-fno-math-errno", "-fopenmp")
+LDFLAGS = ("-fopenmp",)
 NAME = "edgerun_kernels"
 DISABLE_ENV = "EDGERUN_KERNELS"  # "off": never build or load them (the fallback path, on purpose)
 
@@ -69,7 +69,8 @@ def load() -> bool:
 
             directory.mkdir(parents=True, exist_ok=True)
             logger.info("building the edgerun kernels in %s (once per machine)", directory)
-            build(NAME, [str(path) for path in SOURCES], extra_cflags=CFLAGS, extra_ldflags=LDFLAGS,
+            # copies: torch appends its own libraries to extra_ldflags, which would change build_dir()'s key
+            build(NAME, [str(path) for path in SOURCES], extra_cflags=list(CFLAGS), extra_ldflags=list(LDFLAGS),
                   build_directory=str(directory), is_python_module=False, verbose=False)
     except Exception as exc:  # no compiler, no ninja, a failed build: the engine must still start
         logger.warning("edgerun kernels unavailable (%s: %s); torch's own ops run instead",
