@@ -71,9 +71,7 @@ class Metering:
         price = self.price(model_id)
         if price is None:
             return 0, UNPRICED
-        return cost_micros(
-            Usage(usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens), price
-        ), price.version
+        return cost_micros(usage, price), price.version
 
     async def reserve(self, request: MeteredRequest, max_tokens: int) -> None:
         """Reserve the worst-case cost against the tenant's monthly budget, or refuse the request."""
@@ -106,9 +104,7 @@ class Metering:
         """
         billable = billable_usage(status, usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens)
         ctx = request.ctx
-        cost, version = self.cost(
-            ctx.model_id, Usage(billable.prompt_tokens, billable.completion_tokens, billable.cached_tokens)
-        )
+        cost, version = self.cost(ctx.model_id, billable)
         record = UsageRecord(
             request_id=ctx.request_id,
             tenant_id=ctx.tenant_id,

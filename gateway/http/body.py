@@ -8,7 +8,7 @@ from starlette.requests import Request
 
 from gateway.errors import IncompleteRequest, InvalidInput, RequestTooLarge
 from gateway.http.strict_json import JSONRejected, loads_strict
-from gateway.pipeline.offload import Offload
+from gateway.pipeline.offload import Offload, is_large
 
 
 def _too_large(max_bytes: int) -> RequestTooLarge:
@@ -40,7 +40,10 @@ async def read_json_object(
         raise IncompleteRequest("Request is missing headers or body: send a JSON object body")
     raw = b"".join(chunks)
     try:
-        body = await offload.run_if_large(size, lambda: loads_strict(raw)) if offload else loads_strict(raw)
+        if offload is None or not is_large(size):  # inline: no closure, no coroutine more
+            body = loads_strict(raw)
+        else:
+            body = await offload.run(lambda: loads_strict(raw))
     except JSONRejected as exc:
         raise InvalidInput(f"the body is rejected: {exc}") from None
     if not isinstance(body, dict):

@@ -52,9 +52,5 @@ class Offload:
         finally:
             self._pending -= 1
 
-    async def run_if_large(self, size: int, fn: Callable[[], T]) -> T:
-        """`fn()` inline for a small input, on the pool for a large one."""
-        return await self.run(fn) if is_large(size) else fn()
-
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

@@ -90,9 +90,9 @@ class ModelTokenizer:
 
     async def encode(self, prompt: Prompt, offload: Offload | None = None) -> list[int]:
         """`encode_prompt`, on the offload pool when the prompt is large (inline without a pool)."""
-        if offload is None:
+        if offload is None or not is_large(prompt_size(prompt)):  # inline: no closure, no coroutine more
             return self.encode_prompt(prompt)
-        return await offload.run_if_large(prompt_size(prompt), lambda: self.encode_prompt(prompt))
+        return await offload.run(lambda: self.encode_prompt(prompt))
 
 
 def prompt_size(prompt: Prompt) -> int:

@@ -27,7 +27,6 @@ import asyncio
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
-from dataclasses import replace
 from typing import TypeVar
 
 from gateway.store import apikeys
@@ -46,7 +45,16 @@ from gateway.store.checks import (
 from gateway.store.errors import Conflict, NotFound, StoreUnavailable
 from gateway.store.limits import ALLOWED, WINDOW_MS, check_limit_args, refused, to_ms
 from gateway.store.memory import PrefixTable, TtlMap, WindowCounters
-from gateway.store.models import ApiKey, BudgetDecision, LimitDecision, Tenant, UsageRecord, new_tenant, to_us
+from gateway.store.models import (
+    ApiKey,
+    BudgetDecision,
+    LimitDecision,
+    Tenant,
+    UsageRecord,
+    copied,
+    new_tenant,
+    to_us,
+)
 from gateway.store.serial_worker import SerialWorker
 from gateway.store.settings import StoreSettings
 from gateway.store.sqlite_db import USAGE_PAGE, Database
@@ -166,21 +174,21 @@ class EmbeddedStore(Store):
             if isinstance(exc, sqlite3.IntegrityError):  # another process took the id or an account just now
                 raise Conflict(f"tenant {tenant.id!r} or one of its accounts was just created elsewhere") from exc
             raise
-        return replace(tenant)
+        return copied(tenant)
 
     async def get_tenant(self, tenant_id: str) -> Tenant | None:
         await self._may_refresh()
         tenant = self._tenants.get(tenant_id)
-        return None if tenant is None else replace(tenant)
+        return None if tenant is None else copied(tenant)
 
     async def get_tenant_by_account(self, account_id: str) -> Tenant | None:
         await self._may_refresh()
         tenant_id = self._accounts.get(account_id)
-        return None if tenant_id is None else replace(self._tenants[tenant_id])
+        return None if tenant_id is None else copied(self._tenants[tenant_id])
 
     async def list_tenants(self) -> list[Tenant]:
         await self._may_refresh()
-        return sorted((replace(t) for t in self._tenants.values()), key=lambda t: (t.created_at, t.id))
+        return sorted((copied(t) for t in self._tenants.values()), key=lambda t: (t.created_at, t.id))
 
     # --- API keys ---
 
@@ -209,7 +217,7 @@ class EmbeddedStore(Store):
         assert key_hash is not None
         await self._run(self._db.insert_key, key, key_hash)
         self._remember_key(key, key_hash)
-        return replace(key), secret
+        return copied(key), secret
 
     async def lookup_key(self, secret: str) -> ApiKey | None:
         await self._may_refresh()
@@ -220,16 +228,16 @@ class EmbeddedStore(Store):
         if key_id is None or not apikeys.same_hash(self._key_hashes[key_id], presented):
             return None
         key = self._keys[key_id]
-        return None if key.is_revoked else replace(key)
+        return None if key.is_revoked else copied(key)
 
     async def get_key(self, key_id: str) -> ApiKey | None:
         await self._may_refresh()
         key = self._keys.get(key_id)
-        return None if key is None else replace(key)
+        return None if key is None else copied(key)
 
     async def list_keys(self, tenant_id: str) -> list[ApiKey]:
         await self._may_refresh()
-        keys = [replace(k) for k in self._keys.values() if k.tenant_id == tenant_id]
+        keys = [copied(k) for k in self._keys.values() if k.tenant_id == tenant_id]
         return sorted(keys, key=lambda k: (k.created_at, k.id))
 
     async def revoke_key(self, key_id: str) -> bool:

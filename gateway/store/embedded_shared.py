@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from typing import TypeVar
 
 from gateway.store.checks import (
@@ -44,7 +43,7 @@ from gateway.store.checks import (
 from gateway.store.embedded import EmbeddedStore
 from gateway.store.lease import LeaseTask
 from gateway.store.limits import ALLOWED, WINDOW_MS, check_limit_args, refused, to_ms
-from gateway.store.models import BudgetDecision, LimitDecision, Tenant, UsageRecord
+from gateway.store.models import BudgetDecision, LimitDecision, Tenant, UsageRecord, copied
 from gateway.store.redis_store import default_replica_id
 from gateway.store.settings import StoreSettings
 from gateway.store.sqlite_shared import SharedTables
@@ -78,12 +77,12 @@ class SharedEmbeddedStore(EmbeddedStore):
 
     async def get_tenant(self, tenant_id: str) -> Tenant | None:
         tenant = self._tenants.get(tenant_id)
-        return replace(tenant) if tenant is not None else await super().get_tenant(tenant_id)
+        return copied(tenant) if tenant is not None else await super().get_tenant(tenant_id)
 
     async def get_tenant_by_account(self, account_id: str) -> Tenant | None:
         tenant_id = self._accounts.get(account_id)
         if tenant_id is not None:
-            return replace(self._tenants[tenant_id])
+            return copied(self._tenants[tenant_id])
         return await super().get_tenant_by_account(account_id)
 
     async def _renew_lease(self) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from gateway.store.apikeys import new_id
 from gateway.store.checks import check_accounts, check_count, check_id, check_models, check_text
@@ -84,6 +84,19 @@ class ApiKey:
 
     def allows_model(self, model: str) -> bool:
         return self.allowed_models is None or model in self.allowed_models
+
+
+RecordT = TypeVar("RecordT", Tenant, ApiKey)
+_COPIED_FIELDS = {kind: tuple(f.name for f in fields(kind)) for kind in (Tenant, ApiKey)}
+
+
+def copied(record: RecordT) -> RecordT:
+    """A shallow copy of a `Tenant` or `ApiKey` for a caller to keep, without running its checks
+    again (`dataclasses.replace` would): they held when it was made, and every field is immutable."""
+    copy = object.__new__(type(record))
+    for name in _COPIED_FIELDS[type(record)]:
+        setattr(copy, name, getattr(record, name))
+    return copy
 
 
 @dataclass(slots=True, frozen=True)
