@@ -196,7 +196,7 @@ class HostedStore(Store):
     async def append_usage(self, record: UsageRecord) -> bool:
         if not isinstance(record, UsageRecord):
             raise TypeError(f"append_usage takes a UsageRecord, got {type(record).__name__}")
-        return bool(await self._call("append_usage", codec.plain(record)))
+        return bool(await self._call("append_usage", record))
 
     async def iter_usage(self, start: float, end: float, tenant_id: str | None = None) -> AsyncIterator[UsageRecord]:
         if tenant_id is not None:

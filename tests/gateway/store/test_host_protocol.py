@@ -47,7 +47,7 @@ class _Peer:
         self._frames = FrameReader()
 
     async def ask(self, *message: Any) -> list[Any]:
-        self.writer.write(frame(list(message)))
+        self.writer.write(frame([list(message)]))
         return await self.answer()
 
     async def answer(self) -> list[Any]:
@@ -98,10 +98,11 @@ async def test_bad_calls_get_an_error_and_the_connection_goes_on(host: StoreHost
 @pytest.mark.parametrize(
     "garbage",
     [
-        (MAX_FRAME + 1).to_bytes(4, "big") + b"{}",  # longer than any frame may be
+        (MAX_FRAME + 1).to_bytes(4, "big") + b"[]",  # longer than any frame may be
         (5).to_bytes(4, "big") + b"\xff\xfe{[x",  # not UTF-8 JSON
-        frame({"call": 1}),  # JSON, but not a request
-        frame([1.5, "get_tenant", ["a"], {}]),  # no usable call id
+        (10).to_bytes(4, "big") + b'{"call":1}',  # JSON, but not an array of messages
+        frame([{"call": 1}]),  # an array, but not of requests
+        frame([[1.5, "get_tenant", ["a"], {}]]),  # no usable call id
     ],
 )
 async def test_a_broken_frame_closes_its_connection_only(host: StoreHost, garbage: bytes) -> None:
