@@ -1,6 +1,6 @@
 """The store calls of one streamed request, made as fast as K worker processes can, on three stores.
 
-    python -m benchmarks.store_host [--workers 1,2] [--seconds 5] [--rounds 3] [--concurrency 32]
+    python -m benchmarks.store_host [--workers 1,2] [--seconds 5] [--rounds 3] [--concurrency 32] [--gateway-work-us 0]
 
 - embedded: the one-process `EmbeddedStore` in the worker (one worker only: nothing else can share it);
 - shared: `SharedEmbeddedStore`, K workers on one SQLite file (every check-and-change under its write lock);
@@ -11,7 +11,8 @@ gateway's order (auth, limits, slot, budget, routing, prefix record, in-flight r
 ledger, settle, slot release). Configurations alternate within each round; medians over rounds are
 reported: requests/s, each worker's CPU per request, the host's CPU per request (its serial cost:
 1000 / it is the requests/s no number of workers can pass) and the shared store's write-lock hold per
-request (its serial cost, the same way).
+request (its serial cost, the same way). `--gateway-work-us` adds a gateway's own Python work to each
+request, so the worker's event loop competes for its GIL with the shared store's thread as in a gateway.
 """
 
 from __future__ import annotations
@@ -41,9 +42,20 @@ PREFIXES = 64  # distinct prompt prefixes
 BACKENDS = 4
 
 
-async def one_request(store: Store, secret: str, request_id: str, n: int) -> None:
+def _spin(us: float) -> None:
+    """Hold this process's GIL for `us` microseconds of Python work (the gateway's own part of a request)."""
+    if us > 0:
+        until = time.perf_counter() + us / 1e6
+        while time.perf_counter() < until:
+            pass
+
+
+async def one_request(store: Store, secret: str, request_id: str, n: int, work_us: float = 0.0) -> None:
     """The store calls of one streamed request (gateway/pipeline/auth.py, concurrency.py, routing.py;
-    gateway/billing/metering.py), in their order; routing's two lookups run together off memory."""
+    gateway/billing/metering.py), in their order; routing's two lookups run together off memory.
+    `work_us`: the gateway's own work, in four parts between the calls (parsing, routing, streaming,
+    metering), with an `await asyncio.sleep(0)` after each so other requests interleave as in a gateway."""
+    _spin(work_us / 4)
     key = await store.lookup_key(secret)
     assert key is not None
     tenant = await store.get_tenant(key.tenant_id)
@@ -52,6 +64,8 @@ async def one_request(store: Store, secret: str, request_id: str, n: int) -> Non
     assert (await store.check_and_consume(key.id, key.rpm, key.tpm, estimate)).allowed
     assert await store.acquire_request_slot(tenant.id, request_id, 1_000_000)
     assert (await store.reserve_budget(tenant.id, MONTH, RESERVE_MICRO, tenant.monthly_budget_micro)).allowed
+    _spin(work_us / 4)
+    await asyncio.sleep(0)
     hashes = [(n % PREFIXES) * 1000 + j for j in range(BLOCKS)]
     if store.answers_in_memory:
         await store.loads(), await store.match_prefix(hashes)
@@ -61,8 +75,12 @@ async def one_request(store: Store, secret: str, request_id: str, n: int) -> Non
     await store.add_inflight(backend, prompt, max_tokens)
     await store.record_prefix(backend, hashes)  # first chunk
     await store.release_inflight(backend, prompt, 0)  # first token
+    _spin(work_us / 4)
+    await asyncio.sleep(0)
     await store.release_inflight(backend, 0, max_tokens)  # finished
     await store.reconcile_tokens(key.id, estimate, actual)
+    _spin(work_us / 4)
+    await asyncio.sleep(0)
     now = time.time()
     record = UsageRecord(
         request_id=request_id, tenant_id=tenant.id, account_id="acct", key_id=key.id, model="m", region=None,
@@ -112,7 +130,7 @@ def _time_lock_holds() -> list[float]:
 
 
 async def _drive(kind: str, settings: StoreSettings, secret: str, tag: str, seconds: float, concurrency: int,
-                 barrier: Barrier) -> tuple[int, float, float, float]:  # fmt: skip
+                 work_us: float, barrier: Barrier) -> tuple[int, float, float, float]:  # fmt: skip
     held = _time_lock_holds() if kind == "shared" else [0.0]
     store = _open(kind, settings)
     counter = iter(range(10**9))
@@ -127,7 +145,7 @@ async def _drive(kind: str, settings: StoreSettings, secret: str, tag: str, seco
     async def requests() -> None:
         while time.monotonic() < stop_at:
             n = next(counter)
-            await one_request(store, secret, f"{tag}-{n}", n)
+            await one_request(store, secret, f"{tag}-{n}", n, work_us)
             done[0] += 1
 
     await asyncio.gather(*(requests() for _ in range(concurrency)))
@@ -138,8 +156,8 @@ async def _drive(kind: str, settings: StoreSettings, secret: str, tag: str, seco
 
 
 def _worker(kind: str, settings: StoreSettings, secret: str, tag: str, seconds: float, concurrency: int,
-            barrier: Barrier, results: multiprocessing.Queue[tuple[int, float, float, float]]) -> None:  # fmt: skip
-    results.put(asyncio.run(_drive(kind, settings, secret, tag, seconds, concurrency, barrier)))
+            work_us: float, barrier: Barrier, results: multiprocessing.Queue[tuple[int, float, float, float]]) -> None:  # fmt: skip
+    results.put(asyncio.run(_drive(kind, settings, secret, tag, seconds, concurrency, work_us, barrier)))
 
 
 def _start_host(settings: StoreSettings) -> subprocess.Popen[bytes]:
@@ -161,7 +179,9 @@ async def _seed(settings: StoreSettings) -> str:
         await store.aclose()
 
 
-def run_one(kind: str, workers: int, seconds: float, concurrency: int, tag: str) -> dict[str, float]:
+def run_one(
+    kind: str, workers: int, seconds: float, concurrency: int, tag: str, work_us: float = 0.0
+) -> dict[str, float]:
     with tempfile.TemporaryDirectory(prefix="edgerun-store-bench-") as tmp:
         settings = StoreSettings(
             sqlite_path=str(Path(tmp) / "gateway.sqlite3"), sqlite_shared=kind == "shared",
@@ -175,7 +195,7 @@ def run_one(kind: str, workers: int, seconds: float, concurrency: int, tag: str)
         children = [
             context.Process(
                 target=_worker,
-                args=(kind, settings, secret, f"{tag}-w{i}", seconds, concurrency, barrier, results),
+                args=(kind, settings, secret, f"{tag}-w{i}", seconds, concurrency, work_us, barrier, results),
             )
             for i in range(workers)
         ]
@@ -210,6 +230,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=32, help="requests in flight per worker")
     parser.add_argument("--stores", default="embedded,shared,hosted")
+    parser.add_argument(
+        "--gateway-work-us", type=float, default=0.0,
+        help="Python work per request besides the store calls (a gateway's own, ~700 us on 16 idle cores)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     counts = [int(w) for w in args.workers.split(",")]
     configs = [(kind, k) for k in counts for kind in args.stores.split(",") if kind != "embedded" or k == 1]
@@ -218,7 +242,7 @@ def main(argv: list[str] | None = None) -> None:
     runs: dict[tuple[str, int], list[dict[str, float]]] = {c: [] for c in configs}
     for r in range(args.rounds):
         for kind, workers in configs:
-            result = run_one(kind, workers, args.seconds, args.concurrency, f"r{r}")
+            result = run_one(kind, workers, args.seconds, args.concurrency, f"r{r}", args.gateway_work_us)
             runs[(kind, workers)].append(result)
             print(f"  round {r} {kind} x{workers}: " + ", ".join(f"{k} {v:.3f}" for k, v in result.items()), flush=True)
     print(f"load average after: {os.getloadavg()}")
