@@ -90,10 +90,15 @@ class HostConnection(asyncio.Protocol):
             self._fail(f"the store host sent a broken frame ({exc})")
             return
         for message in messages:
-            entry = self._pending.pop(message[0], None)
+            try:
+                call_id, kind, value = message
+                entry = self._pending.pop(call_id, None)
+            except (TypeError, ValueError):  # not [call_id, kind, value]
+                self._fail(f"the store host sent a malformed reply: {str(message)[:100]}")
+                return
             if entry is None or entry[0].done():  # expired, or its caller gave up
                 continue
-            reply, kind, value = entry[0], message[1], message[2]
+            reply = entry[0]
             if kind == OK:
                 reply.set_result(value)
             else:
