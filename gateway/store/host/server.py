@@ -4,9 +4,9 @@ Each worker holds one connection to the host's Unix socket. Every call runs on t
 loop, one at a time, as it would in a lone gateway: the embedded store's check-and-change calls
 complete without suspending, so no two ever interleave and N workers never allow N x a limit,
 with no lock between processes. What one read of the socket brings is decoded at once, each call
-run on the spot (`eager.run_eagerly`: a task only for calls that wait on SQLite) and the replies
-of that batch written together; replies of calls that waited go out when they finish (they carry
-their call ids). When a connection closes, the slots and in-flight tokens it took are freed at
+run on the spot (eager.py: a call that waits on SQLite goes on from the loop when its answer is
+there, without a task) and the replies of that batch written together; replies of calls that
+waited go out when they finish (they carry their call ids). When a connection closes, the slots and in-flight tokens it took are freed at
 once (`holdings.py`). A frame that breaks the format closes its connection, an unknown method or
 wrong arguments get an error reply; neither reaches the store.
 """
@@ -25,7 +25,7 @@ from gateway.store import errors
 from gateway.store.embedded import EmbeddedStore
 from gateway.store.host import socket_file
 from gateway.store.host.codec import record
-from gateway.store.host.eager import finish_in_task, run_eagerly
+from gateway.store.host.eager import resume_later, run_eagerly
 from gateway.store.host.holdings import Holdings
 from gateway.store.host.protocol import (
     BAD_REQUEST,
@@ -51,6 +51,8 @@ class StoreHost:
         self.holdings = Holdings(store)
         self.connections: set[_Connection] = set()
         self.stopping = False
+        self.waiting = 0  # calls under way that wait (on SQLite)
+        self.drained: asyncio.Future[None] | None = None  # set when `waiting` drops to 0 while closing
         self._base: dict[str, Handler] = {name: getattr(store, name) for name in METHODS if name not in _OWNED}
         self._base["append_usage"] = self._append_usage
         self._socket: socket.socket | None = None
@@ -84,8 +86,9 @@ class StoreHost:
         self.stopping = True
         if self._server is not None:
             self._server.close()
-        while pending := {task for c in self.connections for task in c.tasks}:
-            await asyncio.wait(pending)
+        while self.waiting:
+            self.drained = asyncio.get_running_loop().create_future()
+            await self.drained
         for connection in list(self.connections):
             connection.close()
         await self.store.aclose()
@@ -105,7 +108,6 @@ class _Connection(asyncio.Protocol):
         self._flush_due = False
         self._transport: asyncio.Transport | None = None
         self._handlers: dict[str, Handler] = {}
-        self.tasks: set[asyncio.Task[Any]] = set()  # calls that are waiting (on SQLite)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's transports are not asyncio's classes
@@ -182,12 +184,17 @@ class _Connection(asyncio.Protocol):
         except StopIteration as stop:
             self._send([call_id, OK, stop.value])
             return
-        except Exception as exc:  # noqa: BLE001 - the call's error, answered
+        except (Exception, asyncio.CancelledError) as exc:  # noqa: BLE001 - the call's error, answered
             self._done(call_id, None, exc)
             return
-        task = finish_in_task(coro, yielded, partial(self._done, call_id))
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
+        self._host.waiting += 1
+        resume_later(coro, yielded, partial(self._done_later, call_id))
+
+    def _done_later(self, call_id: int, result: Any, error: BaseException | None) -> None:
+        self._host.waiting -= 1
+        self._done(call_id, result, error)
+        if self._host.waiting == 0 and self._host.drained is not None and not self._host.drained.done():
+            self._host.drained.set_result(None)
 
     def _done(self, call_id: int, result: Any, error: BaseException | None) -> None:
         if error is None:
