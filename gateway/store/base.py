@@ -1,18 +1,19 @@
 """The shared-state contract every gateway module codes against.
 
-Three implementations pass the same tests: `EmbeddedStore` (one process: memory + SQLite),
-`SharedEmbeddedStore` (several gateway processes on one machine sharing the SQLite file) and
-`RedisStore` (several gateway replicas on one Redis). Open one with
-`gateway.store.open_store(settings)` and `await store.aclose()` at shutdown.
+Four implementations pass the same tests: `EmbeddedStore` (one process: memory + SQLite),
+`HostedStore` (several gateway processes on one machine calling one store host process, which
+keeps an `EmbeddedStore`: gateway/store/host/), `SharedEmbeddedStore` (several gateway processes
+on one machine sharing the SQLite file) and `RedisStore` (several gateway replicas on one Redis).
+Open one with `gateway.store.open_store(settings)` and `await store.aclose()` at shutdown.
 
-Rules that hold for both:
+Rules that hold for all:
 - every check-and-change is atomic across all replicas sharing the store (N replicas never
   allow N x a limit or a budget);
 - every collection is bounded (size cap, TTL or both) except the ledger, which is the record
   of money and is only ever appended to (the Redis store moves old records to a durable archive
   rather than deleting them: `archive_ledger`);
 - bad arguments raise `InvalidArgument` (a ValueError) naming the argument; an unreachable Redis
-  raises `StoreUnavailable`; nothing else escapes (see `gateway.store.errors`).
+  (or store host) raises `StoreUnavailable`; nothing else escapes (see `gateway.store.errors`).
 """
 
 from __future__ import annotations

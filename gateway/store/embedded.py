@@ -49,7 +49,7 @@ from gateway.store.memory import PrefixTable, TtlMap, WindowCounters
 from gateway.store.models import ApiKey, BudgetDecision, LimitDecision, Tenant, UsageRecord, new_tenant, to_us
 from gateway.store.serial_worker import SerialWorker
 from gateway.store.settings import StoreSettings
-from gateway.store.sqlite_db import Database
+from gateway.store.sqlite_db import USAGE_PAGE, Database
 from policies.limits import WindowRule, sliding_window
 
 T = TypeVar("T")
@@ -424,6 +424,15 @@ class EmbeddedStore(Store):
             check_id("tenant id", tenant_id)
         async for record in self._db.iter_usage(self._run, to_us(start), to_us(end), tenant_id):
             yield record
+
+    async def usage_page(
+        self, start_us: int, end_us: int, tenant_id: str | None, after: tuple[int, str] | None
+    ) -> list[UsageRecord]:
+        """One page of `iter_usage` (up to `USAGE_PAGE` records of [start_us, end_us) after the
+        (ended_us, request_id) `after`), for a reader in another process: the store host's workers."""
+        if tenant_id is not None:
+            check_id("tenant id", tenant_id)
+        return await self._run(self._db.usage_page, start_us, end_us, tenant_id, after, USAGE_PAGE)
 
     async def get_usage(self, request_id: str) -> UsageRecord | None:
         return await self._run(self._db.get_usage, request_id)

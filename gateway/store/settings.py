@@ -28,6 +28,10 @@ class StoreSettings(BaseModel):
     # can share them (gateway/store/embedded_shared.py). Always on when workers > 1 without Redis
     # (GatewaySettings turns it on).
     sqlite_shared: bool = False
+    # Unix socket of this machine's store host (`python -m gateway.store.host --socket PATH`, which
+    # `edgerun serve --workers N` starts): the workers reach the one embedded store it keeps there
+    # (gateway/store/host/). Ignored when redis_url is set.
+    store_socket: str | None = None
     # How long a write to the SQLite file waits for another process's (then 503 / StoreUnavailable).
     sqlite_busy_timeout_s: float = Field(default=5.0, gt=0)
     key_prefix: str = Field(default="edgerun:", min_length=1)  # namespace of every Redis key

@@ -60,3 +60,23 @@ async def test_several_workers_without_redis_share_the_sqlite_file(tmp_path: Pat
         await store.aclose()
     with pytest.raises(ValueError, match="not ':memory:'"):
         GatewaySettings(redis_url=None, sqlite_path=":memory:", workers=2, port=8080)
+
+
+async def test_a_store_socket_chooses_the_store_host_unless_redis_is_set(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, redis_url: str
+) -> None:
+    from gateway.store.host.client import HostedStore
+
+    monkeypatch.delenv("EDGERUN_REDIS_URL", raising=False)
+    monkeypatch.setenv("EDGERUN_STORE_SOCKET", str(tmp_path / "store.sock"))
+    monkeypatch.setenv("EDGERUN_SQLITE_PATH", str(tmp_path / "gw.sqlite3"))
+    settings = GatewaySettings()
+    assert settings.store.store_socket == str(tmp_path / "store.sock")
+    hosted = open_store(settings.store)
+    assert isinstance(hosted, HostedStore) and not (tmp_path / "gw.sqlite3").exists()  # the host owns the file
+    with pytest.raises(StoreUnavailable, match="store host"):  # no host is running there
+        await hosted.get_tenant("nobody")
+    await hosted.aclose()
+    redis = open_store(GatewaySettings(redis_url=redis_url, key_prefix="edgerun-test-factory:").store)
+    assert isinstance(redis, RedisStore)
+    await redis.aclose()

@@ -1,0 +1,110 @@
+"""A worker's connection to the store host: pipelined calls matched to replies by call id.
+
+Calls made in the same turn of the event loop leave in one write (`call_soon` flush). A call
+fails with `StoreUnavailable` when the connection is lost or no answer comes within the timeout;
+one timer watches the oldest call (calls are answered roughly in order), not one timer per call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from gateway.store.errors import InvalidArgument, StoreUnavailable
+from gateway.store.host.protocol import OK, FrameReader, ProtocolError, frame, raised
+
+
+class HostConnection(asyncio.Protocol):
+    def __init__(self, path: str, timeout_s: float) -> None:
+        self._path = path
+        self._timeout_s = timeout_s
+        self._loop = asyncio.get_running_loop()
+        self._reader = FrameReader()
+        self._transport: asyncio.Transport | None = None
+        self._out: list[bytes] = []
+        self._flush_due = False
+        self._next_id = 0
+        self._pending: dict[int, tuple[asyncio.Future[Any], float]] = {}  # call id -> (reply, deadline)
+        self._watch: asyncio.TimerHandle | None = None
+        self.is_closed = False
+
+    def call(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> asyncio.Future[Any]:
+        """The future of the call's JSON result (or of the store error the host answered)."""
+        if self.is_closed:
+            raise StoreUnavailable(f"the connection to the store host at {self._path} is closed")
+        self._next_id += 1
+        try:
+            data = frame([self._next_id, method, args, kwargs])
+        except (TypeError, ValueError) as exc:
+            raise InvalidArgument(f"{method}: the arguments must be JSON values of bounded size ({exc})") from exc
+        reply: asyncio.Future[Any] = self._loop.create_future()
+        self._pending[self._next_id] = (reply, self._loop.time() + self._timeout_s)
+        self._out.append(data)
+        if not self._flush_due:
+            self._flush_due = True
+            self._loop.call_soon(self._flush)
+        if self._watch is None:
+            self._watch = self._loop.call_later(self._timeout_s, self._expire)
+        return reply
+
+    def _flush(self) -> None:
+        self._flush_due = False
+        if self._transport is not None and not self.is_closed:
+            self._transport.write(b"".join(self._out))
+        self._out = []
+
+    def _expire(self) -> None:
+        """Fail the calls past their deadline; watch the oldest left."""
+        self._watch = None
+        now = self._loop.time()
+        while self._pending:
+            call_id, (reply, deadline) = next(iter(self._pending.items()))
+            if deadline > now:
+                self._watch = self._loop.call_at(deadline, self._expire)
+                return
+            del self._pending[call_id]
+            if not reply.done():
+                reply.set_exception(StoreUnavailable(
+                    f"the store host at {self._path} did not answer within {self._timeout_s:g} s"
+                ))  # fmt: skip
+
+    # --- asyncio.Protocol ---
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            messages = self._reader.feed(data)
+        except ProtocolError as exc:
+            self._fail(f"the store host sent a broken frame ({exc})")
+            return
+        for message in messages:
+            entry = self._pending.pop(message[0], None)
+            if entry is None or entry[0].done():  # expired, or its caller gave up
+                continue
+            reply, kind, value = entry[0], message[1], message[2]
+            if kind == OK:
+                reply.set_result(value)
+            else:
+                reply.set_exception(raised(kind, value))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._fail(f"the store host at {self._path} closed the connection" + (f" ({exc})" if exc else ""))
+
+    def _fail(self, why: str) -> None:
+        self.is_closed = True
+        if self._transport is not None:
+            self._transport.abort()
+        if self._watch is not None:
+            self._watch.cancel()
+            self._watch = None
+        pending, self._pending = self._pending, {}
+        for reply, _ in pending.values():
+            if not reply.done():
+                reply.set_exception(StoreUnavailable(why))
+
+    def close(self) -> None:
+        """Close at once; calls still waiting fail."""
+        self._fail(f"the connection to the store host at {self._path} was closed")

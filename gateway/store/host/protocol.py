@@ -1,0 +1,107 @@
+"""The store host's wire format: length-prefixed JSON frames over a Unix socket.
+
+A frame is a 4-byte big-endian length and that many bytes of UTF-8 JSON (never pickle: the
+socket must not be a way to run code). A worker sends requests `[call_id, method, args, kwargs]`;
+the host answers `[call_id, "ok", value]` or `[call_id, error_kind, message]`, in any order (the
+call id pairs them). Only the methods in `METHODS` can be called. Errors travel by the name of
+the store's own exception (`gateway.store.errors`), so a worker raises what the in-process store
+would have raised.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from gateway.store import errors
+
+MAX_FRAME = 8 * 1024 * 1024  # bytes of JSON in one frame, either way (a ledger page is ~0.3 MB)
+_HEADER = 4
+
+# The host's allow-list: every `Store` method but `iter_usage` (read as `usage_page` calls) and
+# `aclose` (closing the connection is the worker's close).
+METHODS = frozenset({
+    "create_tenant", "get_tenant", "get_tenant_by_account", "list_tenants",
+    "create_key", "lookup_key", "get_key", "list_keys", "revoke_key",
+    "check_and_consume", "reconcile_tokens", "acquire_request_slot", "release_request_slot",
+    "reserve_budget", "settle_budget", "budget_spent",
+    "get_session", "set_session", "delete_session",
+    "record_prefix", "remove_prefix", "match_prefix",
+    "add_inflight", "release_inflight", "correct_inflight", "loads",
+    "append_usage", "get_usage", "usage_page", "get_or_create_secret", "archive_ledger",
+})  # fmt: skip
+
+OK = "ok"
+BAD_REQUEST = "BadRequest"  # a malformed request, an unknown method or wrong arguments: a bug, not bad input
+# The exceptions that keep their type across the socket, by name. TokensOverLimit carries [tokens, tpm].
+_ERRORS: dict[str, type[errors.StoreError]] = {
+    cls.__name__: cls
+    for cls in (
+        errors.InvalidArgument, errors.TokensOverLimit, errors.Conflict, errors.NotFound,
+        errors.StoreUnavailable, errors.StoreFull, errors.StoreError,
+    )
+}  # fmt: skip
+
+_encoder = json.JSONEncoder(separators=(",", ":"))
+
+
+class ProtocolError(Exception):
+    """A frame that breaks the format (too long, not JSON): the connection cannot go on."""
+
+
+def frame(message: Any) -> bytes:
+    """`message` as one frame; TypeError or ValueError if it is not JSON."""
+    body = _encoder.encode(message).encode()
+    if len(body) > MAX_FRAME:
+        raise ValueError(f"a message of {len(body)} bytes exceeds the frame limit of {MAX_FRAME}")
+    return len(body).to_bytes(_HEADER, "big") + body
+
+
+class FrameReader:
+    """Splits a byte stream into the JSON messages of its complete frames."""
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+
+    def feed(self, data: bytes) -> list[Any]:
+        """The messages completed by `data` (the rest is kept); ProtocolError on a broken frame."""
+        if self._buffer:
+            self._buffer += data
+            data = bytes(self._buffer)
+        messages = []
+        pos, size = 0, len(data)
+        while size - pos >= _HEADER:
+            length = int.from_bytes(data[pos : pos + _HEADER], "big")
+            if length > MAX_FRAME:
+                raise ProtocolError(f"a frame of {length} bytes exceeds the limit of {MAX_FRAME}")
+            end = pos + _HEADER + length
+            if end > size:
+                break
+            try:
+                messages.append(json.loads(data[pos + _HEADER : end]))
+            except ValueError as exc:  # bad UTF-8 or JSON
+                raise ProtocolError(f"a frame is not JSON: {exc}") from exc
+            pos = end
+        self._buffer = bytearray(data[pos:]) if pos < size else bytearray()
+        return messages
+
+
+def error_reply(call_id: int, exc: BaseException) -> list[Any]:
+    """The reply that makes the worker raise `exc`'s kind (unknown exceptions: a BadRequest)."""
+    if isinstance(exc, errors.TokensOverLimit):
+        return [call_id, "TokensOverLimit", [exc.tokens, exc.tpm]]
+    kind = type(exc).__name__
+    if kind in _ERRORS and isinstance(exc, errors.StoreError):
+        return [call_id, kind, str(exc)]
+    return [call_id, BAD_REQUEST, f"{kind}: {exc}"]
+
+
+def raised(kind: str, detail: Any) -> errors.StoreError:
+    """The exception a worker raises for an error reply."""
+    if kind == "TokensOverLimit":
+        tokens, tpm = detail
+        return errors.TokensOverLimit(tokens, tpm)
+    cls = _ERRORS.get(kind)
+    if cls is not None:
+        return cls(detail)
+    return errors.StoreError(f"the store host refused a call ({kind}): {detail}")
