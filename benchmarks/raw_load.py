@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import socket
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -17,12 +18,23 @@ from benchmarks.machine import process_cpu_s
 
 
 class RawConnection:
-    """One keep-alive HTTP/1.1 connection; reads chunked or sized bodies to the end."""
+    """One keep-alive HTTP/1.1 connection; reads chunked or sized bodies to the end.
 
-    def __init__(self, host: str, port: int) -> None:
+    quickack: acknowledge what has arrived at once (TCP_QUICKACK after each read of the head and
+    of each chunk) instead of when the kernel's delayed-ACK timer fires, up to 40 ms later on Linux.
+    A server that streams with Nagle's algorithm on (no TCP_NODELAY) holds each small write until
+    the previous one is acknowledged, so on a keep-alive connection its stream otherwise stalls.
+    """
+
+    def __init__(self, host: str, port: int, quickack: bool = False) -> None:
         self.host, self.port = host, port
+        self.quickack = quickack
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
+
+    def may_ack(self) -> None:
+        if self.quickack and self.writer is not None:
+            self.writer.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)
 
     async def post(self, request: bytes) -> tuple[int, bytes]:
         """Send one request -> (status, body); a chunked body comes back as its chunks joined."""
@@ -31,6 +43,7 @@ class RawConnection:
         assert self.reader is not None
         self.writer.write(request)
         head = await self.reader.readuntil(b"\r\n\r\n")
+        self.may_ack()
         status = int(head.split(b" ", 2)[1])
         lowered = head.lower()
         if b"transfer-encoding: chunked" in lowered:
@@ -38,6 +51,7 @@ class RawConnection:
             while True:
                 size = int((await self.reader.readuntil(b"\r\n")).strip(), 16)
                 chunks.append((await self.reader.readexactly(size + 2))[:-2])
+                self.may_ack()
                 if size == 0:
                     break
             return status, b"".join(chunks)
@@ -63,12 +77,20 @@ def raw_request(url: str, body: dict[str, Any], headers: dict[str, str]) -> tupl
 
 
 def distinct_bodies(body: dict[str, Any], count: int = 1024) -> list[dict[str, Any]]:
-    """`count` copies of a body whose text prompt differs in each (a numbered suffix), so the gateway does
-    its per-prompt work (template, tokenizer, prefix lookup) on every request, as it does on real traffic,
-    rather than meeting one prompt over and over that a cache would hide. Token-id prompts are kept as is."""
-    if not isinstance(body.get("prompt"), str):
-        return [body]
-    return [{**body, "prompt": f"{body['prompt']} (request {i})"} for i in range(count)]
+    """`count` copies of a body whose text prompt (or last chat message) differs in each (a numbered
+    suffix), so the gateway does its per-prompt work (template, tokenizer, prefix lookup) on every
+    request, as it does on real traffic, rather than meeting one prompt over and over that a cache
+    would hide. Token-id prompts are kept as is."""
+    if isinstance(body.get("prompt"), str):
+        return [{**body, "prompt": f"{body['prompt']} (request {i})"} for i in range(count)]
+    messages = body.get("messages")
+    if isinstance(messages, list) and messages and isinstance(messages[-1].get("content"), str):
+        *earlier, last = messages
+        return [
+            {**body, "messages": [*earlier, {**last, "content": f"{last['content']} (request {i})"}]}
+            for i in range(count)
+        ]
+    return [body]
 
 
 @dataclass
@@ -116,12 +138,14 @@ async def drive(
     duration_s: float,
     watch_pid: int | None = None,
     rate: float | None = None,
+    quickack: bool = False,
 ) -> Phase:
     """`concurrency` clients, each on its own keep-alive connection, for `duration_s`, sending the
     `distinct_bodies` of `body` in turn: closed loop (each sends its next request as soon as the
     last one ends), or with `rate`, requests arriving at `rate` per second in all (Poisson), each
     client taking the next arrival when it is free. Latency counts from the arrival, not the send,
-    so a client that falls behind shows it. Failures are counted by kind (`Phase.failures`)."""
+    so a client that falls behind shows it. Failures are counted by kind (`Phase.failures`).
+    quickack: as for `RawConnection`."""
     requests = [raw_request(url, variant, headers)[2] for variant in distinct_bodies(body)]
     host, port, _ = raw_request(url, body, headers)
     sent = 0
@@ -135,7 +159,7 @@ async def drive(
 
     async def client() -> None:
         nonlocal errors, next_arrival, sent
-        connection = RawConnection(host, port)
+        connection = RawConnection(host, port, quickack)
         try:
             while time.perf_counter() < deadline:
                 start = time.perf_counter()
@@ -150,7 +174,7 @@ async def drive(
                 except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
                     failure, answer = type(exc).__name__, str(exc).encode()
                     connection.close()
-                    connection = RawConnection(host, port)
+                    connection = RawConnection(host, port, quickack)
                 if not failure:
                     latencies.append(time.perf_counter() - start)
                 else:

@@ -2,6 +2,7 @@
 
     python -m benchmarks.speculative                          # n-gram lookup vs none, SmolLM2, 1/4/16 streams
     python -m benchmarks.speculative --speculative eagle3 --speculative-model DIR
+    python -m benchmarks.speculative --streams 1 --rotate-prompts --rounds 8 --torch-verify   # fused verify's worth
 
 One model runner is loaded once; every measurement builds a fresh engine over it (a cold prefix
 cache each time, so both sides pay the same prefill) and generates greedily from `streams` chat
@@ -11,11 +12,17 @@ then on, so both see the same machine; the report gives the median tokens/s of e
 ratio, and the acceptance of the speculating side (drafts accepted / verified, tokens per verify
 step). Both sides generate the same tokens up to float rounding (greedy is exact in exact weight
 mode; the default float16 weights may flip a near-tie).
+
+`--rotate-prompts`: round r starts at prompt r * streams, so that at one stream the rounds go through the
+category's prompts in turn (without it every round runs the first `streams` prompts); the totals then
+compare sums of tokens over sums of seconds. `--torch-verify`: a third side, speculating with verify rows
+kept on model.py's torch path (as before they ran through the fused step), run after the other two each round.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import statistics
@@ -27,8 +34,9 @@ from pathlib import Path
 from benchmarks.machine import machine
 from engines.base import GenerationRequest
 from engines.builtin.config import EngineConfig
+from engines.builtin.fused_decode import FusedDecode
 from engines.builtin.llm_engine import LLMEngine
-from engines.builtin.model_runner import ModelRunner
+from engines.builtin.model_runner import ForwardItem, ModelRunner
 from engines.builtin.speculative.factory import build_proposer
 from engines.builtin.speculative.proposer import Proposer
 from engines.sampling_params import SamplingParams
@@ -86,12 +94,37 @@ def generate(runner: ModelRunner, config: EngineConfig, proposer: Proposer | Non
                num_tokens - tokens_at_decode_start, num_drafts, num_accepted, num_verify, num_steps)
 
 
-def summarise(off: list[Run], on: list[Run]) -> dict:
+def torch_verify(runner: ModelRunner) -> ModelRunner:
+    """A view of `runner` that runs steps holding a verify row on the torch path (the fused step for decodes only)."""
+    view = copy.copy(runner)
+
+    def fused_for(items: list[ForwardItem]) -> FusedDecode | None:
+        return None if any(item.is_verify for item in items) else runner.fused_for(items)
+
+    view.fused_for = fused_for  # type: ignore[method-assign]
+    return view
+
+
+def total_rate(runs: list[Run]) -> float:
+    return sum(r.num_tokens for r in runs) / sum(r.seconds for r in runs)
+
+
+def summarise(off: list[Run], on: list[Run], torch_on: list[Run]) -> dict:
     off_rate = statistics.median(r.tokens_per_s for r in off)
     on_rate = statistics.median(r.tokens_per_s for r in on)
     off_decode = statistics.median(r.decode_tokens_per_s for r in off)
     on_decode = statistics.median(r.decode_tokens_per_s for r in on)
     drafts, accepted, verify = (sum(getattr(r, f) for r in on) for f in ("num_drafts", "num_accepted", "num_verify_steps"))
+    extra = {}
+    if torch_on:
+        t_drafts, t_accepted = (sum(getattr(r, f) for r in torch_on) for f in ("num_drafts", "num_accepted"))
+        extra = {
+            "torch_verify_tok_s": round(statistics.median(r.tokens_per_s for r in torch_on), 1),
+            "torch_verify_total_ratio": round(total_rate(torch_on) / total_rate(off), 2),
+            "torch_verify_rounds": [round(r.tokens_per_s, 1) for r in torch_on],
+            "torch_verify_drafts": t_drafts,
+            "torch_verify_acceptance_rate": round(t_accepted / t_drafts, 3) if t_drafts else None,
+        }
     return {
         "off_tok_s": round(off_rate, 1),
         "on_tok_s": round(on_rate, 1),
@@ -107,6 +140,10 @@ def summarise(off: list[Run], on: list[Run]) -> dict:
         "tokens_per_verify_step": round(1 + accepted / verify, 2) if verify else None,
         "tokens_per_step_on": round(sum(r.num_tokens for r in on) / sum(r.num_steps for r in on), 2),
         "tokens": [off[0].num_tokens, on[0].num_tokens],
+        "total_ratio": round(total_rate(on) / total_rate(off), 2),
+        "drafts": drafts,
+        "verify_steps": verify,
+        **extra,
     }
 
 
@@ -129,6 +166,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--num-threads", type=int, help="torch CPU threads (default: torch's)")
     parser.add_argument("--out", type=Path, help="also write the results as JSON here")
+    parser.add_argument("--rotate-prompts", action="store_true", help="round r starts at prompt r * streams")
+    parser.add_argument("--torch-verify", action="store_true",
+                        help="a third side: speculation with verify rows on the torch path (the fused step for decodes)")
     args = parser.parse_args(argv)
 
     base = dict(model=args.model, num_kv_blocks=4096, max_num_seqs=max(args.streams), weight_dtype=args.weight_dtype,
@@ -148,12 +188,15 @@ def main(argv: list[str] | None = None) -> None:
     for category in args.categories:
         prompts = [tok.encode(tok.apply_chat_template([{"role": "user", "content": t}])) for t in texts[category]]
         for streams in args.streams:
-            batch = [prompts[i % len(prompts)] for i in range(streams)]
-            off, on = [], []
-            for _ in range(args.rounds):
+            off, on, torch_on = [], [], []
+            for r in range(args.rounds):
+                first = r * streams if args.rotate_prompts else 0
+                batch = [prompts[(first + i) % len(prompts)] for i in range(streams)]
                 off.append(generate(runner, off_config, None, batch, args.max_tokens))
                 on.append(generate(runner, on_config, proposer, batch, args.max_tokens))
-            row = {"category": category, "streams": streams, **summarise(off, on)}
+                if args.torch_verify:
+                    torch_on.append(generate(torch_verify(runner), on_config, proposer, batch, args.max_tokens))
+            row = {"category": category, "streams": streams, **summarise(off, on, torch_on)}
             results["rows"].append(row)
             print(json.dumps(row), flush=True)
     results["load_average_end"] = round(os.getloadavg()[0], 1)
@@ -170,14 +213,22 @@ def report(results: dict, args: argparse.Namespace) -> str:
         "",
         "tok/s: generated tokens / wall time, prefill included; decode: after every request's first token.",
         "",
-        f"| prompts | streams | off tok/s | {args.speculative} tok/s | ratio | off decode | {args.speculative} decode "
-        "| decode ratio | tokens/CPU-s ratio | acceptance | tokens/verify step |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "ratio: of the medians over rounds; total ratio: tokens over seconds summed over rounds.",
+        "",
+        f"| prompts | streams | off tok/s | {args.speculative} tok/s | ratio | total ratio | off decode | "
+        f"{args.speculative} decode | decode ratio | tokens/CPU-s ratio | acceptance | tokens/verify step | drafts |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results["rows"]:
         lines.append(f"| {r['category']} | {r['streams']} | {r['off_tok_s']} | {r['on_tok_s']} | {r['ratio']}x | "
-                     f"{r['off_decode_tok_s']} | {r['on_decode_tok_s']} | {r['decode_ratio']}x | {r['cpu_ratio']}x | "
-                     f"{r['acceptance_rate']} | {r['tokens_per_verify_step']} |")
+                     f"{r['total_ratio']}x | {r['off_decode_tok_s']} | {r['on_decode_tok_s']} | {r['decode_ratio']}x | "
+                     f"{r['cpu_ratio']}x | {r['acceptance_rate']} | {r['tokens_per_verify_step']} | {r['drafts']} |")
+    if any("torch_verify_tok_s" in r for r in results["rows"]):
+        lines += ["", "verify rows on the torch path (--torch-verify), same rounds:", "",
+                  "| prompts | streams | tok/s | total ratio vs off | acceptance | drafts |", "|---|---|---|---|---|---|"]
+        for r in results["rows"]:
+            lines.append(f"| {r['category']} | {r['streams']} | {r['torch_verify_tok_s']} | "
+                         f"{r['torch_verify_total_ratio']}x | {r['torch_verify_acceptance_rate']} | {r['torch_verify_drafts']} |")
     return "\n".join(lines)
 
 

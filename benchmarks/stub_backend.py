@@ -3,7 +3,8 @@
     python -m benchmarks.stub_backend --port PORT [--chunks 8] [--chunk-delay-ms 0] [--reuse-port]
 
 A tiny Starlette app speaking the streaming /v1/completions protocol plus the routes the gateway
-polls (health, load, KV events, tokenizer). Every answer streams `--chunks` text chunks and a
+polls (health, load, KV events, tokenizer), and /v1/chat/completions for a router that passes chat
+requests through (benchmarks/sglang_router.py). Every answer streams `--chunks` text chunks and a
 usage chunk. Its tokenizer is a small byte-level BPE trained at start-up, with a ChatML template,
 so a gateway in front does its real per-request work (template, tokenize, hash, route, meter,
 re-encode the stream). With `--chunk-delay-ms` each chunk waits that long first: a slow backend
@@ -78,28 +79,33 @@ def stub_app(num_chunks: int, chunk_delay_ms: float = 0.0) -> Any:
         "max_model_len": 8192,
     }
 
+    async def stream(num_prompt: int, chat: bool) -> AsyncIterator[bytes]:
+        kind = "chat.completion.chunk" if chat else "text_completion"
+        for i in range(num_chunks):
+            if chunk_delay_ms:
+                await asyncio.sleep(chunk_delay_ms / 1000)
+            finish = "length" if i == num_chunks - 1 else None
+            text: dict[str, Any] = {"delta": {"content": " tok"}} if chat else {"text": " tok"}
+            yield _event({"id": "x", "object": kind, "choices": [{"index": 0, **text, "finish_reason": finish}]})
+        usage = {
+            "prompt_tokens": num_prompt,
+            "completion_tokens": num_chunks,
+            "total_tokens": num_prompt + num_chunks,
+            "prompt_tokens_details": {"cached_tokens": 0},
+        }
+        yield _event({"id": "x", "object": kind, "choices": [], "usage": usage})
+        yield b"data: [DONE]\n\n"
+
     async def completions(request: Request) -> StreamingResponse:
-        body = await request.json()
-        prompt = body["prompt"]
+        prompt = (await request.json())["prompt"]
         num_prompt = len(prompt) if isinstance(prompt, list) else len(prompt.split())
+        return StreamingResponse(stream(num_prompt, chat=False), media_type="text/event-stream")
 
-        async def stream() -> AsyncIterator[bytes]:
-            for i in range(num_chunks):
-                if chunk_delay_ms:
-                    await asyncio.sleep(chunk_delay_ms / 1000)
-                finish = "length" if i == num_chunks - 1 else None
-                choice = {"index": 0, "text": " tok", "finish_reason": finish}
-                yield _event({"id": "x", "object": "text_completion", "choices": [choice]})
-            usage = {
-                "prompt_tokens": num_prompt,
-                "completion_tokens": num_chunks,
-                "total_tokens": num_prompt + num_chunks,
-                "prompt_tokens_details": {"cached_tokens": 0},
-            }
-            yield _event({"id": "x", "object": "text_completion", "choices": [], "usage": usage})
-            yield b"data: [DONE]\n\n"
-
-        return StreamingResponse(stream(), media_type="text/event-stream")
+    async def chat_completions(request: Request) -> StreamingResponse:
+        """The same stream as chat chunks; prompt tokens: the messages' words (no template, no tokenizer)."""
+        messages = (await request.json())["messages"]
+        num_prompt = sum(len(str(m.get("content", "")).split()) for m in messages)
+        return StreamingResponse(stream(num_prompt, chat=True), media_type="text/event-stream")
 
     async def health(request: Request) -> JSONResponse:
         return JSONResponse({"status": "ok"})
@@ -116,6 +122,7 @@ def stub_app(num_chunks: int, chunk_delay_ms: float = 0.0) -> Any:
     return Starlette(
         routes=[
             Route("/v1/completions", completions, methods=["POST"]),
+            Route("/v1/chat/completions", chat_completions, methods=["POST"]),
             Route("/health", health),
             Route("/load", load),
             Route("/kv_cache_events", kv_events, methods=["POST"]),

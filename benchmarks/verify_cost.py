@@ -1,6 +1,7 @@
 """What a speculative verify row costs next to a plain decode step, at batch 1.
 
     python -m benchmarks.verify_cost                       # k = 0 (decode), 1, 2, 4, 8 at context 150
+    python -m benchmarks.verify_cost --paths engine torch --drafts 0 1 2 3 4 5 6 7 8   # fused vs model.py's path
     python -m benchmarks.verify_cost --profile 8           # torch.profiler table of decode and of 1 + 8
 
 One runner (SmolLM2, the engine's default weights) holds one sequence whose first `context` tokens
@@ -8,6 +9,8 @@ are in the KV cache; each measurement runs `ModelRunner.execute` on the next 1 +
 (logits at all of them, as a verify row asks) and rolls back, so every step sees the same cache.
 Rows of all k run interleaved in each round; the table gives the median CPU time of a step (this
 process, so busy neighbours disturb it less than wall time) and its ratio to the decode step.
+`--paths engine torch` also runs every row on model.py's torch path (the runner's fused step off),
+interleaved with the engine's own choice (the fused step where it applies), and compares the two.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--profile", type=int, default=None, metavar="K", help="print a profile of decode and of 1 + K")
+    parser.add_argument("--paths", nargs="+", default=["engine"], choices=["engine", "torch"],
+                        help="engine: the runner as built (fused where it applies); torch: model.py's path only")
     return parser.parse_args(argv)
 
 
@@ -40,10 +45,16 @@ def item(context: int, num_drafts: int, block_table: list[int]) -> ForwardItem:
     return ForwardItem(tokens, context, block_table, num_logits=num_drafts + 1)
 
 
-def cpu_seconds(runner: ModelRunner, step: ForwardItem) -> float:
-    start = time.process_time()
-    runner.execute([step])
-    return time.process_time() - start
+def cpu_seconds(runner: ModelRunner, step: ForwardItem, path: str = "engine") -> float:
+    fused = runner.fused
+    if path == "torch":
+        runner.fused = None
+    try:
+        start = time.process_time()
+        runner.execute([step])
+        return time.process_time() - start
+    finally:
+        runner.fused = fused
 
 
 def profile(runner: ModelRunner, step: ForwardItem) -> str:
@@ -71,22 +82,29 @@ def main(argv: list[str] | None = None) -> int:
             print(f"--- 1 + {k} tokens at position {args.context}")
             print(profile(runner, item(args.context, k, block_table)))
         return 0
-    times: dict[int, list[float]] = {k: [] for k in args.drafts}
-    for k in args.drafts:  # warm-up
-        cpu_seconds(runner, item(args.context, k, block_table))
+    times: dict[tuple[str, int], list[float]] = {(path, k): [] for path in args.paths for k in args.drafts}
+    for path, k in times:  # warm-up
+        cpu_seconds(runner, item(args.context, k, block_table), path)
     for _ in range(args.rounds):
-        for k in args.drafts:
-            times[k].append(cpu_seconds(runner, item(args.context, k, block_table)))
+        for path, k in times:
+            times[path, k].append(cpu_seconds(runner, item(args.context, k, block_table), path))
     load = os.getloadavg()[0]
     print(f"# {machine(with_torch=True)}; load average {load:.1f}; context {args.context}, {args.threads} thread(s), "
-          f"{args.rounds} rounds, median CPU ms/step")
-    base = statistics.median(times[args.drafts[0]])
-    print("| tokens in the row | ms/step | vs first row | p90 ms |")
-    print("|---|---|---|---|")
+          f"{args.rounds} rounds, median CPU ms/step; fused step {'on' if runner.fused else 'off'} in the runner")
+    base = statistics.median(times[args.paths[0], args.drafts[0]])
+    print(f"| tokens in the row | {' | '.join(f'{p} ms/step | vs first row | {p} p90 ms' for p in args.paths)} |"
+          + (" engine / torch |" if len(args.paths) == 2 else ""))
+    print("|---|" + "---|---|---|" * len(args.paths) + ("---|" if len(args.paths) == 2 else ""))
     for k in args.drafts:
-        med = statistics.median(times[k])
-        p90 = sorted(times[k])[int(0.9 * (len(times[k]) - 1))]
-        print(f"| 1 + {k} | {1000 * med:.1f} | {med / base:.2f}x | {1000 * p90:.1f} |")
+        cells = []
+        for path in args.paths:
+            med = statistics.median(times[path, k])
+            p90 = sorted(times[path, k])[int(0.9 * (len(times[path, k]) - 1))]
+            cells.append(f"{1000 * med:.1f} | {med / base:.2f}x | {1000 * p90:.1f}")
+        ratio = ""
+        if len(args.paths) == 2:
+            ratio = f" {statistics.median(times['engine', k]) / statistics.median(times['torch', k]):.2f} |"
+        print(f"| 1 + {k} | {' | '.join(cells)} |{ratio}")
     return 0
 
 

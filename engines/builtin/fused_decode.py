@@ -4,8 +4,15 @@ At one row a step of model.py's forward pass is ~20 torch ops per layer, each co
 in arithmetic. When every decoder weight is Q4_1 and the head Q8_0 (BlockLinear, edgerun's kernels) and the
 KV cache float32 on the CPU, a step whose items are all single-token decodes, 1 to `MAX_ROWS` of them, runs
 through `torch.ops.edgerun.decode_step` instead: the same maths and the same matmul kernels, in one call.
-model.py stays the reference and runs everything else (prefill chunks, verify rows, more rows, other
-formats, CUDA, EDGERUN_KERNELS=off). The runner picks the step's thread count (thread_choice.py).
+
+A speculative verify row (k + 1 tokens of one sequence at positions p .. p + k, logits at each) runs there
+too, as k + 1 rows sharing the sequence's block table. In each layer the kernel writes every row's k/v into
+its slot before any row attends, and row i attends over positions 0 .. p + i of its table: the drafts before
+it in the same layer, none after, which is the causal attention of model.py's verify chunk. A step holding a
+verify row runs fused up to `MAX_TOKENS` new tokens in all.
+
+model.py stays the reference and runs everything else (prefill chunks, longer steps, other formats, CUDA,
+EDGERUN_KERNELS=off). The runner picks the step's thread count (thread_choice.py).
 """
 
 from __future__ import annotations
@@ -39,6 +46,11 @@ class FusedDecode:
     # SmolLM2, context 128, CPU ms per step fused / torch path (int4 op from 3 rows), 1 thread: 2 rows 12.4 / 16.2,
     # 3 rows 16.9 / 21.2, 4 rows 22.4 / 24.7, 8 rows 45.6 / 40.9 (2 passes: worse); 2 threads gain at 2-6 rows too
     MAX_ROWS = 4
+    # ... and up to this many new tokens a step with verify rows, whose torch path runs each as a causal chunk
+    # (`wide` from 3 tokens: torch's int4 op on AVX-512). Each more row costs the kernels its arithmetic again.
+    # SmolLM2, context 150, CPU ms per step fused / torch (benchmarks/verify_cost.py), 1 thread: 1 + 1 18.7 / 27.2,
+    # 1 + 2 23.3 / 28.6, 1 + 4 38.8 / 39.3, 1 + 5 45.1 / 42.9 and 43.2 / 43.8 (even); 2 threads 1 + 5 49.6 / 74.7
+    MAX_TOKENS = 6
 
     @classmethod
     def may_build(cls, weights: LlamaWeights, config: ModelConfig, kv_caches: list[Tensor], inv_freq: Tensor) -> FusedDecode | None:
@@ -68,13 +80,17 @@ class FusedDecode:
                    config, kv_caches[0].shape[1])
 
     def can_run(self, token_counts: Sequence[int]) -> bool:
-        """Whether a step of items with these numbers of new tokens runs fused: 1 to MAX_ROWS single-token items."""
-        return 0 < len(token_counts) <= self.MAX_ROWS and all(n == 1 for n in token_counts)
+        """Whether a step of decodes (1 new token) and verify rows (n > 1, logits at each) with these numbers of new
+        tokens runs fused: 1 to MAX_ROWS decodes, or up to MAX_TOKENS tokens in all with a verify row among them."""
+        if not token_counts or min(token_counts) < 1:
+            return False
+        return sum(token_counts) <= (self.MAX_ROWS if max(token_counts) == 1 else self.MAX_TOKENS)
 
     def __call__(self, token_ids: list[int], positions: list[int], block_tables: list[list[int]],
                  aux_layers: tuple[int, ...] = (), num_threads: int = 0) -> tuple[Tensor, Tensor | None]:
         """One new token per row at `positions` -> (logits [rows, V] float32, the residual stream after each layer
-        of aux_layers [rows, len(aux_layers) * D], None without); the rows' k/v go into their cache slots. On
+        of aux_layers [rows, len(aux_layers) * D], None without); the rows' k/v go into their cache slots, each layer's
+        all before any row attends (so rows of one sequence at consecutive positions attend causally). On
         `num_threads` OpenMP threads (0: as many as torch uses on this thread)."""
         num_blocks = [pos // self.block_size + 1 for pos in positions]
         width = max(num_blocks)

@@ -9,6 +9,7 @@ like a prefill chunk, causal within the row).
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import time
@@ -127,7 +128,7 @@ class ModelRunner:
             mc.num_layers, config.num_kv_blocks, config.block_size, mc.num_kv_heads, mc.head_dim, self.dtype, self.device
         )
         self.inv_freq = rope_inv_freq(mc, self.device)
-        # a step of 1 to FusedDecode.MAX_ROWS decodes in one C++ call where the weights are in the q4_1 format
+        # a step of a few decodes and verify rows in one C++ call where the weights are in the q4_1 format
         self.fused: FusedDecode | None = None
         if config.linear_format == "q4_1":
             self.fused = FusedDecode.may_build(self.weights, mc, self.kv_caches, self.inv_freq)
@@ -170,8 +171,9 @@ class ModelRunner:
 
     def run_together(self, items: list[ForwardItem], aux_layers: tuple[int, ...] = ()) -> RunOutput:
         """`run` as one forward pass on the calling thread."""
-        if self.fused is not None and self.fused.can_run([len(item.token_ids) for item in items]):
-            return self.run_fused(self.fused, items, aux_layers)
+        fused = self.fused_for(items)
+        if fused is not None:
+            return self.run_fused(fused, items, aux_layers)
         with torch.inference_mode(), attention_backends(self.device):
             batch = self.prepare_batch(items)
             freqs_cis = rope_freqs_cis(batch.positions, self.inv_freq)
@@ -180,22 +182,39 @@ class ModelRunner:
         hidden = None if aux is None else [aux[start:end] for start, end in batch.item_rows]
         return RunOutput(logits, hidden)
 
+    def fused_for(self, items: list[ForwardItem]) -> FusedDecode | None:
+        """The fused step if this step runs through it (decodes and verify rows only, few enough tokens), else None."""
+        fused = self.fused
+        if fused is None or not all(len(item.token_ids) == 1 or item.is_verify for item in items):
+            return None
+        return fused if fused.can_run([len(item.token_ids) for item in items]) else None
+
     def run_fused(self, fused: FusedDecode, items: list[ForwardItem], aux_layers: tuple[int, ...]) -> RunOutput:
-        """`run` for a step of single-token decodes, in one call of the fused kernel, on 1 or all of this
-        thread's torch threads, whichever has been faster lately (thread_choice.py)."""
+        """`run` for a step of decodes and verify rows, in one call of the fused kernel, on 1 or all of this
+        thread's torch threads, whichever has been faster lately (thread_choice.py). A verify row's tokens are
+        rows of their own there, at consecutive positions over the item's block table (causal: fused_decode.py);
+        every row has logits, so they come back in RunOutput's order as they are."""
+        token_ids: list[int] = []
+        positions: list[int] = []
+        tables: list[list[int]] = []
         for item in items:
             self.check_item(item)
+            token_ids += item.token_ids
+            positions += range(item.start_pos, item.start_pos + len(item.token_ids))
+            tables += [item.block_table] * len(item.token_ids)
         max_threads = torch.get_num_threads()  # 1 on a step worker (step_split.py): it leaves the choice alone
         if max_threads > 1 and self.fused_threads.max_threads != max_threads:
             self.fused_threads = ThreadChoice(max_threads)
         num_threads = self.fused_threads.pick() if max_threads > 1 else 1
         start = time.perf_counter()
         with torch.inference_mode():
-            logits, aux = fused([item.token_ids[0] for item in items], [item.start_pos for item in items],
-                                [item.block_table for item in items], aux_layers, num_threads)
+            logits, aux = fused(token_ids, positions, tables, aux_layers, num_threads)
         if max_threads > 1:
-            self.fused_threads.record(num_threads, 1000 * (time.perf_counter() - start), len(items))
-        return RunOutput(logits, None if aux is None else [aux[i : i + 1] for i in range(len(items))])
+            self.fused_threads.record(num_threads, 1000 * (time.perf_counter() - start), len(token_ids))
+        if aux is None:
+            return RunOutput(logits, None)
+        ends = list(itertools.accumulate(len(item.token_ids) for item in items))
+        return RunOutput(logits, [aux[end - len(item.token_ids) : end] for item, end in zip(items, ends)])
 
     def prepare_batch(self, items: list[ForwardItem]) -> PreparedBatch:
         if not items:

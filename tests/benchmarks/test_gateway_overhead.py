@@ -14,7 +14,9 @@ def test_short_run_reports_both_sides(capsys: pytest.CaptureFixture[str]) -> Non
     assert main(["--duration", "0.4", "--concurrency", "2", "--chunks", "3"]) == 0
     out = capsys.readouterr().out
     assert "| metric | direct to stub | through gateway | added |" in out
-    rows = {line.split(" | ")[0].lstrip("| "): line.split(" | ")[1:] for line in out.splitlines() if line.startswith("| ")}
+    rows = {
+        line.split(" | ")[0].lstrip("| "): line.split(" | ")[1:] for line in out.splitlines() if line.startswith("| ")
+    }
     direct, through = (int(cell.split(" ")[0]) for cell in rows["requests (errors)"][:2])
     assert direct > 0 and through > 0
     assert "(0)" in rows["requests (errors)"][1]  # no request through the gateway failed
@@ -29,3 +31,32 @@ def test_half_capacity_rate_and_a_baseline_tree(capsys: pytest.CaptureFixture[st
     out = capsys.readouterr().out
     assert "half the gateway's closed-loop capacity" in out
     assert "| metric | direct to stub | through gateway | through baseline gateway |" in out
+
+
+def test_report_takes_each_side_against_its_own_direct_route() -> None:
+    """With a router: the gateway's added latency is over the stub's completions route, the router's over
+    the stub's chat route; the last line gives the gateway's CPU and requests/s as multiples of the router's."""
+    import argparse
+
+    from benchmarks.gateway_overhead import report
+    from benchmarks.raw_load import Phase
+
+    def phase(name: str, latency_ms: float, num: int, cpu_s: float = 0.0) -> Phase:
+        return Phase(name, [latency_ms / 1000] * num, 0, 1.0, cpu_s)
+
+    phases = [
+        phase("direct", 2.0, 1000),
+        phase("direct-chat", 3.0, 1000),
+        phase("gateway", 12.0, 400, cpu_s=0.4),  # 1.00 ms per request
+        phase("router", 4.0, 800, cpu_s=0.2),  # 0.25 ms per request
+    ]
+    args = argparse.Namespace(concurrency=10, chunks=8, duration=1.0, quickack=True)
+    out = report(phases, args, "python -m benchmarks.gateway_overhead --router sglang", None, {})
+    assert (
+        "| metric | direct to stub | direct to stub (chat) | through gateway | through SGLang router "
+        "| added (gateway) | added (router) |" in out
+    )
+    assert "| latency p50 (ms) | 2.00 | 3.00 | 12.00 | 4.00 | +10.00 | +1.00 |" in out
+    assert "| gateway CPU per request (ms) |  |  | 1.00 | 0.25 |  |  |" in out
+    assert "keep-alive, TCP_QUICKACK" in out
+    assert out.endswith("gateway 4.00x the CPU per request, 0.50x the requests/s")

@@ -1,5 +1,6 @@
 """The fused decode step (engines/builtin/fused_decode.py, kernels/decode_step.cpp) against model.py's torch path
-with the same q4_1 weights: logits, the k/v it writes, aux hidden states and long greedy runs agree."""
+with the same q4_1 weights: logits, the k/v it writes, aux hidden states and long greedy runs agree, for decode
+rows and for speculative verify rows (k + 1 tokens of one sequence, causal within the row)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,14 @@ from collections.abc import Iterator
 import pytest
 import torch
 
+from engines.base import GenerationRequest
 from engines.builtin import kernels
 from engines.builtin.config import EngineConfig
 from engines.builtin.fused_decode import FusedDecode
-from engines.builtin.model_runner import ForwardItem, ModelRunner
+from engines.builtin.llm_engine import LLMEngine
+from engines.builtin.model_runner import ForwardItem, ModelRunner, RunOutput
 from engines.builtin.quant import dequantize_q4_1, dequantize_q8_0, q4_1_blocks, q8_0_blocks
+from engines.sampling_params import SamplingParams
 
 pytestmark = pytest.mark.skipif(not kernels.cpu_has_avx2(), reason="edgerun's kernels need x86 AVX2, FMA and F16C")
 
@@ -94,8 +98,16 @@ def test_the_default_runner_decodes_one_to_max_rows_fused(smollm2_default_runner
     runner = smollm2_default_runner
     if runner.config.linear_format != "q4_1":
         pytest.skip("the fused step runs in the q4_1 format only")
-    assert runner.fused is not None and runner.fused.can_run([1]) and runner.fused.can_run([1] * FusedDecode.MAX_ROWS)
-    assert not runner.fused.can_run([2]) and not runner.fused.can_run([1] * (FusedDecode.MAX_ROWS + 1))
+    fused = runner.fused
+    assert fused is not None and fused.can_run([1]) and fused.can_run([1] * FusedDecode.MAX_ROWS)
+    assert not fused.can_run([]) and not fused.can_run([1] * (FusedDecode.MAX_ROWS + 1))
+    # steps with verify rows: up to MAX_TOKENS new tokens in all
+    assert fused.can_run([FusedDecode.MAX_TOKENS]) and fused.can_run([1, FusedDecode.MAX_TOKENS - 1])
+    assert not fused.can_run([FusedDecode.MAX_TOKENS + 1]) and not fused.can_run([1, FusedDecode.MAX_TOKENS])
+    # a prefill chunk (logits at its last token only) takes the torch path even when it is short
+    table = list(range(300, 302))
+    assert runner.fused_for([ForwardItem([5, 6, 7], 3, table, num_logits=3)]) is fused
+    assert runner.fused_for([ForwardItem([5, 6, 7], 3, table)]) is None
 
 
 @pytest.mark.parametrize("contexts", [[1], [31], [32], [33], [17, 330]], ids=["1", "31", "32", "33", "2-rows-17-330"])
@@ -199,3 +211,133 @@ def test_a_split_step_runs_fused_parts_on_the_workers_and_leaves_the_thread_choi
 def test_runners_without_the_q4_1_format_take_the_torch_path(tiny_runner: ModelRunner) -> None:
     assert tiny_runner.fused is None
     assert FusedDecode.may_build(tiny_runner.weights, tiny_runner.model_config, tiny_runner.kv_caches, tiny_runner.inv_freq) is None
+
+
+# ---- verify rows ----------------------------------------------------------------------------------------------
+
+def verify_tol(num_tokens: int, kernels: float, wide: float) -> float:
+    # up to BlockLinear.KERNEL_MAX_ROWS (2) tokens the torch path runs the fused step's kernels; from 3 its linear
+    # layers take `wide` (bfloat16 activations in torch's int4 op on AVX-512, else float16 weights): another
+    # rounding of the same weights, within the fast mode's stated error (test_quant.py), not the same arithmetic
+    return kernels if num_tokens <= 2 else wide
+
+
+def check_verify_steps(runner: ModelRunner, rows: list[tuple[int, int]], tol: float,
+                       aux_layers: tuple[int, ...] = ()) -> None:
+    """rows: (cached context, tokens in the row) per item: a decode when 1, else a verify row (logits at every
+    token). Prefill each context (torch path), then run the step fused and on the torch path (in separate blocks):
+    the logits, each item's aux hidden states and the k/v written at every new position must agree."""
+    fused = runner.fused
+    assert fused is not None and runner.fused_for([ForwardItem([1] * n, c, [0] * 40, num_logits=n) for c, n in rows])
+    vocab = runner.model_config.vocab_size
+    blocks_per_row = max(c + n for c, n in rows) // BLOCK + 1
+    steps: dict[str, list[ForwardItem]] = {"fused": [], "torch": []}
+    for path, first in (("fused", 0), ("torch", len(rows) * blocks_per_row)):
+        for row, (context, n) in enumerate(rows):
+            table = shuffled_blocks(blocks_per_row, seed=row, first=first + row * blocks_per_row)
+            tokens = torch.randint(0, vocab, (context + n,), generator=torch.Generator().manual_seed(row)).tolist()
+            runner.execute([ForwardItem(tokens[:context], 0, table)])
+            steps[path].append(ForwardItem(tokens[context:], context, table, num_logits=n))
+    fused_logits, fused_hidden = with_fused(runner, fused, steps["fused"], aux_layers)
+    torch_logits, torch_hidden = with_fused(runner, None, steps["torch"], aux_layers)
+    assert fused_logits.shape == torch_logits.shape == (sum(n for _, n in rows), vocab)
+    bound = tol * torch_logits.abs().max()
+    assert (fused_logits - torch_logits).abs().max() <= bound
+    top2 = torch_logits.topk(2, dim=-1).values
+    clear = top2[:, 0] - top2[:, 1] > 2 * bound  # the same top token wherever the error allowed cannot swap it
+    assert torch.equal(fused_logits.argmax(-1)[clear], torch_logits.argmax(-1)[clear])
+    if aux_layers:
+        assert fused_hidden is not None and torch_hidden is not None and len(fused_hidden) == len(rows)
+        for a, b, (_, n) in zip(fused_hidden, torch_hidden, rows):  # per token of each item
+            assert a.shape == b.shape == (n, len(aux_layers) * runner.model_config.hidden_size)
+            assert (a - b).abs().max() <= tol * b.abs().max()
+    for a, b in zip(steps["fused"], steps["torch"]):  # every new token's k and v, in every layer's cache
+        for pos in range(a.start_pos, a.start_pos + len(a.token_ids)):
+            slot_a = a.block_table[pos // BLOCK] * BLOCK + pos % BLOCK
+            slot_b = b.block_table[pos // BLOCK] * BLOCK + pos % BLOCK
+            for cache in runner.kv_caches:
+                flat = cache.view(-1, *cache.shape[2:])
+                assert (flat[slot_a] - flat[slot_b]).abs().max() <= max(tol, 1e-3) * flat[slot_b].abs().max() + 1e-6
+
+
+# contexts around the 16-token blocks: 13 + 5 tokens cross into block 1, 15 + 2 starts on the boundary's far side,
+# 16 starts a block, 30 + 6 crosses into block 2, 63 + 3 ends in block 4
+VERIFY_CONTEXTS = [1, 13, 15, 16, 30, 63]
+
+
+@pytest.mark.parametrize("num_drafts", range(1, FusedDecode.MAX_TOKENS))
+@pytest.mark.parametrize("context", VERIFY_CONTEXTS)
+def test_tiny_model_fused_verify_row_matches_the_torch_path(tiny_q4_runner: ModelRunner, context: int, num_drafts: int,
+                                                            num_threads: int) -> None:
+    check_verify_steps(tiny_q4_runner, [(context, 1 + num_drafts)], verify_tol(1 + num_drafts, 1e-4, 1e-2))
+
+
+@pytest.mark.parametrize("num_drafts", [1, 2, FusedDecode.MAX_TOKENS - 1])
+@pytest.mark.parametrize("context", [14, 32, 200])
+def test_smollm2_fused_verify_row_matches_the_torch_path(smollm2_default_runner: ModelRunner, context: int,
+                                                         num_drafts: int, num_threads: int) -> None:
+    if smollm2_default_runner.fused is None:
+        pytest.skip("the fused step runs in the q4_1 format only")
+    check_verify_steps(smollm2_default_runner, [(context, 1 + num_drafts)], verify_tol(1 + num_drafts, 2e-3, 3e-2))
+
+
+@pytest.mark.parametrize("rows", [[(40, 1), (14, 3)], [(14, 3), (5, 1), (30, 2)]], ids=["decode-verify", "verify-decode-verify"])
+def test_a_fused_step_of_decodes_and_verify_rows_matches_the_torch_path(tiny_q4_runner: ModelRunner,
+                                                                         rows: list[tuple[int, int]]) -> None:
+    check_verify_steps(tiny_q4_runner, rows, 1e-2)  # the torch path runs `wide` for 4 or more tokens
+
+
+@pytest.mark.parametrize("num_drafts", [1, 4])
+def test_fused_verify_row_returns_the_aux_hidden_states_per_token(tiny_q4_runner: ModelRunner, num_drafts: int,
+                                                                  num_threads: int) -> None:
+    check_verify_steps(tiny_q4_runner, [(15, 1 + num_drafts)], verify_tol(1 + num_drafts, 1e-4, 1e-2), aux_layers=(0, 1))
+
+
+def test_a_fused_verify_row_equals_its_tokens_decoded_one_by_one(smollm2_default_runner: ModelRunner) -> None:
+    """The fused step's rows are batch-invariant (each row's own activation blocks, dot products and attention):
+    a verify row's logits are, bit for bit, those of decoding its tokens one at a time."""
+    runner = smollm2_default_runner
+    if runner.fused is None:
+        pytest.skip("the fused step runs in the q4_1 format only")
+    tokens = torch.randint(0, 1000, (36,), generator=torch.Generator().manual_seed(3)).tolist()
+    table = shuffled_blocks(3, seed=3, first=200)
+    runner.execute([ForwardItem(tokens[:30], 0, table)])
+    together = runner.execute([ForwardItem(tokens[30:], 30, table, num_logits=6)])
+    alone = torch.cat([runner.execute([ForwardItem([t], 30 + i, table)]) for i, t in enumerate(tokens[30:])])
+    assert torch.equal(together, alone)
+
+
+@pytest.mark.parametrize("num_threads", [1], indirect=True)
+def test_greedy_speculation_with_fused_verify_rows_gives_the_tokens_of_plain_decoding(
+        smollm2_default_runner: ModelRunner, num_threads: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """n-gram speculation on a copy task in fast mode: every verify row runs fused, and since the fused rows are
+    batch-invariant the greedy output is exactly that of plain (fused) decoding."""
+    runner = smollm2_default_runner
+    if runner.fused is None:
+        pytest.skip("the fused step runs in the q4_1 format only")
+    fused_tokens: list[int] = []
+    run_fused = runner.run_fused
+
+    def counting(fused: FusedDecode, items: list[ForwardItem], aux_layers: tuple[int, ...]) -> RunOutput:
+        fused_tokens.extend(len(item.token_ids) for item in items)
+        return run_fused(fused, items, aux_layers)
+
+    monkeypatch.setattr(runner, "run_fused", counting)
+    tok = runner.tokenizer
+    text = ('Copy this JSON exactly, changing only "city" to "Paris": '
+            '{"name": "Ada Lovelace", "city": "London", "born": 1815, "fields": ["mathematics", "computing"]}')
+    prompt = tok.encode(tok.apply_chat_template([{"role": "user", "content": text}]))
+    outputs: dict[str, list[int]] = {}
+    accepted = 0
+    for name, spec in (("plain", {}), ("ngram", {"speculative": "ngram", "speculative_adaptive": False,
+                                                  "num_speculative_tokens": FusedDecode.MAX_TOKENS - 1})):
+        engine = LLMEngine(EngineConfig(num_kv_blocks=64, **spec), runner)  # type: ignore[arg-type]
+        engine.add_request(GenerationRequest(name, prompt, SamplingParams(max_tokens=40, ignore_eos=True)))
+        out: list[int] = []
+        while engine.has_unfinished:
+            for output in engine.step():
+                out += output.new_token_ids
+                accepted = output.num_accepted_draft_tokens if output.is_finished else accepted
+        outputs[name] = out
+    assert outputs["ngram"] == outputs["plain"]
+    assert accepted > 0 and max(fused_tokens) > 1  # drafts were verified, fused, and some accepted
