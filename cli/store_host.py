@@ -25,8 +25,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gateway.store.settings import StoreSettings
+
 STORE_SOCKET_ENV = "EDGERUN_STORE_SOCKET"
 SOCKET_NAME = "store.sock"
+
+
+def needs_store_host(store: StoreSettings) -> bool:
+    """Whether `serve --workers N` starts a host: not when the workers share Redis, a host run
+    elsewhere (`store_socket`), or the SQLite file by choice (`sqlite_shared = true`)."""
+    return store.redis_url is None and store.store_socket is None and not store.sqlite_shared
 
 
 class StoreHostError(RuntimeError):

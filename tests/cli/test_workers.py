@@ -15,8 +15,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from cli.store_host import STORE_SOCKET_ENV, StoreHost, accepts, private_directory
+from cli.store_host import STORE_SOCKET_ENV, StoreHost, accepts, needs_store_host, private_directory
 from cli.workers import Supervisor
+from gateway.store.settings import StoreSettings
 
 EVENTS = """
 import os, sys
@@ -211,3 +212,10 @@ def test_workers_get_the_socket_in_their_environment(tmp_path: Path) -> None:
     finally:
         host.remove()
     assert not host.directory.exists()
+
+
+def test_serve_starts_a_host_only_for_workers_without_another_shared_store() -> None:
+    assert needs_store_host(StoreSettings(sqlite_path="/tmp/w.sqlite3"))
+    assert not needs_store_host(StoreSettings(redis_url="redis://127.0.0.1:6379/0"))
+    assert not needs_store_host(StoreSettings(sqlite_shared=True))  # several serves on one file: by choice
+    assert not needs_store_host(StoreSettings(store_socket="/run/edgerun/store.sock"))  # a host run elsewhere
