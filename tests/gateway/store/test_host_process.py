@@ -1,0 +1,185 @@
+"""The store host as its own process (`python -m gateway.store.host`), with workers as real
+processes: a killed worker's slots and tokens are freed at once, a host that goes away is a quick
+StoreUnavailable and a restarted one is used again without restarting the worker, SIGTERM commits
+the ledger and exits 0, and four workers racing on one host never exceed a limit (process_race.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from multiprocessing.synchronize import Barrier
+from pathlib import Path
+
+import pytest
+
+from gateway.settings import GatewaySettings
+from gateway.store import StoreUnavailable, UsageRecord
+from gateway.store.embedded import EmbeddedStore
+from gateway.store.host.client import HostedStore
+from gateway.store.settings import StoreSettings
+from tests.gateway.store.process_race import race, run_racers
+
+pytestmark = pytest.mark.slow
+
+
+def _settings(tmp_path: Path, **overrides: object) -> StoreSettings:
+    return GatewaySettings(
+        redis_url=None,
+        sqlite_path=str(tmp_path / "gateway.sqlite3"),
+        store_socket=str(tmp_path / "run" / "store.sock"),
+        **overrides,
+    ).store
+
+
+def _start_host(settings: StoreSettings) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "EDGERUN_SQLITE_PATH": settings.sqlite_path, "EDGERUN_LOG_JSON": "false"}
+    env.pop("EDGERUN_REDIS_URL", None)
+    assert settings.store_socket is not None
+    host = subprocess.Popen([sys.executable, "-m", "gateway.store.host", "--socket", settings.store_socket], env=env)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # ready: the socket accepts connections
+        assert host.poll() is None, "the store host exited (its log is above)"
+        with socket.socket(socket.AF_UNIX) as probe:
+            try:
+                probe.connect(settings.store_socket)
+                return host
+            except OSError:
+                time.sleep(0.05)
+    host.kill()
+    raise AssertionError("the store host did not start within 30 s")
+
+
+@pytest.fixture
+def host_settings(tmp_path: Path) -> Iterator[StoreSettings]:
+    settings = _settings(tmp_path)
+    host = _start_host(settings)
+    yield settings
+    if host.poll() is None:
+        host.kill()
+    host.wait()
+
+
+async def _until(predicate: object, within_s: float = 5.0) -> None:
+    """Poll an async predicate until it holds (a bound far under any lease, not a timing claim)."""
+    deadline = time.monotonic() + within_s
+    while not await predicate():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "never happened"
+        await asyncio.sleep(0.02)
+
+
+_WORKER = """
+import asyncio, sys
+from gateway.settings import GatewaySettings
+from gateway.store import open_store
+
+async def main():
+    store = open_store(GatewaySettings(redis_url=None, sqlite_path=sys.argv[1], store_socket=sys.argv[2]).store)
+    assert await store.acquire_request_slot("acme", "killed-1", 2)
+    assert await store.acquire_request_slot("acme", "killed-2", 2)
+    await store.add_inflight("X", 100, 10)
+    print("holding", flush=True)
+    await asyncio.sleep(3600)
+
+asyncio.run(main())
+"""
+
+
+async def test_a_killed_workers_slots_and_tokens_are_freed_at_once(host_settings: StoreSettings) -> None:
+    assert host_settings.inflight_lease_s == 15.0  # the shared store's killed worker holds on this long
+    worker = subprocess.Popen(
+        [sys.executable, "-c", _WORKER, host_settings.sqlite_path, str(host_settings.store_socket)],
+        stdout=subprocess.PIPE,
+    )  # fmt: skip
+    live = HostedStore(host_settings)
+    try:
+        assert worker.stdout is not None and worker.stdout.readline() == b"holding\n"
+        await live.add_inflight("X", 5, 1)
+        assert await live.loads() == {"X": (105, 11)}
+        assert not await live.acquire_request_slot("acme", "live-1", 2)  # the worker holds both
+        worker.send_signal(signal.SIGKILL)
+        worker.wait()
+
+        async def freed() -> bool:
+            return await live.loads() == {"X": (5, 1)}
+
+        await _until(freed)  # the host saw the connection close: well within the lease it would wait for
+        assert await live.acquire_request_slot("acme", "live-1", 2)
+        assert await live.acquire_request_slot("acme", "live-2", 2)
+        assert not await live.acquire_request_slot("acme", "live-3", 2)  # the live worker's own slots stay
+    finally:
+        worker.kill()
+        worker.wait()
+        if worker.stdout is not None:
+            worker.stdout.close()
+        await live.aclose()
+
+
+async def test_a_host_gone_is_unavailable_and_a_restarted_one_is_used_again(tmp_path: Path) -> None:
+    settings = _settings(tmp_path, redis_timeout_s=1.0, sqlite_busy_timeout_s=1.0)
+    host = _start_host(settings)
+    store = HostedStore(settings)
+    try:
+        tenant = await store.create_tenant("Acme", ["a1"], tenant_id="acme")
+        host.kill()
+        host.wait()
+        for _ in range(2):  # the lost connection, then the refused reconnect: each an error at once, no hang
+            with pytest.raises(StoreUnavailable, match="store host"):
+                await asyncio.wait_for(store.get_tenant("acme"), 5)
+        host = _start_host(settings)  # replaces the dead host's socket file
+        assert await store.get_tenant("acme") == tenant  # the same client: it reconnects on its own
+    finally:
+        await store.aclose()
+        host.kill()
+        host.wait()
+
+
+async def test_sigterm_answers_commits_the_ledger_and_exits_0(tmp_path: Path) -> None:
+    settings = _settings(tmp_path)
+    host = _start_host(settings)
+    store = HostedStore(settings)
+    record = UsageRecord(
+        request_id="req-1", tenant_id="acme", account_id="a1", key_id="key_a", model="m", region=None,
+        backend_id="b1", session_id=None, started_at=1.0, ended_at=2.0, status="ok", prompt_tokens=3,
+        cached_tokens=0, completion_tokens=4, price_version="v1", cost_micro=7, metadata={"team": "x"},
+    )  # fmt: skip
+    try:
+        assert await store.append_usage(record)
+        assert not await store.append_usage(record)  # once only
+        host.send_signal(signal.SIGTERM)
+        assert host.wait(timeout=30) == 0
+        assert not Path(str(settings.store_socket)).exists()  # removed on exit
+    finally:
+        await store.aclose()
+        host.kill()
+    reopened = EmbeddedStore(settings)
+    try:
+        assert await reopened.get_usage("req-1") == record
+    finally:
+        await reopened.aclose()
+
+
+def _child(
+    settings: StoreSettings, index: int, barrier: Barrier, results: multiprocessing.Queue[tuple[int, int, int]]
+) -> None:
+    results.put(asyncio.run(race(HostedStore(settings), index, barrier)))
+
+
+def test_processes_racing_on_one_host_never_exceed_a_limit(host_settings: StoreSettings) -> None:
+    run_racers(_child, host_settings)
+    asyncio.run(_check_after_the_race(host_settings))
+
+
+async def _check_after_the_race(settings: StoreSettings) -> None:
+    store = HostedStore(settings)
+    try:
+        assert await store.budget_spent("acme", "2026-11") == 700
+        assert await store.acquire_request_slot("acme", "after", 50)  # the children closed: their slots freed
+    finally:
+        await store.aclose()
