@@ -9,7 +9,7 @@ worker's connection closes, with Redis and the SQLite file when its lease expire
 host is started again (requests get 503 meanwhile, then 200, every answered one billed once), and
 SIGTERM to the supervisor ends it with status 0 and the host's socket directory gone.
 
-One `serve --workers 2` per store serves both tests of that store (the module's gateway): the quick
+One `serve --workers 2` per store serves every test of that store (the module's gateway): the quick
 stub behind one model, the slow stub behind another, so a stream can be held open on the slow one
 while the checks around it take the quick one."""
 
