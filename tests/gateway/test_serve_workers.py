@@ -380,3 +380,27 @@ def test_a_killed_store_host_is_started_again_and_answered_requests_are_billed_o
     assert None not in records  # none lost
     exported = collections.Counter(_export_request_ids(w, tmp_path, tenant="th"))
     assert all(exported[request_id] == 1 for request_id in answered)  # none doubled
+
+
+@pytest.mark.parametrize("store_env", ["hosted"], indirect=True)  # the last test of the hosted gateway: it stops it
+def test_sigterm_lets_a_stream_finish_and_bill_through_the_host_before_it_stops(workers: Workers) -> None:
+    """SIGTERM to the supervisor in the middle of a stream: the stream ends in full, the supervisor exits 0, the
+    socket's directory is gone, and the stream's record is in the ledger file (a worker that found the host already
+    gone would have spooled it instead)."""
+    w = workers
+    gateway = w.gateway
+    host = _host(gateway.process.pid)
+    assert host is not None
+    with httpx.Client(timeout=60) as client, client.stream(
+        "POST", gateway.url + f"/client/v4/accounts/acc-h/ai/run/{SLOW_MODEL_ID}",
+        headers={"authorization": f"Bearer {w.host_key}"}, json={"prompt": "hi", "max_tokens": 40, "stream": True},
+    ) as stream:
+        assert stream.status_code == 200
+        chunks = stream.iter_bytes()
+        first = next(chunks)
+        gateway.process.send_signal(signal.SIGTERM)
+        body = first + b"".join(chunks)
+    assert body.rstrip().endswith(b"data: [DONE]")
+    assert gateway.process.wait(timeout=60) == 0
+    assert not Path(host[1]).parent.exists()
+    assert asyncio.run(_records(w.settings, [stream.headers["cf-ray"]])) != [None]
