@@ -44,8 +44,12 @@ class StoreHostError(RuntimeError):
 def private_directory(port: int) -> Path:
     """A new directory only this user can enter, named after the serve's port (and a random tail)."""
     runtime_dir = os.environ.get("XDG_RUNTIME_DIR")  # per user, in memory, emptied at logout
-    base = runtime_dir if runtime_dir and Path(runtime_dir).is_dir() else None
-    return Path(tempfile.mkdtemp(prefix=f"edgerun-{port}-", dir=base))
+    if runtime_dir:
+        try:
+            return Path(tempfile.mkdtemp(prefix=f"edgerun-{port}-", dir=runtime_dir))
+        except OSError:  # named but missing or not writable (a container, `su`): the temporary directory
+            pass
+    return Path(tempfile.mkdtemp(prefix=f"edgerun-{port}-"))
 
 
 def accepts(path: Path) -> bool:

@@ -10,10 +10,13 @@ import os
 import signal
 import stat
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+import pytest
 
 from cli.store_host import STORE_SOCKET_ENV, StoreHost, accepts, needs_store_host, private_directory
 from cli.workers import Supervisor
@@ -219,3 +222,15 @@ def test_serve_starts_a_host_only_for_workers_without_another_shared_store() -> 
     assert not needs_store_host(StoreSettings(redis_url="redis://127.0.0.1:6379/0"))
     assert not needs_store_host(StoreSettings(sqlite_shared=True))  # several serves on one file: by choice
     assert not needs_store_host(StoreSettings(store_socket="/run/edgerun/store.sock"))  # a host run elsewhere
+
+
+def test_the_socket_directory_is_under_the_runtime_directory_when_it_can_be(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    directory = private_directory(8080)
+    assert directory.parent == tmp_path and directory.name.startswith("edgerun-8080-")
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "missing"))
+    fallback = private_directory(8080)
+    assert fallback.parent == Path(tempfile.gettempdir())
+    fallback.rmdir()
