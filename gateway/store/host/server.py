@@ -24,10 +24,19 @@ import structlog
 from gateway.store import errors
 from gateway.store.embedded import EmbeddedStore
 from gateway.store.host import socket_file
-from gateway.store.host.codec import plain, record
-from gateway.store.host.eager import run_eagerly
+from gateway.store.host.codec import record
+from gateway.store.host.eager import finish_in_task, run_eagerly
 from gateway.store.host.holdings import Holdings
-from gateway.store.host.protocol import BAD_REQUEST, METHODS, OK, FrameReader, ProtocolError, error_reply, frame
+from gateway.store.host.protocol import (
+    BAD_REQUEST,
+    METHODS,
+    OK,
+    FrameReader,
+    ProtocolError,
+    error_reply,
+    frame,
+    frame_each,
+)
 
 log = structlog.get_logger("edgerun.store.host")
 Handler = Callable[..., Coroutine[Any, Any, Any]]
@@ -91,7 +100,7 @@ class _Connection(asyncio.Protocol):
     def __init__(self, host: StoreHost) -> None:
         self._host = host
         self._reader = FrameReader()
-        self._out: list[bytes] = []
+        self._out: list[list[Any]] = []  # replies not sent yet
         self._batching = False
         self._flush_due = False
         self._transport: asyncio.Transport | None = None
@@ -169,30 +178,44 @@ class _Connection(asyncio.Protocol):
         except TypeError as exc:  # wrong arguments for the method
             self._send([call_id, BAD_REQUEST, str(exc)])
             return
-        task = run_eagerly(coro, partial(self._done, call_id))
-        if task is not None:
-            self.tasks.add(task)
-            task.add_done_callback(self.tasks.discard)
+        try:  # eager.run_eagerly, inlined: this runs for every call
+            yielded = coro.send(None)
+        except StopIteration as stop:
+            self._send([call_id, OK, stop.value])
+            return
+        except Exception as exc:  # noqa: BLE001 - the call's error, answered
+            self._done(call_id, None, exc)
+            return
+        task = finish_in_task(coro, yielded, partial(self._done, call_id))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
 
     def _done(self, call_id: int, result: Any, error: BaseException | None) -> None:
         if error is None:
-            try:
-                self._send([call_id, OK, plain(result)])
-                return
-            except (TypeError, ValueError) as exc:  # a result without a codec: a bug here
-                error = exc
+            self._send([call_id, OK, result])
+            return
         if not isinstance(error, errors.StoreError):
             log.warning("store_host_call_failed", error=repr(error))
         self._send(error_reply(call_id, error))
 
     def _send(self, reply: list[Any]) -> None:
-        self._out.append(frame(reply))
+        self._out.append(reply)
         if not self._batching and not self._flush_due:
             self._flush_due = True
             asyncio.get_running_loop().call_soon(self._flush)
 
     def _flush(self) -> None:
         self._flush_due = False
-        if self._out and self._transport is not None and not self._transport.is_closing():
-            self._transport.write(b"".join(self._out))
-        self._out = []
+        replies, self._out = self._out, []
+        if not replies or self._transport is None or self._transport.is_closing():
+            return
+        try:
+            data = frame(replies)
+        except (TypeError, ValueError):  # a result without a codec (a bug here) or too long to send
+            data = frame_each(replies, _unsendable)
+        self._transport.write(data)
+
+
+def _unsendable(reply: list[Any], exc: Exception) -> list[Any]:
+    log.error("store_host_reply_unsendable", error=repr(exc))
+    return error_reply(reply[0], errors.StoreError(f"the store host cannot send this result: {exc}"))
