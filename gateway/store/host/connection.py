@@ -9,7 +9,7 @@ timer per call.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, cast
 
 from gateway.store.errors import InvalidArgument, StoreUnavailable
 from gateway.store.host.protocol import OK, FrameReader, ProtocolError, frame, frame_each, raised
@@ -80,8 +80,9 @@ class HostConnection(asyncio.Protocol):
     # --- asyncio.Protocol ---
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # No isinstance check: uvloop (the gateway's loop under uvicorn) has transports of its own
+        # classes, none of them an asyncio.Transport.
+        self._transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         try:

@@ -17,7 +17,7 @@ import asyncio
 import socket
 from collections.abc import Callable, Coroutine
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 import structlog
 
@@ -108,8 +108,7 @@ class _Connection(asyncio.Protocol):
         self.tasks: set[asyncio.Task[Any]] = set()  # calls that are waiting (on SQLite)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        self._transport = cast(asyncio.Transport, transport)  # uvloop's transports are not asyncio's classes
         self._handlers = self._host.handlers(self)
         self._host.connections.add(self)
 

@@ -172,3 +172,31 @@ async def _check_after_the_race(settings: StoreSettings) -> None:
         assert await store.acquire_request_slot("acme", "after", 50)  # the children closed: their slots freed
     finally:
         await store.aclose()
+
+
+_UVLOOP_WORKER = """
+import sys, uvloop
+from gateway.settings import GatewaySettings
+from gateway.store import open_store
+
+async def main():
+    store = open_store(GatewaySettings(redis_url=None, sqlite_path=sys.argv[1], store_socket=sys.argv[2]).store)
+    assert await store.acquire_request_slot("acme", "uv-1", 1)
+    assert not await store.acquire_request_slot("acme", "uv-2", 1)
+    await store.aclose()
+    print("ok", flush=True)
+
+uvloop.run(main())
+"""
+
+
+def test_a_worker_on_uvloop_reaches_the_host(host_settings: StoreSettings) -> None:
+    # The gateway's workers run on uvloop (uvicorn's default where installed), whose transports
+    # are not asyncio.Transport instances: the client must not depend on that.
+    assert host_settings.store_socket is not None
+    done = subprocess.run(
+        [sys.executable, "-c", _UVLOOP_WORKER, host_settings.sqlite_path, host_settings.store_socket],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"
