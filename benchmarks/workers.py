@@ -46,7 +46,8 @@ from benchmarks.machine import machine, process_cpu_s
 from benchmarks.raw_load import Phase, drive
 from benchmarks.stub_backend import MODEL_ID, PROMPT
 from cli.processes import ROOT, ChildProcess, free_port
-from cli.store_host import StoreHost, accepts
+from cli.store_host import StoreHost
+from gateway.store.host.process import is_served
 
 
 @dataclass
@@ -135,7 +136,7 @@ def start_host(workdir: Path) -> tuple[StoreHost, ChildProcess]:
     host = StoreHost.create(0)
     env = {"EDGERUN_SQLITE_PATH": str(workdir / "gateway.sqlite3"), "EDGERUN_LOG_LEVEL": "warning"}
     process = ChildProcess.launch("store-host", host.argv, 0, env=env)
-    process.wait_until_ready(lambda: accepts(host.socket_path), 30)
+    process.wait_until_ready(lambda: is_served(str(host.socket_path)), 30)
     return host, process
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -25,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gateway.store.host.process import is_served
 from gateway.store.settings import StoreSettings
 
 STORE_SOCKET_ENV = "EDGERUN_STORE_SOCKET"
@@ -50,16 +50,6 @@ def private_directory(port: int) -> Path:
         except OSError:  # named but missing or not writable (a container, `su`): the temporary directory
             pass
     return Path(tempfile.mkdtemp(prefix=f"edgerun-{port}-"))
-
-
-def accepts(path: Path) -> bool:
-    """Whether something listens on the Unix socket `path` (the host's readiness)."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        try:
-            sock.connect(str(path))
-        except OSError:
-            return False
-    return True
 
 
 @dataclass
@@ -104,7 +94,7 @@ class StoreHost:
             code = self.process.poll()
             if code is not None:
                 raise StoreHostError(f"the store host exited with status {code} before it was ready")
-            if accepts(self.socket_path):
+            if is_served(str(self.socket_path)):
                 return
             if time.monotonic() > deadline:
                 raise StoreHostError(

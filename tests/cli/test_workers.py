@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from cli.store_host import STORE_SOCKET_ENV, StoreHost, accepts, needs_store_host, private_directory
+from cli.store_host import STORE_SOCKET_ENV, StoreHost, needs_store_host, private_directory
 from cli.workers import Supervisor
+from gateway.store.host.process import is_served
 from gateway.store.settings import StoreSettings
 
 EVENTS = """
@@ -175,7 +176,7 @@ def test_a_killed_host_is_started_again_and_the_workers_keep_running(tmp_path: P
         pids.append(host.process.pid)
         os.kill(host.process.pid, signal.SIGKILL)
         _wait_for(lambda: sum(line.endswith(" listening") for line in _lines(events)) == 2)
-        assert host.process.pid != pids[0] and accepts(host.socket_path)
+        assert host.process.pid != pids[0] and is_served(str(host.socket_path))
         pids.append(host.process.pid)
 
     assert _run_then(supervisor, kill_the_host) == 0
