@@ -19,9 +19,11 @@ The supervisor starts the host and waits until its socket accepts (15 s at most,
 with the host's status, or 1), then starts the workers, and waits for SIGTERM / SIGINT. A worker or
 a host that dies is started again (the workers answer 503 while the host is away and reconnect to
 the new one by themselves); one that dies within `min_uptime_s` of its start (a port taken, a bad
-setting) stops them all and the supervisor exits with its status. On SIGTERM / SIGINT it stops the
-workers first (each drains its streams as a lone gateway does and settles its ledger records
-through the host), then the host (it closes the store), then removes the socket's directory.
+setting) stops them all and the supervisor exits with its status. On SIGTERM / SIGINT / SIGHUP it
+stops the workers first (each drains its streams as a lone gateway does and settles its ledger
+records through the host), then the host (it closes the store), then removes the socket's
+directory. (The host has its own process group, which a closed terminal's SIGHUP does not reach:
+the supervisor stops it then too, rather than dying and leaving it behind.)
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from cli.store_host import StoreHost, StoreHostError
 log = structlog.get_logger("edgerun.serve.workers")
 
 HOST_READY_TIMEOUT_S = 15.0  # from the host's start until its socket accepts
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 @dataclass(slots=True)
@@ -84,9 +87,9 @@ class Supervisor:
         self.host.wait_ready(self.host_ready_timeout_s, give_up=lambda: self._stopping)
 
     def run(self) -> int:
-        """Start the store host (if any), then the workers, and keep them running until SIGTERM /
-        SIGINT; the exit status."""
-        previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+        """Start the store host (if any), then the workers, and keep them running until one of
+        STOP_SIGNALS; the exit status."""
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in STOP_SIGNALS}
         try:
             if self.host is not None:
                 self._start_host()

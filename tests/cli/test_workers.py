@@ -98,9 +98,11 @@ def _wait_for(condition: Callable[[], bool], timeout_s: float = 30) -> None:
         time.sleep(0.05)
 
 
-def _run_then(supervisor: Supervisor, act: Callable[[], None], *, then_sigterm: bool = True) -> int:
+def _run_then(
+    supervisor: Supervisor, act: Callable[[], None], *, then_sigterm: bool = True, stop: int = signal.SIGTERM
+) -> int:
     """`supervisor.run()` here (its signal handlers need the main thread) while `act` runs beside it,
-    then SIGTERM to this process (the supervisor's handler takes it: `act` must leave the supervisor
+    then `stop` to this process (the supervisor's handler takes it: `act` must leave the supervisor
     running); whatever `act` raises is raised here after the supervisor returns."""
     failure: list[BaseException] = []
 
@@ -110,7 +112,7 @@ def _run_then(supervisor: Supervisor, act: Callable[[], None], *, then_sigterm: 
         except BaseException as exc:  # reported below, after the supervisor is stopped
             failure.append(exc)
         if then_sigterm:
-            os.kill(os.getpid(), signal.SIGTERM)
+            os.kill(os.getpid(), stop)
         elif failure:
             supervisor._on_signal(signal.SIGTERM, None)  # not this process's default handler: pytest would end
 
@@ -125,7 +127,8 @@ def _run_then(supervisor: Supervisor, act: Callable[[], None], *, then_sigterm: 
     return status
 
 
-def test_workers_start_on_a_ready_host_and_stop_before_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGHUP])  # SIGHUP: the terminal went away
+def test_workers_start_on_a_ready_host_and_stop_before_it(tmp_path: Path, stop: int) -> None:
     events = tmp_path / "events"
     host = _host(events)
     supervisor = _supervisor(events, host)
@@ -135,7 +138,7 @@ def test_workers_start_on_a_ready_host_and_stop_before_it(tmp_path: Path) -> Non
         assert stat.S_IMODE(host.directory.stat().st_mode) == 0o700
         assert host.process is not None and os.getpgid(host.process.pid) == host.process.pid  # not the terminal's group
 
-    assert _run_then(supervisor, two_workers_up) == 0
+    assert _run_then(supervisor, two_workers_up, stop=stop) == 0
     lines = _lines(events)
     assert lines[0].startswith("host ") and lines[0].endswith(" listening")  # the host first, ready
     assert sorted(lines[1:3]) == [f"worker {i} started {host.socket_path}" for i in (0, 1)]
