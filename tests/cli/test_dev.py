@@ -116,7 +116,7 @@ def test_make_run_prints_a_curl_that_works_sigterm_stops_all_then_export_bills_i
 
 
 def test_dev_workers_share_the_port_and_the_store(tmp_path: Path) -> None:
-    """`edgerun dev --workers 2`: the gateway as two processes on one port, sharing the SQLite store."""
+    """`edgerun dev --workers 2`: the gateway as two processes on one port, sharing the store (a store host on the SQLite file)."""
     port = free_port()
     env = user_env(tmp_path / "home")
     command = [sys.executable, "-m", "cli", "dev", "--port", str(port), "--admin-port", str(free_port()),
