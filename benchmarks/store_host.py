@@ -6,14 +6,15 @@
 - shared: `SharedEmbeddedStore`, K workers on one SQLite file (every check-and-change under its write lock);
 - hosted: a store host (`python -m gateway.store.host`) and K workers with `HostedStore`.
 
-Each worker runs `--concurrency` requests at a time, each the calls a streamed request makes, in the
-gateway's order (auth, limits, slot, budget, routing, prefix record, in-flight releases, reconcile,
-ledger, settle, slot release). Configurations alternate within each round; medians over rounds are
-reported: requests/s, each worker's CPU per request, the host's CPU per request (its serial cost:
-1000 / it is the requests/s no number of workers can pass; in brackets its event loop's part, the
-rest is its SQLite thread) and the shared store's write-lock hold per request (its serial cost, the
-same way). `--gateway-work-us` adds a gateway's own Python work to each
-request, so the worker's event loop competes for its GIL with the shared store's thread as in a gateway.
+Each worker (on uvloop where installed, as a gateway worker) runs `--concurrency` requests at a
+time, each the calls a streamed request makes, in the gateway's order (auth, limits, slot, budget,
+routing, prefix record, in-flight releases, reconcile, ledger, settle, slot release).
+Configurations alternate within each round; medians over rounds are reported: requests/s, each
+worker's CPU per request, the host's CPU per request (its serial cost: 1000 / it is the requests/s
+no number of workers can pass; in brackets its event loop's part, the rest is its SQLite thread)
+and the shared store's write-lock hold per request (its serial cost, the same way).
+`--gateway-work-us` adds a gateway's own Python work to each request, so the worker's event loop
+competes for its GIL with the shared store's thread as in a gateway.
 """
 
 from __future__ import annotations
@@ -158,7 +159,14 @@ async def _drive(kind: str, settings: StoreSettings, secret: str, tag: str, seco
 
 def _worker(kind: str, settings: StoreSettings, secret: str, tag: str, seconds: float, concurrency: int,
             work_us: float, barrier: Barrier, results: multiprocessing.Queue[tuple[int, float, float, float]]) -> None:  # fmt: skip
-    results.put(asyncio.run(_drive(kind, settings, secret, tag, seconds, concurrency, work_us, barrier)))
+    run: Any = asyncio.run
+    try:  # the loop uvicorn gives a gateway worker, where installed
+        import uvloop
+
+        run = uvloop.run
+    except ImportError:
+        pass
+    results.put(run(_drive(kind, settings, secret, tag, seconds, concurrency, work_us, barrier)))
 
 
 def _start_host(settings: StoreSettings) -> subprocess.Popen[bytes]:

@@ -6,9 +6,10 @@ complete without suspending, so no two ever interleave and N workers never allow
 with no lock between processes. What one read of the socket brings is decoded at once, each call
 run on the spot (eager.py: a call that waits on SQLite goes on from the loop when its answer is
 there, without a task) and the replies of that batch written together; replies of calls that
-waited go out when they finish (they carry their call ids). When a connection closes, the slots and in-flight tokens it took are freed at
-once (`holdings.py`). A frame that breaks the format closes its connection, an unknown method or
-wrong arguments get an error reply; neither reaches the store.
+waited go out when they finish (they carry their call ids). When a connection closes, the slots
+and in-flight tokens it took are freed at once (`holdings.py`). A frame that breaks the format
+closes its connection, an unknown method or wrong arguments get an error reply; neither reaches
+the store.
 """
 
 from __future__ import annotations
@@ -152,6 +153,8 @@ class _Connection(asyncio.Protocol):
         self._batching = True
         try:
             for message in messages:
+                if self._transport is None or self._transport.is_closing():
+                    break  # a bad request closed it: the rest of the batch goes unanswered
                 self._call(message)
         finally:
             self._batching = False
