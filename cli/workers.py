@@ -16,9 +16,9 @@ polls them), its tokenizer cache, its /metrics counters, its connection caps (`m
 shared prefix index. The ledger spool is one file shared under a lock (gateway/billing/spool.py).
 
 The supervisor starts the host and waits until its socket accepts (15 s at most, else it exits
-with the host's status, or 1), then starts the workers, and waits for SIGTERM / SIGINT. A worker or
-a host that dies is started again (the workers answer 503 while the host is away and reconnect to
-the new one by themselves); one that dies within `min_uptime_s` of its start (a port taken, a bad
+with the host's status, or 1), then starts the workers, and waits for a signal to stop. A worker or
+a host that dies is started again (a host at once and not waited for: the workers answer 503 until
+it accepts and reconnect to it by themselves); one that dies within `min_uptime_s` of its start (a port taken, a bad
 setting) stops them all and the supervisor exits with its status. On SIGTERM / SIGINT / SIGHUP it
 stops the workers first (each drains its streams as a lone gateway does and settles its ledger
 records through the host), then the host (it closes the store), then removes the socket's
@@ -120,9 +120,9 @@ class Supervisor:
                 if time.monotonic() - self.host.started < self.min_uptime_s:
                     log.error("store host exited at start; stopping", status=code)
                     return code or 1
-                # the workers answer 503 meanwhile and reconnect on their next store call
+                # not waited for: the workers answer 503 until it accepts, and reconnect on their next store call
                 log.warning("store host exited; starting it again", status=code)
-                self._start_host()
+                self.host.start()
             for i, worker in enumerate(self.workers):
                 code = worker.process.poll()
                 if code is None or self._stopping:
