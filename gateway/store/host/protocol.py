@@ -99,20 +99,30 @@ class FrameReader:
     """Splits a byte stream into the messages of its complete frames."""
 
     def __init__(self) -> None:
-        self._buffer = b""
+        self._chunks: list[bytes] = []  # the start of a frame not complete yet
+        self._size = 0  # their bytes
+        self._need = _HEADER  # bytes that complete it (the header, then the whole frame once known)
 
     def feed(self, data: bytes) -> list[Any]:
-        """The messages completed by `data` (the rest is kept); ProtocolError on a broken frame."""
-        if self._buffer:
-            data = self._buffer + data
+        """The messages completed by `data` (the rest is kept); ProtocolError on a broken frame.
+        A frame arriving in many reads is joined once, when complete."""
+        if self._chunks:
+            self._chunks.append(data)
+            self._size += len(data)
+            if self._size < self._need:
+                return []
+            data = b"".join(self._chunks)
+            self._chunks = []
         messages: list[Any] = []
         pos, size = 0, len(data)
+        need = _HEADER
         while size - pos >= _HEADER:
             length = int.from_bytes(data[pos : pos + _HEADER], "big")
             if length > MAX_FRAME:
                 raise ProtocolError(f"a frame of {length} bytes exceeds the limit of {MAX_FRAME}")
             end = pos + _HEADER + length
             if end > size:
+                need = _HEADER + length
                 break
             try:
                 batch = _decoder.decode(data[pos + _HEADER : end].decode())
@@ -122,7 +132,10 @@ class FrameReader:
                 raise ProtocolError("a frame must hold an array of messages")
             messages += batch
             pos = end
-        self._buffer = data[pos:] if pos < size else b""
+        if pos < size:
+            self._chunks = [data[pos:]]
+            self._size = size - pos
+            self._need = need
         return messages
 
 

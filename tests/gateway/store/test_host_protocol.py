@@ -196,3 +196,17 @@ def test_a_dead_hosts_socket_file_is_replaced(tmp_path: Path) -> None:
     sock.close()
     socket_file.remove(path, inode)
     assert not Path(path).exists()
+
+
+def test_frames_split_anywhere_read_back_whole() -> None:
+    messages = [[i, "ok", {"text": "x" * (i * 37 % 500), "n": i}] for i in range(200)]
+    data = b"".join(frame(messages[i : i + 7]) for i in range(0, 200, 7))
+    for step in (1, 3, 1000, 65536, len(data)):
+        reader, read = FrameReader(), []
+        for pos in range(0, len(data), step):
+            read += reader.feed(data[pos : pos + step])
+        assert read == messages
+    big = frame([[1, "ok", "y" * 3_000_000]])  # one frame over many reads
+    reader = FrameReader()
+    assert all(reader.feed(big[pos : pos + 65536]) == [] for pos in range(0, len(big) - 65536, 65536))
+    assert reader.feed(big[(len(big) - 1) // 65536 * 65536 :]) == [[1, "ok", "y" * 3_000_000]]
