@@ -101,6 +101,9 @@ async def test_bad_calls_get_an_error_and_the_connection_goes_on(host: StoreHost
         (MAX_FRAME + 1).to_bytes(4, "big") + b"[]",  # longer than any frame may be
         (5).to_bytes(4, "big") + b"\xff\xfe{[x",  # not UTF-8 JSON
         (10).to_bytes(4, "big") + b'{"call":1}',  # JSON, but not an array of messages
+        (3).to_bytes(4, "big") + b" []",  # a byte before the value
+        (5).to_bytes(4, "big") + b"[] []",  # bytes after it
+        (200_000).to_bytes(4, "big") + b"[" * 100_000 + b"]" * 100_000,  # nested past any recursion limit
         frame([{"call": 1}]),  # an array, but not of requests
         frame([[1.5, "get_tenant", ["a"], {}]]),  # no usable call id
     ],
