@@ -14,4 +14,5 @@ lone gateway does. No lock is shared between processes: the host's event loop or
     connection.py   a worker's pipelined connection
     client.py       HostedStore, the worker's Store
     __main__.py     `python -m gateway.store.host --socket PATH`
+    process.py      starts that as a child process and waits until it serves
 """

@@ -69,6 +69,12 @@ class HostedStore(Store):
         self._connection = connection
         return connection
 
+    def _send_and_forget(self, method: str, *args: Any) -> None:
+        """Send a call on the open connection, if any, without waiting for its answer."""
+        connection = self._connection
+        if connection is not None and not connection.is_closed:
+            connection.call(method, args, {}).add_done_callback(_ignore)
+
     # --- tenants ---
 
     async def create_tenant(
@@ -135,7 +141,13 @@ class HostedStore(Store):
     # --- requests in flight per tenant ---
 
     async def acquire_request_slot(self, tenant_id: str, request_id: str, limit: int) -> bool:
-        return bool(await self._call("acquire_request_slot", tenant_id, request_id, limit))
+        try:
+            return bool(await self._call("acquire_request_slot", tenant_id, request_id, limit))
+        except errors.StoreUnavailable:
+            # Unanswered in time, the host may still take the slot, and nobody would release it while
+            # this connection lives: ask for its release now (the host runs one connection's calls in order).
+            self._send_and_forget("release_request_slot", tenant_id, request_id)
+            raise
 
     async def release_request_slot(self, tenant_id: str, request_id: str) -> None:
         await self._call("release_request_slot", tenant_id, request_id)
@@ -196,7 +208,7 @@ class HostedStore(Store):
     async def append_usage(self, record: UsageRecord) -> bool:
         if not isinstance(record, UsageRecord):
             raise TypeError(f"append_usage takes a UsageRecord, got {type(record).__name__}")
-        return bool(await self._call("append_usage", codec.plain(record)))
+        return bool(await self._call("append_usage", record))
 
     async def iter_usage(self, start: float, end: float, tenant_id: str | None = None) -> AsyncIterator[UsageRecord]:
         if tenant_id is not None:
@@ -231,6 +243,11 @@ class HostedStore(Store):
         if self._connection is not None:
             self._connection.close()
             self._connection = None
+
+
+def _ignore(reply: asyncio.Future[Any]) -> None:
+    if not reply.cancelled():
+        reply.exception()  # retrieved, so asyncio does not report it
 
 
 def _listed(values: Iterable[Any] | None) -> Any:

@@ -9,7 +9,6 @@ import asyncio
 import multiprocessing
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ from gateway.settings import GatewaySettings
 from gateway.store import StoreUnavailable, UsageRecord
 from gateway.store.embedded import EmbeddedStore
 from gateway.store.host.client import HostedStore
+from gateway.store.host.process import start_host
 from gateway.store.settings import StoreSettings
 from tests.gateway.store.process_race import race, run_racers
 
@@ -42,18 +42,7 @@ def _start_host(settings: StoreSettings) -> subprocess.Popen[bytes]:
     env = {**os.environ, "EDGERUN_SQLITE_PATH": settings.sqlite_path, "EDGERUN_LOG_JSON": "false"}
     env.pop("EDGERUN_REDIS_URL", None)
     assert settings.store_socket is not None
-    host = subprocess.Popen([sys.executable, "-m", "gateway.store.host", "--socket", settings.store_socket], env=env)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:  # ready: the socket accepts connections
-        assert host.poll() is None, "the store host exited (its log is above)"
-        with socket.socket(socket.AF_UNIX) as probe:
-            try:
-                probe.connect(settings.store_socket)
-                return host
-            except OSError:
-                time.sleep(0.05)
-    host.kill()
-    raise AssertionError("the store host did not start within 30 s")
+    return start_host(settings.store_socket, env)
 
 
 @pytest.fixture

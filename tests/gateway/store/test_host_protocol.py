@@ -47,7 +47,7 @@ class _Peer:
         self._frames = FrameReader()
 
     async def ask(self, *message: Any) -> list[Any]:
-        self.writer.write(frame(list(message)))
+        self.writer.write(frame([list(message)]))
         return await self.answer()
 
     async def answer(self) -> list[Any]:
@@ -98,10 +98,11 @@ async def test_bad_calls_get_an_error_and_the_connection_goes_on(host: StoreHost
 @pytest.mark.parametrize(
     "garbage",
     [
-        (MAX_FRAME + 1).to_bytes(4, "big") + b"{}",  # longer than any frame may be
+        (MAX_FRAME + 1).to_bytes(4, "big") + b"[]",  # longer than any frame may be
         (5).to_bytes(4, "big") + b"\xff\xfe{[x",  # not UTF-8 JSON
-        frame({"call": 1}),  # JSON, but not a request
-        frame([1.5, "get_tenant", ["a"], {}]),  # no usable call id
+        (10).to_bytes(4, "big") + b'{"call":1}',  # JSON, but not an array of messages
+        frame([{"call": 1}]),  # an array, but not of requests
+        frame([[1.5, "get_tenant", ["a"], {}]]),  # no usable call id
     ],
 )
 async def test_a_broken_frame_closes_its_connection_only(host: StoreHost, garbage: bytes) -> None:
@@ -135,10 +136,12 @@ async def test_a_silent_host_is_unavailable_after_the_timeout(tmp_path: Path) ->
     path = str(tmp_path / "silent.sock")
 
     finished = asyncio.Event()
+    received: list[Any] = []
 
     async def swallow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        while await reader.read(65536):
-            pass  # reads every call, answers none
+        frames = FrameReader()
+        while data := await reader.read(65536):
+            received.extend(frames.feed(data))  # reads every call, answers none
         writer.close()
         await writer.wait_closed()
         finished.set()
@@ -151,6 +154,15 @@ async def test_a_silent_host_is_unavailable_after_the_timeout(tmp_path: Path) ->
         calls = [store.loads() for _ in range(3)]  # pipelined calls each fail too, none hangs
         outcomes = await asyncio.wait_for(asyncio.gather(*calls, return_exceptions=True), 5)
         assert all(isinstance(o, StoreUnavailable) for o in outcomes)
+        with pytest.raises(StoreUnavailable):
+            await asyncio.wait_for(store.acquire_request_slot("acme", "r1", 5), 5)
+        # the host may still take that slot: its release follows at once, behind the acquire
+        expected = [["acquire_request_slot", ["acme", "r1", 5]], ["release_request_slot", ["acme", "r1"]]]
+        for _ in range(250):  # until the silent host has read it (at most 5 s)
+            if [m[1:3] for m in received][-2:] == expected:
+                break
+            await asyncio.sleep(0.02)
+        assert [m[1:3] for m in received][-2:] == expected
     finally:
         await store.aclose()
         await asyncio.wait_for(finished.wait(), 5)
