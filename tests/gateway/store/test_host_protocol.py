@@ -196,3 +196,20 @@ def test_a_dead_hosts_socket_file_is_replaced(tmp_path: Path) -> None:
     sock.close()
     socket_file.remove(path, inode)
     assert not Path(path).exists()
+
+
+async def test_an_acquire_cancelled_before_its_answer_does_not_keep_the_slot(host: StoreHost) -> None:
+    """The caller never learns whether it got the slot, so it never releases it; the host must not
+    keep it either (a live worker's connection stays open: nothing else would free it)."""
+    client = _client(host)
+    try:
+        assert await client.acquire_request_slot("acme", "warm-up", 1)  # connected
+        await client.release_request_slot("acme", "warm-up")
+        call = asyncio.ensure_future(client.acquire_request_slot("acme", "cancelled", 1))
+        await asyncio.sleep(0)  # sent (at the next turn), not answered yet
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        assert await client.acquire_request_slot("acme", "next", 1)  # the limit of 1 is free again
+    finally:
+        await client.aclose()
