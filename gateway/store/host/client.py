@@ -5,14 +5,16 @@ the first call and opened again on the first call after the host went away. Argu
 checked by the host's embedded store, so a worker gets the same `InvalidArgument` as a lone
 gateway; a host that cannot be reached, or does not answer within `redis_timeout_s +
 sqlite_busy_timeout_s` (the host may itself wait that long for the SQLite file), is
-`StoreUnavailable`. Closing the store closes the connection, and the host frees this worker's
-request slots and in-flight tokens at once, as it does when the worker dies.
+`StoreUnavailable`. Tenants, which never change once created, are kept after the first lookup
+(no round trip for them afterwards). Closing the store closes the connection, and the host frees
+this worker's request slots and in-flight tokens at once, as it does when the worker dies.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from gateway.store import errors
@@ -36,6 +38,10 @@ class HostedStore(Store):
         self._connection: HostConnection | None = None
         self._connecting: asyncio.Task[HostConnection] | None = None
         self._closed = False
+        # Tenants are only ever added, never changed (no store call changes or deletes one), so a
+        # tenant seen once is current: later lookups of it cost no round trip (one per request).
+        self._tenants: dict[str, Tenant] = {}
+        self._accounts: dict[str, str] = {}  # account id -> tenant id
 
     async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         connection = self._connection
@@ -87,20 +93,32 @@ class HostedStore(Store):
         tenant_id: str | None = None,
         max_concurrent_requests: int | None = None,
     ) -> Tenant:
-        return codec.tenant(await self._call(
+        return self._seen(codec.tenant(await self._call(
             "create_tenant", name, _listed(account_ids), allowed_models=_listed(allowed_models),
             monthly_budget_micro=monthly_budget_micro, tenant_id=tenant_id,
             max_concurrent_requests=max_concurrent_requests,
-        ))  # fmt: skip
+        )))  # fmt: skip
 
     async def get_tenant(self, tenant_id: str) -> Tenant | None:
-        return codec.optional_tenant(await self._call("get_tenant", tenant_id))
+        if isinstance(tenant_id, str) and (tenant := self._tenants.get(tenant_id)) is not None:
+            return replace(tenant)
+        found = codec.optional_tenant(await self._call("get_tenant", tenant_id))
+        return None if found is None else self._seen(found)
 
     async def get_tenant_by_account(self, account_id: str) -> Tenant | None:
-        return codec.optional_tenant(await self._call("get_tenant_by_account", account_id))
+        if isinstance(account_id, str) and (tenant_id := self._accounts.get(account_id)) is not None:
+            return replace(self._tenants[tenant_id])
+        found = codec.optional_tenant(await self._call("get_tenant_by_account", account_id))
+        return None if found is None else self._seen(found)
 
     async def list_tenants(self) -> list[Tenant]:
-        return [codec.tenant(t) for t in await self._call("list_tenants")]
+        return [self._seen(codec.tenant(t)) for t in await self._call("list_tenants")]
+
+    def _seen(self, tenant: Tenant) -> Tenant:
+        """Remember `tenant` (see `_tenants`) and return it (the caller's copy)."""
+        self._tenants[tenant.id] = replace(tenant)
+        self._accounts.update((account, tenant.id) for account in tenant.account_ids)
+        return tenant
 
     # --- API keys ---
 

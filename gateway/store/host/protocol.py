@@ -12,8 +12,10 @@ sends requests `[call_id, method, args, kwargs]`; the host answers `[call_id, "o
 from __future__ import annotations
 
 import json
+import json.encoder
+import json.scanner
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from gateway.store import errors
 from gateway.store.host.codec import to_json
@@ -45,8 +47,37 @@ _ERRORS: dict[str, type[errors.StoreError]] = {
     )
 }  # fmt: skip
 
+# The json module's C encoder and scanner called directly: `JSONEncoder.encode` builds a new C
+# encoder per call and `JSONDecoder.decode` runs two regexes around the scan, 2.4 + 1.4 us per frame
+# (2-core VM), paid per batch on both sides. Same output; no cycle check (store values have none).
 _encoder = json.JSONEncoder(separators=(",", ":"), default=to_json)
-_decoder = json.JSONDecoder()
+_c_make_encoder: Any = getattr(json.encoder, "c_make_encoder", None)  # None where _json is missing
+_c_encode: Any = (
+    None
+    if _c_make_encoder is None
+    else _c_make_encoder(None, to_json, json.encoder.encode_basestring_ascii, None, ":", ",", False, False, True)
+)
+_scan: Callable[[str, int], tuple[Any, int]] = json.scanner.make_scanner(cast(Any, json.JSONDecoder()))
+
+
+def _dumps(value: Any) -> str:
+    try:
+        return "".join(_c_encode(value, 0)) if _c_encode is not None else _encoder.encode(value)
+    except RecursionError as exc:  # nested too deep (or a cycle): not a message
+        raise ValueError(f"a message nests too deep: {exc}") from exc
+
+
+def _loads(text: str) -> Any:
+    """The one JSON value `text` holds; ValueError otherwise (leading or trailing bytes included)."""
+    try:
+        value, end = _scan(text, 0)
+    except StopIteration as exc:  # the scanner's "no value here"
+        raise ValueError(f"no JSON value at {exc.value}") from None
+    except RecursionError as exc:  # arrays nested thousands deep
+        raise ValueError(f"JSON nested too deep: {exc}") from None
+    if end != len(text):
+        raise ValueError(f"extra data at {end}")
+    return value
 
 
 class ProtocolError(Exception):
@@ -55,7 +86,7 @@ class ProtocolError(Exception):
 
 def frame(messages: list[Any]) -> bytes:
     """`messages` as one frame, in one encoding pass; TypeError (not JSON) or ValueError (too long)."""
-    body = _encoder.encode(messages).encode()
+    body = _dumps(messages).encode()
     if len(body) > MAX_FRAME:
         raise ValueError(f"{len(messages)} messages of {len(body)} bytes exceed the frame limit of {MAX_FRAME}")
     return len(body).to_bytes(_HEADER, "big") + body
@@ -68,14 +99,14 @@ def frame_each(messages: list[Any], failed: Callable[[Any, Exception], Any | Non
     encoded = []
     for message in messages:
         try:
-            data = _encoder.encode(message).encode()
+            data = _dumps(message).encode()
             if len(data) + 2 > MAX_FRAME:
                 raise ValueError(f"a message of {len(data)} bytes exceeds the frame limit of {MAX_FRAME}")
         except (TypeError, ValueError) as exc:
             replacement = failed(message, exc)
             if replacement is None:
                 continue
-            data = _encoder.encode(replacement).encode()
+            data = _dumps(replacement).encode()
         encoded.append(data)
     out: list[bytes] = []
     batch: list[bytes] = []
@@ -99,30 +130,43 @@ class FrameReader:
     """Splits a byte stream into the messages of its complete frames."""
 
     def __init__(self) -> None:
-        self._buffer = b""
+        self._chunks: list[bytes] = []  # the start of a frame not complete yet
+        self._size = 0  # their bytes
+        self._need = _HEADER  # bytes that complete it (the header, then the whole frame once known)
 
     def feed(self, data: bytes) -> list[Any]:
-        """The messages completed by `data` (the rest is kept); ProtocolError on a broken frame."""
-        if self._buffer:
-            data = self._buffer + data
+        """The messages completed by `data` (the rest is kept); ProtocolError on a broken frame.
+        A frame arriving in many reads is joined once, when complete."""
+        if self._chunks:
+            self._chunks.append(data)
+            self._size += len(data)
+            if self._size < self._need:
+                return []
+            data = b"".join(self._chunks)
+            self._chunks = []
         messages: list[Any] = []
         pos, size = 0, len(data)
+        need = _HEADER
         while size - pos >= _HEADER:
             length = int.from_bytes(data[pos : pos + _HEADER], "big")
             if length > MAX_FRAME:
                 raise ProtocolError(f"a frame of {length} bytes exceeds the limit of {MAX_FRAME}")
             end = pos + _HEADER + length
             if end > size:
+                need = _HEADER + length
                 break
             try:
-                batch = _decoder.decode(data[pos + _HEADER : end].decode())
+                batch = _loads(data[pos + _HEADER : end].decode())
             except ValueError as exc:  # bad UTF-8 or JSON
                 raise ProtocolError(f"a frame is not JSON: {exc}") from exc
             if not isinstance(batch, list):
                 raise ProtocolError("a frame must hold an array of messages")
             messages += batch
             pos = end
-        self._buffer = data[pos:] if pos < size else b""
+        if pos < size:
+            self._chunks = [data[pos:]]
+            self._size = size - pos
+            self._need = need
         return messages
 
 

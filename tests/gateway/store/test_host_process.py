@@ -120,9 +120,11 @@ async def test_a_host_gone_is_unavailable_and_a_restarted_one_is_used_again(tmp_
         host.wait()
         for _ in range(2):  # the lost connection, then the refused reconnect: each an error at once, no hang
             with pytest.raises(StoreUnavailable, match="store host"):
-                await asyncio.wait_for(store.get_tenant("acme"), 5)
+                await asyncio.wait_for(store.get_tenant_by_account("a2"), 5)
+        assert await store.get_tenant("acme") == tenant  # a tenant never changes: the worker keeps it
         host = _start_host(settings)  # replaces the dead host's socket file
-        assert await store.get_tenant("acme") == tenant  # the same client: it reconnects on its own
+        assert await store.list_tenants() == [tenant]  # the same client reconnects on its own; SQLite kept it
+        assert await store.get_tenant_by_account("a2") is None
     finally:
         await store.aclose()
         host.kill()

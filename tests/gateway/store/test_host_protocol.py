@@ -101,6 +101,9 @@ async def test_bad_calls_get_an_error_and_the_connection_goes_on(host: StoreHost
         (MAX_FRAME + 1).to_bytes(4, "big") + b"[]",  # longer than any frame may be
         (5).to_bytes(4, "big") + b"\xff\xfe{[x",  # not UTF-8 JSON
         (10).to_bytes(4, "big") + b'{"call":1}',  # JSON, but not an array of messages
+        (3).to_bytes(4, "big") + b" []",  # a byte before the value
+        (5).to_bytes(4, "big") + b"[] []",  # bytes after it
+        (200_000).to_bytes(4, "big") + b"[" * 100_000 + b"]" * 100_000,  # nested past any recursion limit
         frame([{"call": 1}]),  # an array, but not of requests
         frame([[1.5, "get_tenant", ["a"], {}]]),  # no usable call id
     ],
@@ -213,3 +216,17 @@ async def test_an_acquire_cancelled_before_its_answer_does_not_keep_the_slot(hos
         assert await client.acquire_request_slot("acme", "next", 1)  # the limit of 1 is free again
     finally:
         await client.aclose()
+
+
+def test_frames_split_anywhere_read_back_whole() -> None:
+    messages = [[i, "ok", {"text": "x" * (i * 37 % 500), "n": i}] for i in range(200)]
+    data = b"".join(frame(messages[i : i + 7]) for i in range(0, 200, 7))
+    for step in (1, 3, 1000, 65536, len(data)):
+        reader, read = FrameReader(), []
+        for pos in range(0, len(data), step):
+            read += reader.feed(data[pos : pos + step])
+        assert read == messages
+    big = frame([[1, "ok", "y" * 3_000_000]])  # one frame over many reads
+    reader = FrameReader()
+    assert all(reader.feed(big[pos : pos + 65536]) == [] for pos in range(0, len(big) - 65536, 65536))
+    assert reader.feed(big[(len(big) - 1) // 65536 * 65536 :]) == [[1, "ok", "y" * 3_000_000]]
