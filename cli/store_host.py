@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cli.parent_death import stop_with_parent
 from gateway.store.host.process import is_served
 from gateway.store.settings import StoreSettings
 
@@ -78,7 +79,7 @@ class StoreHost:
         return {STORE_SOCKET_ENV: str(self.socket_path)}
 
     def start(self) -> None:
-        self.process = subprocess.Popen(self.argv, process_group=0)
+        self.process = subprocess.Popen(self.argv, process_group=0, preexec_fn=stop_with_parent())
         self.started = time.monotonic()
 
     def poll(self) -> int | None:

@@ -24,6 +24,8 @@ stops the workers first (each drains its streams as a lone gateway does and sett
 records through the host), then the host (it closes the store), then removes the socket's
 directory. (The host has its own process group, which a closed terminal's SIGHUP does not reach:
 the supervisor stops it then too, rather than dying and leaving it behind.)
+A supervisor killed outright runs none of this: its children get SIGTERM from the kernel
+(cli/parent_death.py, Linux) instead of serving on unsupervised.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from types import FrameType
 
 import structlog
 
+from cli.parent_death import stop_with_parent
 from cli.store_host import StoreHost, StoreHostError
 
 log = structlog.get_logger("edgerun.serve.workers")
@@ -75,7 +78,7 @@ class Supervisor:
 
     def _start(self, index: int) -> Worker:
         env = None if self.host is None else {**os.environ, **self.host.env}
-        return Worker(index, subprocess.Popen(self.argv_for(index), env=env))
+        return Worker(index, subprocess.Popen(self.argv_for(index), env=env, preexec_fn=stop_with_parent()))
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self._stopping = True

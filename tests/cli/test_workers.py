@@ -7,8 +7,10 @@ accepted then. Every process appends its events to one file, in the order they h
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import stat
+import subprocess
 import sys
 import tempfile
 import threading
@@ -238,3 +240,57 @@ def test_the_socket_directory_is_under_the_runtime_directory_when_it_can_be(
     fallback = private_directory(8080)
     assert fallback.parent == Path(tempfile.gettempdir())
     fallback.rmdir()
+
+
+PID_WORKER = (
+    EVENTS
+    + """
+import time
+note(f"worker {os.getpid()} up")
+while True:
+    time.sleep(1)
+"""
+)
+
+SUPERVISED = """
+import sys
+from pathlib import Path
+from cli.store_host import StoreHost
+from cli.workers import Supervisor
+events, directory, host_script, worker_script = sys.argv[1], Path(sys.argv[2]), sys.argv[3], sys.argv[4]
+host = StoreHost(directory, [sys.executable, host_script, events, str(directory / "store.sock")])
+workers = Supervisor(2, lambda i: [sys.executable, worker_script, events], host=host, min_uptime_s=0.5)
+sys.exit(workers.run())
+"""
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie waiting for its reaper does not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state not in ("Z", "X")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
+def test_a_killed_supervisor_takes_its_host_and_workers_with_it(tmp_path: Path) -> None:
+    events = tmp_path / "events"
+    (tmp_path / "host.py").write_text(HOST)
+    (tmp_path / "worker.py").write_text(PID_WORKER)
+    directory = private_directory(0)
+    argv = [str(tmp_path / name) for name in ("host.py", "worker.py")]
+    supervisor = subprocess.Popen([sys.executable, "-c", SUPERVISED, str(events), str(directory), *argv])
+    pids: list[int] = []
+    try:
+        _wait_for(lambda: sum(line.endswith(" up") for line in _lines(events)) == 2)
+        pids = [int(line.split()[1]) for line in _lines(events)]  # the host's, then the workers'
+        assert len(pids) == 3 and all(_alive(pid) for pid in pids)
+        supervisor.kill()  # SIGKILL: no handler runs, nothing is stopped by the supervisor
+        supervisor.wait()
+        _wait_for(lambda: not any(_alive(pid) for pid in pids))  # nobody left serving the port or the store
+    finally:
+        for pid in pids:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(directory, ignore_errors=True)

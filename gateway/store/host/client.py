@@ -161,9 +161,10 @@ class HostedStore(Store):
     async def acquire_request_slot(self, tenant_id: str, request_id: str, limit: int) -> bool:
         try:
             return bool(await self._call("acquire_request_slot", tenant_id, request_id, limit))
-        except errors.StoreUnavailable:
-            # Unanswered in time, the host may still take the slot, and nobody would release it while
-            # this connection lives: ask for its release now (the host runs one connection's calls in order).
+        except (errors.StoreUnavailable, asyncio.CancelledError):
+            # Unanswered in time, or the caller cancelled meanwhile: the host may take the slot (or took
+            # it), and nobody would release it while this connection lives: ask for its release now
+            # (the host runs one connection's calls in order).
             self._send_and_forget("release_request_slot", tenant_id, request_id)
             raise
 

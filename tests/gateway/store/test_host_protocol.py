@@ -201,6 +201,23 @@ def test_a_dead_hosts_socket_file_is_replaced(tmp_path: Path) -> None:
     assert not Path(path).exists()
 
 
+async def test_an_acquire_cancelled_before_its_answer_does_not_keep_the_slot(host: StoreHost) -> None:
+    """The caller never learns whether it got the slot, so it never releases it; the host must not
+    keep it either (a live worker's connection stays open: nothing else would free it)."""
+    client = _client(host)
+    try:
+        assert await client.acquire_request_slot("acme", "warm-up", 1)  # connected
+        await client.release_request_slot("acme", "warm-up")
+        call = asyncio.ensure_future(client.acquire_request_slot("acme", "cancelled", 1))
+        await asyncio.sleep(0)  # sent (at the next turn), not answered yet
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        assert await client.acquire_request_slot("acme", "next", 1)  # the limit of 1 is free again
+    finally:
+        await client.aclose()
+
+
 def test_frames_split_anywhere_read_back_whole() -> None:
     messages = [[i, "ok", {"text": "x" * (i * 37 % 500), "n": i}] for i in range(200)]
     data = b"".join(frame(messages[i : i + 7]) for i in range(0, 200, 7))
