@@ -13,6 +13,7 @@ this worker's request slots and in-flight tokens at once, as it does when the wo
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import replace
 from typing import Any
@@ -20,7 +21,7 @@ from typing import Any
 from gateway.store import errors
 from gateway.store.base import Store
 from gateway.store.checks import check_id
-from gateway.store.host import codec
+from gateway.store.host import codec, socket_file
 from gateway.store.host.connection import HostConnection
 from gateway.store.models import ApiKey, BudgetDecision, LimitDecision, Tenant, UsageRecord, to_us
 from gateway.store.settings import StoreSettings
@@ -65,13 +66,20 @@ class HostedStore(Store):
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(self._timeout_s):
-                _, connection = await loop.create_unix_connection(
+                transport, connection = await loop.create_unix_connection(
                     lambda: HostConnection(self._path, self._timeout_s), self._path
                 )
         except (OSError, TimeoutError) as exc:
             raise errors.StoreUnavailable(
                 f"the store host at {self._path} cannot be reached ({exc}); is `python -m gateway.store.host` running?"
             ) from exc
+        uid = socket_file.peer_uid(transport.get_extra_info("socket"))
+        if uid is not None and uid != os.getuid():  # not our host: it would see every API key looked up
+            transport.abort()
+            raise errors.StoreUnavailable(
+                f"the process serving {self._path} runs as uid {uid}, not as this user (uid {os.getuid()}): "
+                "refusing to use it; put the store socket in a directory only this user can write to"
+            )
         self._connection = connection
         return connection
 

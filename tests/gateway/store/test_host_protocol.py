@@ -230,3 +230,18 @@ def test_frames_split_anywhere_read_back_whole() -> None:
     reader = FrameReader()
     assert all(reader.feed(big[pos : pos + 65536]) == [] for pos in range(0, len(big) - 65536, 65536))
     assert reader.feed(big[(len(big) - 1) // 65536 * 65536 :]) == [[1, "ok", "y" * 3_000_000]]
+
+
+async def test_a_worker_sends_nothing_to_a_socket_another_user_serves(
+    host: StoreHost, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A socket path in a directory others can write to (the host itself refuses one) may be served
+    by another user's process: the worker would hand it every API key it looks up."""
+    someone_else = os.getuid() + 1  # the host's process is this user's: seen from a different uid
+    monkeypatch.setattr(os, "getuid", lambda: someone_else)
+    client = _client(host)
+    try:
+        with pytest.raises(StoreUnavailable, match="uid"):
+            await client.lookup_key("er-secret")  # refused once connected, before any call is sent
+    finally:
+        await client.aclose()
