@@ -56,11 +56,16 @@ class HostedStore(Store):
             raise errors.StoreUnavailable("this store is closed")
         if self._connecting is None:
             self._connecting = asyncio.get_running_loop().create_task(self._open())
-        try:
-            return await asyncio.shield(self._connecting)
-        finally:
-            if self._connecting is not None and self._connecting.done():
-                self._connecting = None
+            self._connecting.add_done_callback(self._attempted)
+        return await asyncio.shield(self._connecting)
+
+    def _attempted(self, attempt: asyncio.Task[HostConnection]) -> None:
+        """Forget a finished attempt (even one whose callers all left), so the next `_connect`
+        after this connection closes opens a new one."""
+        if self._connecting is attempt:
+            self._connecting = None
+        if not attempt.cancelled():
+            attempt.exception()  # retrieved: a failure nobody awaited is not reported as lost
 
     async def _open(self) -> HostConnection:
         loop = asyncio.get_running_loop()

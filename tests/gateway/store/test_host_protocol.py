@@ -245,3 +245,32 @@ async def test_a_worker_sends_nothing_to_a_socket_another_user_serves(
             await client.lookup_key("er-secret")  # refused once connected, before any call is sent
     finally:
         await client.aclose()
+
+
+async def test_a_connect_whose_caller_was_cancelled_is_not_handed_out_later(host: StoreHost) -> None:
+    """The attempt goes on for other callers; once done it is forgotten, so a call made after that
+    connection closed opens a new one instead of getting the old, closed one."""
+    client = _client(host)
+    try:
+        call = asyncio.ensure_future(client.loads())
+        await asyncio.sleep(0)  # connecting
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        for _ in range(200):  # the attempt completes on its own
+            if host.connections:
+                break
+            await asyncio.sleep(0.01)
+        for connection in list(host.connections):
+            connection.close()  # the host drops it (as when it restarts)
+        for _ in range(200):
+            if not host.connections:
+                break
+            await asyncio.sleep(0.01)
+        for _ in range(200):  # the client reads the close
+            if client._connection is None or client._connection.is_closed:
+                break
+            await asyncio.sleep(0.01)
+        assert await client.loads() == {}  # a new connection, not StoreUnavailable
+    finally:
+        await client.aclose()
