@@ -202,3 +202,28 @@ def test_a_worker_on_uvloop_reaches_the_host(host_settings: StoreSettings) -> No
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ok"
+
+
+def test_a_second_host_on_one_sqlite_file_is_refused_until_the_first_stops(tmp_path: Path) -> None:
+    """Two `serve --workers N` on different ports get a socket each but, by default, one SQLite
+    file: two hosts would each keep limits and budgets in memory (twice every limit) and each
+    write its own month's spend over the other's."""
+    first = _settings(tmp_path)
+    second = first.model_copy(update={"store_socket": str(tmp_path / "other" / "store.sock")})
+    host = _start_host(first)
+    try:
+        try:
+            extra = _start_host(second)
+        except RuntimeError as exc:
+            refused = str(exc)
+        else:
+            extra.kill()
+            extra.wait()
+            refused = "served"
+        assert "exited with status 1" in refused
+    finally:
+        host.terminate()
+        host.wait()
+    after = _start_host(second)  # the first host's claim ended with it
+    after.terminate()
+    assert after.wait() == 0
