@@ -67,10 +67,6 @@ def optional(decode: Callable[[Any], T]) -> Callable[[Any], T | None]:
     return lambda data: None if data is None else decode(data)
 
 
-def many(decode: Callable[[Any], T]) -> Callable[[Any], list[T]]:
-    return lambda data: [decode(item) for item in data]
-
-
 optional_tenant = optional(tenant)
 optional_key = optional(key)
 optional_record = optional(record)
