@@ -5,8 +5,9 @@ the first call and opened again on the first call after the host went away. Argu
 checked by the host's embedded store, so a worker gets the same `InvalidArgument` as a lone
 gateway; a host that cannot be reached, or does not answer within `redis_timeout_s +
 sqlite_busy_timeout_s` (the host may itself wait that long for the SQLite file), is
-`StoreUnavailable`. Tenants, which never change once created, are kept after the first lookup
-(no round trip for them afterwards). Closing the store closes the connection, and the host frees
+`StoreUnavailable`, and so is a socket served by another user than this one (checked on each new
+connection before anything is sent: the calls carry API keys). Tenants, which never change once
+created, are kept after the first lookup (no round trip for them afterwards). Closing the store closes the connection, and the host frees
 this worker's request slots and in-flight tokens at once, as it does when the worker dies.
 """
 
