@@ -2,6 +2,7 @@
 
     python -m benchmarks.speculative_replay                       # generates the answers once (cached)
     python -m benchmarks.speculative_replay --verify-cost 0.11 --max-tokens 128
+    python -m benchmarks.speculative_replay --row-ms 14.1 18.1 23.0 29.6 38.0   # measured step times per row length
     python -m benchmarks.speculative_replay --speculative-model DIR --categories chat --max-tokens 64   # EAGLE-3
 
 Greedy output is the same with or without speculation, so once the target's answers to the prompts
@@ -93,10 +94,28 @@ class Eagle3Drafter:
         return self.proposer.propose([item])[0]
 
 
-def replay(prompt: list[int], answer: list[int], policy: DraftPolicy | None, max_drafts: int, verify_cost: float,
+@dataclass(slots=True)
+class StepCost:
+    """A batch-1 step of 1 + k tokens, in plain decode steps: 1 + verify_cost * k, or from measured step times
+    (`row_ms[k]`: rows of 1, 2, ... tokens, as benchmarks.verify_cost prints them; linear past the last two)."""
+
+    verify_cost: float
+    row_ms: list[float] | None = None
+
+    def __call__(self, k: int) -> float:
+        if self.row_ms is None:
+            return 1 + self.verify_cost * k
+        ms = self.row_ms
+        if k < len(ms):
+            return ms[k] / ms[0]
+        return (ms[-1] + (k - len(ms) + 1) * (ms[-1] - ms[-2])) / ms[0]
+
+
+def replay(prompt: list[int], answer: list[int], policy: DraftPolicy | None, max_drafts: int, step_cost: StepCost,
            draft: Drafter) -> float:
     """Speed-up of speculation over plain decoding on one answer (its first token comes from prefill).
-    A step costs 1 + verify_cost * (drafts verified) + draft.cost * (drafts made) decode steps."""
+    A step costs step_cost(drafts verified) + draft.cost * (drafts made) decode steps; the policy learns the
+    step costs as the engine's does (`StepCosts.observe_step`)."""
     full = prompt + answer
     committed, cost = len(prompt) + 1, 0.0
     while committed < len(full):
@@ -110,12 +129,16 @@ def replay(prompt: list[int], answer: list[int], policy: DraftPolicy | None, max
                 if drafts:
                     policy.observe("s", 1, int(drafts[0] == full[committed]))
             cost, committed = cost + 1, committed + 1
+            if policy is not None:
+                policy.costs.observe_step(1, step_cost(0))
             continue
         drafts = draft(full[:committed], k)
         accepted = leading_matches(drafts, full[committed : committed + k])
         if policy is not None and drafts:
             policy.observe("s", len(drafts), accepted)
-        cost, committed = cost + 1 + (verify_cost + draft.cost) * len(drafts), committed + accepted + 1
+        cost, committed = cost + step_cost(len(drafts)) + draft.cost * len(drafts), committed + accepted + 1
+        if policy is not None:
+            policy.costs.observe_step(1 + len(drafts), step_cost(len(drafts)))
     return (len(answer) - 1) / cost if cost else 1.0
 
 
@@ -154,6 +177,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-tokens", type=int, default=128, help="answer length generated (and replayed)")
     parser.add_argument("--verify-cost", type=float, default=0.11,
                         help="one more verify-row token, in decode steps (0.11: benchmarks.verify_cost, int4 fast mode)")
+    parser.add_argument("--row-ms", type=float, nargs="+", default=None, metavar="MS",
+                        help="measured ms of a batch-1 step of 1, 2, ... tokens (benchmarks.verify_cost): steps cost these "
+                             "instead of 1 + verify_cost * k")
     parser.add_argument("--prompt-lookup-min", type=int, default=2)
     parser.add_argument("--prompt-lookup-max", type=int, default=4)
     parser.add_argument("--speculative-model", type=Path, default=None, help="an EAGLE-3 head directory: replay it, not n-gram")
@@ -174,7 +200,11 @@ def main(argv: list[str] | None = None) -> None:
         runner = ModelRunner(EngineConfig(model=args.model, num_kv_blocks=16))  # the engine's default weights
         drafters = dict(eagle3_drafters(args.speculative_model, runner, data, args.draft_cost))
         print(f"EAGLE-3 head {args.speculative_model}, {args.draft_cost} decode steps per draft; ", end="")
-    print(f"verify cost {args.verify_cost} decode steps per drafted token")
+    step_cost = StepCost(args.verify_cost, args.row_ms)
+    if args.row_ms is None:
+        print(f"verify cost {args.verify_cost} decode steps per drafted token")
+    else:
+        print("step costs (decode steps) for rows of 1, 2, ... tokens: " + ", ".join(f"{step_cost(k):.2f}" for k in range(9)))
     print("| policy | prompts | mean speed-up | lowest | highest | accepted drafts per step at k=1..4 |")
     print("|---|---|---|---|---|---|")
     for name, max_drafts, adaptive in [("fixed k=1", 1, False), ("fixed k=2", 2, False), ("fixed k=4", 4, False),
@@ -186,7 +216,7 @@ def main(argv: list[str] | None = None) -> None:
                 prompt, answer = data[key]
                 draft = drafters[key]
                 policy = policy_for(max_drafts, args.verify_cost, draft.cost) if adaptive else None
-                speedups.append(replay(prompt, answer, policy, max_drafts, args.verify_cost, draft))
+                speedups.append(replay(prompt, answer, policy, max_drafts, step_cost, draft))
                 finish(draft)
             if name == "fixed k=1":
                 accepted = mean_accepted(data, keys, drafters)

@@ -8,7 +8,8 @@ One runner (SmolLM2, the engine's default weights) holds one sequence whose firs
 are in the KV cache; each measurement runs `ModelRunner.execute` on the next 1 + k tokens there
 (logits at all of them, as a verify row asks) and rolls back, so every step sees the same cache.
 Rows of all k run interleaved in each round; the table gives the median CPU time of a step (this
-process, so busy neighbours disturb it less than wall time) and its ratio to the decode step.
+process, so busy neighbours disturb it less than wall time; `--clock wall` for wall time, which is what a
+stream sees with several threads) and its ratio to the decode step.
 `--paths engine torch` also runs every row on model.py's torch path (the runner's fused step off),
 interleaved with the engine's own choice (the fused step where it applies), and compares the two.
 """
@@ -35,6 +36,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--profile", type=int, default=None, metavar="K", help="print a profile of decode and of 1 + K")
+    parser.add_argument("--clock", default="cpu", choices=["cpu", "wall"], help="this process's CPU time or wall time")
     parser.add_argument("--paths", nargs="+", default=["engine"], choices=["engine", "torch"],
                         help="engine: the runner as built (fused where it applies); torch: model.py's path only")
     return parser.parse_args(argv)
@@ -45,14 +47,15 @@ def item(context: int, num_drafts: int, block_table: list[int]) -> ForwardItem:
     return ForwardItem(tokens, context, block_table, num_logits=num_drafts + 1)
 
 
-def cpu_seconds(runner: ModelRunner, step: ForwardItem, path: str = "engine") -> float:
+def step_seconds(runner: ModelRunner, step: ForwardItem, path: str = "engine", clock: str = "cpu") -> float:
+    now = time.process_time if clock == "cpu" else time.perf_counter
     fused = runner.fused
     if path == "torch":
         runner.fused = None
     try:
-        start = time.process_time()
+        start = now()
         runner.execute([step])
-        return time.process_time() - start
+        return now() - start
     finally:
         runner.fused = fused
 
@@ -84,13 +87,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     times: dict[tuple[str, int], list[float]] = {(path, k): [] for path in args.paths for k in args.drafts}
     for path, k in times:  # warm-up
-        cpu_seconds(runner, item(args.context, k, block_table), path)
+        step_seconds(runner, item(args.context, k, block_table), path, args.clock)
     for _ in range(args.rounds):
         for path, k in times:
-            times[path, k].append(cpu_seconds(runner, item(args.context, k, block_table), path))
+            times[path, k].append(step_seconds(runner, item(args.context, k, block_table), path, args.clock))
     load = os.getloadavg()[0]
     print(f"# {machine(with_torch=True)}; load average {load:.1f}; context {args.context}, {args.threads} thread(s), "
-          f"{args.rounds} rounds, median CPU ms/step; fused step {'on' if runner.fused else 'off'} in the runner")
+          f"{args.rounds} rounds, median {args.clock} ms/step; fused step {'on' if runner.fused else 'off'} in the runner")
     base = statistics.median(times[args.paths[0], args.drafts[0]])
     print(f"| tokens in the row | {' | '.join(f'{p} ms/step | vs first row | {p} p90 ms' for p in args.paths)} |"
           + (" engine / torch |" if len(args.paths) == 2 else ""))

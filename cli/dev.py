@@ -10,7 +10,7 @@
 2. opens the embedded store (its own SQLite file under ~/.local/share/edgerun), makes sure a
    development tenant owning account "dev" exists and creates a fresh API key for it;
 3. starts the gateway in this process (or, with `--workers N`, `edgerun serve --workers N` as a
-   child: N processes on the port sharing the SQLite store), in front of that backend (the admin API, /metrics and the
+   child: N processes on the port sharing one store host on the SQLite file), in front of that backend (the admin API, /metrics and the
    admin's dashboard on their own loopback listener, --admin-port), and prints a curl command that
    works as printed, the admin token and the usage dashboard's URLs;
 4. on Ctrl-C (or SIGTERM) stops the gateway, then the backends, and waits for them.
@@ -55,7 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="smollm2", help="what the backend loads (default smollm2)")
     parser.add_argument("--sqlite-path", help="the embedded store's file (default: the settings' sqlite_path)")
     parser.add_argument("--workers", type=int, default=1,
-                        help="gateway processes sharing the port and the SQLite store (default 1: in this process)")
+                        help="gateway processes sharing the port and the store (default 1: in this process)")
     parser.add_argument("--log-level", default="warning", help="gateway and backend log level (default warning)")
     parser.add_argument("--no-embeddings", dest="embeddings", action="store_false",
                         help=f"do not start the embedding backend ({EMBEDDING_MODEL_ID})")
@@ -132,7 +132,7 @@ async def serve_dev(args: argparse.Namespace) -> int:
                 print(banner(args, settings, secret, embedder, backend_port), flush=True)
 
             if args.workers > 1:
-                await store.aclose()  # the workers open their own (gateway/store/embedded_shared.py)
+                await store.aclose()  # the serve's store host opens the file (cli/workers.py)
                 return await serve_workers(args, settings, announce)
             return await serve_in_process(settings, store, announce)
         finally:
@@ -192,7 +192,7 @@ def worker_env(settings: GatewaySettings) -> dict[str, str]:
 
 
 async def serve_workers(args: argparse.Namespace, settings: GatewaySettings, announce: Callable[[], None]) -> int:
-    """`edgerun serve --workers N` as a child (N processes on the port sharing the SQLite file),
+    """`edgerun serve --workers N` as a child (N processes on the port and a store host on the SQLite file),
     until it exits or Ctrl-C / SIGTERM stops it (it drains, as a lone gateway does)."""
     options = ["--workers", str(args.workers), "--admin-port", str(args.admin_port), "--log-level", args.log_level]
     gateway = ChildProcess.spawn(

@@ -7,6 +7,7 @@ import gc
 import logging
 import sys
 
+from cli.store_host import StoreHost, needs_store_host
 from cli.workers import Supervisor
 from gateway.http.app import create_app
 from gateway.http.listeners import Listeners, listener_configs
@@ -88,6 +89,7 @@ def worker_argv(args: argparse.Namespace, index: int) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     if settings.http.workers > 1 and settings.http.worker_index is None:
-        return Supervisor(settings.http.workers, lambda index: worker_argv(args, index)).run()
+        host = StoreHost.create(settings.http.port) if needs_store_host(settings.store) else None
+        return Supervisor(settings.http.workers, lambda index: worker_argv(args, index), host=host).run()
     serve(settings)
     return 0

@@ -75,13 +75,16 @@ class GatewaySettings(TomlSettings):
         workers, store = self.http.workers, self.store
         if workers > 1 and store.redis_url is None and store.sqlite_path == ":memory:":
             raise ValueError(
-                f"workers={workers} share the embedded store through its SQLite file: give a file "
-                "(EDGERUN_SQLITE_PATH), not ':memory:', or point the gateway at Redis (EDGERUN_REDIS_URL)"
+                f"workers={workers} share the embedded store's SQLite file (through a store host, or in "
+                "its shared mode): give a file (EDGERUN_SQLITE_PATH), not ':memory:', or point the "
+                "gateway at Redis (EDGERUN_REDIS_URL)"
             )
         if workers > 1 and self.http.port == 0:
             raise ValueError("workers > 1 share one port: give a port (not 0)")
-        if workers > 1 and store.redis_url is None and not store.sqlite_shared:
-            # decided here, where both sections are known, so the store reads only its own section
+        is_worker = self.http.worker_index is not None
+        if is_worker and workers > 1 and store.redis_url is None and store.store_socket is None:
+            # a worker given no store host (cli/workers.py gives one unless sqlite_shared is chosen)
+            # shares the SQLite file; decided here, where both sections are known
             object.__setattr__(self, "store", store.model_copy(update={"sqlite_shared": True}))
         return self
 

@@ -30,7 +30,7 @@ from engines.builtin.weights import LlamaWeights
 
 @dataclass(slots=True, eq=False)
 class FusedDecode:
-    """The tensors `decode_step` reads, gathered once; call it with one step's decode rows."""
+    """The tensors `decode_step` reads, gathered once; call it with one step's rows (one new token each)."""
 
     embed: Tensor  # [V, D] float32
     # per layer: attn_norm, codes and scales of qkv and of o, mlp_norm, codes and scales of gate_up and of down
@@ -46,11 +46,14 @@ class FusedDecode:
     # SmolLM2, context 128, CPU ms per step fused / torch path (int4 op from 3 rows), 1 thread: 2 rows 12.4 / 16.2,
     # 3 rows 16.9 / 21.2, 4 rows 22.4 / 24.7, 8 rows 45.6 / 40.9 (2 passes: worse); 2 threads gain at 2-6 rows too
     MAX_ROWS = 4
-    # ... and up to this many new tokens a step with verify rows, whose torch path runs each as a causal chunk
-    # (`wide` from 3 tokens: torch's int4 op on AVX-512). Each more row costs the kernels its arithmetic again.
-    # SmolLM2, context 150, CPU ms per step fused / torch (benchmarks/verify_cost.py), 1 thread: 1 + 1 18.7 / 27.2,
-    # 1 + 2 23.3 / 28.6, 1 + 4 38.8 / 39.3, 1 + 5 45.1 / 42.9 and 43.2 / 43.8 (even); 2 threads 1 + 5 49.6 / 74.7
-    MAX_TOKENS = 6
+    # ... and up to this many new tokens a step with verify rows (1 + the engine's default 8 drafts), whose torch path
+    # runs each as a causal chunk (`wide` from 3 tokens: torch's int4 op on AVX-512). Each more row costs the kernels
+    # its arithmetic again. SmolLM2, context 150 (benchmarks/verify_cost.py, BENCHMARKS.md "Speculative verify
+    # through the fused step"), 1 thread, CPU ms per step fused / torch: 1 + 1 18.1 / 25.2, 1 + 2 23.0 / 28.3,
+    # 1 + 4 38.0 / 38.9, 1 + 6 46.2 / 44.9, 1 + 8 63.7 / 54.6 (1.17x); 2 threads on a busy machine (load 4.8), wall
+    # ms: 1 + 4 39.2 / 333.7, 1 + 8 80.8 / 358.1: the torch path's ~1,000 barriers a step stall, while the fused
+    # step runs on the thread count that has been faster lately (thread_choice.py)
+    MAX_TOKENS = 9
 
     @classmethod
     def may_build(cls, weights: LlamaWeights, config: ModelConfig, kv_caches: list[Tensor], inv_freq: Tensor) -> FusedDecode | None:

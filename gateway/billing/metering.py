@@ -30,7 +30,7 @@ from gateway.errors import BudgetExhausted
 from gateway.metrics import GatewayMetrics
 from gateway.store.base import Store
 from gateway.store.errors import InvalidArgument
-from gateway.store.models import UsageRecord, UsageStatus
+from gateway.store.models import BudgetDecision, UsageRecord, UsageStatus
 from policies.pricing import Price, PriceTable, cost_micros
 
 log = structlog.get_logger("edgerun.gateway.metering")
@@ -63,6 +63,7 @@ class Metering:
         self.prices = prices
         self.metrics = metrics
         self.spool = spool  # None: a ledger failure raises (nothing to keep the record in)
+        self.giving_back: set[asyncio.Future[int]] = set()  # reservations of callers that left (kept alive here)
 
     def price(self, model_id: str) -> Price | None:
         return self.prices.prices.get(model_id)
@@ -81,7 +82,16 @@ class Metering:
         if amount == 0 and tenant.monthly_budget_micro is None:
             return
         month = time.strftime("%Y-%m", time.gmtime(request.ctx.arrived_at))
-        decision = await self.store.reserve_budget(tenant.id, month, amount, tenant.monthly_budget_micro)
+        reserving = asyncio.ensure_future(
+            self.store.reserve_budget(tenant.id, month, amount, tenant.monthly_budget_micro)
+        )
+        try:
+            decision = await asyncio.shield(reserving)
+        except asyncio.CancelledError:
+            # The caller left (client gone, shutdown) while the reservation was in flight: the store
+            # still applies it, and nobody would settle it. Give it back once it lands.
+            reserving.add_done_callback(lambda done: self._give_back_late(done, tenant.id, month, amount))
+            raise
         if not decision.allowed:
             raise BudgetExhausted(
                 f"Account limited: the monthly budget of tenant {tenant.id} is used up "
@@ -131,9 +141,7 @@ class Metering:
         if reservation is not None and not reservation.settled:
             reservation.settled = True
             try:
-                await self.store.settle_budget(
-                    ctx.tenant_id, reservation.month, reservation.amount_micro, cost
-                )
+                await self.store.settle_budget(ctx.tenant_id, reservation.month, reservation.amount_micro, cost)
             except Exception as exc:  # the record is safe; the reservation stays counted (over, never under)
                 log.warning("settling the budget failed", request_id=ctx.request_id, error=repr(exc))
         return written
@@ -154,6 +162,20 @@ class Metering:
         if not written:
             log.warning("usage record already in the ledger", request_id=record.request_id)
         return written
+
+    def _give_back_late(
+        self, reserving: asyncio.Future[BudgetDecision], tenant_id: str, month: str, amount: int
+    ) -> None:
+        if reserving.cancelled() or reserving.exception() is not None or not reserving.result().allowed:
+            return  # nothing was reserved (a store error is logged where it is seen: nowhere to settle)
+        giving_back = asyncio.ensure_future(self.store.settle_budget(tenant_id, month, amount, 0))
+        self.giving_back.add(giving_back)
+        giving_back.add_done_callback(self._given_back)
+
+    def _given_back(self, giving_back: asyncio.Future[int]) -> None:
+        self.giving_back.discard(giving_back)
+        if not giving_back.cancelled() and giving_back.exception() is not None:
+            log.warning("giving back a reservation failed", error=repr(giving_back.exception()))
 
     async def release(self, request: MeteredRequest) -> None:
         """Give back a reservation for a request that never reached a backend."""

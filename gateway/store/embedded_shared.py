@@ -12,9 +12,9 @@ the others at once. The ledger is the same table, appended with `INSERT OR IGNOR
 (in the same group transaction), so a record is written once whichever worker (or retry) appends
 it, and counts as written once committed.
 
-Chosen by `open_store` when `workers > 1` without Redis, or with `sqlite_shared = true`. The
-one-process `EmbeddedStore` stays the default for a lone gateway: it decides limits in memory,
-without a transaction per request.
+Chosen by `open_store` with `sqlite_shared = true` (several `edgerun serve` on one file; `serve
+--workers N` shares a store host by default, cli/workers.py). The one-process `EmbeddedStore` stays
+the default for a lone gateway: it decides limits in memory, without a transaction per request.
 
 Every SQLite call runs on the store's one worker thread (never on the event loop); a worker
 waiting for another process's write lock waits there, up to the busy timeout (then 503). Each

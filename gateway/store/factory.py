@@ -12,7 +12,7 @@ def open_store(settings: StoreSettings) -> Store:
     - `HostedStore` when `settings.store_socket` is set: calls go to the store host on this machine
       (gateway/store/host/), which keeps one `EmbeddedStore` for all the workers;
     - on `settings.sqlite_path`, `SharedEmbeddedStore` when several processes serve from the file
-      (`sqlite_shared`, which GatewaySettings turns on for `workers > 1`), `EmbeddedStore` otherwise.
+      (`sqlite_shared`: chosen, or a `--workers` worker given no host), `EmbeddedStore` otherwise.
 
     Call it inside the app's lifespan and `await store.aclose()` when it ends. Redis and the store
     host are connected on first use, so a wrong URL or socket shows up as StoreUnavailable on the

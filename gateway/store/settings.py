@@ -25,8 +25,8 @@ class StoreSettings(BaseModel):
     sqlite_refresh_s: float = Field(default=0.5, gt=0, le=1.0)
     # Keep limits, budgets, request slots, in-flight counts, sessions and the prefix index in the
     # SQLite file rather than in this process's memory, so several gateway processes on this machine
-    # can share them (gateway/store/embedded_shared.py). Always on when workers > 1 without Redis
-    # (GatewaySettings turns it on).
+    # can share them (gateway/store/embedded_shared.py): for several `edgerun serve` on one file.
+    # `edgerun serve --workers N` shares a store host instead (store_socket) unless this is set.
     sqlite_shared: bool = False
     # Unix socket of this machine's store host (`python -m gateway.store.host --socket PATH`, which
     # `edgerun serve --workers N` starts): the workers reach the one embedded store it keeps there

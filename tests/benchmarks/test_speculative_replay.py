@@ -5,7 +5,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from benchmarks.speculative_replay import NgramDrafter, eagle3_drafters, mean_accepted, policy_for, replay
+from benchmarks.speculative_replay import NgramDrafter, StepCost, eagle3_drafters, mean_accepted, policy_for, replay
 from engines.builtin.config import EngineConfig
 from engines.builtin.model_runner import ModelRunner
 from engines.builtin.speculative.eagle3 import load_proposer
@@ -32,13 +32,24 @@ def test_every_step_is_charged_one_decode_plus_its_verified_and_drafted_tokens()
     prompt, answer = [1, 2, 3], list(range(10, 31))  # 21 answer tokens: the first from prefill, 20 to decode
     full = prompt + answer
     # k = 4 always accepted: 4 steps of 5 tokens, each 1 + 0.2 * 4 decode steps
-    assert replay(prompt, answer, None, 4, 0.2, Oracle(full)) == pytest.approx(20 / (4 * 1.8))
-    assert replay(prompt, answer, None, 4, 0.2, Oracle(full, cost=0.05)) == pytest.approx(20 / (4 * 2.0))
+    assert replay(prompt, answer, None, 4, StepCost(0.2), Oracle(full)) == pytest.approx(20 / (4 * 1.8))
+    assert replay(prompt, answer, None, 4, StepCost(0.2), Oracle(full, cost=0.05)) == pytest.approx(20 / (4 * 2.0))
     # a proposer that never has anything: plain decodes, 1.0x
-    assert replay(prompt, answer, None, 4, 0.2, NgramDrafter(2, 4)) == pytest.approx(1.0)
+    assert replay(prompt, answer, None, 4, StepCost(0.2), NgramDrafter(2, 4)) == pytest.approx(1.0)
     # the adaptive policy drafts long for an oracle, and beats every fixed k here
-    adaptive = replay(prompt, answer, policy_for(8, 0.2, 0.0), 8, 0.2, Oracle(full))
-    assert adaptive > replay(prompt, answer, None, 2, 0.2, Oracle(full))
+    adaptive = replay(prompt, answer, policy_for(8, 0.2, 0.0), 8, StepCost(0.2), Oracle(full))
+    assert adaptive > replay(prompt, answer, None, 2, StepCost(0.2), Oracle(full))
+
+
+def test_measured_step_times_price_each_row_length():
+    cost = StepCost(0.2, row_ms=[10.0, 15.0, 25.0])  # rows of 1, 2, 3 tokens; linear past the last two
+    assert [cost(k) for k in range(5)] == pytest.approx([1.0, 1.5, 2.5, 3.5, 4.5])
+    prompt, answer = [1, 2, 3], list(range(10, 31))
+    # k = 2 always accepted: 20 tokens in 6 steps of 3 tokens (2.5 each), then one of 2 (1.5)
+    assert replay(prompt, answer, None, 2, cost, Oracle(prompt + answer)) == pytest.approx(20 / (6 * 2.5 + 1.5))
+    # drafting pays less than at 0.2 per draft, so the adaptive policy drafts shorter rows and gains less
+    assert replay(prompt, answer, policy_for(8, 0.2, 0.0), 8, cost, Oracle(prompt + answer)) < replay(
+        prompt, answer, policy_for(8, 0.2, 0.0), 8, StepCost(0.2), Oracle(prompt + answer))
 
 
 def test_eagle3_replay_drafts_what_the_acceptance_eval_measures(tmp_path):
@@ -63,4 +74,4 @@ def test_eagle3_replay_drafts_what_the_acceptance_eval_measures(tmp_path):
     evaluated = acceptance(proposer, [conv])
     assert evaluated.num_positions == len(answer) - 1
     assert replayed == pytest.approx(evaluated.mean_accepted) and replayed[0] == pytest.approx(1.0)
-    assert replay(prompt, answer, policy_for(8, 0.2, 0.05), 8, 0.2, drafters["chat0"]) > 0
+    assert replay(prompt, answer, policy_for(8, 0.2, 0.05), 8, StepCost(0.2), drafters["chat0"]) > 0

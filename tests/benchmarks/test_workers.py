@@ -1,5 +1,5 @@
 """benchmarks/workers.py: the CPU of `edgerun serve --workers N` is summed over the supervisor's
-children, found through /proc; a lone process counts itself. The load side: clients shared over
+children (the workers and the store host), found through /proc; a lone process counts itself. The load side: clients shared over
 client processes, and several stub processes on one port (SO_REUSEPORT)."""
 
 from __future__ import annotations
@@ -10,19 +10,19 @@ import sys
 
 import httpx
 
-from benchmarks.workers import shares, start_stubs, worker_pids
+from benchmarks.workers import gateway_pids, shares, start_stubs
 
 
-def test_worker_pids_are_the_children_or_the_process_itself() -> None:
+def test_gateway_pids_are_the_children_or_the_process_itself() -> None:
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
-        assert child.pid in worker_pids(os.getpid())
+        assert child.pid in gateway_pids(os.getpid())
     finally:
         child.kill()
         child.wait()
     lone = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
-        assert worker_pids(lone.pid) == [lone.pid]
+        assert gateway_pids(lone.pid) == [lone.pid]
     finally:
         lone.kill()
         lone.wait()

@@ -4,6 +4,7 @@ rows and for speculative verify rows (k + 1 tokens of one sequence, causal withi
 
 from __future__ import annotations
 
+import itertools
 import random
 from collections.abc import Iterator
 
@@ -17,7 +18,12 @@ from engines.builtin.fused_decode import FusedDecode
 from engines.builtin.llm_engine import LLMEngine
 from engines.builtin.model_runner import ForwardItem, ModelRunner, RunOutput
 from engines.builtin.quant import dequantize_q4_1, dequantize_q8_0, q4_1_blocks, q8_0_blocks
+from engines.builtin.speculative.eagle3.checkpoint import save_head
+from engines.builtin.speculative.eagle3.features import target_features
+from engines.builtin.speculative.factory import build_proposer
+from engines.builtin.speculative.proposer import DraftInput
 from engines.sampling_params import SamplingParams
+from tests.engines.eagle3.conftest import random_head_for
 
 pytestmark = pytest.mark.skipif(not kernels.cpu_has_avx2(), reason="edgerun's kernels need x86 AVX2, FMA and F16C")
 
@@ -307,6 +313,62 @@ def test_a_fused_verify_row_equals_its_tokens_decoded_one_by_one(smollm2_default
     assert torch.equal(together, alone)
 
 
+def count_fused_tokens(runner: ModelRunner, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The number of new tokens of every item that runs fused from now on (filled as steps run)."""
+    counts: list[int] = []
+    run_fused = runner.run_fused
+
+    def counting(fused: FusedDecode, items: list[ForwardItem], aux_layers: tuple[int, ...]) -> RunOutput:
+        counts.extend(len(item.token_ids) for item in items)
+        return run_fused(fused, items, aux_layers)
+
+    monkeypatch.setattr(runner, "run_fused", counting)
+    return counts
+
+
+def test_eagle3_speculation_with_fused_verify_rows_gives_the_tokens_of_plain_decoding(
+        tiny_q4_runner: ModelRunner, tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A random EAGLE-3 head reads the target's aux states of every committed token: after a fused verify row those
+    come from its per-token rows. One request at a time, so every decode and verify row runs fused."""
+    runner = tiny_q4_runner
+    save_head(random_head_for(runner), tmp_path)
+    fused_tokens = count_fused_tokens(runner, monkeypatch)
+    base = {"model": "random:tiny", "num_kv_blocks": 64, "weight_dtype": "float32"}
+    config = EngineConfig(**base, speculative="eagle3", speculative_model=str(tmp_path), num_speculative_tokens=3,
+                          speculative_adaptive=False)  # type: ignore[arg-type]
+    proposer = build_proposer(config, runner)
+    seen: list[tuple[int, torch.Tensor]] = []  # (position of the first, aux states) handed to the head
+    propose = proposer.propose
+
+    def recording(inputs: list[DraftInput]) -> list[list[int]]:
+        seen.extend((i.hidden_start, i.hidden.clone()) for i in inputs if i.hidden is not None)
+        return propose(inputs)
+
+    monkeypatch.setattr(proposer, "propose", recording)
+    plain, speculating = LLMEngine(EngineConfig(**base), runner), LLMEngine(config, runner, proposer=proposer)  # type: ignore[arg-type]
+    for prompt in (list(range(3, 40)), [7, 8, 9, 10] * 5):
+        outputs = []
+        seen.clear()
+        for engine in (plain, speculating):
+            engine.add_request(GenerationRequest("r", prompt, SamplingParams(max_tokens=16, ignore_eos=True)))
+            out: list[int] = []
+            while engine.has_unfinished:
+                for output in engine.step():
+                    out += output.new_token_ids
+            outputs.append(out)
+        assert outputs[0] == outputs[1]
+        # every committed position's aux states, as a whole forward pass over the final tokens computes them
+        expected, _ = target_features(runner.weights, runner.model_config, prompt + outputs[1], proposer.aux_layers)
+        ends = list(itertools.accumulate(len(hidden) for _, hidden in seen))
+        assert [start for start, _ in seen] == [0] + ends[:-1]  # each position once, in order (the last step's not:
+        assert ends[-1] > len(prompt)  # the request finished there and the head was not asked again)
+        for start, hidden in seen:
+            reference = expected[start : start + len(hidden)]
+            assert (hidden - reference).abs().max() <= 1e-2 * reference.abs().max()
+    assert speculating.speculator.num_draft_tokens > 0 and max(fused_tokens) == 4  # 3 drafts verified, fused
+    assert proposer.caches == {}
+
+
 @pytest.mark.parametrize("num_threads", [1], indirect=True)
 def test_greedy_speculation_with_fused_verify_rows_gives_the_tokens_of_plain_decoding(
         smollm2_default_runner: ModelRunner, num_threads: int, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -315,14 +377,7 @@ def test_greedy_speculation_with_fused_verify_rows_gives_the_tokens_of_plain_dec
     runner = smollm2_default_runner
     if runner.fused is None:
         pytest.skip("the fused step runs in the q4_1 format only")
-    fused_tokens: list[int] = []
-    run_fused = runner.run_fused
-
-    def counting(fused: FusedDecode, items: list[ForwardItem], aux_layers: tuple[int, ...]) -> RunOutput:
-        fused_tokens.extend(len(item.token_ids) for item in items)
-        return run_fused(fused, items, aux_layers)
-
-    monkeypatch.setattr(runner, "run_fused", counting)
+    fused_tokens = count_fused_tokens(runner, monkeypatch)
     tok = runner.tokenizer
     text = ('Copy this JSON exactly, changing only "city" to "Paris": '
             '{"name": "Ada Lovelace", "city": "London", "born": 1815, "fields": ["mathematics", "computing"]}')

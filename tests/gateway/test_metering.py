@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import time
 from dataclasses import replace
 
@@ -15,6 +17,7 @@ from gateway.fleet.catalog import ModelSpec
 from gateway.metrics import GatewayMetrics
 from gateway.pipeline.auth import Authenticator
 from gateway.store import Store
+from gateway.store.embedded import EmbeddedStore
 from policies.pricing import PriceTable
 
 MODEL = ModelSpec(id="m", backend_model="m")
@@ -65,3 +68,29 @@ async def test_budget_is_reserved_for_the_worst_case_then_settled(store: Store) 
         await metering.reserve(second, max_tokens=300)  # 600 + 900 = 1500 > 1000 - 230
     assert (caught.value.status, caught.value.code) == (429, 3036)
     assert await store.budget_spent("ta", month) == 230  # a refusal changes nothing
+
+
+async def test_a_reservation_whose_caller_is_cancelled_is_given_back(store: Store) -> None:
+    # A client that leaves while its budget reservation is in flight cancels the request's task. The
+    # store applies the reservation anyway (queued on the embedded store's SQLite thread, as here;
+    # sent to Redis or to the store host), but the request never learns of it, so nothing settled
+    # it: the month's spend kept the worst case for good and refused the tenant early.
+    assert isinstance(store, EmbeddedStore)
+    request = await request_for(store, budget=10_000)
+    metering = Metering(store, PRICES, GatewayMetrics())
+    month = time.strftime("%Y-%m", time.gmtime(request.ctx.arrived_at))
+    thread_free = threading.Event()
+    busy = asyncio.ensure_future(store._worker.run(thread_free.wait))  # the SQLite thread is busy
+    caller = asyncio.create_task(metering.reserve(request, max_tokens=100))
+    await asyncio.sleep(0.05)  # the reservation is queued behind the busy call
+    caller.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await caller
+    thread_free.set()
+    await busy
+    for _ in range(200):  # the reservation lands, then its give-back: a few hand-offs
+        if await store.budget_spent("ta", month) == 0:
+            break
+        await asyncio.sleep(0.005)
+    assert await store.budget_spent("ta", month) == 0
+    assert request.reservation is None

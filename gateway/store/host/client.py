@@ -5,20 +5,24 @@ the first call and opened again on the first call after the host went away. Argu
 checked by the host's embedded store, so a worker gets the same `InvalidArgument` as a lone
 gateway; a host that cannot be reached, or does not answer within `redis_timeout_s +
 sqlite_busy_timeout_s` (the host may itself wait that long for the SQLite file), is
-`StoreUnavailable`. Closing the store closes the connection, and the host frees this worker's
-request slots and in-flight tokens at once, as it does when the worker dies.
+`StoreUnavailable`, and so is a socket served by another user than this one (checked on each new
+connection before anything is sent: the calls carry API keys). Tenants, which never change once
+created, are kept after the first lookup (no round trip for them afterwards). Closing the store closes the connection, and the host frees
+this worker's request slots and in-flight tokens at once, as it does when the worker dies.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import AsyncIterator, Iterable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from gateway.store import errors
 from gateway.store.base import Store
 from gateway.store.checks import check_id
-from gateway.store.host import codec
+from gateway.store.host import codec, socket_file
 from gateway.store.host.connection import HostConnection
 from gateway.store.models import ApiKey, BudgetDecision, LimitDecision, Tenant, UsageRecord, to_us
 from gateway.store.settings import StoreSettings
@@ -36,6 +40,10 @@ class HostedStore(Store):
         self._connection: HostConnection | None = None
         self._connecting: asyncio.Task[HostConnection] | None = None
         self._closed = False
+        # Tenants are only ever added, never changed (no store call changes or deletes one), so a
+        # tenant seen once is current: later lookups of it cost no round trip (one per request).
+        self._tenants: dict[str, Tenant] = {}
+        self._accounts: dict[str, str] = {}  # account id -> tenant id
 
     async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         connection = self._connection
@@ -49,25 +57,43 @@ class HostedStore(Store):
             raise errors.StoreUnavailable("this store is closed")
         if self._connecting is None:
             self._connecting = asyncio.get_running_loop().create_task(self._open())
-        try:
-            return await asyncio.shield(self._connecting)
-        finally:
-            if self._connecting is not None and self._connecting.done():
-                self._connecting = None
+            self._connecting.add_done_callback(self._attempted)
+        return await asyncio.shield(self._connecting)
+
+    def _attempted(self, attempt: asyncio.Task[HostConnection]) -> None:
+        """Forget a finished attempt (even one whose callers all left), so the next `_connect`
+        after this connection closes opens a new one."""
+        if self._connecting is attempt:
+            self._connecting = None
+        if not attempt.cancelled():
+            attempt.exception()  # retrieved: a failure nobody awaited is not reported as lost
 
     async def _open(self) -> HostConnection:
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(self._timeout_s):
-                _, connection = await loop.create_unix_connection(
+                transport, connection = await loop.create_unix_connection(
                     lambda: HostConnection(self._path, self._timeout_s), self._path
                 )
         except (OSError, TimeoutError) as exc:
             raise errors.StoreUnavailable(
                 f"the store host at {self._path} cannot be reached ({exc}); is `python -m gateway.store.host` running?"
             ) from exc
+        uid = socket_file.peer_uid(transport.get_extra_info("socket"))
+        if uid is not None and uid != os.getuid():  # not our host: it would see every API key looked up
+            transport.abort()
+            raise errors.StoreUnavailable(
+                f"the process serving {self._path} runs as uid {uid}, not as this user (uid {os.getuid()}): "
+                "refusing to use it; put the store socket in a directory only this user can write to"
+            )
         self._connection = connection
         return connection
+
+    def _send_and_forget(self, method: str, *args: Any) -> None:
+        """Send a call on the open connection, if any, without waiting for its answer."""
+        connection = self._connection
+        if connection is not None and not connection.is_closed:
+            connection.call(method, args, {}).add_done_callback(_ignore)
 
     # --- tenants ---
 
@@ -81,20 +107,32 @@ class HostedStore(Store):
         tenant_id: str | None = None,
         max_concurrent_requests: int | None = None,
     ) -> Tenant:
-        return codec.tenant(await self._call(
+        return self._seen(codec.tenant(await self._call(
             "create_tenant", name, _listed(account_ids), allowed_models=_listed(allowed_models),
             monthly_budget_micro=monthly_budget_micro, tenant_id=tenant_id,
             max_concurrent_requests=max_concurrent_requests,
-        ))  # fmt: skip
+        )))  # fmt: skip
 
     async def get_tenant(self, tenant_id: str) -> Tenant | None:
-        return codec.optional_tenant(await self._call("get_tenant", tenant_id))
+        if isinstance(tenant_id, str) and (tenant := self._tenants.get(tenant_id)) is not None:
+            return replace(tenant)
+        found = codec.optional_tenant(await self._call("get_tenant", tenant_id))
+        return None if found is None else self._seen(found)
 
     async def get_tenant_by_account(self, account_id: str) -> Tenant | None:
-        return codec.optional_tenant(await self._call("get_tenant_by_account", account_id))
+        if isinstance(account_id, str) and (tenant_id := self._accounts.get(account_id)) is not None:
+            return replace(self._tenants[tenant_id])
+        found = codec.optional_tenant(await self._call("get_tenant_by_account", account_id))
+        return None if found is None else self._seen(found)
 
     async def list_tenants(self) -> list[Tenant]:
-        return [codec.tenant(t) for t in await self._call("list_tenants")]
+        return [self._seen(codec.tenant(t)) for t in await self._call("list_tenants")]
+
+    def _seen(self, tenant: Tenant) -> Tenant:
+        """Remember `tenant` (see `_tenants`) and return it (the caller's copy)."""
+        self._tenants[tenant.id] = replace(tenant)
+        self._accounts.update((account, tenant.id) for account in tenant.account_ids)
+        return tenant
 
     # --- API keys ---
 
@@ -135,7 +173,14 @@ class HostedStore(Store):
     # --- requests in flight per tenant ---
 
     async def acquire_request_slot(self, tenant_id: str, request_id: str, limit: int) -> bool:
-        return bool(await self._call("acquire_request_slot", tenant_id, request_id, limit))
+        try:
+            return bool(await self._call("acquire_request_slot", tenant_id, request_id, limit))
+        except (errors.StoreUnavailable, asyncio.CancelledError):
+            # Unanswered in time, or the caller cancelled meanwhile: the host may take the slot (or took
+            # it), and nobody would release it while this connection lives: ask for its release now
+            # (the host runs one connection's calls in order).
+            self._send_and_forget("release_request_slot", tenant_id, request_id)
+            raise
 
     async def release_request_slot(self, tenant_id: str, request_id: str) -> None:
         await self._call("release_request_slot", tenant_id, request_id)
@@ -196,7 +241,7 @@ class HostedStore(Store):
     async def append_usage(self, record: UsageRecord) -> bool:
         if not isinstance(record, UsageRecord):
             raise TypeError(f"append_usage takes a UsageRecord, got {type(record).__name__}")
-        return bool(await self._call("append_usage", codec.plain(record)))
+        return bool(await self._call("append_usage", record))
 
     async def iter_usage(self, start: float, end: float, tenant_id: str | None = None) -> AsyncIterator[UsageRecord]:
         if tenant_id is not None:
@@ -231,6 +276,11 @@ class HostedStore(Store):
         if self._connection is not None:
             self._connection.close()
             self._connection = None
+
+
+def _ignore(reply: asyncio.Future[Any]) -> None:
+    if not reply.cancelled():
+        reply.exception()  # retrieved, so asyncio does not report it
 
 
 def _listed(values: Iterable[Any] | None) -> Any:

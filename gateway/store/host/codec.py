@@ -1,15 +1,15 @@
 """The store's values as JSON and back: what crosses the host's socket besides plain JSON values.
 
-The host encodes every result with `plain` (dataclasses become objects of their fields, tuples
-lists, frozensets sorted lists); the worker knows each method's result type and rebuilds it with
-the functions below, through the dataclasses' own constructors (which validate). A usage record
+Both sides' JSON encoder turns the store's dataclasses into objects of their fields and sets into
+sorted lists (`to_json`); the worker knows each method's result type and rebuilds it with the
+functions below, through the dataclasses' own constructors (which validate). A usage record
 travels as its fields both ways.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import fields, is_dataclass
+from dataclasses import fields
 from typing import Any, TypeVar
 
 from gateway.store.errors import InvalidArgument
@@ -19,25 +19,17 @@ T = TypeVar("T")
 _FIELDS: dict[type, tuple[str, ...]] = {
     cls: tuple(f.name for f in fields(cls)) for cls in (Tenant, ApiKey, LimitDecision, BudgetDecision, UsageRecord)
 }
-_SCALARS = (str, int, float, bool, type(None))
 
 
-def plain(value: Any) -> Any:
-    """`value` as JSON values (the host's results, a worker's usage record)."""
-    if isinstance(value, _SCALARS):
-        return value
+def to_json(value: Any) -> Any:
+    """The JSON encoder's `default`: the store's dataclasses as objects of their fields, sets as
+    sorted lists (tuples and dicts it encodes itself). TypeError for anything else."""
     names = _FIELDS.get(type(value))
     if names is not None:
-        return {name: plain(getattr(value, name)) for name in names}
-    if isinstance(value, list | tuple):
-        return [plain(v) for v in value]
+        return {name: getattr(value, name) for name in names}
     if isinstance(value, frozenset | set):
         return sorted(value)
-    if isinstance(value, dict):
-        return {k: plain(v) for k, v in value.items()}
-    if is_dataclass(value):
-        raise TypeError(f"{type(value).__name__} has no codec")
-    return value  # anything else fails in json, as the caller's TypeError
+    raise TypeError(f"{type(value).__name__} is not JSON")
 
 
 def record(data: Any) -> UsageRecord:
@@ -73,10 +65,6 @@ def loads(data: dict[str, list[int]]) -> dict[str, tuple[int, int]]:
 
 def optional(decode: Callable[[Any], T]) -> Callable[[Any], T | None]:
     return lambda data: None if data is None else decode(data)
-
-
-def many(decode: Callable[[Any], T]) -> Callable[[Any], list[T]]:
-    return lambda data: [decode(item) for item in data]
 
 
 optional_tenant = optional(tenant)

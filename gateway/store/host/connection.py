@@ -1,8 +1,9 @@
 """A worker's connection to the store host: pipelined calls matched to replies by call id.
 
-Calls made in the same turn of the event loop leave in one write (`call_soon` flush). A call
-fails with `StoreUnavailable` when the connection is lost or no answer comes within the timeout;
-one timer watches the oldest call (calls are answered roughly in order), not one timer per call.
+Calls made in the same turn of the event loop leave in one frame and one write (`call_soon`
+flush). A call fails with `StoreUnavailable` when the connection is lost or no answer comes within
+the timeout; one timer watches the oldest call (calls are answered roughly in order), not one
+timer per call.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import asyncio
 from typing import Any, cast
 
 from gateway.store.errors import InvalidArgument, StoreUnavailable
-from gateway.store.host.protocol import OK, FrameReader, ProtocolError, frame, raised
+from gateway.store.host.protocol import OK, FrameReader, ProtocolError, frame, frame_each, raised
 
 
 class HostConnection(asyncio.Protocol):
@@ -21,7 +22,7 @@ class HostConnection(asyncio.Protocol):
         self._loop = asyncio.get_running_loop()
         self._reader = FrameReader()
         self._transport: asyncio.Transport | None = None
-        self._out: list[bytes] = []
+        self._out: list[list[Any]] = []  # calls not sent yet
         self._flush_due = False
         self._next_id = 0
         self._pending: dict[int, tuple[asyncio.Future[Any], float]] = {}  # call id -> (reply, deadline)
@@ -33,13 +34,9 @@ class HostConnection(asyncio.Protocol):
         if self.is_closed:
             raise StoreUnavailable(f"the connection to the store host at {self._path} is closed")
         self._next_id += 1
-        try:
-            data = frame([self._next_id, method, args, kwargs])
-        except (TypeError, ValueError) as exc:
-            raise InvalidArgument(f"{method}: the arguments must be JSON values of bounded size ({exc})") from exc
         reply: asyncio.Future[Any] = self._loop.create_future()
         self._pending[self._next_id] = (reply, self._loop.time() + self._timeout_s)
-        self._out.append(data)
+        self._out.append([self._next_id, method, args, kwargs])
         if not self._flush_due:
             self._flush_due = True
             self._loop.call_soon(self._flush)
@@ -49,9 +46,21 @@ class HostConnection(asyncio.Protocol):
 
     def _flush(self) -> None:
         self._flush_due = False
-        if self._transport is not None and not self.is_closed:
-            self._transport.write(b"".join(self._out))
-        self._out = []
+        calls, self._out = self._out, []
+        if self._transport is None or self.is_closed:
+            return
+        try:
+            data = frame(calls)
+        except (TypeError, ValueError):  # some call's arguments are not JSON, or too long: it fails alone
+            data = frame_each(calls, self._refuse)
+        self._transport.write(data)
+
+    def _refuse(self, call: list[Any], exc: Exception) -> None:
+        reply, _ = self._pending.pop(call[0])
+        if not reply.done():
+            reply.set_exception(
+                InvalidArgument(f"{call[1]}: the arguments must be JSON values of bounded size ({exc})")
+            )
 
     def _expire(self) -> None:
         """Fail the calls past their deadline; watch the oldest left."""
@@ -82,10 +91,15 @@ class HostConnection(asyncio.Protocol):
             self._fail(f"the store host sent a broken frame ({exc})")
             return
         for message in messages:
-            entry = self._pending.pop(message[0], None)
+            try:
+                call_id, kind, value = message
+                entry = self._pending.pop(call_id, None)
+            except (TypeError, ValueError):  # not [call_id, kind, value]
+                self._fail(f"the store host sent a malformed reply: {str(message)[:100]}")
+                return
             if entry is None or entry[0].done():  # expired, or its caller gave up
                 continue
-            reply, kind, value = entry[0], message[1], message[2]
+            reply = entry[0]
             if kind == OK:
                 reply.set_result(value)
             else:

@@ -1,64 +1,50 @@
-"""Run a coroutine at once, on the caller's stack, and make a task of it only if it suspends.
+"""Run a coroutine at once, on the caller's stack, and drive it on from the loop only if it waits.
 
 Most store calls on the host (limits, slots, in-flight tokens, sessions, the prefix index) finish
-without awaiting anything: running them directly saves a task, two loop turns and a callback per
-call. A call that does wait (SQLite work on the store's thread) goes on in a task from where it
-stopped, as if it had been a task from the start.
+without awaiting anything: `coro.send(None)` raises StopIteration with the result, which saves a
+task, two loop turns and a callback per call. A call that does wait (SQLite work on the store's
+thread) is sent on from a done-callback of the future it awaits, each time that future is done,
+until it finishes: what a task does, without one (about 4.5 us less per such call, measured). The
+coroutine then runs without a current task, which the embedded store never asks for (no
+`asyncio.timeout` or `current_task` in its calls).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine, Generator
+from collections.abc import Callable, Coroutine
+from functools import partial
 from typing import Any
 
+Done = Callable[[Any, BaseException | None], None]
 
-def run_eagerly(
-    coro: Coroutine[Any, Any, Any], done: Callable[[Any, BaseException | None], None]
-) -> asyncio.Task[Any] | None:
-    """Run `coro` until it finishes or suspends. Finished: `done(result, None)` or `done(None, error)`
-    is called before this returns None. Suspended: the task that finishes it (calling `done` then)."""
+
+def run_eagerly(coro: Coroutine[Any, Any, Any], done: Done) -> bool:
+    """Run `coro` until it finishes or waits. True: it finished and `done(result, None)` or
+    `done(None, error)` was called. False: it waits, and `done` is called once it finishes."""
     try:
         yielded = coro.send(None)
     except StopIteration as stop:
         done(stop.value, None)
-        return None
-    except Exception as exc:  # noqa: BLE001 - it goes back to the caller as the call's error
+        return True
+    except (Exception, asyncio.CancelledError) as exc:  # noqa: BLE001 - the call's error, for the caller
         done(None, exc)
-        return None
-    return asyncio.get_running_loop().create_task(_finish(coro, yielded, done))
+        return True
+    resume_later(coro, yielded, done)
+    return False
 
 
-async def _finish(
-    coro: Coroutine[Any, Any, Any], yielded: Any, done: Callable[[Any, BaseException | None], None]
-) -> None:
-    try:
-        result = await _Resume(coro, yielded)
-    except Exception as exc:  # noqa: BLE001 - the call's error, as above
-        done(None, exc)
+def resume_later(coro: Coroutine[Any, Any, Any], yielded: Any, done: Done) -> None:
+    """Drive `coro` on once what it yielded (`coro.send(None)`'s return) is ready, then call `done`."""
+    if yielded is None:  # a bare yield (asyncio.sleep(0)): go on at the next turn
+        asyncio.get_running_loop().call_soon(run_eagerly, coro, done)
+    elif getattr(yielded, "_asyncio_future_blocking", None):  # a future it awaits
+        yielded._asyncio_future_blocking = False  # taken, as a task takes it
+        yielded.add_done_callback(partial(_woken, coro, done))
     else:
-        done(result, None)
+        coro.close()
+        done(None, RuntimeError(f"a store call yielded {yielded!r}, not a future"))
 
 
-class _Resume:
-    """Awaiting it hands the task what `coro` yielded (a future to wait for) and then drives `coro` on."""
-
-    def __init__(self, coro: Coroutine[Any, Any, Any], yielded: Any) -> None:
-        self._coro = coro
-        self._yielded = yielded
-
-    def __await__(self) -> Generator[Any, Any, Any]:
-        coro, yielded = self._coro, self._yielded
-        while True:
-            try:
-                sent = yield yielded
-            except BaseException as exc:  # the task was cancelled: pass it in
-                try:
-                    yielded = coro.throw(exc)
-                except StopIteration as stop:
-                    return stop.value
-            else:
-                try:
-                    yielded = coro.send(sent)
-                except StopIteration as stop:
-                    return stop.value
+def _woken(coro: Coroutine[Any, Any, Any], done: Done, _future: object) -> None:
+    run_eagerly(coro, done)  # the coroutine reads the future's result (or error) itself, as under a task

@@ -4,11 +4,12 @@ Each worker holds one connection to the host's Unix socket. Every call runs on t
 loop, one at a time, as it would in a lone gateway: the embedded store's check-and-change calls
 complete without suspending, so no two ever interleave and N workers never allow N x a limit,
 with no lock between processes. What one read of the socket brings is decoded at once, each call
-run on the spot (`eager.run_eagerly`: a task only for calls that wait on SQLite) and the replies
-of that batch written together; replies of calls that waited go out when they finish (they carry
-their call ids). When a connection closes, the slots and in-flight tokens it took are freed at
-once (`holdings.py`). A frame that breaks the format closes its connection, an unknown method or
-wrong arguments get an error reply; neither reaches the store.
+run on the spot (eager.py: a call that waits on SQLite goes on from the loop when its answer is
+there, without a task) and the replies of that batch written together; replies of calls that
+waited go out when they finish (they carry their call ids). When a connection closes, the slots
+and in-flight tokens it took are freed at once (`holdings.py`). A frame that breaks the format
+closes its connection, an unknown method or wrong arguments get an error reply; neither reaches
+the store.
 """
 
 from __future__ import annotations
@@ -24,10 +25,19 @@ import structlog
 from gateway.store import errors
 from gateway.store.embedded import EmbeddedStore
 from gateway.store.host import socket_file
-from gateway.store.host.codec import plain, record
-from gateway.store.host.eager import run_eagerly
+from gateway.store.host.codec import record
+from gateway.store.host.eager import resume_later, run_eagerly
 from gateway.store.host.holdings import Holdings
-from gateway.store.host.protocol import BAD_REQUEST, METHODS, OK, FrameReader, ProtocolError, error_reply, frame
+from gateway.store.host.protocol import (
+    BAD_REQUEST,
+    METHODS,
+    OK,
+    FrameReader,
+    ProtocolError,
+    error_reply,
+    frame,
+    frame_each,
+)
 
 log = structlog.get_logger("edgerun.store.host")
 Handler = Callable[..., Coroutine[Any, Any, Any]]
@@ -42,6 +52,8 @@ class StoreHost:
         self.holdings = Holdings(store)
         self.connections: set[_Connection] = set()
         self.stopping = False
+        self.waiting = 0  # calls under way that wait (on SQLite)
+        self.drained: asyncio.Future[None] | None = None  # set when `waiting` drops to 0 while closing
         self._base: dict[str, Handler] = {name: getattr(store, name) for name in METHODS if name not in _OWNED}
         self._base["append_usage"] = self._append_usage
         self._socket: socket.socket | None = None
@@ -75,8 +87,9 @@ class StoreHost:
         self.stopping = True
         if self._server is not None:
             self._server.close()
-        while pending := {task for c in self.connections for task in c.tasks}:
-            await asyncio.wait(pending)
+        while self.waiting:
+            self.drained = asyncio.get_running_loop().create_future()
+            await self.drained
         for connection in list(self.connections):
             connection.close()
         await self.store.aclose()
@@ -91,12 +104,11 @@ class _Connection(asyncio.Protocol):
     def __init__(self, host: StoreHost) -> None:
         self._host = host
         self._reader = FrameReader()
-        self._out: list[bytes] = []
+        self._out: list[list[Any]] = []  # replies not sent yet
         self._batching = False
         self._flush_due = False
         self._transport: asyncio.Transport | None = None
         self._handlers: dict[str, Handler] = {}
-        self.tasks: set[asyncio.Task[Any]] = set()  # calls that are waiting (on SQLite)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's transports are not asyncio's classes
@@ -141,6 +153,8 @@ class _Connection(asyncio.Protocol):
         self._batching = True
         try:
             for message in messages:
+                if self._transport is None or self._transport.is_closing():
+                    break  # a bad request closed it: the rest of the batch goes unanswered
                 self._call(message)
         finally:
             self._batching = False
@@ -168,30 +182,49 @@ class _Connection(asyncio.Protocol):
         except TypeError as exc:  # wrong arguments for the method
             self._send([call_id, BAD_REQUEST, str(exc)])
             return
-        task = run_eagerly(coro, partial(self._done, call_id))
-        if task is not None:
-            self.tasks.add(task)
-            task.add_done_callback(self.tasks.discard)
+        try:  # eager.run_eagerly, inlined: this runs for every call
+            yielded = coro.send(None)
+        except StopIteration as stop:
+            self._send([call_id, OK, stop.value])
+            return
+        except (Exception, asyncio.CancelledError) as exc:  # noqa: BLE001 - the call's error, answered
+            self._done(call_id, None, exc)
+            return
+        self._host.waiting += 1
+        resume_later(coro, yielded, partial(self._done_later, call_id))
+
+    def _done_later(self, call_id: int, result: Any, error: BaseException | None) -> None:
+        self._host.waiting -= 1
+        self._done(call_id, result, error)
+        if self._host.waiting == 0 and self._host.drained is not None and not self._host.drained.done():
+            self._host.drained.set_result(None)
 
     def _done(self, call_id: int, result: Any, error: BaseException | None) -> None:
         if error is None:
-            try:
-                self._send([call_id, OK, plain(result)])
-                return
-            except (TypeError, ValueError) as exc:  # a result without a codec: a bug here
-                error = exc
+            self._send([call_id, OK, result])
+            return
         if not isinstance(error, errors.StoreError):
             log.warning("store_host_call_failed", error=repr(error))
         self._send(error_reply(call_id, error))
 
     def _send(self, reply: list[Any]) -> None:
-        self._out.append(frame(reply))
+        self._out.append(reply)
         if not self._batching and not self._flush_due:
             self._flush_due = True
             asyncio.get_running_loop().call_soon(self._flush)
 
     def _flush(self) -> None:
         self._flush_due = False
-        if self._out and self._transport is not None and not self._transport.is_closing():
-            self._transport.write(b"".join(self._out))
-        self._out = []
+        replies, self._out = self._out, []
+        if not replies or self._transport is None or self._transport.is_closing():
+            return
+        try:
+            data = frame(replies)
+        except (TypeError, ValueError):  # a result without a codec (a bug here) or too long to send
+            data = frame_each(replies, _unsendable)
+        self._transport.write(data)
+
+
+def _unsendable(reply: list[Any], exc: Exception) -> list[Any]:
+    log.error("store_host_reply_unsendable", error=repr(exc))
+    return error_reply(reply[0], errors.StoreError(f"the store host cannot send this result: {exc}"))

@@ -2,7 +2,9 @@
 
 The socket is created 0600 inside a directory that is either created here 0700 or already owned
 by this user and writable by nobody else (so no one else can swap the socket for theirs). A file
-left by a host that died is replaced; a path where a host still answers is refused.
+left by a host that died is replaced; a path where a host still answers is refused. A worker, for
+its part, checks that the process it reached runs as its own user (`peer_uid`) before it sends
+anything (API keys among it): a path in a directory others can write to may be served by anyone.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import os
 import socket
 import stat
+import struct
 from pathlib import Path
 
 
@@ -46,6 +49,16 @@ def remove(path: str, inode: int) -> None:
             os.unlink(path)
     except FileNotFoundError:
         pass
+
+
+def peer_uid(sock: socket.socket) -> int | None:
+    """The user id of the process at the other end of a connected Unix socket (Linux's
+    SO_PEERCRED); None where the system does not tell."""
+    option = getattr(socket, "SO_PEERCRED", None)
+    if option is None:
+        return None
+    _pid, uid, _gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, option, struct.calcsize("3i")))
+    return int(uid)
 
 
 def _private_directory(directory: Path) -> None:

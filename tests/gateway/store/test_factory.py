@@ -49,11 +49,12 @@ async def test_in_memory_sqlite_for_tests() -> None:
     await store.aclose()  # closing twice is harmless
 
 
-async def test_several_workers_without_redis_share_the_sqlite_file(tmp_path: Path) -> None:
+async def test_workers_without_redis_or_a_store_host_share_the_sqlite_file(tmp_path: Path) -> None:
     from gateway.store.embedded_shared import SharedEmbeddedStore
 
     path = str(tmp_path / "gw.sqlite3")
-    for settings in (GatewaySettings(redis_url=None, sqlite_path=path, workers=2, port=8080),
+    # a worker the supervisor gave no host (it gives one unless sqlite_shared is chosen), and the choice itself
+    for settings in (GatewaySettings(redis_url=None, sqlite_path=path, workers=2, port=8080, worker_index=0),
                      GatewaySettings(redis_url=None, sqlite_path=path, sqlite_shared=True)):
         store = open_store(settings.store)
         assert isinstance(store, SharedEmbeddedStore)

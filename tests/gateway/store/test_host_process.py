@@ -9,7 +9,6 @@ import asyncio
 import multiprocessing
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ from gateway.settings import GatewaySettings
 from gateway.store import StoreUnavailable, UsageRecord
 from gateway.store.embedded import EmbeddedStore
 from gateway.store.host.client import HostedStore
+from gateway.store.host.process import start_host
 from gateway.store.settings import StoreSettings
 from tests.gateway.store.process_race import race, run_racers
 
@@ -42,18 +42,7 @@ def _start_host(settings: StoreSettings) -> subprocess.Popen[bytes]:
     env = {**os.environ, "EDGERUN_SQLITE_PATH": settings.sqlite_path, "EDGERUN_LOG_JSON": "false"}
     env.pop("EDGERUN_REDIS_URL", None)
     assert settings.store_socket is not None
-    host = subprocess.Popen([sys.executable, "-m", "gateway.store.host", "--socket", settings.store_socket], env=env)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:  # ready: the socket accepts connections
-        assert host.poll() is None, "the store host exited (its log is above)"
-        with socket.socket(socket.AF_UNIX) as probe:
-            try:
-                probe.connect(settings.store_socket)
-                return host
-            except OSError:
-                time.sleep(0.05)
-    host.kill()
-    raise AssertionError("the store host did not start within 30 s")
+    return start_host(settings.store_socket, env)
 
 
 @pytest.fixture
@@ -131,9 +120,11 @@ async def test_a_host_gone_is_unavailable_and_a_restarted_one_is_used_again(tmp_
         host.wait()
         for _ in range(2):  # the lost connection, then the refused reconnect: each an error at once, no hang
             with pytest.raises(StoreUnavailable, match="store host"):
-                await asyncio.wait_for(store.get_tenant("acme"), 5)
+                await asyncio.wait_for(store.get_tenant_by_account("a2"), 5)
+        assert await store.get_tenant("acme") == tenant  # a tenant never changes: the worker keeps it
         host = _start_host(settings)  # replaces the dead host's socket file
-        assert await store.get_tenant("acme") == tenant  # the same client: it reconnects on its own
+        assert await store.list_tenants() == [tenant]  # the same client reconnects on its own; SQLite kept it
+        assert await store.get_tenant_by_account("a2") is None
     finally:
         await store.aclose()
         host.kill()
@@ -211,3 +202,28 @@ def test_a_worker_on_uvloop_reaches_the_host(host_settings: StoreSettings) -> No
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ok"
+
+
+def test_a_second_host_on_one_sqlite_file_is_refused_until_the_first_stops(tmp_path: Path) -> None:
+    """Two `serve --workers N` on different ports get a socket each but, by default, one SQLite
+    file: two hosts would each keep limits and budgets in memory (twice every limit) and each
+    write its own month's spend over the other's."""
+    first = _settings(tmp_path)
+    second = first.model_copy(update={"store_socket": str(tmp_path / "other" / "store.sock")})
+    host = _start_host(first)
+    try:
+        try:
+            extra = _start_host(second)
+        except RuntimeError as exc:
+            refused = str(exc)
+        else:
+            extra.kill()
+            extra.wait()
+            refused = "served"
+        assert "exited with status 1" in refused
+    finally:
+        host.terminate()
+        host.wait()
+    after = _start_host(second)  # the first host's claim ended with it
+    after.terminate()
+    assert after.wait() == 0

@@ -47,7 +47,7 @@ class _Peer:
         self._frames = FrameReader()
 
     async def ask(self, *message: Any) -> list[Any]:
-        self.writer.write(frame(list(message)))
+        self.writer.write(frame([list(message)]))
         return await self.answer()
 
     async def answer(self) -> list[Any]:
@@ -98,10 +98,14 @@ async def test_bad_calls_get_an_error_and_the_connection_goes_on(host: StoreHost
 @pytest.mark.parametrize(
     "garbage",
     [
-        (MAX_FRAME + 1).to_bytes(4, "big") + b"{}",  # longer than any frame may be
+        (MAX_FRAME + 1).to_bytes(4, "big") + b"[]",  # longer than any frame may be
         (5).to_bytes(4, "big") + b"\xff\xfe{[x",  # not UTF-8 JSON
-        frame({"call": 1}),  # JSON, but not a request
-        frame([1.5, "get_tenant", ["a"], {}]),  # no usable call id
+        (10).to_bytes(4, "big") + b'{"call":1}',  # JSON, but not an array of messages
+        (3).to_bytes(4, "big") + b" []",  # a byte before the value
+        (5).to_bytes(4, "big") + b"[] []",  # bytes after it
+        (200_000).to_bytes(4, "big") + b"[" * 100_000 + b"]" * 100_000,  # nested past any recursion limit
+        frame([{"call": 1}]),  # an array, but not of requests
+        frame([[1.5, "get_tenant", ["a"], {}]]),  # no usable call id
     ],
 )
 async def test_a_broken_frame_closes_its_connection_only(host: StoreHost, garbage: bytes) -> None:
@@ -135,10 +139,12 @@ async def test_a_silent_host_is_unavailable_after_the_timeout(tmp_path: Path) ->
     path = str(tmp_path / "silent.sock")
 
     finished = asyncio.Event()
+    received: list[Any] = []
 
     async def swallow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        while await reader.read(65536):
-            pass  # reads every call, answers none
+        frames = FrameReader()
+        while data := await reader.read(65536):
+            received.extend(frames.feed(data))  # reads every call, answers none
         writer.close()
         await writer.wait_closed()
         finished.set()
@@ -151,6 +157,15 @@ async def test_a_silent_host_is_unavailable_after_the_timeout(tmp_path: Path) ->
         calls = [store.loads() for _ in range(3)]  # pipelined calls each fail too, none hangs
         outcomes = await asyncio.wait_for(asyncio.gather(*calls, return_exceptions=True), 5)
         assert all(isinstance(o, StoreUnavailable) for o in outcomes)
+        with pytest.raises(StoreUnavailable):
+            await asyncio.wait_for(store.acquire_request_slot("acme", "r1", 5), 5)
+        # the host may still take that slot: its release follows at once, behind the acquire
+        expected = [["acquire_request_slot", ["acme", "r1", 5]], ["release_request_slot", ["acme", "r1"]]]
+        for _ in range(250):  # until the silent host has read it (at most 5 s)
+            if [m[1:3] for m in received][-2:] == expected:
+                break
+            await asyncio.sleep(0.02)
+        assert [m[1:3] for m in received][-2:] == expected
     finally:
         await store.aclose()
         await asyncio.wait_for(finished.wait(), 5)
@@ -184,3 +199,78 @@ def test_a_dead_hosts_socket_file_is_replaced(tmp_path: Path) -> None:
     sock.close()
     socket_file.remove(path, inode)
     assert not Path(path).exists()
+
+
+async def test_an_acquire_cancelled_before_its_answer_does_not_keep_the_slot(host: StoreHost) -> None:
+    """The caller never learns whether it got the slot, so it never releases it; the host must not
+    keep it either (a live worker's connection stays open: nothing else would free it)."""
+    client = _client(host)
+    try:
+        assert await client.acquire_request_slot("acme", "warm-up", 1)  # connected
+        await client.release_request_slot("acme", "warm-up")
+        call = asyncio.ensure_future(client.acquire_request_slot("acme", "cancelled", 1))
+        await asyncio.sleep(0)  # sent (at the next turn), not answered yet
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        assert await client.acquire_request_slot("acme", "next", 1)  # the limit of 1 is free again
+    finally:
+        await client.aclose()
+
+
+def test_frames_split_anywhere_read_back_whole() -> None:
+    messages = [[i, "ok", {"text": "x" * (i * 37 % 500), "n": i}] for i in range(200)]
+    data = b"".join(frame(messages[i : i + 7]) for i in range(0, 200, 7))
+    for step in (1, 3, 1000, 65536, len(data)):
+        reader, read = FrameReader(), []
+        for pos in range(0, len(data), step):
+            read += reader.feed(data[pos : pos + step])
+        assert read == messages
+    big = frame([[1, "ok", "y" * 3_000_000]])  # one frame over many reads
+    reader = FrameReader()
+    assert all(reader.feed(big[pos : pos + 65536]) == [] for pos in range(0, len(big) - 65536, 65536))
+    assert reader.feed(big[(len(big) - 1) // 65536 * 65536 :]) == [[1, "ok", "y" * 3_000_000]]
+
+
+async def test_a_worker_sends_nothing_to_a_socket_another_user_serves(
+    host: StoreHost, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A socket path in a directory others can write to (the host itself refuses one) may be served
+    by another user's process: the worker would hand it every API key it looks up."""
+    someone_else = os.getuid() + 1  # the host's process is this user's: seen from a different uid
+    monkeypatch.setattr(os, "getuid", lambda: someone_else)
+    client = _client(host)
+    try:
+        with pytest.raises(StoreUnavailable, match="uid"):
+            await client.lookup_key("er-secret")  # refused once connected, before any call is sent
+    finally:
+        await client.aclose()
+
+
+async def test_a_connect_whose_caller_was_cancelled_is_not_handed_out_later(host: StoreHost) -> None:
+    """The attempt goes on for other callers; once done it is forgotten, so a call made after that
+    connection closed opens a new one instead of getting the old, closed one."""
+    client = _client(host)
+    try:
+        call = asyncio.ensure_future(client.loads())
+        await asyncio.sleep(0)  # connecting
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        for _ in range(200):  # the attempt completes on its own
+            if host.connections:
+                break
+            await asyncio.sleep(0.01)
+        for connection in list(host.connections):
+            connection.close()  # the host drops it (as when it restarts)
+        for _ in range(200):
+            if not host.connections:
+                break
+            await asyncio.sleep(0.01)
+        for _ in range(200):  # the client reads the close
+            if client._connection is None or client._connection.is_closed:
+                break
+            await asyncio.sleep(0.01)
+        assert await client.loads() == {}  # a new connection, not StoreUnavailable
+    finally:
+        await client.aclose()
