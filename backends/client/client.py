@@ -44,7 +44,7 @@ DRAIN_TIMEOUT_S = 0.25
 DRAIN_MAX_EVENTS = 8
 AT_CAPACITY_RETRY_AFTER_S = 1.0
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
-_SCAN = json.JSONDecoder().scan_once  # the C scanner `json.loads` ends in, without its Python steps
+_SCAN = json.JSONDecoder().scan_once  # type: ignore[attr-defined]  # the C scanner `json.loads` ends in
 
 
 class BackendClient:

@@ -27,7 +27,20 @@ def _outcome(decode: object, text: str) -> tuple[str, str]:
 
 @pytest.mark.parametrize(
     "text",
-    ['{"a":1}', ' {"a":1}', '{"a":1}\n', '{"a":1}x', '{"a":1}{}', "", " ", "nul", "\ufeff{}", "[1,2", "NaN", '"\\ud800"'],
+    [
+        '{"a":1}',
+        ' {"a":1}',
+        '{"a":1}\n',
+        '{"a":1}x',
+        '{"a":1}{}',
+        "",
+        " ",
+        "nul",
+        "\ufeff{}",
+        "[1,2",
+        "NaN",
+        '"\\ud800"',
+    ],
 )
 def test_edge_texts_decode_as_json_loads_does(text: str) -> None:
     assert _outcome(_json_value, text) == _outcome(json.loads, text)
