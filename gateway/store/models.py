@@ -156,6 +156,8 @@ class UsageRecord:
                 raise InvalidArgument(f"{name} must be None or a finite number of seconds >= 0")
         if not isinstance(self.metadata, dict):
             raise InvalidArgument("metadata must be a dict")
+        if not self.metadata:  # most requests carry none: nothing to try
+            return
         try:
             json.dumps(self.metadata)
         except (TypeError, ValueError) as exc:
@@ -169,7 +171,7 @@ class UsageRecord:
     def to_json(self) -> str:
         # the fields read directly: `asdict` deep-copies each value first, 3x the cost of the encoding
         # (one record per request); the values are JSON values already (metadata checked above)
-        return json.dumps({name: getattr(self, name) for name in _USAGE_FIELDS}, separators=(",", ":"), sort_keys=True)
+        return _RECORD_ENCODER.encode({name: getattr(self, name) for name in _USAGE_FIELDS})
 
     @classmethod
     def from_json(cls, text: str) -> UsageRecord:
@@ -177,6 +179,8 @@ class UsageRecord:
 
 
 _USAGE_FIELDS = tuple(f.name for f in fields(UsageRecord))
+# What `json.dumps(..., separators=(",", ":"), sort_keys=True)` builds on every call, built once.
+_RECORD_ENCODER = json.JSONEncoder(separators=(",", ":"), sort_keys=True)
 
 
 def to_us(t: float) -> int:
