@@ -227,12 +227,14 @@ def test_adaptive_drafting_grows_with_acceptance_and_stops_without(smollm2_runne
     outputs = run(engine, greedy("r0", prompt, 24))["r0"]
     assert tokens_of(outputs) == expected
     last = outputs[-1]
-    if shift:  # wrong drafts: a couple of verify steps, then plain decodes with unverified shadow drafts
-        assert 1 <= last.num_verify_steps <= 3 and last.num_accepted_draft_tokens == 0
+    if shift:  # wrong drafts: a couple of verify steps at most (none: a new sequence's first drafts wait for
+        # right shadow drafts), then plain decodes with unverified shadow drafts
+        assert last.num_verify_steps <= 3 and last.num_accepted_draft_tokens == 0
         assert len(outputs) == len(expected)
-    else:  # right drafts: the draft length climbs to the limit
+    else:  # right drafts: the draft length climbs to the limit (1, 1, 2, 3, 4, 6 drafts: the policy's
+        # acceptance bound needs a few right drafts before it trusts long ones)
         assert last.num_accepted_draft_tokens == last.num_draft_tokens
-        assert last.num_draft_tokens >= 3 * last.num_verify_steps and len(outputs) <= 8
+        assert max(len(o.new_token_ids) for o in outputs) >= 6 and len(outputs) <= 8
     assert not engine.speculator.shadows and not engine.speculator.policy.sequences  # forgotten at the end
     assert_no_leak(engine)
 

@@ -7,22 +7,30 @@ alpha, a verify step of k drafts emits on average
 
     E(k) = 1 + alpha + ... + alpha^k = (1 - alpha^(k+1)) / (1 - alpha)   tokens,
 
-and costs C(k) = 1 + (verify_cost + draft_cost) * k plain decode steps, where `verify_cost` is
-what one more token in a batch-1 row adds to the target's step and `draft_cost` what the proposer
-spends per drafted token, both relative to a plain decode step and measured as the engine runs
-(`StepCosts`). The policy drafts the k in [0, max_drafts] with the best E(k) / C(k); k = 0 (a
-plain decode, ratio 1) wins whenever drafting would not pay, so speculation never knowingly slows
-a sequence down. A copy task (alpha near 1) is given long drafts, open chat (alpha small) none.
+and costs C(k) plain decode steps: the measured time of a batch-1 step whose row holds 1 + k tokens
+over that of a decode (`StepCosts`, per row length, as the engine runs), plus what the proposer
+spends on k drafts. The policy drafts the k in [0, max_drafts] with the best E(k) / C(k); k = 0 (a
+plain decode, ratio 1) wins whenever drafting would not pay, so speculation never knowingly slows a
+sequence down. A copy task (alpha near 1) is given long drafts, open chat (alpha small) none.
 
-A sequence that drafts nothing still needs evidence to start again: the engine then asks the
-proposer for a single "shadow" draft that is not verified, and checks it against the token the
-target commits next (for a sampled request that match has the acceptance probability, p(draft), as
-its expectation). Shadow drafts are free for n-gram lookup; for a proposer that costs time they
-are taken only every `shadow_every` steps.
+"Knowingly" needs a margin: alpha comes from a handful of recent drafts, and the best of nine
+noisy ratios is biased upwards. So the decision uses a lower confidence bound of alpha, `margin`
+standard errors below the estimate (the decayed trial count is the sample size), and a draft length
+must beat plain decoding by 1% at least. A sequence's first drafts therefore wait for evidence.
+
+A sequence that drafts nothing still needs evidence to start: the engine then asks the proposer
+for a single "shadow" draft that is not verified, and checks it against the token the target
+commits next (for a sampled request that match has the acceptance probability, p(draft), as its
+expectation). Shadow drafts are free for n-gram lookup; for a proposer that costs time they are
+taken only every `shadow_every` steps.
 """
 
 from __future__ import annotations
 
+import math
+import statistics
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
@@ -37,6 +45,11 @@ class Acceptance:
     def alpha(self) -> float:
         return self.accepted / self.trials
 
+    def lower_bound(self, margin: float) -> float:
+        """alpha, `margin` standard errors lower (a binomial over the decayed trial count), at least 0."""
+        alpha = self.alpha
+        return max(0.0, alpha - margin * math.sqrt(alpha * (1.0 - alpha) / self.trials))
+
     def update(self, num_accepted: int, num_trials: int, decay: float) -> None:
         self.accepted = decay * self.accepted + num_accepted
         self.trials = decay * self.trials + num_trials
@@ -49,33 +62,38 @@ def expected_tokens(alpha: float, k: int) -> float:
     return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
 
 
-def best_num_drafts(alpha: float, cost_per_draft: float, max_drafts: int) -> int:
-    """argmax over k in [0, max_drafts] of E(k) / (1 + cost_per_draft * k); 0 when nothing beats a decode."""
+def best_num_drafts(alpha: float, step_cost: Callable[[int], float], max_drafts: int) -> int:
+    """argmax over k in [0, max_drafts] of E(k) / step_cost(k) (a decode costs 1); 0 when nothing beats a decode."""
     best_k, best = 0, 1.0
     for k in range(1, max_drafts + 1):
-        gain = expected_tokens(alpha, k) / (1.0 + cost_per_draft * k)
+        gain = expected_tokens(alpha, k) / step_cost(k)
         if gain > best * 1.01:  # a 1% edge at least: a tie is not worth the verify row's risk
             best_k, best = k, gain
     return best_k
 
 
 class StepCosts:
-    """Running estimates of a batch-1 step's cost: a plain decode, each extra verify token, each draft.
+    """What a batch-1 step costs per row length, and the proposer per draft, as the engine measures them.
 
-    `observe_step(num_tokens, seconds)` takes steps whose only row was one sequence's decode or
-    verify row of `num_tokens` tokens; the per-token cost is the slope of a least-squares line through
-    the decayed mean step time at each row length seen. Until two lengths are seen, `prior` stands.
+    `observe_step(num_tokens, seconds)` takes steps whose only row was one sequence's decode or verify
+    row of `num_tokens` tokens; each length keeps its last `window` times, and its cost is their median
+    (a step that a neighbour preempted does not move it). Verify rows do not cost a fixed amount per
+    token (the kernels' thread splits and cache use change with the row count), so a row length that has
+    `min_samples` times is priced from them alone. Others are read off a least-squares line through the
+    lengths seen, never below the dearest shorter length measured; with fewer than two lengths seen,
+    each more token costs `prior` decode steps.
     """
 
-    def __init__(self, prior_verify_cost: float, decay: float = 0.9) -> None:
+    def __init__(self, prior_verify_cost: float, window: int = 16, min_samples: int = 3, decay: float = 0.9) -> None:
         self.prior = prior_verify_cost
+        self.window = window
+        self.min_samples = min_samples
         self.decay = decay
-        self.mean_seconds: dict[int, float] = {}  # row length -> decayed mean step time
+        self.samples: dict[int, deque[float]] = {}  # row length -> its latest step times
         self.draft_seconds: float | None = None  # decayed mean proposer time per drafted token
 
     def observe_step(self, num_tokens: int, seconds: float) -> None:
-        old = self.mean_seconds.get(num_tokens)
-        self.mean_seconds[num_tokens] = seconds if old is None else self.decay * old + (1 - self.decay) * seconds
+        self.samples.setdefault(num_tokens, deque(maxlen=self.window)).append(seconds)
 
     def observe_drafts(self, num_drafts: int, seconds: float) -> None:
         if num_drafts > 0:
@@ -83,30 +101,47 @@ class StepCosts:
             old = self.draft_seconds
             self.draft_seconds = per if old is None else self.decay * old + (1 - self.decay) * per
 
-    @property
-    def decode_seconds(self) -> float | None:
-        if 1 in self.mean_seconds:
-            return self.mean_seconds[1]
-        fit = self.fit()
-        return None if fit is None else fit[0] + fit[1]
+    def median_seconds(self) -> dict[int, float]:
+        return {n: statistics.median(times) for n, times in sorted(self.samples.items())}
 
     def fit(self) -> tuple[float, float] | None:
-        # -> (intercept, slope) of seconds over row length, or None with fewer than two lengths
-        if len(self.mean_seconds) < 2:
+        # -> (intercept, slope) of median seconds over row length, or None with fewer than two lengths
+        medians = self.median_seconds()
+        if len(medians) < 2:
             return None
-        xs, ys = list(self.mean_seconds), list(self.mean_seconds.values())
+        xs, ys = list(medians), list(medians.values())
         mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
         var = sum((x - mx) ** 2 for x in xs)
         slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / var
         return my - slope * mx, slope
 
     @property
+    def decode_seconds(self) -> float | None:
+        if 1 in self.samples:
+            return statistics.median(self.samples[1])
+        fit = self.fit()
+        return None if fit is None else fit[0] + fit[1]
+
+    @property
     def verify_cost(self) -> float:
-        """One more token in a verify row, as a fraction of a plain decode step (clamped to [0.01, 2])."""
+        """The fitted cost of one more token in a verify row, in plain decode steps (clamped to [0.01, 2])."""
         fit, decode = self.fit(), self.decode_seconds
         if fit is None or decode is None or decode <= 0:
             return self.prior
         return min(2.0, max(0.01, fit[1] / decode))
+
+    def row_cost(self, k: int) -> float:
+        """A batch-1 step of 1 + k tokens, in plain decode steps (1 for k = 0)."""
+        decode = self.decode_seconds
+        if k == 0 or decode is None or decode <= 0:
+            return 1.0 + self.prior * k
+        medians = self.median_seconds()
+        n = k + 1
+        if len(self.samples.get(n, ())) >= self.min_samples:
+            return medians[n] / decode
+        shorter = [medians[m] for m in medians if 1 < m < n and len(self.samples[m]) >= self.min_samples]
+        floor = max(shorter, default=decode) / decode
+        return max(floor, 1.0 + self.verify_cost * k)
 
     @property
     def draft_cost(self) -> float:
@@ -115,6 +150,10 @@ class StepCosts:
         if self.draft_seconds is None or decode is None or decode <= 0:
             return 0.0
         return min(2.0, self.draft_seconds / decode)
+
+    def step_cost(self, k: int) -> float:
+        """A verify step of k drafts, proposing included, in plain decode steps."""
+        return self.row_cost(k) + self.draft_cost * k
 
 
 @dataclass(slots=True)
@@ -126,6 +165,7 @@ class DraftPolicy:
     prior_alpha: float = 0.5
     prior_weight: float = 2.0  # the prior counts as this many drafts
     decay: float = 0.8  # per verify step: recent acceptance counts most
+    margin: float = 1.0  # standard errors below the acceptance estimate that decisions use
     shadow_every: int = 8  # shadow drafts of a costly proposer: one per this many steps
     sequences: dict[str, Acceptance] = field(default_factory=dict)
     steps_since_shadow: dict[str, int] = field(default_factory=dict)
@@ -136,8 +176,8 @@ class DraftPolicy:
         return self.sequences[seq_id]
 
     def num_drafts(self, seq_id: str) -> int:
-        cost = self.costs.verify_cost + self.costs.draft_cost
-        return best_num_drafts(self.acceptance(seq_id).alpha, cost, self.max_drafts)
+        alpha = self.acceptance(seq_id).lower_bound(self.margin)
+        return best_num_drafts(alpha, self.costs.step_cost, self.max_drafts)
 
     def wants_shadow(self, seq_id: str) -> bool:
         """Whether to take a shadow draft this step for a sequence that drafts nothing."""
@@ -156,4 +196,3 @@ class DraftPolicy:
     def finish(self, seq_id: str) -> None:
         self.sequences.pop(seq_id, None)
         self.steps_since_shadow.pop(seq_id, None)
-

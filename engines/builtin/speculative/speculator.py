@@ -40,7 +40,10 @@ class Speculator:
         self.max_model_len = max_model_len
         self.vocab_size = vocab_size
         self.policy = DraftPolicy(config.num_speculative_tokens, StepCosts(PRIOR_VERIFY_COST)) if config.speculative_adaptive else None
-        self.clock = time.process_time if config.device == "cpu" else time.perf_counter  # CPU: less noise from neighbours
+        # wall time, what a stream waits for: CPU time sums the threads, and a decode on two threads spends
+        # more of it than a verify row does, which made drafts look cheaper than they were (BENCHMARKS.md,
+        # "Adaptive drafting after fused verify"); StepCosts takes medians, so preempted steps do not move it
+        self.clock = time.perf_counter
         self.shadows: dict[str, int] = {}  # request id -> its unverified shadow draft of the next token
         self.num_draft_tokens = 0  # cumulative, every request
         self.num_accepted_tokens = 0
