@@ -108,6 +108,16 @@ class Catalog:
     models: tuple[ModelSpec, ...]
     backends: tuple[BackendSpec, ...]
     aliases: Mapping[str, str] = field(default_factory=dict)  # public name -> catalog model id
+    # each model's endpoints, built once: every request asks for them
+    _endpoints: Mapping[str, tuple[Endpoint, ...]] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        by_model: dict[str, list[Endpoint]] = {}
+        for backend in self.backends:
+            endpoint = backend.endpoint()
+            for model_id in dict.fromkeys(backend.models):
+                by_model.setdefault(model_id, []).append(endpoint)
+        object.__setattr__(self, "_endpoints", {model_id: tuple(found) for model_id, found in by_model.items()})
 
     @classmethod
     def build(
@@ -141,7 +151,7 @@ class Catalog:
 
     def endpoints(self, model_id: str) -> list[Endpoint]:
         """Every backend serving `model_id`, as client endpoints, in configuration order."""
-        return [b.endpoint() for b in self.backends if model_id in b.models]
+        return list(self._endpoints.get(model_id, ()))
 
     def all_endpoints(self) -> list[Endpoint]:
         return [b.endpoint() for b in self.backends]
