@@ -110,7 +110,7 @@ def observe_rate(policy: DraftPolicy, seq: str, rate: float, steps: int) -> None
 
 @pytest.mark.parametrize("table", [[10.0, 14.0, 21.0, 31.0, 36.0], [10.0, 12.8, 16.3, 21.0, 27.0]], ids=["two-threads", "one-thread"])
 def test_drafting_stops_when_it_would_not_pay_and_resumes_when_acceptance_rises(table: list[float]) -> None:
-    policy = DraftPolicy(max_drafts=4, costs=costs_from(table))
+    policy = DraftPolicy(max_drafts=4, costs=costs_from(table), margin=1.0)
     costs = policy.costs
     break_even = costs.step_cost(1) - 1.0  # one draft pays when its acceptance beats this
     observe_rate(policy, "a", max(0.0, break_even - 0.1), 40)

@@ -165,7 +165,7 @@ class DraftPolicy:
     prior_alpha: float = 0.5
     prior_weight: float = 2.0  # the prior counts as this many drafts
     decay: float = 0.8  # per verify step: recent acceptance counts most
-    margin: float = 1.0  # standard errors below the acceptance estimate that decisions use
+    margin: float = 0.5  # standard errors below the acceptance estimate that decisions use
     shadow_every: int = 8  # shadow drafts of a costly proposer: one per this many steps
     sequences: dict[str, Acceptance] = field(default_factory=dict)
     steps_since_shadow: dict[str, int] = field(default_factory=dict)
