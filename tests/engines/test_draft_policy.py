@@ -167,3 +167,19 @@ def test_shadow_drafts_of_a_costly_proposer_are_rationed() -> None:
     costs.observe_step(1, 0.010)
     costs.observe_drafts(1, 0.002)  # 20% of a decode per draft
     assert [policy.wants_shadow("a") for _ in range(8)] == [False, False, False, True] * 2
+
+
+def test_verify_row_times_that_stopped_drafting_are_measured_again_later() -> None:
+    # Verify rows timed during a neighbour's burst price every draft length above what it yields even at
+    # acceptance 1, so the engine decodes only. Only verify steps time verify rows: their medians would
+    # stand for the engine's life and no sequence would ever draft again, however cheap rows became.
+    costs = costs_from([10.0, 25.0, 37.0, 50.0, 62.0], samples=16)
+    policy = DraftPolicy(max_drafts=4, costs=costs)
+    observe_rate(policy, "a", 1.0, 20)  # a copy task: every shadow draft right
+    assert policy.num_drafts("a") == 0  # the burst's rows: drafting does not pay
+    for _ in range(1000):
+        costs.observe_step(1, 0.010)  # decoding on, the burst over
+    k = policy.num_drafts("a")
+    assert k >= 1  # the old rows are forgotten: drafting tries again, and the rows are timed anew
+    costs.observe_step(k + 1, 0.030 * (k + 1))  # still dear (3 decodes a token): that one time stops it again
+    assert policy.num_drafts("a") == 0

@@ -82,18 +82,32 @@ class StepCosts:
     `min_samples` times is priced from them alone. Others are read off a least-squares line through the
     lengths seen, never below the dearest shorter length measured; with fewer than two lengths seen,
     each more token costs `prior` decode steps.
+
+    Only verify steps time verify rows, so times that stopped all drafting would never be replaced:
+    a verify row length not seen in the last `max_age` steps is forgotten (decodes are timed whenever
+    drafting stops, so their times stay). Rows timed during a burst of load are then tried again.
     """
 
-    def __init__(self, prior_verify_cost: float, window: int = 16, min_samples: int = 3, decay: float = 0.9) -> None:
+    def __init__(
+        self, prior_verify_cost: float, window: int = 16, min_samples: int = 3, decay: float = 0.9, max_age: int = 256
+    ) -> None:
         self.prior = prior_verify_cost
         self.window = window
         self.min_samples = min_samples
         self.decay = decay
+        self.max_age = max_age
         self.samples: dict[int, deque[float]] = {}  # row length -> its latest step times
+        self.last_seen: dict[int, int] = {}  # row length -> the number of the step that last had it
+        self.num_steps = 0
         self.draft_seconds: float | None = None  # decayed mean proposer time per drafted token
 
     def observe_step(self, num_tokens: int, seconds: float) -> None:
+        self.num_steps += 1
         self.samples.setdefault(num_tokens, deque(maxlen=self.window)).append(seconds)
+        self.last_seen[num_tokens] = self.num_steps
+        oldest = self.num_steps - self.max_age
+        for n in [n for n, seen in self.last_seen.items() if n > 1 and seen < oldest]:
+            del self.samples[n], self.last_seen[n]
 
     def observe_drafts(self, num_drafts: int, seconds: float) -> None:
         if num_drafts > 0:
