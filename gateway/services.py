@@ -193,5 +193,6 @@ class Services:
         self.offload.close()
         if self.owns_client:
             await self.client.aclose()
+        await self.generator.metering.aclose()  # reservations of callers that left, given back before the store closes
         if self.owns_store:
             await self.store.aclose()

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import structlog
 
@@ -63,7 +64,8 @@ class Metering:
         self.prices = prices
         self.metrics = metrics
         self.spool = spool  # None: a ledger failure raises (nothing to keep the record in)
-        self.giving_back: set[asyncio.Future[int]] = set()  # reservations of callers that left (kept alive here)
+        # reservations of callers that left, then their give-backs: kept alive here, awaited by `aclose`
+        self.giving_back: set[asyncio.Future[Any]] = set()
 
     def price(self, model_id: str) -> Price | None:
         return self.prices.prices.get(model_id)
@@ -90,6 +92,7 @@ class Metering:
         except asyncio.CancelledError:
             # The caller left (client gone, shutdown) while the reservation was in flight: the store
             # still applies it, and nobody would settle it. Give it back once it lands.
+            self.giving_back.add(reserving)
             reserving.add_done_callback(lambda done: self._give_back_late(done, tenant.id, month, amount))
             raise
         if not decision.allowed:
@@ -166,8 +169,16 @@ class Metering:
     def _give_back_late(
         self, reserving: asyncio.Future[BudgetDecision], tenant_id: str, month: str, amount: int
     ) -> None:
-        if reserving.cancelled() or reserving.exception() is not None or not reserving.result().allowed:
-            return  # nothing was reserved (a store error is logged where it is seen: nowhere to settle)
+        self.giving_back.discard(reserving)  # its give-back, if any, joins the set in this same callback
+        if reserving.cancelled():
+            return
+        if reserving.exception() is not None:  # the store may or may not have applied it: nothing to settle
+            log.warning(
+                "a reservation whose caller left failed", tenant_id=tenant_id, error=repr(reserving.exception())
+            )
+            return
+        if not reserving.result().allowed:
+            return  # nothing was reserved
         giving_back = asyncio.ensure_future(self.store.settle_budget(tenant_id, month, amount, 0))
         self.giving_back.add(giving_back)
         giving_back.add_done_callback(self._given_back)
@@ -176,6 +187,17 @@ class Metering:
         self.giving_back.discard(giving_back)
         if not giving_back.cancelled() and giving_back.exception() is not None:
             log.warning("giving back a reservation failed", error=repr(giving_back.exception()))
+
+    async def aclose(self, timeout_s: float = 10.0) -> None:
+        """Wait (at most `timeout_s`) until the reservations of callers that left are given back: the
+        app's lifespan calls it before it closes the store, which would refuse the give-backs."""
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while self.giving_back:
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0:
+                log.warning("reservations not given back at shutdown", count=len(self.giving_back))
+                return
+            await asyncio.wait(set(self.giving_back), timeout=left)
 
     async def release(self, request: MeteredRequest) -> None:
         """Give back a reservation for a request that never reached a backend."""

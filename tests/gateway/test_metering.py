@@ -6,6 +6,7 @@ import asyncio
 import threading
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -16,7 +17,9 @@ from gateway.errors import BudgetExhausted
 from gateway.fleet.catalog import ModelSpec
 from gateway.metrics import GatewayMetrics
 from gateway.pipeline.auth import Authenticator
-from gateway.store import Store
+from gateway.services import Services
+from gateway.settings import GatewaySettings
+from gateway.store import Store, open_store
 from gateway.store.embedded import EmbeddedStore
 from policies.pricing import PriceTable
 
@@ -94,3 +97,34 @@ async def test_a_reservation_whose_caller_is_cancelled_is_given_back(store: Stor
         await asyncio.sleep(0.005)
     assert await store.budget_spent("ta", month) == 0
     assert request.reservation is None
+
+
+async def test_a_reservation_given_back_while_the_gateway_stops_is_saved(tmp_path: Path) -> None:
+    # A client that left during set-up just before shutdown: its reservation lands on the SQLite thread
+    # after the lifespan began closing. The give-back must reach the file before the store closes, or
+    # the worst case stays in the month's spend after the restart.
+    settings = GatewaySettings(redis_url=None, sqlite_path=str(tmp_path / "g.sqlite3"), tokenizer_cache_dir=None)
+    services = await Services.open(settings, GatewayMetrics())
+    store = services.store
+    assert isinstance(store, EmbeddedStore)
+    request = await request_for(store, budget=10_000)
+    metering = services.generator.metering
+    metering.prices = PRICES
+    month = time.strftime("%Y-%m", time.gmtime(request.ctx.arrived_at))
+    thread_free = threading.Event()
+    busy = asyncio.ensure_future(store._worker.run(thread_free.wait))  # the SQLite thread is busy
+    caller = asyncio.create_task(metering.reserve(request, max_tokens=100))
+    await asyncio.sleep(0.05)  # the reservation is queued behind the busy call
+    caller.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await caller
+    stopping = asyncio.create_task(services.aclose())  # the lifespan ends
+    await asyncio.sleep(0.05)
+    thread_free.set()
+    await busy
+    await stopping
+    reopened = open_store(settings.store)
+    try:
+        assert await reopened.budget_spent("ta", month) == 0
+    finally:
+        await reopened.aclose()
