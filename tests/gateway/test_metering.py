@@ -73,6 +73,19 @@ async def test_budget_is_reserved_for_the_worst_case_then_settled(store: Store) 
     assert await store.budget_spent("ta", month) == 230  # a refusal changes nothing
 
 
+async def cancel_while_queued(store: EmbeddedStore, metering: Metering, request: MeteredRequest) -> threading.Event:
+    """A reservation whose caller is cancelled while it waits behind a busy SQLite thread; set the
+    event returned to free the thread."""
+    thread_free = threading.Event()
+    asyncio.ensure_future(store._worker.run(thread_free.wait))  # the SQLite thread is busy
+    caller = asyncio.create_task(metering.reserve(request, max_tokens=100))
+    await asyncio.sleep(0.05)  # the reservation is queued behind the busy call
+    caller.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await caller
+    return thread_free
+
+
 async def test_a_reservation_whose_caller_is_cancelled_is_given_back(store: Store) -> None:
     # A client that leaves while its budget reservation is in flight cancels the request's task. The
     # store applies the reservation anyway (queued on the embedded store's SQLite thread, as here;
@@ -82,15 +95,8 @@ async def test_a_reservation_whose_caller_is_cancelled_is_given_back(store: Stor
     request = await request_for(store, budget=10_000)
     metering = Metering(store, PRICES, GatewayMetrics())
     month = time.strftime("%Y-%m", time.gmtime(request.ctx.arrived_at))
-    thread_free = threading.Event()
-    busy = asyncio.ensure_future(store._worker.run(thread_free.wait))  # the SQLite thread is busy
-    caller = asyncio.create_task(metering.reserve(request, max_tokens=100))
-    await asyncio.sleep(0.05)  # the reservation is queued behind the busy call
-    caller.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await caller
+    thread_free = await cancel_while_queued(store, metering, request)
     thread_free.set()
-    await busy
     for _ in range(200):  # the reservation lands, then its give-back: a few hand-offs
         if await store.budget_spent("ta", month) == 0:
             break
@@ -111,17 +117,10 @@ async def test_a_reservation_given_back_while_the_gateway_stops_is_saved(tmp_pat
     metering = services.generator.metering
     metering.prices = PRICES
     month = time.strftime("%Y-%m", time.gmtime(request.ctx.arrived_at))
-    thread_free = threading.Event()
-    busy = asyncio.ensure_future(store._worker.run(thread_free.wait))  # the SQLite thread is busy
-    caller = asyncio.create_task(metering.reserve(request, max_tokens=100))
-    await asyncio.sleep(0.05)  # the reservation is queued behind the busy call
-    caller.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await caller
+    thread_free = await cancel_while_queued(store, metering, request)
     stopping = asyncio.create_task(services.aclose())  # the lifespan ends
     await asyncio.sleep(0.05)
     thread_free.set()
-    await busy
     await stopping
     reopened = open_store(settings.store)
     try:
