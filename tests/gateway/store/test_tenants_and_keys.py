@@ -120,3 +120,19 @@ async def test_keys_and_tenants_survive_reopen(open_instance: OpenStore) -> None
     assert await second.lookup_key(secret) == key
     assert await second.lookup_key(revoked_secret) is None
     assert [k.is_revoked for k in await second.list_keys(tenant.id)] == [False, True]
+
+
+async def test_records_handed_out_are_the_callers_own(store: Store) -> None:
+    # the stores hand out copies (no checks re-run): a caller that changes one changes nothing stored
+    tenant = await store.create_tenant("Acme", ["acct1"], tenant_id="acme", monthly_budget_micro=5)
+    key, secret = await store.create_key("acme", rpm=10)
+    for got in (tenant, await store.get_tenant("acme"), await store.get_tenant_by_account("acct1")):
+        assert got is not None
+        got.monthly_budget_micro, got.name = None, "changed"
+    for got_key in (key, await store.lookup_key(secret), await store.get_key(key.id)):
+        assert got_key is not None
+        got_key.rpm, got_key.revoked_at = None, 1.0
+    for again in (await store.get_tenant("acme"), await store.get_tenant_by_account("acct1")):
+        assert again is not None and (again.name, again.monthly_budget_micro) == ("Acme", 5)
+    for again_key in (await store.lookup_key(secret), await store.get_key(key.id)):
+        assert again_key is not None and (again_key.rpm, again_key.revoked_at) == (10, None)
