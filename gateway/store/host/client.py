@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import AsyncIterator, Iterable, Sequence
-from dataclasses import replace
 from typing import Any
 
 from gateway.store import errors
@@ -24,7 +23,7 @@ from gateway.store.base import Store
 from gateway.store.checks import check_id
 from gateway.store.host import codec, socket_file
 from gateway.store.host.connection import HostConnection
-from gateway.store.models import ApiKey, BudgetDecision, LimitDecision, Tenant, UsageRecord, to_us
+from gateway.store.models import ApiKey, BudgetDecision, LimitDecision, Tenant, UsageRecord, copied, to_us
 from gateway.store.settings import StoreSettings
 from gateway.store.sqlite_db import USAGE_PAGE
 
@@ -115,13 +114,13 @@ class HostedStore(Store):
 
     async def get_tenant(self, tenant_id: str) -> Tenant | None:
         if isinstance(tenant_id, str) and (tenant := self._tenants.get(tenant_id)) is not None:
-            return replace(tenant)
+            return copied(tenant)
         found = codec.optional_tenant(await self._call("get_tenant", tenant_id))
         return None if found is None else self._seen(found)
 
     async def get_tenant_by_account(self, account_id: str) -> Tenant | None:
         if isinstance(account_id, str) and (tenant_id := self._accounts.get(account_id)) is not None:
-            return replace(self._tenants[tenant_id])
+            return copied(self._tenants[tenant_id])
         found = codec.optional_tenant(await self._call("get_tenant_by_account", account_id))
         return None if found is None else self._seen(found)
 
@@ -130,7 +129,7 @@ class HostedStore(Store):
 
     def _seen(self, tenant: Tenant) -> Tenant:
         """Remember `tenant` (see `_tenants`) and return it (the caller's copy)."""
-        self._tenants[tenant.id] = replace(tenant)
+        self._tenants[tenant.id] = copied(tenant)
         self._accounts.update((account, tenant.id) for account in tenant.account_ids)
         return tenant
 
