@@ -12,6 +12,8 @@ tokens are still recorded). Which tokens are billed for each status is `billing.
 (a backend failure or refusal costs nothing). A record the ledger cannot take (the store is
 down) goes to the local spool (`billing.spool`) and is replayed later; a budget that cannot be
 settled is logged and left reserved (the tenant is never under-charged), never losing the record.
+A reservation whose caller left while it was in flight is given back once it lands; `aclose` (the
+app's lifespan, before the store closes) waits for those.
 """
 
 from __future__ import annotations
