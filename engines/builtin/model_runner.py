@@ -32,7 +32,7 @@ from engines.builtin.loader import cache, load_model
 from engines.builtin.model import forward, rope_freqs_cis, rope_inv_freq
 from engines.builtin.model_config import ModelConfig
 from engines.builtin.step_split import StepWorkers, plan_parts
-from engines.builtin.thread_choice import ThreadChoice
+from engines.builtin.thread_choice import ThreadChoices
 from engines.builtin.tokenizer import Tokenizer
 from engines.builtin.weights import LlamaWeights
 
@@ -132,7 +132,8 @@ class ModelRunner:
         self.fused: FusedDecode | None = None
         if config.linear_format == "q4_1":
             self.fused = FusedDecode.may_build(self.weights, mc, self.kv_caches, self.inv_freq)
-        self.fused_threads = ThreadChoice(torch.get_num_threads())  # 1 or all threads per fused step, by its times
+        # 1 or all threads per fused step, by the times of steps of its size
+        self.fused_threads = ThreadChoices(torch.get_num_threads(), FusedDecode.MAX_ROWS)
         self.max_model_len = min(config.max_model_len or mc.max_position_embeddings, mc.max_position_embeddings)
         self.max_group_padding = MAX_GROUP_PADDING  # benchmarks/decode_groups.py sets it huge for the old single group
         num_workers = config.step_workers if config.step_workers is not None else torch.get_num_threads()
@@ -204,8 +205,8 @@ class ModelRunner:
             tables += [item.block_table] * len(item.token_ids)
         max_threads = torch.get_num_threads()  # 1 on a step worker (step_split.py): it leaves the choice alone
         if max_threads > 1 and self.fused_threads.max_threads != max_threads:
-            self.fused_threads = ThreadChoice(max_threads)
-        num_threads = self.fused_threads.pick() if max_threads > 1 else 1
+            self.fused_threads = ThreadChoices(max_threads, FusedDecode.MAX_ROWS)
+        num_threads = self.fused_threads.pick(len(token_ids)) if max_threads > 1 else 1
         start = time.perf_counter()
         with torch.inference_mode():
             logits, aux = fused(token_ids, positions, tables, aux_layers, num_threads)

@@ -12,6 +12,12 @@ next probe (served, a whole 64-token stream at ~108 tok/s instead of ~165): so a
 has held for PROBE_EVERY steps is followed by a probe `QUICK_PROBE` steps later, which undoes it if the
 slowness has passed. Switches closer together (a machine whose load comes and goes) get no quick probe,
 so those cost at most one more probe per PROBE_EVERY steps.
+
+Steps of different sizes are not compared: the time per row falls as a step grows, and not alike on one
+thread and on all (a speculative verify row of 9 tokens costs ~4.5x a decode on one thread, ~7x on two
+busy ones), so a probe that happened to run a big step would make its option look faster for the decodes
+too. `ThreadChoices` keeps one choice per size class: single decodes, and then each further pass of the
+matmul kernels over their weights (`rows_per_pass` rows each).
 """
 
 from __future__ import annotations
@@ -60,3 +66,27 @@ class ThreadChoice:
             self.ms_per_row[num_threads] = per_row
         else:
             self.ms_per_row[num_threads] = known + self.SMOOTHING * (per_row - known)
+
+
+@dataclass(slots=True)
+class ThreadChoices:
+    """One `ThreadChoice` per step size class: 1 row, then 1, 2, ... passes of `rows_per_pass` rows."""
+
+    max_threads: int
+    rows_per_pass: int
+    by_class: dict[int, ThreadChoice] = field(default_factory=dict)
+
+    def _choice(self, num_rows: int) -> ThreadChoice:
+        size_class = 0 if num_rows == 1 else -(-num_rows // self.rows_per_pass)
+        choice = self.by_class.get(size_class)
+        if choice is None:
+            choice = self.by_class[size_class] = ThreadChoice(self.max_threads)
+        return choice
+
+    def pick(self, num_rows: int) -> int:
+        """The thread count for a step of `num_rows` rows."""
+        return self._choice(num_rows).pick()
+
+    def record(self, num_threads: int, wall_ms: float, num_rows: int) -> None:
+        """A step's wall time, for the choice of its size class."""
+        self._choice(num_rows).record(num_threads, wall_ms, num_rows)

@@ -207,9 +207,10 @@ def test_a_split_step_runs_fused_parts_on_the_workers_and_leaves_the_thread_choi
         pytest.skip("needs the q4_1 format and step workers")
     items = [ForwardItem([11 + i], 0, [100 + i]) for i in range(2 * FusedDecode.MAX_ROWS)]  # split into 2 fused parts
     runner.execute(items[:1])  # the main thread's choice has a history
-    choice, history = runner.fused_threads, dict(runner.fused_threads.ms_per_row)
+    choice = runner.fused_threads
+    history = {size: dict(c.ms_per_row) for size, c in choice.by_class.items()}
     together = runner.execute(items)
-    assert runner.fused_threads is choice and choice.ms_per_row == history
+    assert runner.fused_threads is choice and {size: c.ms_per_row for size, c in choice.by_class.items()} == history
     alone = torch.cat([runner.execute([item]) for item in items])
     assert (together - alone).abs().max() <= 1e-5 * alone.abs().max()
 

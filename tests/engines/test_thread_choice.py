@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from engines.builtin.thread_choice import ThreadChoice
+from collections.abc import Callable
+
+from engines.builtin.thread_choice import ThreadChoice, ThreadChoices
 
 
 def run_steps(choice: ThreadChoice, ms_per_step: dict[int, float], num_steps: int) -> list[int]:
@@ -49,3 +51,39 @@ def test_times_are_compared_per_row() -> None:
     choice.record(4, 12.0, num_rows=4)  # 3 ms per row
     choice.record(1, 5.0, num_rows=1)
     assert choice.pick() == 4
+
+
+# A speculative stream's steps on a machine where one thread wins single decodes and two threads win big verify
+# steps (wall ms by thread count): the kind of split BENCHMARKS.md "Speculative verify through the fused step" saw.
+DECODE_MS = {1: 8.8, 2: 12.0}
+VERIFY_9_MS = {1: 64.0, 2: 45.0}
+
+
+def run_mixed(pick: Callable[[int], int], record: Callable[[int, float, int], None]) -> dict[int, list[int]]:
+    """Three decodes, then a 9-token verify step, over and over: the thread counts picked, by step size."""
+    picked: dict[int, list[int]] = {1: [], 9: []}
+    for step in range(8 * ThreadChoice.PROBE_EVERY):
+        rows = 9 if step % 4 == 3 else 1
+        n = pick(rows)
+        record(n, (VERIFY_9_MS if rows == 9 else DECODE_MS)[n], rows)
+        picked[rows].append(n)
+    return picked
+
+
+def mostly(picked: list[int]) -> int:
+    late = picked[len(picked) // 2 :]
+    return max(set(late), key=late.count)
+
+
+def test_steps_of_different_sizes_get_their_own_faster_thread_count() -> None:
+    # One choice for all sizes gives both sizes the same thread count (probes aside): one of them always runs
+    # on its slower option.
+    single = ThreadChoice(max_threads=2)
+    shared = run_mixed(lambda rows: single.pick(), single.record)
+    assert mostly(shared[1]) == mostly(shared[9])
+    choices = ThreadChoices(max_threads=2, rows_per_pass=4)
+    apart = run_mixed(choices.pick, choices.record)
+    assert (mostly(apart[1]), mostly(apart[9])) == (1, 2)
+    late = apart[1][len(apart[1]) // 2 :]
+    assert late.count(2) <= len(late) // ThreadChoice.PROBE_EVERY + 2  # decodes on two threads: probes only
+    assert set(choices.by_class) == {0, 3}  # 1 row; 9 rows = three passes of 4
