@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cli.parent_death import stop_with_parent
-from gateway.store.host.process import is_served
+from gateway.store.host.process import wait_served
 from gateway.store.settings import StoreSettings
 
 STORE_SOCKET_ENV = "EDGERUN_STORE_SOCKET"
@@ -36,10 +36,6 @@ def needs_store_host(store: StoreSettings) -> bool:
     """Whether `serve --workers N` starts a host: not when the workers share Redis, a host run
     elsewhere (`store_socket`), or the SQLite file by choice (`sqlite_shared = true`)."""
     return store.redis_url is None and store.store_socket is None and not store.sqlite_shared
-
-
-class StoreHostError(RuntimeError):
-    """The store host exited, or did not accept connections, before it was ready."""
 
 
 def private_directory(port: int) -> Path:
@@ -87,21 +83,10 @@ class StoreHost:
         return None if self.process is None else self.process.poll()
 
     def wait_ready(self, timeout_s: float, give_up: Callable[[], bool] = lambda: False) -> None:
-        """Until the socket accepts a connection; StoreHostError if the host exits first or time runs out.
+        """Until the socket accepts a connection; HostNotReady if the host exits first or time runs out.
         Returns early, not ready, once `give_up()` is true (a SIGTERM meanwhile)."""
         assert self.process is not None
-        deadline = time.monotonic() + timeout_s
-        while not give_up():
-            code = self.process.poll()
-            if code is not None:
-                raise StoreHostError(f"the store host exited with status {code} before it was ready")
-            if is_served(str(self.socket_path)):
-                return
-            if time.monotonic() > deadline:
-                raise StoreHostError(
-                    f"the store host did not accept connections on {self.socket_path} within {timeout_s:g}s"
-                )
-            time.sleep(0.05)
+        wait_served(self.process, str(self.socket_path), timeout_s, give_up)
 
     def stop(self, timeout_s: float) -> bool:
         """SIGTERM (the host drains and closes the store), SIGKILL after `timeout_s`; False if it was killed."""

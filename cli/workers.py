@@ -41,7 +41,8 @@ from types import FrameType
 import structlog
 
 from cli.parent_death import stop_with_parent
-from cli.store_host import StoreHost, StoreHostError
+from cli.store_host import StoreHost
+from gateway.store.host.process import HostNotReady
 
 log = structlog.get_logger("edgerun.serve.workers")
 
@@ -84,7 +85,7 @@ class Supervisor:
         self._stopping = True
 
     def _start_host(self) -> None:
-        """Start the store host and wait until it accepts (StoreHostError if it does not)."""
+        """Start the store host and wait until it accepts (HostNotReady if it does not)."""
         assert self.host is not None
         self.host.start()
         self.host.wait_ready(self.host_ready_timeout_s, give_up=lambda: self._stopping)
@@ -102,7 +103,7 @@ class Supervisor:
             self.workers = [self._start(i) for i in range(self.num_workers)]
             log.info("workers started", workers=self.num_workers, pids=[w.process.pid for w in self.workers])
             status = self._watch()
-        except StoreHostError as exc:
+        except HostNotReady as exc:
             log.error("store host not ready; stopping", error=str(exc))
             status = self._host_status()
         finally:
