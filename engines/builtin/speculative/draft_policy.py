@@ -72,6 +72,17 @@ def best_num_drafts(alpha: float, step_cost: Callable[[int], float], max_drafts:
     return best_k
 
 
+def _line(medians: dict[int, float]) -> tuple[float, float] | None:
+    """(intercept, slope) of the least-squares line through (row length, seconds); None under two lengths."""
+    if len(medians) < 2:
+        return None
+    xs, ys = list(medians), list(medians.values())
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    var = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / var
+    return my - slope * mx, slope
+
+
 class StepCosts:
     """What a batch-1 step costs per row length, and the proposer per draft, as the engine measures them.
 
@@ -100,8 +111,13 @@ class StepCosts:
         self.last_seen: dict[int, int] = {}  # row length -> the number of the step that last had it
         self.num_steps = 0
         self.draft_seconds: float | None = None  # decayed mean proposer time per drafted token
+        # the medians and their line, read by every decision (up to 1 + max_drafts step costs each): computed
+        # once per step observed, not per read
+        self._medians: dict[int, float] | None = None
+        self._fit: tuple[float, float] | None = None
 
     def observe_step(self, num_tokens: int, seconds: float) -> None:
+        self._medians = None
         self.num_steps += 1
         self.samples.setdefault(num_tokens, deque(maxlen=self.window)).append(seconds)
         self.last_seen[num_tokens] = self.num_steps
@@ -116,24 +132,22 @@ class StepCosts:
             self.draft_seconds = per if old is None else self.decay * old + (1 - self.decay) * per
 
     def median_seconds(self) -> dict[int, float]:
-        return {n: statistics.median(times) for n, times in sorted(self.samples.items())}
+        if self._medians is None:
+            self._medians = {n: statistics.median(times) for n, times in sorted(self.samples.items())}
+            self._fit = _line(self._medians)
+        return self._medians
 
     def fit(self) -> tuple[float, float] | None:
         # -> (intercept, slope) of median seconds over row length, or None with fewer than two lengths
-        medians = self.median_seconds()
-        if len(medians) < 2:
-            return None
-        xs, ys = list(medians), list(medians.values())
-        mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-        var = sum((x - mx) ** 2 for x in xs)
-        slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / var
-        return my - slope * mx, slope
+        self.median_seconds()
+        return self._fit
 
     @property
     def decode_seconds(self) -> float | None:
-        if 1 in self.samples:
-            return statistics.median(self.samples[1])
-        fit = self.fit()
+        medians = self.median_seconds()
+        if 1 in medians:
+            return medians[1]
+        fit = self._fit
         return None if fit is None else fit[0] + fit[1]
 
     @property
