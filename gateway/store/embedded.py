@@ -11,7 +11,17 @@ here meanwhile). A CLI revocation thus holds within that period plus one read. L
 memory only: after a restart they start empty, which costs at most one minute of rate-limit
 history and some cache affinity. Budgets and the ledger are SQLite rows.
 
-All SQLite work runs, in call order, on one worker thread owned by the store (serial_worker.py); memory updates
+SQLite work runs in call order on one worker thread owned by the store (serial_worker.py), with one
+exception, the writes every request makes (its budget reservation and settlement, its ledger
+record): those run on the event loop itself when the worker has nothing queued or running, on a
+second connection that never waits for a lock (`busy_timeout` 0) and never checkpoints. Such a
+write (WAL, `synchronous=NORMAL`: the commit appends to the WAL and syncs nothing) takes tens of
+microseconds; handing it to the thread cost several times that in GIL hand-offs between the two
+threads (measured, BENCHMARKS.md "Gateway CPU per streamed request"). A write that finds the file
+locked (another process writing), or fails for any other reason, goes to the worker instead, which
+waits `sqlite_busy_timeout_s` or reports the error; so does any write while the worker is busy,
+so writes never overtake each other. Every `CHECKPOINT_EVERY` writes made on the loop, the worker
+checkpoints the WAL (PASSIVE), which may sync the file: never on the loop. Memory updates
 happen on the event loop without awaiting, which makes each check-and-change atomic. Ledger
 appends are group-committed: records that arrive while a ledger transaction is being written go
 into the next one together (one commit for many requests under load), and each `append_usage`
@@ -27,7 +37,9 @@ import asyncio
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
+
+import structlog
 
 from gateway.store import apikeys
 from gateway.store.base import Store
@@ -61,10 +73,13 @@ from gateway.store.sqlite_db import USAGE_PAGE, Database
 from policies.limits import WindowRule, sliding_window
 
 T = TypeVar("T")
+log = structlog.get_logger("edgerun.gateway.store")
+CHECKPOINT_EVERY = 256  # writes made on the loop between two WAL checkpoints on the worker (a few pages each)
 
 
 class EmbeddedStore(Store):
     answers_in_memory = True  # sessions, prefixes and loads live in this process
+    writes_on_loop = True  # a request's writes may run on the event loop (see the module's doc)
 
     def __init__(self, settings: StoreSettings, clock: Callable[[], float] = time.time) -> None:
         """Open (creating if needed) `settings.sqlite_path` and load tenants, keys and budgets.
@@ -74,6 +89,14 @@ class EmbeddedStore(Store):
         self._clock = clock
         self._db = Database(settings.sqlite_path, busy_timeout_s=settings.sqlite_busy_timeout_s)
         self._worker = SerialWorker("edgerun-sqlite")
+        self._db_on_loop: Database | None = None
+        if self.writes_on_loop and settings.sqlite_path != ":memory:":  # (a second connection: another database)
+            self._db_on_loop = Database(
+                settings.sqlite_path, busy_timeout_s=settings.sqlite_busy_timeout_s, autocheckpoint=False
+            )
+            self._db_on_loop.never_wait()
+        self._written_on_loop = 0
+        self._checkpointing: asyncio.Task[None] | None = None
         self._tenants = {t.id: t for t in self._db.load_tenants()}
         self._accounts = {a: t.id for t in self._tenants.values() for a in t.account_ids}
         self._keys: dict[str, ApiKey] = {}
@@ -139,6 +162,30 @@ class EmbeddedStore(Store):
             return await (self._worker.run_grouped if grouped else self._worker.run)(fn, *args)
         except sqlite3.OperationalError as exc:  # locked past the busy timeout, disk full, file gone
             raise StoreUnavailable(f"the SQLite file cannot be written ({exc}); check EDGERUN_SQLITE_PATH") from exc
+
+    async def _write(self, name: str, *args: object) -> Any:
+        """`Database.<name>(*args)`: on the event loop when it can go at once (see the module's doc),
+        else on the worker."""
+        here = self._db_on_loop
+        if here is not None and self._worker.is_idle:
+            try:
+                result = getattr(here, name)(*args)
+            except sqlite3.Error:  # locked by another process, or a file error: the worker waits or reports it
+                pass
+            else:
+                self._written_on_loop += 1
+                if self._written_on_loop % CHECKPOINT_EVERY == 0 and self._checkpointing is None:
+                    self._checkpointing = asyncio.get_running_loop().create_task(self._checkpoint())
+                return result
+        return await self._run(getattr(self._db, name), *args)
+
+    async def _checkpoint(self) -> None:
+        try:
+            await self._run(self._db.checkpoint)
+        except StoreUnavailable as exc:  # the next one tries again; the WAL only grows meanwhile
+            log.warning("checkpointing the SQLite WAL failed", error=exc.args[0])
+        finally:
+            self._checkpointing = None
 
     # --- tenants ---
 
@@ -319,7 +366,7 @@ class EmbeddedStore(Store):
     async def _save_budget(self, tenant_id: str, month: str, spent: int) -> None:
         # Memory changes before the await; the single worker writes the values in the same order.
         self._budgets[(tenant_id, month)] = spent
-        await self._run(self._db.save_budget, tenant_id, month, spent)
+        await self._write("save_budget", tenant_id, month, spent)
 
     async def budget_spent(self, tenant_id: str, month: str) -> int:
         return self._budgets.get((tenant_id, check_month(month)), 0)
@@ -410,7 +457,8 @@ class EmbeddedStore(Store):
 
     async def _write_usages(self, records: list[UsageRecord]) -> list[bool]:
         """One transaction of ledger records (the shared store writes them in its group transaction)."""
-        return await self._run(self._db.insert_usages, records)
+        written: list[bool] = await self._write("insert_usages", records)
+        return written
 
     async def _insert_usages(self, records: list[UsageRecord]) -> list[bool | BaseException]:
         """Each record's outcome. A batch that fails for any other reason than the file (which
@@ -453,6 +501,10 @@ class EmbeddedStore(Store):
             await asyncio.wait({self._refreshing})
         if self._ledger_writer is not None:  # what was queued is committed before the file closes
             await asyncio.wait({self._ledger_writer})
+        if self._checkpointing is not None:
+            await asyncio.wait({self._checkpointing})
+        if self._db_on_loop is not None:
+            self._db_on_loop.close()
         await self._run(self._db.close)
         self._worker.close()
 

@@ -52,6 +52,7 @@ T = TypeVar("T")
 
 
 class SharedEmbeddedStore(EmbeddedStore):
+    writes_on_loop = False  # every write joins the worker's group transaction on the shared file
     def __init__(self, settings: StoreSettings, clock: Callable[[], float] = time.time) -> None:
         """Open `settings.sqlite_path` (a file: several processes must reach it) and its shared tables."""
         if settings.sqlite_path == ":memory:":

@@ -38,6 +38,7 @@ class SerialWorker:
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()  # None: close
         self._closing = threading.Lock()  # no call is queued after the None
         self._closed = False
+        self._outstanding = 0  # calls asked for whose outcome has not reached the loop yet (see is_idle)
         self.commit = commit
         self._thread = threading.Thread(target=self._work, name=name, daemon=True)
         self._thread.start()
@@ -50,12 +51,20 @@ class SerialWorker:
         """As `run`, for a call that may join the open group transaction; it returns once that is committed."""
         return await self._ask(fn, args, grouped=self.commit is not None)
 
+    @property
+    def is_idle(self) -> bool:
+        """True when every call asked for has run and its outcome has reached the loop: a call made
+        now on the loop's own thread overtakes none of them. Read it on the thread of the one event
+        loop that asks this worker for calls (the counts are kept there)."""
+        return self._outstanding == 0 and not self._closed
+
     async def _ask(self, fn: Callable[..., T], args: tuple[Any, ...], grouped: bool) -> T:
         done: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         with self._closing:
             if self._closed:
                 raise RuntimeError("the store's worker thread is closed")
             self._jobs.put((fn, args, done, grouped))
+            self._outstanding += 1  # back down when its outcome reaches the loop, cancelled caller or not
         return await done
 
     def close(self) -> None:
@@ -96,7 +105,7 @@ class SerialWorker:
                 outcome = (done, None, exc)
             (group if grouped else settled).append(outcome)
         settled.extend(self._commit(group))
-        _hand_back(settled)
+        self._hand_back(settled)
 
     def _commit(self, group: list[_Outcome]) -> list[_Outcome]:
         """The group's outcomes once its transaction is committed; if the commit fails, its error for each."""
@@ -108,16 +117,19 @@ class SerialWorker:
             return [(done, None, error or exc) for done, _, error in group]
         return group
 
+    def _hand_back(self, settled: list[_Outcome]) -> None:
+        outcomes: dict[asyncio.AbstractEventLoop, list[_Outcome]] = {}
+        for outcome in settled:
+            outcomes.setdefault(outcome[0].get_loop(), []).append(outcome)
+        for loop, some in outcomes.items():
+            try:
+                loop.call_soon_threadsafe(self._settle, some)
+            except RuntimeError:  # that loop is closed: nobody waits for these any more
+                pass
 
-def _hand_back(settled: list[_Outcome]) -> None:
-    outcomes: dict[asyncio.AbstractEventLoop, list[_Outcome]] = {}
-    for outcome in settled:
-        outcomes.setdefault(outcome[0].get_loop(), []).append(outcome)
-    for loop, some in outcomes.items():
-        try:
-            loop.call_soon_threadsafe(_settle, some)
-        except RuntimeError:  # that loop is closed: nobody waits for these any more
-            pass
+    def _settle(self, outcomes: list[_Outcome]) -> None:
+        self._outstanding -= len(outcomes)
+        _settle(outcomes)
 
 
 def _settle(outcomes: list[_Outcome]) -> None:

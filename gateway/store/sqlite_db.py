@@ -56,9 +56,13 @@ def _models_from(text: str | None) -> frozenset[str] | None:
 
 
 class Database:
-    def __init__(self, path: str, *, synchronous: str = "NORMAL", busy_timeout_s: float = 5.0) -> None:
+    def __init__(
+        self, path: str, *, synchronous: str = "NORMAL", busy_timeout_s: float = 5.0, autocheckpoint: bool = True
+    ) -> None:
         """Open (creating) the file; `synchronous="FULL"` makes each commit survive an OS crash too;
-        a write waits up to `busy_timeout_s` for another connection's (then sqlite3.OperationalError)."""
+        a write waits up to `busy_timeout_s` for another connection's (then sqlite3.OperationalError).
+        `autocheckpoint=False`: commits never copy the WAL back into the file (which syncs it to disk);
+        the owner calls `checkpoint` instead, where it may block."""
         if path != ":memory:":
             Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
             path = str(Path(path).expanduser())
@@ -67,6 +71,8 @@ class Database:
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute(f"PRAGMA synchronous={'FULL' if synchronous == 'FULL' else 'NORMAL'}")
         self._conn.execute("PRAGMA foreign_keys=ON")
+        if not autocheckpoint:
+            self._conn.execute("PRAGMA wal_autocheckpoint=0")
         self._conn.executescript(_SCHEMA)
         columns = {row[1] for row in self._conn.execute("PRAGMA table_info(tenants)")}
         if "max_concurrent_requests" not in columns:  # a file from before the column existed
@@ -74,6 +80,16 @@ class Database:
 
     def close(self) -> None:
         self._conn.close()
+
+    def never_wait(self) -> None:
+        """From now on a write that finds the file locked by another connection fails at once
+        (sqlite3.OperationalError) instead of waiting up to the busy timeout."""
+        self._conn.execute("PRAGMA busy_timeout=0")
+
+    def checkpoint(self) -> None:
+        """Copy what the WAL holds back into the file, as far as no reader still needs it (PASSIVE: it
+        waits for no lock), so the WAL is written from its start again instead of growing."""
+        self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
 
     def identity(self) -> str:
         """A random id made once per file, so processes can tell whether they share it."""

@@ -1,0 +1,129 @@
+"""The embedded store's per-request writes on the event loop (gateway/store/embedded.py): they go
+to the worker whenever they could block or overtake, and the WAL is still checkpointed."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import gateway.store.embedded as embedded
+from gateway.settings import GatewaySettings
+from gateway.store.embedded import EmbeddedStore
+from tests.gateway.store.test_ledger import record
+
+
+def open_store(path: Path) -> EmbeddedStore:
+    return EmbeddedStore(GatewaySettings(redis_url=None, sqlite_path=str(path)).store)
+
+
+def spent_on_disk(path: Path, tenant_id: str, month: str) -> int:
+    with sqlite3.connect(path) as conn:
+        row = conn.execute(
+            "SELECT spent_micro FROM budget_spend WHERE tenant_id = ? AND month = ?", (tenant_id, month)
+        ).fetchone()
+    return int(row[0])
+
+
+async def test_writes_are_made_on_the_loop_when_the_worker_is_idle(tmp_path: Path) -> None:
+    store = open_store(tmp_path / "gateway.sqlite3")
+    try:
+        loop_thread = threading.get_ident()
+        threads: list[int] = []
+        here = store._db_on_loop
+        assert here is not None
+        insert = here.insert_usages
+
+        def watched(records: list[object]) -> list[bool]:
+            threads.append(threading.get_ident())
+            return insert(records)  # type: ignore[arg-type]
+
+        here.insert_usages = watched  # type: ignore[method-assign]
+        assert await store.append_usage(record("r1", 100.0))
+        assert threads == [loop_thread]
+        assert await store.get_usage("r1") == record("r1", 100.0)  # read back on the worker's connection
+    finally:
+        await store.aclose()
+
+
+async def test_a_file_locked_by_another_process_never_blocks_the_loop(tmp_path: Path) -> None:
+    path = tmp_path / "gateway.sqlite3"
+    store = open_store(path)
+    other = sqlite3.connect(path, isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")  # another process (the CLI) holds the write lock
+        ticks = 0
+
+        async def tick() -> None:
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.01)
+                ticks += 1
+
+        ticker = asyncio.create_task(tick())
+        appending = asyncio.create_task(store.append_usage(record("r1", 100.0)))
+        await asyncio.sleep(0.3)
+        assert not appending.done()  # waiting on the worker, within the busy timeout ...
+        assert ticks >= 10  # ... while the loop goes on
+        other.execute("COMMIT")
+        assert await asyncio.wait_for(appending, 5)
+        ticker.cancel()
+        assert await store.get_usage("r1") == record("r1", 100.0)
+    finally:
+        other.close()
+        await store.aclose()
+
+
+async def test_a_write_never_overtakes_one_queued_on_the_worker(tmp_path: Path) -> None:
+    """Budget saves write the whole spend: one that overtook an earlier queued save would be undone by it."""
+    path = tmp_path / "gateway.sqlite3"
+    store = open_store(path)
+    release = threading.Event()
+    try:
+        busy = asyncio.ensure_future(store._run(release.wait, 5))  # the worker is busy ...
+        first = asyncio.ensure_future(store.reserve_budget("acme", "2026-05", 100, None))
+        await asyncio.sleep(0.05)  # ... so the first save is queued behind it
+        assert not first.done()
+        second = asyncio.ensure_future(store.reserve_budget("acme", "2026-05", 50, None))
+        await asyncio.sleep(0.05)
+        release.set()
+        await asyncio.gather(busy, first, second)
+        assert spent_on_disk(path, "acme", "2026-05") == 150
+    finally:
+        release.set()
+        await store.aclose()
+
+
+async def test_the_wal_is_checkpointed_on_the_worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    async def wal_size_after_appends(name: str) -> int:
+        path = tmp_path / name
+        store = open_store(path)
+        try:
+            for i in range(300):
+                await store.append_usage(record(f"r{i}", 100.0 + i))
+                await asyncio.sleep(0)  # a checkpoint, once asked for, runs meanwhile
+            return (path.parent / f"{name}-wal").stat().st_size
+        finally:
+            await store.aclose()
+
+    monkeypatch.setattr(embedded, "CHECKPOINT_EVERY", 10**9)
+    unchecked = await wal_size_after_appends("never.sqlite3")
+    monkeypatch.setattr(embedded, "CHECKPOINT_EVERY", 16)
+    checkpointed = await wal_size_after_appends("often.sqlite3")
+    assert unchecked > 4 * checkpointed, (unchecked, checkpointed)
+
+
+async def test_memory_databases_keep_every_write_on_the_worker() -> None:
+    store = EmbeddedStore(GatewaySettings(redis_url=None, sqlite_path=":memory:").store)
+    try:
+        assert store._db_on_loop is None
+        started = time.monotonic()
+        assert await store.append_usage(record("r1", 100.0))
+        assert time.monotonic() - started < 5
+        assert await store.get_usage("r1") == record("r1", 100.0)
+    finally:
+        await store.aclose()
