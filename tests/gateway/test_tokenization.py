@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
 from backends.client import BackendClient, Endpoint
@@ -75,3 +78,26 @@ async def test_registry_uses_the_file_cache_and_reports_missing_backends(tmp_pat
     first, second = await asyncio.gather(registry.get(MODEL, lambda: []), registry.get(MODEL, lambda: []))
     assert first is second and first.max_model_len == 64
     await client.aclose()
+
+
+@functools.lru_cache(maxsize=1)
+def smollm2_tokenizer() -> Tokenizer:
+    from engines.builtin.loader import smollm2_gguf_path
+    from engines.builtin.loader.gguf import read_gguf_tokenizer
+
+    return read_gguf_tokenizer(smollm2_gguf_path()).backend
+
+
+SPECIALS = st.sampled_from(["<|im_start|>", "<|im_end|>", "<s>", "<|endoftext|>", "\n", " ", "  "])
+TEXTS = st.lists(st.one_of(st.text(max_size=40), SPECIALS), max_size=12).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=TEXTS)
+def test_encoded_ids_are_the_tokenizers_own(text: str) -> None:
+    """`encode_text` takes the offset-free path (encode_batch_fast): the ids must be `encode`'s, exactly,
+    for the real SmolLM2 tokenizer and the small test one, special tokens and odd Unicode included."""
+    for inner in (smollm2_tokenizer(), Tokenizer.from_str(payload()["tokenizer_json"])):
+        payload_ = {**payload(), "tokenizer_json": inner.to_str()}
+        tok = ModelTokenizer.from_payload(MODEL, payload_)
+        assert tok.encode_text(text) == inner.encode(text, add_special_tokens=False).ids
