@@ -117,16 +117,12 @@ class HostConnection(asyncio.Protocol):
             except (TypeError, ValueError):  # not [call_id, kind, value]
                 self._fail(f"the store host sent a malformed reply: {str(message)[:100]}")
                 return
-            if entry is None:  # expired
-                late = self._late.pop(call_id, None)
+            if entry is None or entry[0].done():  # expired, or its caller gave up
+                late = self._late.pop(call_id, None) if entry is None else entry[2]
                 if late is not None and kind == OK:
                     self._loop.call_soon(late, value)
                 continue
-            reply, _, late = entry
-            if reply.done():  # its caller gave up
-                if late is not None and kind == OK:
-                    self._loop.call_soon(late, value)
-                continue
+            reply = entry[0]
             if kind == OK:
                 reply.set_result(value)
             else:

@@ -239,7 +239,8 @@ def test_a_second_host_on_one_sqlite_file_is_refused_until_the_first_stops(tmp_p
 async def test_a_reservation_answered_after_its_timeout_is_given_back(tmp_path: Path) -> None:
     """The host, stopped (SIGSTOP) past the worker's timeout, applies the reservation once it runs
     again: the worker's request failed (503) and will never settle it, so the worker gives it back
-    when the late answer comes. 100 stays reserved, so a give-back made twice would show (0, not 100)."""
+    when the late answer comes. 100 stays reserved, so a give-back made twice would show (0, not 100),
+    and so would one of a reservation refused late (nothing was reserved)."""
     settings = _settings(tmp_path, redis_timeout_s=0.2, sqlite_busy_timeout_s=0.1)
     host = _start_host(settings)
     store = HostedStore(settings)
@@ -261,6 +262,14 @@ async def test_a_reservation_answered_after_its_timeout_is_given_back(tmp_path: 
         assert reserved[0] == 150  # it did land late
         await asyncio.sleep(0.3)
         assert await store.budget_spent("acme", "2026-11") == 100  # once
+        host.send_signal(signal.SIGSTOP)
+        try:
+            with pytest.raises(StoreUnavailable, match="did not answer"):  # over the budget: refused, late
+                await asyncio.wait_for(store.reserve_budget("acme", "2026-11", 950, 1000), 5)
+        finally:
+            host.send_signal(signal.SIGCONT)
+        await asyncio.sleep(0.5)
+        assert await store.budget_spent("acme", "2026-11") == 100  # nothing reserved, nothing given back
     finally:
         await store.aclose()
         host.kill()
