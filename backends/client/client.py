@@ -99,7 +99,23 @@ class BackendClient:
         ...). Yields text chunks, then a final usage-only chunk (`choices: []`). Raises
         BackendUnavailable / BackendTimeout / BackendOverloaded / BackendRejected before the first
         chunk, BackendStreamBroken after it. `request_id` (the gateway's) goes in `x-request-id`.
+        The chunks of `stream_completion_batches`, one at a time.
         """
+        batches = self.stream_completion_batches(endpoint, body, request_id)
+        try:
+            async for batch in batches:
+                for chunk in batch:
+                    yield chunk
+        finally:
+            await batches.aclose()
+
+    async def stream_completion_batches(
+        self, endpoint: Endpoint, body: dict[str, Any], request_id: str | None = None
+    ) -> AsyncGenerator[list[CompletionChunk], None]:
+        """`stream_completion`'s chunks, a list of them per read of the response body (never empty):
+        the events that arrived together, handed on in one step instead of one generator step per
+        token in every layer above (the gateway's generation and its renderers take them the same way).
+        A bad event raises after the good ones before it were yielded, as one at a time would."""
         # continuous_usage_stats (vLLM's extension, also spoken by our backend): the usage so far
         # rides on every chunk, so a stream that ends early still knows its cached prompt tokens
         stream_options = {**(body.get("stream_options") or {}), "include_usage": True, "continuous_usage_stats": True}
@@ -111,16 +127,25 @@ class BackendClient:
             try:
                 is_first = True
                 while True:
-                    if not events.ready:  # read on only when the last read's events are used up
-                        await self._read_events(endpoint, events, deadline if is_first else None)
-                    data = events.ready.popleft()
-                    if data == "[DONE]":
-                        if not response.release_if_ended():  # usually the body's end came with [DONE]
-                            await _drain(events)
-                        return
-                    event = _parse_event(endpoint, data, is_first)
-                    is_first = False
-                    yield CompletionChunk.from_json(event)
+                    await self._read_events(endpoint, events, deadline if is_first else None)
+                    batch: list[CompletionChunk] = []
+                    while events.ready:
+                        data = events.ready.popleft()
+                        if data == "[DONE]":
+                            if batch:
+                                yield batch
+                            if not response.release_if_ended():  # usually the body's end came with [DONE]
+                                await _drain(events)
+                            return
+                        try:
+                            chunk = CompletionChunk.from_json(_parse_event(endpoint, data, is_first))
+                        except Exception:
+                            if batch:  # what came before the bad event first
+                                yield batch
+                            raise
+                        is_first = False
+                        batch.append(chunk)
+                    yield batch
             finally:
                 await events.aclose()
                 response.close()  # a no-op once drained; else it drops the connection
@@ -189,13 +214,14 @@ class BackendClient:
         request_id: str | None = None,
         *,
         may_try: Callable[[Endpoint], bool] | None = None,
-    ) -> tuple[Endpoint, AsyncGenerator[CompletionChunk, None]]:
-        """Open a stream on the first endpoint that produces a first chunk, trying them in order.
+    ) -> tuple[Endpoint, AsyncGenerator[list[CompletionChunk], None]]:
+        """Open a stream on the first endpoint that produces a first chunk, trying them in order;
+        the stream yields `stream_completion_batches`' lists of chunks.
 
         Moves on when an endpoint is unavailable, times out or is overloaded before its first
         chunk; a BackendRejected (the request is wrong) is raised at once. When every endpoint
         fails, raises BackendOverloaded if they all were, else the last error. The returned
-        iterator starts with the chunk that was already read. `on_failure` hears of every error
+        iterator starts with the batch that was already read. `on_failure` hears of every error
         an endpoint answered (the gateway's outlier ejection counts them); `may_try` is asked just
         before each endpoint is tried, and one it refuses is passed over (BackendOverloaded when it
         refuses them all).
@@ -206,7 +232,7 @@ class BackendClient:
         for endpoint in endpoints:
             if may_try is not None and not may_try(endpoint):
                 continue  # e.g. a backend on trial that already has its one trial request
-            stream = self.stream_completion(endpoint, body, request_id)
+            stream = self.stream_completion_batches(endpoint, body, request_id)
             try:
                 first = await anext(stream)
             except (BackendUnavailable, BackendTimeout, BackendOverloaded) as exc:
@@ -425,22 +451,25 @@ async def _drain(events: _Events) -> None:
                 events.ready.popleft()
 
 
-class _Prepended(AsyncGenerator[CompletionChunk, None]):
-    """`first`, then `rest`'s chunks. Each later step is `rest`'s own awaitable, handed on as it is:
-    a generator wrapping `rest` would add a resume to every chunk of every stream."""
+Batch = list[CompletionChunk]
 
-    def __init__(self, first: CompletionChunk, rest: AsyncGenerator[CompletionChunk, None]) -> None:
-        self._first: CompletionChunk | None = first
+
+class _Prepended(AsyncGenerator[Batch, None]):
+    """`first`, then `rest`'s batches. Each later step is `rest`'s own awaitable, handed on as it is:
+    a generator wrapping `rest` would add a resume to every step of every stream."""
+
+    def __init__(self, first: Batch, rest: AsyncGenerator[Batch, None]) -> None:
+        self._first: Batch | None = first
         self._rest = rest
 
-    def __anext__(self) -> Coroutine[Any, Any, CompletionChunk]:
+    def __anext__(self) -> Coroutine[Any, Any, Batch]:
         return self.asend(None)
 
-    def asend(self, value: None) -> Coroutine[Any, Any, CompletionChunk]:
+    def asend(self, value: None) -> Coroutine[Any, Any, Batch]:
         first, self._first = self._first, None
         return _ready(first) if first is not None else self._rest.asend(value)
 
-    def athrow(self, typ: Any, val: Any = None, tb: Any = None, /) -> Coroutine[Any, Any, CompletionChunk]:
+    def athrow(self, typ: Any, val: Any = None, tb: Any = None, /) -> Coroutine[Any, Any, Batch]:
         self._first = None
         return self._rest.athrow(typ, val, tb)
 
@@ -449,8 +478,8 @@ class _Prepended(AsyncGenerator[CompletionChunk, None]):
         await self._rest.aclose()
 
 
-async def _ready(chunk: CompletionChunk) -> CompletionChunk:
-    return chunk
+async def _ready(batch: Batch) -> Batch:
+    return batch
 
 
 def _id_header(request_id: str | None) -> dict[str, str] | None:

@@ -51,7 +51,7 @@ async def collect_or_cancel(generation: Generation, receive: Receive) -> str | N
         await asyncio.gather(watching, return_exceptions=True)
     if collecting.cancelled() or not collecting.done():
         with contextlib.suppress(asyncio.CancelledError):
-            await collecting  # its texts() settle the accounting as `cancelled`
+            await collecting  # its text_batches() settle the accounting as `cancelled`
         return None
     return collecting.result()
 
@@ -67,12 +67,16 @@ def _usage(generation: Generation) -> Usage:
 async def workers_ai_events(generation: Generation, tools: ToolUse | None = None) -> AsyncIterator[bytes]:
     rng = sse.padding_source()
     calls = CallStream(tools) if tools is not None else None
-    async with aclosing(generation.texts()) as texts:
+    async with aclosing(generation.text_batches()) as batches:
         try:
-            async for text in texts:
-                for piece in calls.feed(text) if calls is not None else [text]:
-                    if isinstance(piece, str) and piece:
-                        yield sse.workers_ai_chunk(piece, rng)
+            async for texts in batches:
+                if calls is None:  # an event per delta, written together
+                    yield b"".join([sse.workers_ai_chunk(text, rng) for text in texts])
+                    continue
+                for text in texts:
+                    for piece in calls.feed(text):
+                        if isinstance(piece, str) and piece:
+                            yield sse.workers_ai_chunk(piece, rng)
         except GatewayError as error:
             yield sse.workers_ai_error(error)
             return
@@ -124,11 +128,15 @@ async def openai_events(
     if first is not None:
         yield first
     calls = CallStream(tools) if tools is not None else None
-    async with aclosing(generation.texts()) as texts:
+    async with aclosing(generation.text_batches()) as batches:
         try:
-            async for text in texts:
-                for piece in calls.feed(text) if calls is not None else [text]:
-                    yield _openai_piece(stream, piece)
+            async for texts in batches:
+                if calls is None:  # an event per delta, written together
+                    yield b"".join([stream.text(text) for text in texts])
+                    continue
+                for text in texts:
+                    for piece in calls.feed(text):
+                        yield _openai_piece(stream, piece)
         except GatewayError as error:
             yield stream.error(error)
             return

@@ -222,11 +222,12 @@ async def response_events(generation: Generation, shape: ResponseShape) -> Async
     if calls is None:  # plain text: the message opens at once
         for event in out.open_message():
             yield event
-    async with aclosing(generation.texts()) as texts:
+    async with aclosing(generation.text_batches()) as batches:
         try:
-            async for text in texts:
-                for event in (out.text(text) if calls is None else feed(calls.feed(text))):
-                    yield event
+            async for texts in batches:
+                for text in texts:
+                    for event in (out.text(text) if calls is None else feed(calls.feed(text))):
+                        yield event
         except GatewayError as error:
             for event in out.close_message("incomplete"):
                 yield event

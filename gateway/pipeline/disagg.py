@@ -90,7 +90,7 @@ class Attempt:
 class Opened:
     flight: Flight  # the flight of the backend that streams to the client
     endpoint: Endpoint
-    chunks: AsyncGenerator[CompletionChunk, None]
+    chunks: AsyncGenerator[list[CompletionChunk], None]  # a batch per read (BackendClient.stream_with_failover)
     disaggregated: bool
 
 
@@ -186,7 +186,7 @@ class Disaggregator:
 
     async def _stream(
         self, attempt: Attempt, flight: Flight, body: dict[str, Any], step: str
-    ) -> tuple[Endpoint, AsyncGenerator[CompletionChunk, None]]:
+    ) -> tuple[Endpoint, AsyncGenerator[list[CompletionChunk], None]]:
         ctx = flight.ctx
         try:
             endpoint, chunks = await self.client.stream_with_failover(
@@ -210,21 +210,22 @@ def generation_body(body: dict[str, Any], answer: ContextAnswer) -> dict[str, An
 
 
 async def with_context_usage(
-    chunks: AsyncGenerator[CompletionChunk, None], context: Usage
-) -> AsyncGenerator[CompletionChunk, None]:
+    chunks: AsyncGenerator[list[CompletionChunk], None], context: Usage
+) -> AsyncGenerator[list[CompletionChunk], None]:
     """The generation step's chunks, their usage's prompt and cached tokens the context step's."""
     try:
-        async for chunk in chunks:
-            if chunk.usage is not None:
-                chunk.usage = Usage(
-                    context.prompt_tokens or chunk.usage.prompt_tokens, chunk.usage.completion_tokens,
-                    context.cached_tokens,
-                )
-            yield chunk
+        async for batch in chunks:
+            for chunk in batch:
+                if chunk.usage is not None:
+                    chunk.usage = Usage(
+                        context.prompt_tokens or chunk.usage.prompt_tokens, chunk.usage.completion_tokens,
+                        context.cached_tokens,
+                    )
+            yield batch
     finally:
         await chunks.aclose()
 
 
-async def _answer_chunks(answer: ContextAnswer) -> AsyncGenerator[CompletionChunk, None]:
+async def _answer_chunks(answer: ContextAnswer) -> AsyncGenerator[list[CompletionChunk], None]:
     """A final context answer as the one chunk of a stream."""
-    yield CompletionChunk(answer.text, answer.token_ids, answer.finish_reason, answer.usage)
+    yield [CompletionChunk(answer.text, answer.token_ids, answer.finish_reason, answer.usage)]

@@ -9,7 +9,8 @@ and open the
 backend stream with failover before the first byte. Anything that fails before the stream opens
 undoes what was counted and raises a `GatewayError`, so the client gets a proper status.
 
-The returned `Generation` yields text deltas as the backend sends them. However it ends -
+The returned `Generation` yields text deltas as the backend sends them, a list per read of the
+backend's stream (the deltas that arrived together go on together). However it ends -
 completed, cancelled because the client went away (the backend request is closed at once, so
 the backend aborts it), or broken mid-stream - its `finally` releases the in-flight tokens,
 reconciles the key's token count and writes exactly one usage record: a cancelled stream is
@@ -85,14 +86,14 @@ def backend_error_to_gateway(exc: BackendError) -> GatewayError:
 
 
 class Generation:
-    """An open backend stream; iterate `texts()` once (or call `collect()`)."""
+    """An open backend stream; iterate `text_batches()` once (or call `collect()`)."""
 
     def __init__(
         self,
         metered: MeteredRequest,
         flight: Flight,
         endpoint: Endpoint,
-        chunks: AsyncIterator[CompletionChunk],
+        chunks: AsyncIterator[list[CompletionChunk]],
         tokenizer: ModelTokenizer,
         sampling_max_tokens: int,
         holds: Holds,
@@ -121,13 +122,14 @@ class Generation:
     def prompt_tokens(self) -> int:
         return self.metered.prompt_tokens
 
-    async def texts(self) -> AsyncGenerator[str, None]:
-        """Text deltas as they arrive; raises a GatewayError if the stream breaks midway."""
+    async def text_batches(self) -> AsyncGenerator[list[str], None]:
+        """The text deltas of each read of the backend's stream, as they arrive (never an empty list);
+        raises a GatewayError if the stream breaks midway."""
         status: UsageStatus = "cancelled"
         deadline_s = self._watch.deadline_s
         deadline = self.ctx.arrived_perf + deadline_s if deadline_s is not None else None
         try:
-            async for chunk in self._chunks:
+            async for batch in self._chunks:
                 # a stalled backend hits the read timeout; one that trickles would go on for ever
                 if deadline is not None and time.perf_counter() > deadline:
                     log.warning("request deadline reached", backend=self.endpoint.id, request_id=self.ctx.request_id)
@@ -135,20 +137,24 @@ class Generation:
                         f"Request timeout: the answer took longer than request_deadline_s ({deadline_s:g}s); "
                         "ask for fewer max_tokens or retry"
                     )
-                if chunk.usage is not None:
-                    self._backend_usage = chunk.usage
-                if chunk.finish_reason is not None:
-                    self.finish_reason = chunk.finish_reason
-                if chunk.token_ids:
-                    self._num_token_ids += len(chunk.token_ids)
-                if chunk.text:
+                texts = []
+                for chunk in batch:
+                    if chunk.usage is not None:
+                        self._backend_usage = chunk.usage
+                    if chunk.finish_reason is not None:
+                        self.finish_reason = chunk.finish_reason
+                    if chunk.token_ids:
+                        self._num_token_ids += len(chunk.token_ids)
+                    if chunk.text:
+                        texts.append(chunk.text)
+                if texts:
                     self._last_text_at = now = time.perf_counter()
                     if self._first_text_at is None:
                         self._first_text_at = now
                         self._watch.metrics.ttft.labels(self.ctx.model.id).observe(now - self.ctx.arrived_perf)
                         await self._watch.first_token(self.flight)
-                    self._parts.append(chunk.text)
-                    yield chunk.text
+                    self._parts += texts
+                    yield texts
             status = "ok"
         except BackendStreamBroken as exc:
             status = "backend_error"
@@ -159,11 +165,13 @@ class Generation:
             await self._finish(status)
 
     async def collect(self) -> str:
-        return "".join([text async for text in self.texts()])
+        async for _ in self.text_batches():
+            pass
+        return self.text
 
     async def aclose(self) -> None:
         """Settle a generation whose text was never (fully) read, e.g. the client left before the
-        response started; a no-op once the text iterator has finished."""
+        response started; a no-op once `text_batches` has finished."""
         await self._finish("cancelled")
 
     @property

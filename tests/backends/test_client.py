@@ -146,6 +146,10 @@ async def collect(stream: AsyncIterator[CompletionChunk]) -> list[CompletionChun
     return [chunk async for chunk in stream]
 
 
+async def collect_batches(stream: AsyncIterator[list[CompletionChunk]]) -> list[CompletionChunk]:
+    return [chunk async for batch in stream for chunk in batch]
+
+
 async def wait_idle(backend: BackendProcess) -> None:
     await asyncio.to_thread(backend.wait_until, lambda load: load["in_flight"] == 0 and load["running"] == 0, 15)
 
@@ -179,7 +183,7 @@ async def test_complete_matches_the_stream(client: BackendClient, live: Endpoint
 async def test_failover_moves_past_a_refused_endpoint(client: BackendClient, live: Endpoint, dead: Endpoint) -> None:
     endpoint, stream = await client.stream_with_failover([dead, live], body())
     assert endpoint is live
-    chunks = await collect(stream)
+    chunks = await collect_batches(stream)
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 6
 
 
@@ -316,8 +320,55 @@ async def test_streams_read_to_done_reuse_one_connection(client: BackendClient) 
             assert [chunk.text for chunk in chunks] == ["a", "b", ""]
             assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 2
         endpoint, stream = await client.stream_with_failover([server.endpoint], body())
-        assert len(await collect(stream)) == 3
+        assert len(await collect_batches(stream)) == 3
         assert server.accepted == 1 and server.closed == 0
+
+
+async def serve_at_once(events: list[str]) -> tuple[asyncio.Server, Endpoint]:
+    """A peer that answers a POST with its whole SSE body (`events`, then [DONE]) in one write."""
+    payload = "".join(f"data: {data}\n\n" for data in [*events, "[DONE]"]).encode()
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+            while True:  # keep-alive: every request on the connection
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = re.search(rb"content-length: *(\d+)", head, re.IGNORECASE)
+                await reader.readexactly(int(length.group(1)) if length else 0)
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(payload), payload))
+                await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    return server, Endpoint(id="at-once", base_url=f"http://127.0.0.1:{port}", region="eu-west")
+
+
+def text_event(text: str) -> str:
+    return json.dumps({"choices": [{"index": 0, "text": text, "finish_reason": None}]})
+
+
+async def test_events_that_arrive_together_are_one_batch(client: BackendClient) -> None:
+    usage = {"prompt_tokens": 3, "completion_tokens": 3}
+    server, endpoint = await serve_at_once([text_event("a"), text_event("b"), text_event("c"),
+                                            json.dumps({"choices": [], "usage": usage})])
+    async with server:
+        batches = [batch async for batch in client.stream_completion_batches(endpoint, body())]
+        assert [[chunk.text for chunk in batch] for batch in batches] == [["a", "b", "c", ""]]
+        assert [chunk.text for chunk in await collect(client.stream_completion(endpoint, body()))] == ["a", "b", "c", ""]
+
+
+async def test_a_bad_event_breaks_the_stream_after_the_good_ones_before_it(client: BackendClient) -> None:
+    server, endpoint = await serve_at_once([text_event("a"), text_event("b"), "{not json"])
+    async with server:
+        batches = client.stream_completion_batches(endpoint, body())
+        assert [chunk.text for chunk in await anext(batches)] == ["a", "b"]
+        with pytest.raises(BackendStreamBroken, match="invalid SSE payload"):
+            await anext(batches)
+        seen: list[str] = []
+        with pytest.raises(BackendStreamBroken):
+            async for chunk in client.stream_completion(endpoint, body()):
+                seen.append(chunk.text)
+        assert seen == ["a", "b"]
 
 
 async def test_a_backend_that_stalls_after_done_is_cut_off(client: BackendClient) -> None:
