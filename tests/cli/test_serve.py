@@ -7,7 +7,6 @@ fleet (no backend is reached)."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -24,7 +23,7 @@ REFUSED = "another process serves"
 
 def _env(tmp_path: Path) -> dict[str, str]:
     return {
-        "EDGERUN_SQLITE_PATH": str(tmp_path / "gateway.sqlite3"),
+        "EDGERUN_SQLITE_PATH": str(tmp_path / "data" / "gateway.sqlite3"),  # a directory made on first use
         "EDGERUN_TOKENIZER_CACHE_DIR": str(tmp_path / "tokenizers"),
         "EDGERUN_LOG_LEVEL": "warning",
     }
@@ -103,4 +102,4 @@ def test_serves_that_do_not_keep_the_file_alone_claim_nothing(tmp_path: Path) ->
         for gateway in gateways:
             gateway.stop()
     assert [g.process.returncode for g in gateways] == [0, 0, 0, 0]
-    assert not os.path.exists(f"{tmp_path / 'gateway.sqlite3'}.host-lock")
+    assert not (tmp_path / "data" / "gateway.sqlite3.host-lock").exists()

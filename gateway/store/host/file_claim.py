@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+from pathlib import Path
 
 
 class FileInUse(RuntimeError):
@@ -27,7 +28,11 @@ def claim(sqlite_path: str, holder: str) -> int | None:
     reach it). FileInUse if taken."""
     if sqlite_path == ":memory:":
         return None
-    fd = os.open(f"{sqlite_path}.host-lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    # The file the store opens (`~` expanded, its directory made if new), by its real path: one
+    # lock however the path is spelled, a symlink to the file included.
+    path = Path(sqlite_path).expanduser().resolve()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(f"{path}.host-lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
