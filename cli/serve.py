@@ -5,13 +5,19 @@ from __future__ import annotations
 import argparse
 import gc
 import logging
+import os
 import sys
+
+import structlog
 
 from cli.store_host import StoreHost, needs_store_host
 from cli.workers import Supervisor
 from gateway.http.app import create_app
 from gateway.http.listeners import Listeners, listener_configs
 from gateway.settings import GatewaySettings
+from gateway.store.host.file_claim import FileInUse, claim
+
+log = structlog.get_logger("edgerun.serve")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -91,5 +97,24 @@ def run(args: argparse.Namespace) -> int:
     if settings.http.workers > 1 and settings.http.worker_index is None:
         host = StoreHost.create(settings.http.port) if needs_store_host(settings.store) else None
         return Supervisor(settings.http.workers, lambda index: worker_argv(args, index), host=host).run()
-    serve(settings)
+    try:
+        claimed = claim_store_file(settings)
+    except FileInUse as exc:
+        log.error("the SQLite file is in use; not serving", error=str(exc))
+        return 1
+    try:
+        serve(settings)
+    finally:
+        if claimed is not None:
+            os.close(claimed)
     return 0
+
+
+def claim_store_file(settings: GatewaySettings) -> int | None:
+    """A lone serve that keeps the one-process store (the store a host would keep: not Redis, not
+    a host's worker, not the file's shared mode) claims its SQLite file as a host does, until it
+    has stopped serving: the lock's descriptor, or None where nothing is claimed
+    (gateway/store/host/file_claim.py). FileInUse if a host or another lone serve has it."""
+    if not needs_store_host(settings.store):
+        return None
+    return claim(settings.store.sqlite_path, f"edgerun serve on port {settings.http.port}")

@@ -174,7 +174,9 @@ class Metering:
         self.giving_back.discard(reserving)  # its give-back, if any, joins the set in this same callback
         if reserving.cancelled():
             return
-        if reserving.exception() is not None:  # the store may or may not have applied it: nothing to settle
+        # The store may or may not have applied it: nothing to settle here (a hosted store that sees
+        # its answer come after the timeout gives it back itself; this path never does that twice).
+        if reserving.exception() is not None:
             log.warning(
                 "a reservation whose caller left failed", tenant_id=tenant_id, error=repr(reserving.exception())
             )

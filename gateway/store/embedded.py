@@ -27,7 +27,9 @@ appends are group-committed: records that arrive while a ledger transaction is b
 into the next one together (one commit for many requests under load), and each `append_usage`
 returns once its own record is committed, as before. A second process may read the same file
 (the busy timeout makes it wait for the writer) but must not serve traffic from it: limits,
-budgets and in-flight counts live in each process's memory, so two would allow twice the limits.
+budgets and in-flight counts live in each process's memory, so two would allow twice the limits
+(a store host and a lone `edgerun serve` claim the file while they serve, and refuse a second:
+gateway/store/host/file_claim.py).
 Several serving processes use `SharedEmbeddedStore` (embedded_shared.py) on the file instead.
 """
 

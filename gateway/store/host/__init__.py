@@ -11,7 +11,7 @@ lone gateway does. No lock is shared between processes: the host's event loop or
     eager.py        runs a call on the spot, a task only if it waits
     holdings.py     each connection's request slots and in-flight tokens, freed when it closes
     socket_file.py  the socket file: private to its user, one live host per path
-    file_claim.py   one host per SQLite file
+    file_claim.py   one host (or lone serve) per SQLite file
     connection.py   a worker's pipelined connection
     client.py       HostedStore, the worker's Store
     __main__.py     `python -m gateway.store.host --socket PATH`

@@ -2,7 +2,7 @@
 
 The store's settings are read as a gateway reads them (`EDGERUN_*` variables, the TOML file named
 by `EDGERUN_CONFIG`); the host always keeps the one-process `EmbeddedStore` on `sqlite_path`, and
-refuses to start where another host serves that file (file_claim.py).
+refuses to start where another host, or a lone `edgerun serve`, serves that file (file_claim.py).
 Runs on uvloop where it is installed (as gateway workers do). Ready (one log line) once the socket
 accepts connections; SIGTERM or SIGINT stops it: no new calls, the ones under way answered, the
 store closed (queued ledger records commit), exit 0.
@@ -34,7 +34,7 @@ async def serve(settings: StoreSettings, path: str) -> int:
     store = EmbeddedStore(settings.model_copy(update={"redis_url": None, "sqlite_shared": False, "store_socket": None}))
     host = StoreHost(store, path)
     try:
-        claimed = claim(settings.sqlite_path, path)
+        claimed = claim(settings.sqlite_path, f"the store host on {path}")
         await host.start()
     except (FileInUse, SocketInUse, OSError) as exc:
         log.error("store_host_cannot_start", socket=path, error=str(exc))

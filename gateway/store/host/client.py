@@ -6,7 +6,9 @@ checked by the host's embedded store, so a worker gets the same `InvalidArgument
 gateway; a host that cannot be reached, or does not answer within `redis_timeout_s +
 sqlite_busy_timeout_s` (the host may itself wait that long for the SQLite file), is
 `StoreUnavailable`, and so is a socket served by another user than this one (checked on each new
-connection before anything is sent: the calls carry API keys). Tenants, which never change once
+connection before anything is sent: the calls carry API keys). What the host applied after its
+caller gave up is undone where nothing else would: a request slot is released right behind the
+acquire, a budget reservation given back when its late answer comes (`reserve_budget`). Tenants, which never change once
 created, are kept after the first lookup (no round trip for them afterwards). Closing the store closes the connection, and the host frees
 this worker's request slots and in-flight tokens at once, as it does when the worker dies.
 """
@@ -16,7 +18,10 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import AsyncIterator, Iterable, Sequence
+from functools import partial
 from typing import Any
+
+import structlog
 
 from gateway.store import errors
 from gateway.store.base import Store
@@ -26,6 +31,8 @@ from gateway.store.host.connection import HostConnection
 from gateway.store.models import ApiKey, BudgetDecision, LimitDecision, Tenant, UsageRecord, copied, to_us
 from gateway.store.settings import StoreSettings
 from gateway.store.sqlite_db import USAGE_PAGE
+
+log = structlog.get_logger("edgerun.store.host")
 
 
 class HostedStore(Store):
@@ -189,7 +196,28 @@ class HostedStore(Store):
     async def reserve_budget(
         self, tenant_id: str, month: str, amount_micro: int, budget_micro: int | None
     ) -> BudgetDecision:
-        return codec.budget_decision(await self._call("reserve_budget", tenant_id, month, amount_micro, budget_micro))
+        """As the store's; and a reservation the host allowed after its caller stopped waiting (the
+        call timed out: StoreUnavailable, the request fails with 503; or it was cancelled) is given
+        back, once, on the same connection: nothing else would ever settle it. Never twice with
+        Metering's own give-back: Metering shields this call from its caller's cancellation and
+        gives back only what this call returned as allowed, which an answer given back here never is.
+
+        The bound: when the connection breaks before the answer comes, the host may have applied
+        the reservation or not, and nobody learns which; it then stays in the month's spend
+        (over-charged, never under) until the month ends, as the reservations of the requests a
+        killed worker was serving do.
+        """
+        connection = self._connection
+        if connection is None or connection.is_closed:
+            connection = await self._connect()
+        give_back = partial(self._give_back_late, tenant_id, month, amount_micro)
+        args = (tenant_id, month, amount_micro, budget_micro)
+        return codec.budget_decision(await connection.call("reserve_budget", args, {}, late=give_back))
+
+    def _give_back_late(self, tenant_id: str, month: str, amount_micro: int, answer: Any) -> None:
+        if codec.budget_decision(answer).allowed:  # on the same connection, behind the reservation
+            log.warning("a budget reservation answered late is given back", tenant_id=tenant_id, amount_micro=amount_micro)
+            self._send_and_forget("settle_budget", tenant_id, month, amount_micro, 0)
 
     async def settle_budget(self, tenant_id: str, month: str, reserved_micro: int, actual_micro: int) -> int:
         return int(await self._call("settle_budget", tenant_id, month, reserved_micro, actual_micro))

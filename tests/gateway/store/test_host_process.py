@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from gateway.billing.metering import Metering
+from gateway.metrics import GatewayMetrics
 from gateway.settings import GatewaySettings
 from gateway.store import StoreUnavailable, UsageRecord
 from gateway.store.embedded import EmbeddedStore
@@ -25,6 +27,7 @@ from gateway.store.host.client import HostedStore
 from gateway.store.host.process import start_host
 from gateway.store.settings import StoreSettings
 from tests.gateway.store.process_race import race, run_racers
+from tests.gateway.test_metering import PRICES, request_for
 
 pytestmark = pytest.mark.slow
 
@@ -65,6 +68,8 @@ async def _until(predicate: object, within_s: float = 5.0) -> None:
 
 _WORKER = """
 import asyncio, sys
+from gateway.billing.metering import Metering
+from gateway.metrics import GatewayMetrics
 from gateway.settings import GatewaySettings
 from gateway.store import open_store
 
@@ -178,6 +183,8 @@ async def _check_after_the_race(settings: StoreSettings) -> None:
 
 _UVLOOP_WORKER = """
 import sys, uvloop
+from gateway.billing.metering import Metering
+from gateway.metrics import GatewayMetrics
 from gateway.settings import GatewaySettings
 from gateway.store import open_store
 
@@ -227,3 +234,87 @@ def test_a_second_host_on_one_sqlite_file_is_refused_until_the_first_stops(tmp_p
     after = _start_host(second)  # the first host's claim ended with it
     after.terminate()
     assert after.wait() == 0
+
+
+async def test_a_reservation_answered_after_its_timeout_is_given_back(tmp_path: Path) -> None:
+    """The host, stopped (SIGSTOP) past the worker's timeout, applies the reservation once it runs
+    again: the worker's request failed (503) and will never settle it, so the worker gives it back
+    when the late answer comes. 100 stays reserved, so a give-back made twice would show (0, not 100),
+    and so would one of a reservation refused late (nothing was reserved)."""
+    settings = _settings(tmp_path, redis_timeout_s=0.5, sqlite_busy_timeout_s=0.5)  # 1 s: a loaded machine answers in time
+    host = _start_host(settings)
+    store = HostedStore(settings)
+    try:
+        assert (await store.reserve_budget("acme", "2026-11", 100, 1000)).allowed  # connected; stays reserved
+        host.send_signal(signal.SIGSTOP)
+        try:
+            with pytest.raises(StoreUnavailable, match="did not answer"):
+                await asyncio.wait_for(store.reserve_budget("acme", "2026-11", 50, 1000), 5)
+        finally:
+            host.send_signal(signal.SIGCONT)
+        reserved = [await store.budget_spent("acme", "2026-11")]  # the host runs the reservation first
+
+        async def given_back() -> bool:
+            reserved.append(await store.budget_spent("acme", "2026-11"))
+            return reserved[-1] == 100
+
+        await _until(given_back)
+        assert reserved[0] == 150  # it did land late
+        await asyncio.sleep(0.3)
+        assert await store.budget_spent("acme", "2026-11") == 100  # once
+        host.send_signal(signal.SIGSTOP)
+        try:
+            with pytest.raises(StoreUnavailable, match="did not answer"):  # over the budget: refused, late
+                await asyncio.wait_for(store.reserve_budget("acme", "2026-11", 950, 1000), 5)
+        finally:
+            host.send_signal(signal.SIGCONT)
+        await asyncio.sleep(0.5)
+        assert await store.budget_spent("acme", "2026-11") == 100  # nothing reserved, nothing given back
+    finally:
+        await store.aclose()
+        host.kill()
+        host.wait()
+
+
+@pytest.mark.parametrize("late", [False, True], ids=["answered-in-time", "answered-late"])
+async def test_a_cancelled_callers_reservation_is_given_back_once(tmp_path: Path, late: bool) -> None:
+    """A client leaves while its reservation waits on a stopped host. Answered in time, Metering
+    gives it back (its cancelled caller's); answered after the timeout, the hosted store does
+    (Metering saw StoreUnavailable). Never both: 5000 stays reserved, so a second give-back of the
+    900 would show as 4100."""
+    timeouts = {"redis_timeout_s": 0.5, "sqlite_busy_timeout_s": 0.5} if late else {"redis_timeout_s": 10.0}
+    settings = _settings(tmp_path, **timeouts)
+    host = _start_host(settings)
+    store = HostedStore(settings)
+    metering = Metering(store, PRICES, GatewayMetrics())
+    try:
+        request = await request_for(store, budget=10_000)
+        month = time.strftime("%Y-%m", time.gmtime(request.ctx.arrived_at))
+        assert (await store.reserve_budget("ta", month, 5000, 10_000)).allowed
+        host.send_signal(signal.SIGSTOP)
+        try:
+            caller = asyncio.ensure_future(metering.reserve(request, max_tokens=100))  # 1000 x 0.60 + 100 x 3 = 900
+            await asyncio.sleep(0.05)  # sent, not answered
+            caller.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await caller
+            if late:
+                await asyncio.wait_for(metering.aclose(), 5)  # timed out: Metering has nothing to give back
+        finally:
+            host.send_signal(signal.SIGCONT)
+        # sent at once, behind the reservation and before any give-back (which waits for its answer)
+        spent = [await store.budget_spent("ta", month)]
+        await asyncio.wait_for(metering.aclose(), 10)
+
+        async def given_back() -> bool:
+            spent.append(await store.budget_spent("ta", month))
+            return spent[-1] == 5000
+
+        await _until(given_back)
+        await asyncio.sleep(0.3)
+        assert await store.budget_spent("ta", month) == 5000  # once
+        assert spent[0] == 5900  # it landed (late: after the timeout), then went back
+    finally:
+        await store.aclose()
+        host.kill()
+        host.wait()

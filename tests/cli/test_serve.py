@@ -1,0 +1,105 @@
+"""A lone `edgerun serve` on the one-process store claims its SQLite file while it serves, as a store
+host does (gateway/store/host/file_claim.py): two processes keeping that store on one file would each
+grant every limit and write the month's spend over the other's. Whichever starts first, the second
+(a host, `serve --workers 2`, or another lone serve) is refused with exit status 1 and says why;
+the claim ends with the process that held it. Real processes; the gateways serve the default
+fleet (no backend is reached)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cli.processes import ROOT, child_env, free_port
+from gateway.store.host.process import start_host
+from tests.gateway.fixtures_e2e import GatewayProcess, start_gateway_process
+
+pytestmark = pytest.mark.slow
+REFUSED = "another process serves"
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    return {
+        "EDGERUN_SQLITE_PATH": str(tmp_path / "data" / "gateway.sqlite3"),  # a directory made on first use
+        "EDGERUN_TOKENIZER_CACHE_DIR": str(tmp_path / "tokenizers"),
+        "EDGERUN_LOG_LEVEL": "warning",
+    }
+
+
+def _lone_serve(env: dict[str, str]) -> GatewayProcess:
+    gateway = start_gateway_process(env)
+    gateway.wait_ready()
+    return gateway
+
+
+def _refused(argv: list[str], env: dict[str, str]) -> str:
+    """The output of `argv`, which must exit with status 1 before it serves (a refusal takes a few
+    seconds: imports and settings; one that serves instead runs until killed)."""
+    try:
+        done = subprocess.run(
+            argv, cwd=ROOT, env=child_env(env, keep_edgerun=False, threads=None),
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"{argv[2]} was not refused: it ran for {exc.timeout:g} s")
+    assert done.returncode == 1, done.stdout + done.stderr
+    return done.stdout + done.stderr
+
+
+def test_a_lone_serve_beside_a_host_is_refused(tmp_path: Path) -> None:
+    env = _env(tmp_path)
+    socket_path = str(tmp_path / "run" / "store.sock")
+    host = start_host(socket_path, child_env(env, keep_edgerun=False, threads=None))
+    try:
+        said = _refused([sys.executable, "-m", "cli", "serve", "--port", str(free_port())], env)
+        assert REFUSED in said and f"the store host on {socket_path}, pid {host.pid}" in said
+    finally:
+        host.terminate()
+        host.wait()
+
+
+def test_a_host_beside_a_lone_serve_is_refused(tmp_path: Path) -> None:
+    env = _env(tmp_path)
+    gateway = _lone_serve(env)
+    try:
+        socket_path = str(tmp_path / "run" / "store.sock")
+        said = _refused([sys.executable, "-m", "gateway.store.host", "--socket", socket_path], env)
+        assert REFUSED in said and f"edgerun serve on port {gateway.port}, pid {gateway.process.pid}" in said
+        # `serve --workers 2` starts such a host first: it stops there, with the host's status
+        said = _refused([sys.executable, "-m", "cli", "serve", "--port", str(free_port()), "--workers", "2"], env)
+        assert REFUSED in said
+        assert gateway.process.poll() is None  # the first serves on
+    finally:
+        gateway.stop()
+
+
+def test_two_lone_serves_on_one_file_one_at_a_time(tmp_path: Path) -> None:
+    env = _env(tmp_path)
+    first = _lone_serve(env)
+    try:
+        said = _refused([sys.executable, "-m", "cli", "serve", "--port", str(free_port())], env)
+        assert REFUSED in said and f"pid {first.process.pid}" in said
+    finally:
+        first.stop()
+    assert first.process.returncode == 0
+    second = _lone_serve(env)  # the first's claim ended with it
+    second.stop()
+    assert second.process.returncode == 0
+
+
+def test_serves_that_do_not_keep_the_file_alone_claim_nothing(tmp_path: Path) -> None:
+    """The shared mode is for several serves on one file; `:memory:` is nobody else's."""
+    shared = {**_env(tmp_path), "EDGERUN_SQLITE_SHARED": "true"}
+    memory = {**_env(tmp_path), "EDGERUN_SQLITE_PATH": ":memory:"}
+    gateways = [start_gateway_process(env) for env in (shared, shared, memory, memory)]
+    try:
+        for gateway in gateways:
+            gateway.wait_ready()
+    finally:
+        for gateway in gateways:
+            gateway.stop()
+    assert [g.process.returncode for g in gateways] == [0, 0, 0, 0]
+    assert not (tmp_path / "data" / "gateway.sqlite3.host-lock").exists()
