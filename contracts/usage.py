@@ -57,14 +57,23 @@ class Usage:
     def from_json(cls, usage: dict[str, Any]) -> Usage:
         """Read OpenAI's `usage` from a backend. `prompt_tokens_details` may be absent or null
         (then 0 cached); counts are clamped into range rather than refused, since a third-party
-        server's odd report must not fail a request that already ran."""
-        details = usage.get("prompt_tokens_details") or {}
-        prompt = max(0, int(usage.get("prompt_tokens") or 0))
-        completion = max(0, int(usage.get("completion_tokens") or 0))
-        cached = min(prompt, max(0, int(details.get("cached_tokens") or 0)))
+        server's odd report must not fail a request that already ran: a count that is no number
+        at all (a word, NaN, an object) reads as 0."""
+        details = usage.get("prompt_tokens_details")
+        prompt = _count(usage.get("prompt_tokens"))
+        completion = _count(usage.get("completion_tokens"))
+        cached = min(prompt, _count(details.get("cached_tokens")) if isinstance(details, dict) else 0)
         # in range by construction: skip __post_init__'s checks (a backend sends usage with every chunk)
         found = object.__new__(cls)
         object.__setattr__(found, "prompt_tokens", prompt)
         object.__setattr__(found, "completion_tokens", completion)
         object.__setattr__(found, "cached_tokens", cached)
         return found
+
+
+def _count(value: Any) -> int:
+    """A backend's count as a non-negative int (see `Usage.from_json`)."""
+    try:
+        return max(0, int(value or 0))
+    except (TypeError, ValueError, OverflowError):
+        return 0

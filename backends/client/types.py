@@ -21,34 +21,73 @@ class Endpoint:
         return self.base_url.rstrip("/") + path
 
 
-@dataclass(slots=True)
 class CompletionChunk:
     """One streamed event: new text (maybe empty), the new token ids when the backend sends them,
-    the finish reason on the last text chunk, and the usage on the final usage-only chunk."""
+    the finish reason on the last text chunk, and the usage on the final usage-only chunk (and,
+    with continuous usage stats, the usage so far on every chunk).
 
-    text: str
-    token_ids: list[int] | None
-    finish_reason: str | None
-    usage: Usage | None
+    A chunk read off the wire keeps its usage as the backend's JSON until `usage` is first read:
+    a backend sends it with every chunk, and the gateway reads only the last one of each read."""
+
+    __slots__ = ("text", "token_ids", "finish_reason", "_usage", "_usage_json")
+
+    def __init__(
+        self,
+        text: str,
+        token_ids: list[int] | None,
+        finish_reason: str | None,
+        usage: Usage | None,
+        usage_json: dict[str, Any] | None = None,
+    ) -> None:
+        self.text = text
+        self.token_ids = token_ids
+        self.finish_reason = finish_reason
+        self._usage = usage
+        self._usage_json = usage_json if usage is None else None  # OpenAI's usage object, not decoded yet
+
+    @property
+    def usage(self) -> Usage | None:
+        if self._usage_json is not None:
+            self._usage, self._usage_json = Usage.from_json(self._usage_json), None
+        return self._usage
+
+    @usage.setter
+    def usage(self, usage: Usage | None) -> None:
+        self._usage, self._usage_json = usage, None
+
+    @property
+    def has_usage(self) -> bool:
+        """Whether `usage` is set, without decoding it."""
+        return self._usage is not None or self._usage_json is not None
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, CompletionChunk):
+            return NotImplemented
+        return (self.text, self.token_ids, self.finish_reason, self.usage) == (
+            other.text, other.token_ids, other.finish_reason, other.usage
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"CompletionChunk(text={self.text!r}, token_ids={self.token_ids!r}, "
+            f"finish_reason={self.finish_reason!r}, usage={self.usage!r})"
+        )
 
     @classmethod
     def from_json(cls, event: dict[str, Any]) -> CompletionChunk:
         """Read one `text_completion` (or `chat.completion.chunk`) SSE payload."""
         choices = event.get("choices") or []
         usage = event.get("usage")
+        if not isinstance(usage, dict) or not usage:  # null, or not an object: no report
+            usage = None
         if not choices:
-            return cls(text="", token_ids=None, finish_reason=None, usage=Usage.from_json(usage) if usage else None)
+            return cls("", None, None, None, usage)
         choice = choices[0]
         text = choice.get("text")
         if text is None:  # chat chunks carry the text in delta.content
             text = (choice.get("delta") or {}).get("content") or ""
         token_ids = choice.get("token_ids")
-        return cls(
-            text=text,
-            token_ids=list(token_ids) if token_ids is not None else None,
-            finish_reason=choice.get("finish_reason"),
-            usage=Usage.from_json(usage) if usage else None,
-        )
+        return cls(text, list(token_ids) if token_ids is not None else None, choice.get("finish_reason"), None, usage)
 
 
 @dataclass(slots=True)

@@ -138,15 +138,18 @@ class Generation:
                         "ask for fewer max_tokens or retry"
                     )
                 texts = []
+                reported: CompletionChunk | None = None  # the last usage report of the batch: read once
                 for chunk in batch:
-                    if chunk.usage is not None:
-                        self._backend_usage = chunk.usage
+                    if chunk.has_usage:
+                        reported = chunk
                     if chunk.finish_reason is not None:
                         self.finish_reason = chunk.finish_reason
                     if chunk.token_ids:
                         self._num_token_ids += len(chunk.token_ids)
                     if chunk.text:
                         texts.append(chunk.text)
+                if reported is not None:
+                    self._backend_usage = reported.usage
                 if texts:
                     self._last_text_at = now = time.perf_counter()
                     if self._first_text_at is None:

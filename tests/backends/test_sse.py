@@ -59,3 +59,22 @@ def test_usage_without_details_counts_no_cached_tokens() -> None:
     usage = Usage.from_json({"prompt_tokens": 3, "completion_tokens": 1, "prompt_tokens_details": None})
     assert usage.cached_tokens == 0
     assert Usage.from_json({"prompt_tokens": 3, "completion_tokens": 1}).total_tokens == 4
+
+
+def test_usage_counts_that_are_no_numbers_read_as_zero() -> None:
+    """A third-party backend's odd report must not break a stream that already ran (Usage.from_json)."""
+    odd = {"prompt_tokens": "many", "completion_tokens": float("nan"), "prompt_tokens_details": {"cached_tokens": {}}}
+    assert Usage.from_json(odd) == Usage(0, 0, 0)
+    assert Usage.from_json({"prompt_tokens": "12", "completion_tokens": 3.0, "prompt_tokens_details": []}) == Usage(12, 3)
+    assert Usage.from_json({"prompt_tokens": 5, "completion_tokens": float("inf")}) == Usage(5, 0)
+
+
+def test_a_chunks_usage_is_read_when_asked_for() -> None:
+    event = {"choices": [{"index": 0, "text": "a", "finish_reason": None}],
+             "usage": {"prompt_tokens": 4, "completion_tokens": 1}}
+    chunk = CompletionChunk.from_json(event)
+    assert chunk.has_usage and chunk.usage == Usage(4, 1) and chunk.has_usage
+    assert chunk == CompletionChunk("a", None, None, Usage(4, 1))
+    chunk.usage = None
+    assert not chunk.has_usage and chunk.usage is None
+    assert not CompletionChunk.from_json({"choices": [], "usage": "lots"}).has_usage  # not an object: no report
