@@ -21,7 +21,8 @@ threads (measured, BENCHMARKS.md "Gateway CPU per streamed request"). A write th
 locked (another process writing), or fails for any other reason, goes to the worker instead, which
 waits `sqlite_busy_timeout_s` or reports the error; so does any write while the worker is busy,
 so writes never overtake each other. Every `CHECKPOINT_EVERY` writes made on the loop, the worker
-checkpoints the WAL (PASSIVE), which may sync the file: never on the loop. Memory updates
+checkpoints the WAL (PASSIVE), which may sync the file: never on the loop; nor is the first write
+after it, which starts the WAL over and syncs its header. Memory updates
 happen on the event loop without awaiting, which makes each check-and-change atomic. Ledger
 appends are group-committed: records that arrive while a ledger transaction is being written go
 into the next one together (one commit for many requests under load), and each `append_usage`
@@ -99,6 +100,7 @@ class EmbeddedStore(Store):
             self._db_on_loop.never_wait()
         self._written_on_loop = 0
         self._checkpointing: asyncio.Task[None] | None = None
+        self._wal_may_restart = False  # until a write after the last checkpoint went through the worker
         self._tenants = {t.id: t for t in self._db.load_tenants()}
         self._accounts = {a: t.id for t in self._tenants.values() for a in t.account_ids}
         self._keys: dict[str, ApiKey] = {}
@@ -169,7 +171,9 @@ class EmbeddedStore(Store):
         """`Database.<name>(*args)`: on the event loop when it can go at once (see the module's doc),
         else on the worker."""
         here = self._db_on_loop
-        if here is not None and self._worker.is_idle:
+        # After a complete checkpoint the next write starts the WAL over and syncs its header
+        # (fdatasync, synchronous=NORMAL or not): that write goes to the worker too.
+        if here is not None and not self._wal_may_restart and self._worker.is_idle:
             try:
                 result = getattr(here, name)(*args)
             except sqlite3.Error:  # locked by another process, or a file error: the worker waits or reports it
@@ -177,9 +181,14 @@ class EmbeddedStore(Store):
             else:
                 self._written_on_loop += 1
                 if self._written_on_loop % CHECKPOINT_EVERY == 0 and self._checkpointing is None:
+                    self._wal_may_restart = True
                     self._checkpointing = asyncio.get_running_loop().create_task(self._checkpoint())
                 return result
-        return await self._run(getattr(self._db, name), *args)
+        follows_checkpoint = self._wal_may_restart and self._checkpointing is None  # queued behind it
+        result = await self._run(getattr(self._db, name), *args)
+        if follows_checkpoint:
+            self._wal_may_restart = False
+        return result
 
     async def _checkpoint(self) -> None:
         try:

@@ -7,6 +7,7 @@ import asyncio
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -125,5 +126,50 @@ async def test_memory_databases_keep_every_write_on_the_worker() -> None:
         assert await store.append_usage(record("r1", 100.0))
         assert time.monotonic() - started < 5
         assert await store.get_usage("r1") == record("r1", 100.0)
+    finally:
+        await store.aclose()
+
+
+def wal_salt(path: Path) -> bytes:
+    """The WAL header's salts: new ones each time a writer starts the WAL over, which syncs it."""
+    with open(path.parent / f"{path.name}-wal", "rb") as wal:
+        return wal.read(24)[16:24]
+
+
+def watch_wal_restarts(store: EmbeddedStore, path: Path) -> dict[str, int]:
+    """How many of the store's writes started the WAL over, on the loop's connection and on the worker's."""
+    restarts = {"loop": 0, "worker": 0}
+    for where, db in (("loop", store._db_on_loop), ("worker", store._db)):
+        for name in ("insert_usages", "save_budget"):
+            method = getattr(db, name)
+
+            def watched(*args: object, method: Callable[..., object] = method, where: str = where) -> object:
+                before = wal_salt(path)
+                try:
+                    return method(*args)
+                finally:
+                    restarts[where] += wal_salt(path) != before
+
+            setattr(db, name, watched)
+    return restarts
+
+
+async def test_the_wal_starts_over_on_the_worker_never_on_the_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first write after a complete checkpoint writes the WAL's header again and syncs it (fdatasync,
+    even with synchronous=NORMAL): that write must not be one made on the loop."""
+    monkeypatch.setattr(embedded, "CHECKPOINT_EVERY", 8)
+    path = tmp_path / "gateway.sqlite3"
+    store = open_store(path)
+    restarts = watch_wal_restarts(store, path)
+    try:
+        for i in range(100):
+            await store.append_usage(record(f"r{i}", 100.0 + i))
+            await store.reserve_budget("acme", "2026-05", 10, None)
+            while store._checkpointing is not None:  # a quiet moment: a checkpoint, once asked for, ends
+                await asyncio.sleep(0.001)
+        assert restarts["loop"] == 0, restarts
+        assert restarts["worker"] >= 5, restarts  # the WAL did start over, each time on the worker
     finally:
         await store.aclose()
