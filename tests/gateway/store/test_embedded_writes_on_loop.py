@@ -173,3 +173,34 @@ async def test_the_wal_starts_over_on_the_worker_never_on_the_loop(
         assert restarts["worker"] >= 5, restarts  # the WAL did start over, each time on the worker
     finally:
         await store.aclose()
+
+
+async def test_the_worker_never_checkpoints_of_itself(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Writes that went to the worker (it was busy) grow the WAL too: past wal_autocheckpoint's 1000
+    pages a commit on the worker's connection would checkpoint, and the next write, on the loop,
+    would start the WAL over (and sync it). The store's own checkpoints are the only ones."""
+    monkeypatch.setattr(embedded, "CHECKPOINT_EVERY", 10**9)
+    path = tmp_path / "gateway.sqlite3"
+    store = open_store(path)
+    restarts = watch_wal_restarts(store, path)
+    try:
+        for i in range(600):
+            # a read keeps the worker busy, so the ledger record goes to the worker; the budget, on the loop
+            await asyncio.gather(store.get_usage("r0"), store.append_usage(record(f"r{i}", 100.0 + i)))
+            await store.reserve_budget("acme", "2026-05", 10, None)
+        assert restarts["loop"] == 0, restarts
+    finally:
+        await store.aclose()
+
+
+async def test_writes_made_on_the_worker_are_checkpointed_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under load the worker is rarely idle and most writes go to it: they count towards the next checkpoint."""
+    monkeypatch.setattr(embedded, "CHECKPOINT_EVERY", 16)
+    path = tmp_path / "gateway.sqlite3"
+    store = open_store(path)
+    try:
+        for i in range(600):  # a read keeps the worker busy, so every write goes to it
+            await asyncio.gather(store.get_usage("r0"), store.append_usage(record(f"r{i}", 100.0 + i)))
+        assert (path.parent / f"{path.name}-wal").stat().st_size < 100 * 4096
+    finally:
+        await store.aclose()
