@@ -180,7 +180,7 @@ class EmbeddedStore(Store):
         if here is None:
             return await self._run(getattr(self._db, name), *args)
         self._writes += 1
-        if self._writes % CHECKPOINT_EVERY == 0 and self._checkpointing is None:
+        if self._writes % CHECKPOINT_EVERY == 0 and self._checkpointing is None and not self._closed:
             self._wal_may_restart = True
             self._checkpointing = asyncio.get_running_loop().create_task(self._checkpoint())
         # After a complete checkpoint the next write starts the WAL over and syncs its header

@@ -4,6 +4,7 @@ to the worker whenever they could block or overtake, and the WAL is still checkp
 from __future__ import annotations
 
 import asyncio
+import gc
 import sqlite3
 import threading
 import time
@@ -204,3 +205,21 @@ async def test_writes_made_on_the_worker_are_checkpointed_too(tmp_path: Path, mo
         assert (path.parent / f"{path.name}-wal").stat().st_size < 100 * 4096
     finally:
         await store.aclose()
+
+
+async def test_no_checkpoint_is_started_once_the_store_closes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A request that settles while the store closes must not start a checkpoint that runs after the
+    file closed (its error would surface as an unretrieved task exception)."""
+    monkeypatch.setattr(embedded, "CHECKPOINT_EVERY", 1)
+    errors: list[dict[str, object]] = []
+    asyncio.get_running_loop().set_exception_handler(lambda _, context: errors.append(context))
+    store = open_store(tmp_path / "gateway.sqlite3")
+    closing = asyncio.create_task(store.aclose())
+    await asyncio.sleep(0)  # aclose has queued the file's close on the worker
+    with pytest.raises(sqlite3.ProgrammingError):  # the file is closed: the write fails, as any after aclose
+        await store.reserve_budget("acme", "2026-05", 10, None)
+    await closing
+    for _ in range(3):
+        await asyncio.sleep(0.01)
+    gc.collect()
+    assert errors == []
