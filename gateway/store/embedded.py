@@ -20,8 +20,10 @@ microseconds; handing it to the thread cost several times that in GIL hand-offs 
 threads (measured, BENCHMARKS.md "Gateway CPU per streamed request"). A write that finds the file
 locked (another process writing), or fails for any other reason, goes to the worker instead, which
 waits `sqlite_busy_timeout_s` or reports the error; so does any write while the worker is busy,
-so writes never overtake each other. Every `CHECKPOINT_EVERY` writes made on the loop, the worker
-checkpoints the WAL (PASSIVE), which may sync the file: never on the loop. Memory updates
+so writes never overtake each other. Every `CHECKPOINT_EVERY` such writes (on the loop or not), the
+worker checkpoints the WAL (PASSIVE), which may sync the file: never on the loop; nor is the first
+write after it, which starts the WAL over and syncs its header (so no connection of the store
+checkpoints of itself). Memory updates
 happen on the event loop without awaiting, which makes each check-and-change atomic. Ledger
 appends are group-committed: records that arrive while a ledger transaction is being written go
 into the next one together (one commit for many requests under load), and each `append_usage`
@@ -76,7 +78,7 @@ from policies.limits import WindowRule, sliding_window
 
 T = TypeVar("T")
 log = structlog.get_logger("edgerun.gateway.store")
-CHECKPOINT_EVERY = 256  # writes made on the loop between two WAL checkpoints on the worker (a few pages each)
+CHECKPOINT_EVERY = 256  # a request's writes between two WAL checkpoints on the worker (a few pages each)
 
 
 class EmbeddedStore(Store):
@@ -89,16 +91,22 @@ class EmbeddedStore(Store):
         `clock` stamps created_at and revoked_at (tests may pass their own).
         """
         self._clock = clock
-        self._db = Database(settings.sqlite_path, busy_timeout_s=settings.sqlite_busy_timeout_s)
+        on_loop = self.writes_on_loop and settings.sqlite_path != ":memory:"  # (a second connection: another database)
+        # With writes on the loop, only the store checkpoints (`_write`): the worker's connection would
+        # do it after a commit past 1000 WAL pages, and the WAL would then start over on the loop.
+        self._db = Database(
+            settings.sqlite_path, busy_timeout_s=settings.sqlite_busy_timeout_s, autocheckpoint=not on_loop
+        )
         self._worker = SerialWorker("edgerun-sqlite")
         self._db_on_loop: Database | None = None
-        if self.writes_on_loop and settings.sqlite_path != ":memory:":  # (a second connection: another database)
+        if on_loop:
             self._db_on_loop = Database(
                 settings.sqlite_path, busy_timeout_s=settings.sqlite_busy_timeout_s, autocheckpoint=False
             )
             self._db_on_loop.never_wait()
-        self._written_on_loop = 0
+        self._writes = 0  # by `_write`, on the loop or the worker
         self._checkpointing: asyncio.Task[None] | None = None
+        self._wal_may_restart = False  # until a write after the last checkpoint went through the worker
         self._tenants = {t.id: t for t in self._db.load_tenants()}
         self._accounts = {a: t.id for t in self._tenants.values() for a in t.account_ids}
         self._keys: dict[str, ApiKey] = {}
@@ -169,17 +177,24 @@ class EmbeddedStore(Store):
         """`Database.<name>(*args)`: on the event loop when it can go at once (see the module's doc),
         else on the worker."""
         here = self._db_on_loop
-        if here is not None and self._worker.is_idle:
+        if here is None:
+            return await self._run(getattr(self._db, name), *args)
+        self._writes += 1
+        if self._writes % CHECKPOINT_EVERY == 0 and self._checkpointing is None and not self._closed:
+            self._wal_may_restart = True
+            self._checkpointing = asyncio.get_running_loop().create_task(self._checkpoint())
+        # After a complete checkpoint the next write starts the WAL over and syncs its header
+        # (fdatasync, synchronous=NORMAL or not): that write goes to the worker too.
+        if not self._wal_may_restart and self._worker.is_idle:
             try:
-                result = getattr(here, name)(*args)
+                return getattr(here, name)(*args)
             except sqlite3.Error:  # locked by another process, or a file error: the worker waits or reports it
                 pass
-            else:
-                self._written_on_loop += 1
-                if self._written_on_loop % CHECKPOINT_EVERY == 0 and self._checkpointing is None:
-                    self._checkpointing = asyncio.get_running_loop().create_task(self._checkpoint())
-                return result
-        return await self._run(getattr(self._db, name), *args)
+        follows_checkpoint = self._wal_may_restart and self._checkpointing is None  # queued behind it
+        result = await self._run(getattr(self._db, name), *args)
+        if follows_checkpoint:
+            self._wal_may_restart = False
+        return result
 
     async def _checkpoint(self) -> None:
         try:

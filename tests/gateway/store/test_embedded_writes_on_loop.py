@@ -4,9 +4,11 @@ to the worker whenever they could block or overtake, and the WAL is still checkp
 from __future__ import annotations
 
 import asyncio
+import gc
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -127,3 +129,97 @@ async def test_memory_databases_keep_every_write_on_the_worker() -> None:
         assert await store.get_usage("r1") == record("r1", 100.0)
     finally:
         await store.aclose()
+
+
+def wal_salt(path: Path) -> bytes:
+    """The WAL header's salts: new ones each time a writer starts the WAL over, which syncs it."""
+    with open(path.parent / f"{path.name}-wal", "rb") as wal:
+        return wal.read(24)[16:24]
+
+
+def watch_wal_restarts(store: EmbeddedStore, path: Path) -> dict[str, int]:
+    """How many of the store's writes started the WAL over, on the loop's connection and on the worker's."""
+    restarts = {"loop": 0, "worker": 0}
+    for where, db in (("loop", store._db_on_loop), ("worker", store._db)):
+        for name in ("insert_usages", "save_budget"):
+            method = getattr(db, name)
+
+            def watched(*args: object, method: Callable[..., object] = method, where: str = where) -> object:
+                before = wal_salt(path)
+                try:
+                    return method(*args)
+                finally:
+                    restarts[where] += wal_salt(path) != before
+
+            setattr(db, name, watched)
+    return restarts
+
+
+async def test_the_wal_starts_over_on_the_worker_never_on_the_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first write after a complete checkpoint writes the WAL's header again and syncs it (fdatasync,
+    even with synchronous=NORMAL): that write must not be one made on the loop."""
+    monkeypatch.setattr(embedded, "CHECKPOINT_EVERY", 8)
+    path = tmp_path / "gateway.sqlite3"
+    store = open_store(path)
+    restarts = watch_wal_restarts(store, path)
+    try:
+        for i in range(100):
+            await store.append_usage(record(f"r{i}", 100.0 + i))
+            await store.reserve_budget("acme", "2026-05", 10, None)
+            while store._checkpointing is not None:  # a quiet moment: a checkpoint, once asked for, ends
+                await asyncio.sleep(0.001)
+        assert restarts["loop"] == 0, restarts
+        assert restarts["worker"] >= 5, restarts  # the WAL did start over, each time on the worker
+    finally:
+        await store.aclose()
+
+
+async def test_the_worker_never_checkpoints_of_itself(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Writes that went to the worker (it was busy) grow the WAL too: past wal_autocheckpoint's 1000
+    pages a commit on the worker's connection would checkpoint, and the next write, on the loop,
+    would start the WAL over (and sync it). The store's own checkpoints are the only ones."""
+    monkeypatch.setattr(embedded, "CHECKPOINT_EVERY", 10**9)
+    path = tmp_path / "gateway.sqlite3"
+    store = open_store(path)
+    restarts = watch_wal_restarts(store, path)
+    try:
+        for i in range(600):
+            # a read keeps the worker busy, so the ledger record goes to the worker; the budget, on the loop
+            await asyncio.gather(store.get_usage("r0"), store.append_usage(record(f"r{i}", 100.0 + i)))
+            await store.reserve_budget("acme", "2026-05", 10, None)
+        assert restarts["loop"] == 0, restarts
+    finally:
+        await store.aclose()
+
+
+async def test_writes_made_on_the_worker_are_checkpointed_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under load the worker is rarely idle and most writes go to it: they count towards the next checkpoint."""
+    monkeypatch.setattr(embedded, "CHECKPOINT_EVERY", 16)
+    path = tmp_path / "gateway.sqlite3"
+    store = open_store(path)
+    try:
+        for i in range(600):  # a read keeps the worker busy, so every write goes to it
+            await asyncio.gather(store.get_usage("r0"), store.append_usage(record(f"r{i}", 100.0 + i)))
+        assert (path.parent / f"{path.name}-wal").stat().st_size < 100 * 4096
+    finally:
+        await store.aclose()
+
+
+async def test_no_checkpoint_is_started_once_the_store_closes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A request that settles while the store closes must not start a checkpoint that runs after the
+    file closed (its error would surface as an unretrieved task exception)."""
+    monkeypatch.setattr(embedded, "CHECKPOINT_EVERY", 1)
+    errors: list[dict[str, object]] = []
+    asyncio.get_running_loop().set_exception_handler(lambda _, context: errors.append(context))
+    store = open_store(tmp_path / "gateway.sqlite3")
+    closing = asyncio.create_task(store.aclose())
+    await asyncio.sleep(0)  # aclose has queued the file's close on the worker
+    with pytest.raises(sqlite3.ProgrammingError):  # the file is closed: the write fails, as any after aclose
+        await store.reserve_budget("acme", "2026-05", 10, None)
+    await closing
+    for _ in range(3):
+        await asyncio.sleep(0.01)
+    gc.collect()
+    assert errors == []
