@@ -1,0 +1,117 @@
+"""Where a gateway's CPU per streamed request goes, thread by thread, at a fixed open-loop rate.
+
+    python -m benchmarks.gateway_threads [--rate 800] [--seconds 10] [--rounds 2] [--chunks 8]
+                                         [--tree PATH ...]
+
+Starts the stub backend (benchmarks/stub_backend.py) and, for each tree (this checkout first, then
+each `--tree`, e.g. a `git worktree` of an older commit), `edgerun serve` in front of it as
+benchmarks.gateway_overhead does. Then, in `--rounds` rounds with the trees alternating, Poisson
+arrivals at `--rate` requests/s stream completions through each gateway's Workers AI route for
+`--seconds`, and the CPU time of each of the gateway's threads is read from /proc before and after
+(the event loop's thread, the SQLite store's worker, the offload pool, ...). What CPU one thread
+costs another (the GIL hand-offs between them) shows up as CPU of the thread that pays it, so a
+change that moves work between threads is judged by the total. The figures are per request, in ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+
+from benchmarks.gateway_overhead import create_key, start_gateway, start_stub
+from benchmarks.machine import machine
+from benchmarks.raw_load import drive
+from benchmarks.stub_backend import MODEL_ID, PROMPT
+from cli.processes import ROOT
+
+
+def thread_cpu_s(pid: int) -> dict[str, float]:
+    """CPU seconds of each thread of `pid`, by "name:index" (thread names repeat: the pool's)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    found: dict[str, float] = {}
+    seen: dict[str, int] = defaultdict(int)
+    for tid in sorted(os.listdir(f"/proc/{pid}/task"), key=int):
+        try:
+            name = Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip()
+            fields = Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
+        except FileNotFoundError:  # the thread ended meanwhile
+            continue
+        label = f"{name}:{seen[name]}"
+        seen[name] += 1
+        found[label] = (int(fields[11]) + int(fields[12])) / ticks
+    return found
+
+
+async def measure(url: str, headers: dict[str, str], pid: int, args: argparse.Namespace) -> tuple[int, dict[str, float]]:
+    """Requests answered and each thread's CPU seconds over one phase."""
+    body = {"prompt": PROMPT, "max_tokens": args.chunks, "stream": True}
+    before = thread_cpu_s(pid)
+    phase = await drive("phase", url, body, headers, args.concurrency, args.seconds, pid, args.rate)
+    after = thread_cpu_s(pid)
+    return len(phase.latencies_s), {name: after[name] - before.get(name, 0.0) for name in after}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.gateway_threads", description=__doc__.splitlines()[0])
+    parser.add_argument("--rate", type=float, default=800.0, help="requests/s offered (Poisson)")
+    parser.add_argument("--seconds", type=float, default=10.0, help="seconds per phase")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--chunks", type=int, default=8, help="text chunks the stub streams per request")
+    parser.add_argument("--concurrency", type=int, default=50, help="client connections")
+    parser.add_argument("--tree", type=Path, action="append", default=[], help="another checkout, measured alike")
+    args = parser.parse_args(argv)
+
+    trees = [ROOT, *(tree.resolve() for tree in args.tree)]
+    stub = start_stub(args.chunks)
+    gateways = []
+    try:
+        workdir = Path(tempfile.mkdtemp(prefix="edgerun-threads-"))
+        sides = []
+        for i, tree in enumerate(trees):
+            gateway = start_gateway(stub.port, workdir / str(i), cwd=tree)
+            gateways.append(gateway)
+            key = create_key(gateway.url, "bench")
+            url = f"{gateway.url}/client/v4/accounts/bench/ai/run/{MODEL_ID}"
+            sides.append((tree, url, {"authorization": f"Bearer {key}"}, gateway.process.pid))
+        totals: dict[Path, tuple[int, dict[str, float]]] = {tree: (0, defaultdict(float)) for tree in trees}
+
+        async def run() -> None:
+            for _tree, url, headers, _pid in sides:  # warm-up
+                body = {"prompt": PROMPT, "max_tokens": args.chunks, "stream": True}
+                await drive("warm-up", url, body, headers, args.concurrency, 1.5)
+            for _ in range(args.rounds):
+                for tree, url, headers, pid in sides:
+                    count, cpu = await measure(url, headers, pid, args)
+                    answered, by_thread = totals[tree]
+                    for name, seconds in cpu.items():
+                        by_thread[name] += seconds
+                    totals[tree] = (answered + count, by_thread)
+
+        asyncio.run(run())
+    finally:
+        for process in [*gateways, stub]:
+            process.stop(timeout_s=15)
+
+    command = "python -m benchmarks.gateway_threads " + " ".join(argv if argv is not None else sys.argv[1:])
+    print(f"`{command.strip()}`  ")
+    print(f"machine: {machine()}, load average {os.getloadavg()[0]:.1f}  ")
+    print(f"{args.rate:g} requests/s offered (Poisson), {args.chunks} chunks per answer, {args.rounds} rounds of "
+          f"{args.seconds:g}s per tree, alternating")
+    print()
+    print("| tree | requests | CPU ms per request | by thread (ms per request) |")
+    print("| --- | ---: | ---: | --- |")
+    for tree in trees:
+        answered, by_thread = totals[tree]
+        per = {name: seconds * 1000 / max(1, answered) for name, seconds in by_thread.items()}
+        shown = ", ".join(f"{name} {ms:.3f}" for name, ms in sorted(per.items(), key=lambda kv: -kv[1]) if ms >= 0.005)
+        print(f"| {tree} | {answered} | {sum(per.values()):.3f} | {shown} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
