@@ -7,8 +7,10 @@ Starts the stub backend (benchmarks/stub_backend.py) and, for each tree (this ch
 each `--tree`, e.g. a `git worktree` of an older commit), `edgerun serve` in front of it as
 benchmarks.gateway_overhead does. Then, in `--rounds` rounds with the trees alternating, Poisson
 arrivals at `--rate` requests/s stream completions through each gateway's Workers AI route for
-`--seconds`, and the CPU time of each of the gateway's threads is read from /proc before and after
-(the event loop's thread, the SQLite store's worker, the offload pool, ...). What CPU one thread
+`--seconds`, and the CPU time of each of the gateway's threads is read from /proc before and after.
+Python 3.11 leaves the OS thread names alone, so threads are shown as "python:<index>" in the order of
+their ids: python:0 is the main thread (the event loop), python:1 the first started after it (the
+embedded store's SQLite worker), then the offload pool's as they start. What CPU one thread
 costs another (the GIL hand-offs between them) shows up as CPU of the thread that pays it, so a
 change that moves work between threads is judged by the total. The figures are per request, in ms.
 """
@@ -31,7 +33,7 @@ from cli.processes import ROOT
 
 
 def thread_cpu_s(pid: int) -> dict[str, float]:
-    """CPU seconds of each thread of `pid`, by "name:index" (thread names repeat: the pool's)."""
+    """CPU seconds of each thread of `pid`, by "name:index" (names repeat: each thread's index among those of its name)."""
     ticks = os.sysconf("SC_CLK_TCK")
     found: dict[str, float] = {}
     seen: dict[str, int] = defaultdict(int)
