@@ -25,9 +25,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import secrets
 import shlex
 import signal
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -35,13 +37,14 @@ from typing import Any
 from pydantic import SecretStr
 
 from cli.processes import ChildProcess, ProcessError, free_port
-from cli.serve import quiet_http_client_logs
+from cli.serve import claim_store_file, quiet_http_client_logs
 from engines.embedding.package import minilm_zip
 from gateway.fleet.catalog import DEFAULT_MODEL_ID, EMBEDDING_MODEL_ID, ModelSpec, default_models, embedding_model
 from gateway.http.app import create_app
 from gateway.http.listeners import Listeners, listener_configs
 from gateway.settings import GatewaySettings
 from gateway.store.base import Store
+from gateway.store.host.file_claim import FileInUse
 
 DEV_TENANT = "dev"
 DEV_ACCOUNT = "dev"
@@ -105,8 +108,27 @@ def curl_line(port: int, secret: str) -> str:
 
 
 async def serve_dev(args: argparse.Namespace) -> int:
-    backend_port = args.backend_port or free_port()
+    """With one worker, the gateway keeps the store in this process: it claims the SQLite file first,
+    as a lone `edgerun serve` does, so it is refused before starting anything beside another
+    process serving that file (with `--workers N` the serve's store host claims it)."""
     backend_key = secrets.token_urlsafe(32)
+    if args.workers > 1:
+        return await serve_dev_claimed(args, backend_key)
+    claiming = dev_settings(args, backend_key, [], [])  # the file and the port, before anything starts
+    try:
+        claimed = claim_store_file(claiming, "edgerun dev")
+    except FileInUse as exc:
+        print(f"edgerun dev: {exc}", file=sys.stderr, flush=True)
+        return 1
+    try:
+        return await serve_dev_claimed(args, backend_key)
+    finally:
+        if claimed is not None:
+            os.close(claimed)
+
+
+async def serve_dev_claimed(args: argparse.Namespace, backend_key: str) -> int:
+    backend_port = args.backend_port or free_port()
     backend = spawn_backend(args, backend_port, backend_key)
     embedder = spawn_embedding_backend(args, backend_key) if args.embeddings else None
     try:

@@ -110,11 +110,12 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def claim_store_file(settings: GatewaySettings) -> int | None:
+def claim_store_file(settings: GatewaySettings, command: str = "edgerun serve") -> int | None:
     """A lone serve that keeps the one-process store (the store a host would keep: not Redis, not
     a host's worker, not the file's shared mode) claims its SQLite file as a host does, until it
     has stopped serving: the lock's descriptor, or None where nothing is claimed
-    (gateway/store/host/file_claim.py). FileInUse if a host or another lone serve has it."""
+    (gateway/store/host/file_claim.py). FileInUse if a host or another lone serve has it.
+    `edgerun dev` serving in its own process claims the same way (`command` names it)."""
     if not needs_store_host(settings.store):
         return None
-    return claim(settings.store.sqlite_path, f"edgerun serve on port {settings.http.port}")
+    return claim(settings.store.sqlite_path, f"{command} on port {settings.http.port}")

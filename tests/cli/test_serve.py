@@ -103,3 +103,18 @@ def test_serves_that_do_not_keep_the_file_alone_claim_nothing(tmp_path: Path) ->
             gateway.stop()
     assert [g.process.returncode for g in gateways] == [0, 0, 0, 0]
     assert not (tmp_path / "data" / "gateway.sqlite3.host-lock").exists()
+
+
+def test_edgerun_dev_beside_a_lone_serve_is_refused_before_it_starts_a_backend(tmp_path: Path) -> None:
+    """`edgerun dev` (`make run`) keeps the store in its own process too: it claims the file first."""
+    env = _env(tmp_path)
+    gateway = _lone_serve(env)
+    try:
+        argv = [sys.executable, "-m", "cli", "dev", "--port", str(free_port()), "--admin-port", str(free_port()),
+                "--sqlite-path", env["EDGERUN_SQLITE_PATH"], "--no-embeddings"]
+        said = _refused(argv, env)
+        assert REFUSED in said and f"edgerun serve on port {gateway.port}, pid {gateway.process.pid}" in said
+        assert "starting the backend" not in said  # refused before anything started
+        assert gateway.process.poll() is None
+    finally:
+        gateway.stop()
