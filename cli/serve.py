@@ -114,8 +114,13 @@ def claim_store_file(settings: GatewaySettings, command: str = "edgerun serve") 
     """A lone serve that keeps the one-process store (the store a host would keep: not Redis, not
     a host's worker, not the file's shared mode) claims its SQLite file as a host does, until it
     has stopped serving: the lock's descriptor, or None where nothing is claimed
-    (gateway/store/host/file_claim.py). FileInUse if a host or another lone serve has it.
+    (gateway/store/host/file_claim.py). FileInUse if a host or another lone serve has it. A serve
+    in the file's shared mode claims it shared: beside other such serves, never beside a lone one.
     `edgerun dev` serving in its own process claims the same way (`command` names it)."""
-    if not needs_store_host(settings.store):
-        return None
-    return claim(settings.store.sqlite_path, f"{command} on port {settings.http.port}")
+    store = settings.store
+    holder = f"{command} on port {settings.http.port}"
+    if needs_store_host(store):
+        return claim(store.sqlite_path, holder)
+    if store.sqlite_shared and store.redis_url is None and store.store_socket is None:
+        return claim(store.sqlite_path, f"{holder}, shared mode", shared=True)
+    return None

@@ -90,19 +90,28 @@ def test_two_lone_serves_on_one_file_one_at_a_time(tmp_path: Path) -> None:
     assert second.process.returncode == 0
 
 
-def test_serves_that_do_not_keep_the_file_alone_claim_nothing(tmp_path: Path) -> None:
-    """The shared mode is for several serves on one file; `:memory:` is nobody else's."""
+def test_serves_in_the_shared_mode_share_the_file_but_never_with_a_lone_serve(tmp_path: Path) -> None:
+    """The shared mode is for several serves on one file (each limit checked in the file), never beside
+    a process that keeps the store alone, whichever came first; `:memory:` is nobody else's."""
     shared = {**_env(tmp_path), "EDGERUN_SQLITE_SHARED": "true"}
     memory = {**_env(tmp_path), "EDGERUN_SQLITE_PATH": ":memory:"}
     gateways = [start_gateway_process(env) for env in (shared, shared, memory, memory)]
     try:
         for gateway in gateways:
             gateway.wait_ready()
+        said = _refused([sys.executable, "-m", "cli", "serve", "--port", str(free_port())], _env(tmp_path))
+        assert REFUSED in said and "shared mode" in said
     finally:
         for gateway in gateways:
             gateway.stop()
     assert [g.process.returncode for g in gateways] == [0, 0, 0, 0]
-    assert not (tmp_path / "data" / "gateway.sqlite3.host-lock").exists()
+    lone = _lone_serve(_env(tmp_path))  # the shared serves' claims ended with them
+    try:
+        said = _refused([sys.executable, "-m", "cli", "serve", "--port", str(free_port())], shared)
+        assert REFUSED in said and f"edgerun serve on port {lone.port}, pid {lone.process.pid}" in said
+    finally:
+        lone.stop()
+    assert not (tmp_path / ":memory:.host-lock").exists()
 
 
 def test_edgerun_dev_beside_a_lone_serve_is_refused_before_it_starts_a_backend(tmp_path: Path) -> None:

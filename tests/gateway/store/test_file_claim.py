@@ -28,3 +28,23 @@ def test_one_claim_per_file_however_its_path_is_spelled(tmp_path: Path) -> None:
     assert again is not None
     os.close(again)
     assert claim(":memory:", "anyone") is None
+
+
+def test_shared_claims_go_together_but_never_with_an_exclusive_one(tmp_path: Path) -> None:
+    """flock locks of separate opens conflict within one process too, as between processes."""
+    sqlite = str(tmp_path / "gateway.sqlite3")
+    first, second = claim(sqlite, "shared one", shared=True), claim(sqlite, "shared two", shared=True)
+    assert first is not None and second is not None
+    try:
+        with pytest.raises(FileInUse, match="shared"):
+            claim(sqlite, "a lone serve")
+    finally:
+        os.close(first)
+        os.close(second)
+    alone = claim(sqlite, "a lone serve")
+    assert alone is not None
+    try:
+        with pytest.raises(FileInUse, match="a lone serve"):
+            claim(sqlite, "a shared serve", shared=True)
+    finally:
+        os.close(alone)
