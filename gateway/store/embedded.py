@@ -199,8 +199,8 @@ class EmbeddedStore(Store):
     async def _checkpoint(self) -> None:
         try:
             await self._run(self._db.checkpoint)
-        except StoreUnavailable as exc:  # the next one tries again; the WAL only grows meanwhile
-            log.warning("checkpointing the SQLite WAL failed", error=exc.args[0])
+        except (StoreUnavailable, sqlite3.Error) as exc:  # the next one tries again; the WAL only grows meanwhile
+            log.warning("checkpointing the SQLite WAL failed", error=str(exc))
         finally:
             self._checkpointing = None
 

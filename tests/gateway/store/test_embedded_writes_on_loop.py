@@ -223,3 +223,26 @@ async def test_no_checkpoint_is_started_once_the_store_closes(tmp_path: Path, mo
         await asyncio.sleep(0.01)
     gc.collect()
     assert errors == []
+
+
+async def test_a_failing_checkpoint_is_logged_and_the_store_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(embedded, "CHECKPOINT_EVERY", 1)
+    errors: list[dict[str, object]] = []
+    asyncio.get_running_loop().set_exception_handler(lambda _, context: errors.append(context))
+    store = open_store(tmp_path / "gateway.sqlite3")
+    try:
+        def broken() -> None:
+            raise sqlite3.DatabaseError("database disk image is malformed")
+
+        monkeypatch.setattr(store._db, "checkpoint", broken)
+        for i in range(3):
+            assert await store.append_usage(record(f"r{i}", 100.0 + i))
+            await asyncio.sleep(0.02)  # the checkpoint asked for runs and fails
+        assert store._checkpointing is None
+        assert await store.get_usage("r2") == record("r2", 102.0)
+    finally:
+        await store.aclose()
+    gc.collect()
+    assert errors == []
