@@ -89,14 +89,36 @@ local rest = math.min(num(prev), -delta - take)
 if rest > 0 then redis.call('DECRBY', prev, int(rest)) end
 """
 
-# KEYS: spend counter; ARGV: amount, budget ('' = unlimited), ttl_s -> {allowed 0/1, spent}
+# KEYS: spend counter, this call's token key; ARGV: amount, budget ('' = unlimited), ttl_s, token ttl_s
+# -> {allowed 0/1, spent}. The token key says what became of the call: absent (not here yet, or refused),
+# the amount (applied), or 'undone' (UNDO_RESERVATIONS came first: a late arrival applies nothing). The
+# same token sent twice applies once.
 RESERVE_BUDGET = _INT + """
 local spent = num(KEYS[1])
+local token = redis.call('GET', KEYS[2])
+if token == 'undone' then return {0, spent} end
+if token then return {1, spent} end
 local budget = tonumber(ARGV[2])
 if budget and spent + tonumber(ARGV[1]) > budget then return {0, spent} end
 spent = redis.call('INCRBY', KEYS[1], ARGV[1])
 redis.call('EXPIRE', KEYS[1], ARGV[3])
+redis.call('SET', KEYS[2], ARGV[1], 'EX', ARGV[4])
 return {1, spent}
+"""
+
+# KEYS: pairs (spend counter, token key) of reservations whose caller never learnt their fate; ARGV: token ttl_s.
+# An applied one is taken back (never below 0, as SETTLE_BUDGET); each token ends 'undone', so one still on
+# its way applies nothing, and a second run changes nothing. Runs when Redis is full too (allow-oom).
+UNDO_RESERVATIONS = "#!lua flags=allow-oom\n" + """
+for i = 1, #KEYS, 2 do
+  local token = redis.call('GET', KEYS[i + 1])
+  if token ~= 'undone' then
+    if token and redis.call('EXISTS', KEYS[i]) == 1 then
+      if redis.call('DECRBY', KEYS[i], token) < 0 then redis.call('SET', KEYS[i], '0', 'KEEPTTL') end
+    end
+    redis.call('SET', KEYS[i + 1], 'undone', 'EX', ARGV[1])
+  end
+end
 """
 
 # KEYS: spend counter; ARGV: actual - reserved, ttl_s -> spent (never below 0)

@@ -14,6 +14,12 @@ Redis's clock) of this replica's requests alive.
 
 Each process holds at most `redis_max_connections` connections; a command past them waits for one, up
 to `redis_timeout_s`. Redis connection failures and timeouts become `StoreUnavailable`.
+
+A budget reservation whose call fails that way may still be applied by Redis later (it was only slow),
+and its caller, answered 503, settles nothing. Each `reserve_budget` call carries a token that its script
+marks when it applies; a failed call's token goes to a background task owned by the store (`redis_undo`,
+drained or stopped by `aclose`) that takes the reservation back, or marks the token so that it applies
+nothing when it lands. A call that succeeds pays one SET inside its script, no extra round trip.
 """
 
 from __future__ import annotations
@@ -53,11 +59,14 @@ from gateway.store.models import ApiKey, BudgetDecision, LimitDecision, Tenant, 
 from gateway.store.redis_codec import KeyNames, decode_key, decode_tenant, encode_key, encode_tenant
 from gateway.store.redis_ledger import RedisLedger
 from gateway.store.redis_pool import PoolExhausted, WaitingConnectionPool
+from gateway.store.redis_undo import ReservationUndo
 from gateway.store.settings import StoreSettings
 
 P = ParamSpec("P")
 R = TypeVar("R")
 _BUDGET_TTL_S = 45 * 24 * 3600  # a month's counter outlives the month
+_TOKEN_TTL_S = 900  # a reservation's token outlives its undo's tries (redis_undo) and any late arrival
+_UNDO_CLOSE_WAIT_S = 5.0  # aclose gives queued undos this long
 _SET_IF_ABSENT_THEN_GET = "redis.call('SET', KEYS[1], ARGV[1], 'NX') return redis.call('GET', KEYS[1])"
 
 
@@ -112,12 +121,17 @@ class RedisStore(Store):
         self._scripts = {
             name: self._redis.register_script(getattr(redis_scripts, name))
             for name in ("CHECK_AND_CONSUME", "RECONCILE_TOKENS", "RESERVE_BUDGET", "SETTLE_BUDGET",
+                         "UNDO_RESERVATIONS",
                          "RECORD_PREFIX", "REMOVE_PREFIX", "MATCH_PREFIX", "CHANGE_INFLIGHT",
                          "CORRECT_INFLIGHT", "PRUNE_REPLICA", "CREATE_TENANT",
                          "ACQUIRE_SLOT", "RENEW_SLOTS")
         }
         self._ledger = RedisLedger(self._redis, self._names, settings, self._replica)
         self._lease = LeaseTask("edgerun-inflight-lease", self._renew_lease)
+        self._undo = ReservationUndo(
+            lambda keys: self._scripts["UNDO_RESERVATIONS"](keys=keys, args=[_TOKEN_TTL_S]),
+            give_up_after_s=_TOKEN_TTL_S / 4,
+        )
         self._slots: dict[str, set[str]] = {}  # tenant -> request ids this replica holds (their lease is renewed)
         self._closed = False
 
@@ -299,10 +313,19 @@ class RedisStore(Store):
         self, tenant_id: str, month: str, amount_micro: int, budget_micro: int | None
     ) -> BudgetDecision:
         check_reservation(tenant_id, month, amount_micro, budget_micro)
-        allowed, spent = await self._scripts["RESERVE_BUDGET"](
-            keys=[self._names.budget(tenant_id, month)],
-            args=[amount_micro, "" if budget_micro is None else budget_micro, _BUDGET_TTL_S],
-        )
+        spend_key, token_key = self._names.budget(tenant_id, month), self._names.budget_token(token_hex(12))
+        try:
+            allowed, spent = await self._scripts["RESERVE_BUDGET"](
+                keys=[spend_key, token_key],
+                args=[amount_micro, "" if budget_micro is None else budget_micro, _BUDGET_TTL_S, _TOKEN_TTL_S],
+            )
+        except PoolExhausted:
+            raise  # never sent
+        except (RedisConnectionError, RedisTimeoutError, asyncio.CancelledError):
+            # Sent, perhaps applied (or about to be): nobody will settle it, so it is taken back, or
+            # stopped before it lands, in the background (redis_undo).
+            self._undo.add(spend_key, token_key)
+            raise
         return BudgetDecision(allowed=bool(allowed), spent_micro=int(spent))
 
     @_redis_errors
@@ -480,6 +503,7 @@ class RedisStore(Store):
             return
         self._closed = True
         await self._lease.stop()
+        await self._undo.aclose(_UNDO_CLOSE_WAIT_S)  # before the connections go
         try:  # our in-flight requests end with us
             await self._redis.delete(*self._inflight_keys()[:2])
             await self._redis.srem(self._names.inflight_replicas(), self._replica)
