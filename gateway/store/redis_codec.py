@@ -11,7 +11,7 @@ things share a name:
     {p}tenant_keys:{tenant_id}      set     key ids
     {p}rl:{key_id}:{rpm|tpm}:...    string  one sliding-window counter (policies.limits.window_key)
     {p}budget:{tenant_id}:{month}   string  spend in micro-units
-    {p}budget_token:{token}         string  one reserve_budget call: its amount, or 'undone' (EX, minutes)
+    {p}budget_token:{token}         string  one reserve_budget call: its amount, or 'undone' (EX 120 s)
     {p}session:{tenant_id}:{sid}    string  backend id (PX ttl)
     {p}prefix:{block_hash}          zset    backend -> last recorded µs (PX ttl)
     {p}prefix_lru                   zset    block hash -> last recorded µs (the size cap)

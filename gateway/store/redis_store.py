@@ -65,7 +65,7 @@ from gateway.store.settings import StoreSettings
 P = ParamSpec("P")
 R = TypeVar("R")
 _BUDGET_TTL_S = 45 * 24 * 3600  # a month's counter outlives the month
-_TOKEN_TTL_S = 900  # a reservation's token outlives its undo's tries (redis_undo) and any late arrival
+_TOKEN_TTL_S = 120  # a reservation's token outlives its undo's tries (half of it) and a late arrival after them
 _UNDO_CLOSE_WAIT_S = 5.0  # aclose gives queued undos this long
 _SET_IF_ABSENT_THEN_GET = "redis.call('SET', KEYS[1], ARGV[1], 'NX') return redis.call('GET', KEYS[1])"
 
@@ -130,7 +130,7 @@ class RedisStore(Store):
         self._lease = LeaseTask("edgerun-inflight-lease", self._renew_lease)
         self._undo = ReservationUndo(
             lambda keys: self._scripts["UNDO_RESERVATIONS"](keys=keys, args=[_TOKEN_TTL_S]),
-            give_up_after_s=_TOKEN_TTL_S / 4,
+            give_up_after_s=_TOKEN_TTL_S / 2,
         )
         self._slots: dict[str, set[str]] = {}  # tenant -> request ids this replica holds (their lease is renewed)
         self._closed = False

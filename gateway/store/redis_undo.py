@@ -33,7 +33,7 @@ class ReservationUndo:
         *,
         first_delay_s: float = 0.05,
         max_delay_s: float = 5.0,
-        give_up_after_s: float = 120.0,
+        give_up_after_s: float = 60.0,
         max_pending: int = 10_000,
         batch: int = 200,
         clock: Callable[[], float] = time.monotonic,
