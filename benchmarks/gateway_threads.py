@@ -26,7 +26,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from benchmarks.gateway_overhead import create_key, start_gateway, start_stub
-from benchmarks.machine import machine
+from benchmarks.machine import machine, stat_cpu_s
 from benchmarks.raw_load import drive
 from benchmarks.stub_backend import MODEL_ID, PROMPT
 from cli.processes import ROOT
@@ -34,24 +34,26 @@ from cli.processes import ROOT
 
 def thread_cpu_s(pid: int) -> dict[str, float]:
     """CPU seconds of each thread of `pid`, by "name:index" (names repeat: each thread's index among those of its name)."""
-    ticks = os.sysconf("SC_CLK_TCK")
     found: dict[str, float] = {}
     seen: dict[str, int] = defaultdict(int)
     for tid in sorted(os.listdir(f"/proc/{pid}/task"), key=int):
+        task = Path(f"/proc/{pid}/task/{tid}")
         try:
-            name = Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip()
-            fields = Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
+            name, cpu_s = (task / "comm").read_text().strip(), stat_cpu_s(task / "stat")
         except FileNotFoundError:  # the thread ended meanwhile
             continue
-        label = f"{name}:{seen[name]}"
+        found[f"{name}:{seen[name]}"] = cpu_s
         seen[name] += 1
-        found[label] = (int(fields[11]) + int(fields[12])) / ticks
     return found
+
+
+def request_body(args: argparse.Namespace) -> dict[str, object]:
+    return {"prompt": PROMPT, "max_tokens": args.chunks, "stream": True}
 
 
 async def measure(url: str, headers: dict[str, str], pid: int, args: argparse.Namespace) -> tuple[int, dict[str, float]]:
     """Requests answered and each thread's CPU seconds over one phase."""
-    body = {"prompt": PROMPT, "max_tokens": args.chunks, "stream": True}
+    body = request_body(args)
     before = thread_cpu_s(pid)
     phase = await drive("phase", url, body, headers, args.concurrency, args.seconds, pid, args.rate)
     after = thread_cpu_s(pid)
@@ -84,8 +86,7 @@ def main(argv: list[str] | None = None) -> int:
 
         async def run() -> None:
             for _tree, url, headers, _pid in sides:  # warm-up
-                body = {"prompt": PROMPT, "max_tokens": args.chunks, "stream": True}
-                await drive("warm-up", url, body, headers, args.concurrency, 1.5)
+                await drive("warm-up", url, request_body(args), headers, args.concurrency, 1.5)
             for _ in range(args.rounds):
                 for tree, url, headers, pid in sides:
                     count, cpu = await measure(url, headers, pid, args)

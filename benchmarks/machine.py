@@ -31,5 +31,10 @@ def machine(with_torch: bool = False) -> str:
 
 def process_cpu_s(pid: int) -> float:
     """User + system CPU seconds of a process (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return stat_cpu_s(Path(f"/proc/{pid}/stat"))
+
+
+def stat_cpu_s(stat: Path) -> float:
+    """User + system CPU seconds in a /proc `stat` file: a process's, or one thread's (`task/<tid>/stat`)."""
+    fields = stat.read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

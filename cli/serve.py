@@ -118,9 +118,7 @@ def claim_store_file(settings: GatewaySettings, command: str = "edgerun serve") 
     in the file's shared mode claims it shared: beside other such serves, never beside a lone one.
     `edgerun dev` serving in its own process claims the same way (`command` names it)."""
     store = settings.store
-    holder = f"{command} on port {settings.http.port}"
-    if needs_store_host(store):
-        return claim(store.sqlite_path, holder)
-    if store.sqlite_shared and store.redis_url is None and store.store_socket is None:
-        return claim(store.sqlite_path, f"{holder}, shared mode", shared=True)
-    return None
+    if store.redis_url is not None or store.store_socket is not None:
+        return None  # the state is kept elsewhere: Redis, or a host's memory
+    holder = f"{command} on port {settings.http.port}" + (", shared mode" if store.sqlite_shared else "")
+    return claim(store.sqlite_path, holder, shared=store.sqlite_shared)

@@ -52,10 +52,14 @@ class HostedStore(Store):
         self._accounts: dict[str, str] = {}  # account id -> tenant id
 
     async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        return await (await self._connected()).call(method, args, kwargs)
+
+    async def _connected(self) -> HostConnection:
+        """The open connection, or a new one."""
         connection = self._connection
         if connection is None or connection.is_closed:
             connection = await self._connect()
-        return await connection.call(method, args, kwargs)
+        return connection
 
     async def _connect(self) -> HostConnection:
         """The open connection, or a new one (callers meanwhile share the attempt)."""
@@ -207,11 +211,9 @@ class HostedStore(Store):
         (over-charged, never under) until the month ends, as the reservations of the requests a
         killed worker was serving do.
         """
-        connection = self._connection
-        if connection is None or connection.is_closed:
-            connection = await self._connect()
         give_back = partial(self._give_back_late, tenant_id, month, amount_micro)
         args = (tenant_id, month, amount_micro, budget_micro)
+        connection = await self._connected()
         return codec.budget_decision(await connection.call("reserve_budget", args, {}, late=give_back))
 
     def _give_back_late(self, tenant_id: str, month: str, amount_micro: int, answer: Any) -> None:
