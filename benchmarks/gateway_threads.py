@@ -1,7 +1,7 @@
 """Where a gateway's CPU per streamed request goes, thread by thread, at a fixed open-loop rate.
 
     python -m benchmarks.gateway_threads [--rate 800] [--seconds 10] [--rounds 2] [--chunks 8]
-                                         [--tree PATH ...]
+                                         [--priced] [--tree PATH ...]
 
 Starts the stub backend (benchmarks/stub_backend.py) and, for each tree (this checkout first, then
 each `--tree`, e.g. a `git worktree` of an older commit), `edgerun serve` in front of it as
@@ -13,12 +13,15 @@ their ids: python:0 is the main thread (the event loop), python:1 the first star
 embedded store's SQLite worker), then the offload pool's as they start. What CPU one thread
 costs another (the GIL hand-offs between them) shows up as CPU of the thread that pays it, so a
 change that moves work between threads is judged by the total. The figures are per request, in ms.
+`--priced` prices the stub's model and gives the tenant a monthly budget, so that every request
+reserves and settles its cost as a billed deployment's do (the stub's model is unpriced otherwise).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import sys
 import tempfile
@@ -26,6 +29,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from benchmarks.gateway_overhead import create_key, start_gateway, start_stub
+from benchmarks.ledger import PRICE
 from benchmarks.machine import machine, stat_cpu_s
 from benchmarks.raw_load import drive
 from benchmarks.stub_backend import MODEL_ID, PROMPT
@@ -68,7 +72,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chunks", type=int, default=8, help="text chunks the stub streams per request")
     parser.add_argument("--concurrency", type=int, default=50, help="client connections")
     parser.add_argument("--tree", type=Path, action="append", default=[], help="another checkout, measured alike")
+    parser.add_argument("--priced", action="store_true", help="a priced model and a tenant budget: every request is billed")
     args = parser.parse_args(argv)
+    env = {"EDGERUN_PRICES": json.dumps({MODEL_ID: PRICE})} if args.priced else None
+    tenant: dict[str, object] = {"monthly_budget_micro": 10**15} if args.priced else {}
 
     trees = [ROOT, *(tree.resolve() for tree in args.tree)]
     stub = start_stub(args.chunks)
@@ -77,9 +84,9 @@ def main(argv: list[str] | None = None) -> int:
         workdir = Path(tempfile.mkdtemp(prefix="edgerun-threads-"))
         sides = []
         for i, tree in enumerate(trees):
-            gateway = start_gateway(stub.port, workdir / str(i), cwd=tree)
+            gateway = start_gateway(stub.port, workdir / str(i), env, cwd=tree)
             gateways.append(gateway)
-            key = create_key(gateway.url, "bench")
+            key = create_key(gateway.url, "bench", **tenant)
             url = f"{gateway.url}/client/v4/accounts/bench/ai/run/{MODEL_ID}"
             sides.append((tree, url, {"authorization": f"Bearer {key}"}, gateway.process.pid))
         totals: dict[Path, tuple[int, dict[str, float]]] = {tree: (0, defaultdict(float)) for tree in trees}

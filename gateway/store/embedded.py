@@ -11,9 +11,18 @@ here meanwhile). A CLI revocation thus holds within that period plus one read. L
 memory only: after a restart they start empty, which costs at most one minute of rate-limit
 history and some cache affinity. Budgets and the ledger are SQLite rows.
 
+Budget spends are decided in memory and written to the file with the next ledger transaction: a
+request's settled spend normally goes in the same commit as its own ledger record, and its
+reservation with whichever record is written next. A change that no
+record follows within BUDGET_SAVE_S (quiet times, a request still running) is written on its own
+then; a write that fails hands its spends back to the next. So a crash loses at most the
+reservations of the requests then in flight (which were never billed either) and changes of the
+last BUDGET_SAVE_S; `aclose` writes everything. This saves two of a request's three commits
+(BENCHMARKS.md, "Gateway CPU per streamed request").
+
 SQLite work runs in call order on one worker thread owned by the store (serial_worker.py), with one
-exception, the writes every request makes (its budget reservation and settlement, its ledger
-record): those run on the event loop itself when the worker has nothing queued or running, on a
+exception, the writes every request makes (its ledger record, with the budget spends, and budget
+spends on their own): those run on the event loop itself when the worker has nothing queued or running, on a
 second connection that never waits for a lock (`busy_timeout` 0) and never checkpoints. Such a
 write (WAL, `synchronous=NORMAL`: the commit appends to the WAL and syncs nothing) takes tens of
 microseconds; handing it to the thread cost several times that in GIL hand-offs between the two
@@ -78,6 +87,7 @@ from policies.limits import WindowRule, sliding_window
 
 T = TypeVar("T")
 log = structlog.get_logger("edgerun.gateway.store")
+BUDGET_SAVE_S = 0.05  # a budget change no ledger transaction took along is written this much later
 CHECKPOINT_EVERY = 256  # a request's writes between two WAL checkpoints on the worker (a few pages each)
 
 
@@ -125,6 +135,9 @@ class EmbeddedStore(Store):
         self._slots: dict[str, set[str]] = {}  # tenant -> request ids in flight
         self._ledger_queue: list[tuple[UsageRecord, asyncio.Future[bool]]] = []
         self._ledger_writer: asyncio.Task[None] | None = None  # runs while the queue has records
+        self._unsaved_budgets: set[tuple[str, str]] = set()  # spends changed in memory, not yet handed to a write
+        self._budget_save: asyncio.TimerHandle | None = None  # starts `_save_budgets` BUDGET_SAVE_S after a change
+        self._budget_saving: asyncio.Task[None] | None = None
         self._refresh_s = settings.sqlite_refresh_s
         self._is_file = settings.sqlite_path != ":memory:"  # nobody else can write to a memory database
         self._catalog_version = self._db.catalog_version()
@@ -381,9 +394,56 @@ class EmbeddedStore(Store):
         return spent
 
     async def _save_budget(self, tenant_id: str, month: str, spent: int) -> None:
-        # Memory changes before the await; the single worker writes the values in the same order.
-        self._budgets[(tenant_id, month)] = spent
-        await self._write("save_budget", tenant_id, month, spent)
+        """Memory now; the file with the next ledger transaction, or within BUDGET_SAVE_S (module doc)."""
+        key = (tenant_id, month)
+        self._budgets[key] = spent
+        self._unsaved_budgets.add(key)
+        self._arm_budget_save()
+
+    def _arm_budget_save(self) -> None:
+        if self._budget_save is None and not self._closed:
+            self._budget_save = asyncio.get_running_loop().call_later(BUDGET_SAVE_S, self._start_budget_save)
+
+    def _start_budget_save(self) -> None:
+        self._budget_save = None
+        if self._unsaved_budgets and self._budget_saving is None:
+            self._budget_saving = asyncio.get_running_loop().create_task(self._save_budgets())
+
+    def _take_unsaved_budgets(self) -> dict[tuple[str, str], int]:
+        """The spends changed since they were last handed to a write, as memory holds them now.
+        A write that fails hands them back (`_give_back_budgets`): each later write takes memory's
+        value again, and writes commit in the order they are made, so an older spend never
+        overwrites a newer one."""
+        taken = {key: self._budgets[key] for key in self._unsaved_budgets}
+        self._unsaved_budgets = set()
+        return taken
+
+    def _give_back_budgets(self, taken: dict[tuple[str, str], int]) -> None:
+        self._unsaved_budgets.update(taken)
+        self._arm_budget_save()
+
+    async def _save_budgets(self) -> None:
+        """Write what no ledger transaction took along (quiet times: no record followed the change)."""
+        taken = self._take_unsaved_budgets()
+        try:
+            await self._write("save_budgets", taken)
+        except Exception as exc:  # the file is locked past the busy timeout, full or gone: try again later
+            log.warning("saving budget spends failed; trying again", error=str(exc))
+            self._give_back_budgets(taken)
+        finally:
+            self._budget_saving = None
+
+    async def flush(self) -> None:
+        """Write every budget spend still only in memory now (StoreUnavailable if the file cannot be written)."""
+        if self._budget_saving is not None:
+            await asyncio.wait({self._budget_saving})
+        taken = self._take_unsaved_budgets()
+        if taken:
+            try:
+                await self._write("save_budgets", taken)
+            except BaseException:
+                self._give_back_budgets(taken)
+                raise
 
     async def budget_spent(self, tenant_id: str, month: str) -> int:
         return self._budgets.get((tenant_id, check_month(month)), 0)
@@ -473,8 +533,14 @@ class EmbeddedStore(Store):
             self._ledger_writer = None
 
     async def _write_usages(self, records: list[UsageRecord]) -> list[bool]:
-        """One transaction of ledger records (the shared store writes them in its group transaction)."""
-        written: list[bool] = await self._write("insert_usages", records)
+        """One transaction of ledger records, and of the budget spends not yet written (the shared
+        store writes records in its group transaction, and its budgets are never only in memory)."""
+        budgets = self._take_unsaved_budgets()
+        try:
+            written: list[bool] = await self._write("insert_usages", records, budgets)
+        except BaseException:
+            self._give_back_budgets(budgets)
+            raise
         return written
 
     async def _insert_usages(self, records: list[UsageRecord]) -> list[bool | BaseException]:
@@ -518,6 +584,12 @@ class EmbeddedStore(Store):
             await asyncio.wait({self._refreshing})
         if self._ledger_writer is not None:  # what was queued is committed before the file closes
             await asyncio.wait({self._ledger_writer})
+        if self._budget_save is not None:
+            self._budget_save.cancel()
+        try:
+            await self.flush()
+        except Exception as exc:  # nothing more can be done: the ledger holds what was billed
+            log.error("budget spends could not be written at close", error=str(exc))
         if self._checkpointing is not None:
             await asyncio.wait({self._checkpointing})
         if self._db_on_loop is not None:

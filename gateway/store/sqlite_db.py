@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import secrets
 import sqlite3
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 
 from gateway.store.models import ApiKey, Tenant, UsageRecord
@@ -171,12 +171,11 @@ class Database:
         rows = self._conn.execute("SELECT tenant_id, month, spent_micro FROM budget_spend")
         return {(t, m): s for t, m, s in rows}
 
-    def save_budget(self, tenant_id: str, month: str, spent_micro: int) -> None:
-        self._conn.execute(
-            "INSERT INTO budget_spend VALUES (?, ?, ?)"
-            " ON CONFLICT (tenant_id, month) DO UPDATE SET spent_micro = excluded.spent_micro",
-            (tenant_id, month, spent_micro),
-        )
+    def save_budgets(self, spent: Mapping[tuple[str, str], int]) -> None:
+        """Write each (tenant id, month)'s spend, in one transaction."""
+        with self._conn:
+            self._conn.execute("BEGIN IMMEDIATE")
+            _write_budgets(self._conn, spent)
 
     # --- server-side secrets ---
 
@@ -189,11 +188,16 @@ class Database:
 
     # --- ledger ---
 
-    def insert_usages(self, records: Sequence[UsageRecord]) -> list[bool]:
-        """Insert records in one transaction (one commit for all, or none on an error); for each,
-        True when written, False when its request id was already in the ledger."""
+    def insert_usages(
+        self, records: Sequence[UsageRecord], budgets: Mapping[tuple[str, str], int] | None = None
+    ) -> list[bool]:
+        """Insert records in one transaction (one commit for all, or none on an error), with `budgets`'
+        spends (as `save_budgets`) if given; for each record, True when written, False when its
+        request id was already in the ledger."""
         with self._conn:
             self._conn.execute("BEGIN IMMEDIATE")
+            if budgets:
+                _write_budgets(self._conn, budgets)
             return write_usages(self._conn, records)
 
     def usage_page(
@@ -228,6 +232,14 @@ class Database:
     def get_usage(self, request_id: str) -> UsageRecord | None:
         row = self._conn.execute("SELECT record FROM usage WHERE request_id = ?", (request_id,)).fetchone()
         return None if row is None else UsageRecord.from_json(row[0])
+
+
+def _write_budgets(conn: sqlite3.Connection, spent: Mapping[tuple[str, str], int]) -> None:
+    conn.executemany(
+        "INSERT INTO budget_spend VALUES (?, ?, ?)"
+        " ON CONFLICT (tenant_id, month) DO UPDATE SET spent_micro = excluded.spent_micro",
+        [(tenant_id, month, micro) for (tenant_id, month), micro in spent.items()],
+    )
 
 
 def write_usages(conn: sqlite3.Connection, records: Sequence[UsageRecord]) -> list[bool]:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,6 +21,7 @@ from gateway.services import Services
 from gateway.settings import GatewaySettings
 from gateway.store import Store, open_store
 from gateway.store.embedded import EmbeddedStore
+from gateway.store.models import BudgetDecision
 from policies.pricing import PriceTable
 
 MODEL = ModelSpec(id="m", backend_model="m")
@@ -73,17 +74,24 @@ async def test_budget_is_reserved_for_the_worst_case_then_settled(store: Store) 
     assert await store.budget_spent("ta", month) == 230  # a refusal changes nothing
 
 
-async def cancel_while_queued(store: EmbeddedStore, metering: Metering, request: MeteredRequest) -> threading.Event:
-    """A reservation whose caller is cancelled while it waits behind a busy SQLite thread; set the
-    event returned to free the thread."""
-    thread_free = threading.Event()
-    asyncio.ensure_future(store._worker.run(thread_free.wait))  # the SQLite thread is busy
+async def cancel_while_queued(store: EmbeddedStore, metering: Metering, request: MeteredRequest) -> asyncio.Event:
+    """A reservation whose caller is cancelled while it is in flight (held here at a gate, as a
+    Redis call or a store host's answer would be; the embedded store decides in memory and saves
+    the spend later); set the event returned to let the reservation land."""
+    gate = asyncio.Event()
+    reserve_budget = store.reserve_budget
+
+    async def reserve_in_flight(*args: Any) -> BudgetDecision:
+        await gate.wait()
+        return await reserve_budget(*args)
+
+    store.reserve_budget = reserve_in_flight  # type: ignore[method-assign]
     caller = asyncio.create_task(metering.reserve(request, max_tokens=100))
-    await asyncio.sleep(0.05)  # the reservation is queued behind the busy call
+    await asyncio.sleep(0.05)  # the reservation is in flight
     caller.cancel()
     with pytest.raises(asyncio.CancelledError):
         await caller
-    return thread_free
+    return gate
 
 
 async def test_a_reservation_whose_caller_is_cancelled_is_given_back(store: Store) -> None:
@@ -95,8 +103,8 @@ async def test_a_reservation_whose_caller_is_cancelled_is_given_back(store: Stor
     request = await request_for(store, budget=10_000)
     metering = Metering(store, PRICES, GatewayMetrics())
     month = time.strftime("%Y-%m", time.gmtime(request.ctx.arrived_at))
-    thread_free = await cancel_while_queued(store, metering, request)
-    thread_free.set()
+    landing = await cancel_while_queued(store, metering, request)
+    landing.set()
     for _ in range(200):  # the reservation lands, then its give-back: a few hand-offs
         if await store.budget_spent("ta", month) == 0:
             break
@@ -106,7 +114,7 @@ async def test_a_reservation_whose_caller_is_cancelled_is_given_back(store: Stor
 
 
 async def test_a_reservation_given_back_while_the_gateway_stops_is_saved(tmp_path: Path) -> None:
-    # A client that left during set-up just before shutdown: its reservation lands on the SQLite thread
+    # A client that left during set-up just before shutdown: its reservation lands
     # after the lifespan began closing. The give-back must reach the file before the store closes, or
     # the worst case stays in the month's spend after the restart.
     settings = GatewaySettings(redis_url=None, sqlite_path=str(tmp_path / "g.sqlite3"), tokenizer_cache_dir=None)
@@ -117,10 +125,10 @@ async def test_a_reservation_given_back_while_the_gateway_stops_is_saved(tmp_pat
     metering = services.generator.metering
     metering.prices = PRICES
     month = time.strftime("%Y-%m", time.gmtime(request.ctx.arrived_at))
-    thread_free = await cancel_while_queued(store, metering, request)
+    landing = await cancel_while_queued(store, metering, request)
     stopping = asyncio.create_task(services.aclose())  # the lifespan ends
     await asyncio.sleep(0.05)
-    thread_free.set()
+    landing.set()
     await stopping
     reopened = open_store(settings.store)
     try:

@@ -40,9 +40,9 @@ async def test_writes_are_made_on_the_loop_when_the_worker_is_idle(tmp_path: Pat
         assert here is not None
         insert = here.insert_usages
 
-        def watched(records: list[object]) -> list[bool]:
+        def watched(*args: object) -> list[bool]:
             threads.append(threading.get_ident())
-            return insert(records)  # type: ignore[arg-type]
+            return insert(*args)  # type: ignore[arg-type]
 
         here.insert_usages = watched  # type: ignore[method-assign]
         assert await store.append_usage(record("r1", 100.0))
@@ -87,10 +87,12 @@ async def test_a_write_never_overtakes_one_queued_on_the_worker(tmp_path: Path) 
     release = threading.Event()
     try:
         busy = asyncio.ensure_future(store._run(release.wait, 5))  # the worker is busy ...
-        first = asyncio.ensure_future(store.reserve_budget("acme", "2026-05", 100, None))
+        await store.reserve_budget("acme", "2026-05", 100, None)
+        first = asyncio.ensure_future(store.flush())
         await asyncio.sleep(0.05)  # ... so the first save is queued behind it
         assert not first.done()
-        second = asyncio.ensure_future(store.reserve_budget("acme", "2026-05", 50, None))
+        await store.reserve_budget("acme", "2026-05", 50, None)
+        second = asyncio.ensure_future(store.flush())
         await asyncio.sleep(0.05)
         release.set()
         await asyncio.gather(busy, first, second)
@@ -141,7 +143,7 @@ def watch_wal_restarts(store: EmbeddedStore, path: Path) -> dict[str, int]:
     """How many of the store's writes started the WAL over, on the loop's connection and on the worker's."""
     restarts = {"loop": 0, "worker": 0}
     for where, db in (("loop", store._db_on_loop), ("worker", store._db)):
-        for name in ("insert_usages", "save_budget"):
+        for name in ("insert_usages", "save_budgets"):
             method = getattr(db, name)
 
             def watched(*args: object, method: Callable[..., object] = method, where: str = where) -> object:
@@ -217,7 +219,7 @@ async def test_no_checkpoint_is_started_once_the_store_closes(tmp_path: Path, mo
     closing = asyncio.create_task(store.aclose())
     await asyncio.sleep(0)  # aclose has queued the file's close on the worker
     with pytest.raises(sqlite3.ProgrammingError):  # the file is closed: the write fails, as any after aclose
-        await store.reserve_budget("acme", "2026-05", 10, None)
+        await store.append_usage(record("r1", 100.0))
     await closing
     for _ in range(3):
         await asyncio.sleep(0.01)

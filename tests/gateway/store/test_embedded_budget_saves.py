@@ -1,0 +1,113 @@
+"""The embedded store's budget spends ride the ledger's transactions (gateway/store/embedded.py): one
+commit per request instead of three, nothing lost on close, and a failed write loses no spend."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+import gateway.store.embedded as embedded
+from gateway.store.embedded import EmbeddedStore
+from tests.gateway.store.test_embedded_writes_on_loop import open_store, spent_on_disk
+from tests.gateway.store.test_ledger import record
+
+MONTH = "2026-05"
+
+
+def count_calls(store: EmbeddedStore) -> dict[str, int]:
+    """How many times each write of the store's two connections ran (loop or worker alike)."""
+    calls = {"insert_usages": 0, "save_budgets": 0}
+    for db in (store._db_on_loop, store._db):
+        for name in calls:
+            method = getattr(db, name)
+
+            def counted(*args: object, method: Callable[..., object] = method, name: str = name) -> object:
+                calls[name] += 1
+                return method(*args)
+
+            setattr(db, name, counted)
+    return calls
+
+
+async def test_a_request_costs_one_commit_its_spend_with_its_record(tmp_path: Path) -> None:
+    path = tmp_path / "gateway.sqlite3"
+    store = open_store(path)
+    calls = count_calls(store)
+    try:
+        assert (await store.reserve_budget("acme", MONTH, 100, 1000)).allowed
+        assert await store.settle_budget("acme", MONTH, 100, 41) == 41
+        assert await store.append_usage(record("r1", 100.0, cost_micro=41))
+        assert calls == {"insert_usages": 1, "save_budgets": 0}
+        assert spent_on_disk(path, "acme", MONTH) == 41  # committed with the record, before append_usage returned
+    finally:
+        await store.aclose()
+
+
+async def test_a_spend_no_record_follows_is_written_soon(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(embedded, "BUDGET_SAVE_S", 0.02)
+    path = tmp_path / "gateway.sqlite3"
+    store = open_store(path)
+    calls = count_calls(store)
+    try:
+        await store.reserve_budget("acme", MONTH, 100, None)
+        await store.reserve_budget("acme", MONTH, 30, None)
+        with pytest.raises(TypeError):  # nothing on disk yet
+            spent_on_disk(path, "acme", MONTH)
+        for _ in range(100):
+            await asyncio.sleep(0.01)
+            if calls["save_budgets"]:
+                break
+        await asyncio.sleep(0.01)
+        assert calls["save_budgets"] == 1  # both changes in one write
+        assert spent_on_disk(path, "acme", MONTH) == 130
+    finally:
+        await store.aclose()
+
+
+async def test_close_writes_every_spend(tmp_path: Path) -> None:
+    path = tmp_path / "gateway.sqlite3"
+    store = open_store(path)
+    await store.reserve_budget("acme", MONTH, 100, None)
+    await store.reserve_budget("globex", MONTH, 7, None)
+    await store.aclose()
+    again = open_store(path)
+    try:
+        assert await again.budget_spent("acme", MONTH) == 100
+        assert await again.budget_spent("globex", MONTH) == 7
+    finally:
+        await again.aclose()
+
+
+async def test_a_failed_write_hands_its_spends_to_the_next(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The record's transaction fails: neither the record nor the spends it carried are on disk, and
+    the next write carries them."""
+    monkeypatch.setattr(embedded, "BUDGET_SAVE_S", 3600.0)  # only the writes made here
+    path = tmp_path / "gateway.sqlite3"
+    store = open_store(path)
+    try:
+        await store.reserve_budget("acme", MONTH, 100, None)
+        failures = 0
+        for db in (store._db_on_loop, store._db):  # on the loop, then on the worker: both fail once
+            insert = db.insert_usages
+
+            def broken(*args: object, insert: Callable[..., list[bool]] = insert) -> list[bool]:
+                nonlocal failures
+                failures += 1
+                if failures <= 2:
+                    raise sqlite3.OperationalError("disk I/O error")
+                return insert(*args)
+
+            monkeypatch.setattr(db, "insert_usages", broken)
+        with pytest.raises(Exception, match="disk I/O error"):
+            await store.append_usage(record("r1", 100.0))
+        await store.reserve_budget("globex", MONTH, 20, None)
+        assert await store.append_usage(record("r2", 101.0))
+        assert spent_on_disk(path, "acme", MONTH) == 100  # handed back by the failed write
+        assert spent_on_disk(path, "globex", MONTH) == 20
+        assert await store.get_usage("r1") is None
+    finally:
+        await store.aclose()
