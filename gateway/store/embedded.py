@@ -12,13 +12,14 @@ memory only: after a restart they start empty, which costs at most one minute of
 history and some cache affinity. Budgets and the ledger are SQLite rows.
 
 Budget spends are decided in memory and written to the file with the next ledger transaction: a
-request's settled spend normally goes in the same commit as its own ledger record, and its
-reservation with whichever record is written next. A change that no
+request's reservation, and its settlement (which `Metering.settle` makes once its record is
+written), go with whichever records are written next. A change that no
 record follows within BUDGET_SAVE_S (quiet times, a request still running) is written on its own
 then; a write that fails hands its spends back to the next. So a crash loses at most the
 reservations of the requests then in flight (which were never billed either) and changes of the
-last BUDGET_SAVE_S; `aclose` writes everything. This saves two of a request's three commits
-(BENCHMARKS.md, "Gateway CPU per streamed request").
+last BUDGET_SAVE_S; `aclose` writes everything. Under load (records every few ms) this saves
+nearly two of a request's three commits; a lone request still costs two (its record, then its
+settlement on its own).
 
 SQLite work runs in call order on one worker thread owned by the store (serial_worker.py), with one
 exception, the writes every request makes (its ledger record, with the budget spends, and budget
@@ -424,14 +425,17 @@ class EmbeddedStore(Store):
 
     async def _save_budgets(self) -> None:
         """Write what no ledger transaction took along (quiet times: no record followed the change)."""
-        taken = self._take_unsaved_budgets()
+        taken = self._take_unsaved_budgets()  # (empty if a ledger write took them since the timer fired)
         try:
-            await self._write("save_budgets", taken)
+            if taken:
+                await self._write("save_budgets", taken)
         except Exception as exc:  # the file is locked past the busy timeout, full or gone: try again later
             log.warning("saving budget spends failed; trying again", error=str(exc))
             self._give_back_budgets(taken)
         finally:
             self._budget_saving = None
+            if self._unsaved_budgets:  # changed meanwhile: their timer found this save running and did nothing
+                self._arm_budget_save()
 
     async def flush(self) -> None:
         """Write every budget spend still only in memory now (StoreUnavailable if the file cannot be written)."""

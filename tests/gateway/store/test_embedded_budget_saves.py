@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -34,6 +35,7 @@ def count_calls(store: EmbeddedStore) -> dict[str, int]:
 
 
 async def test_a_request_costs_one_commit_its_spend_with_its_record(tmp_path: Path) -> None:
+    # (a settlement made before the record is written; Metering settles after: the next test)
     path = tmp_path / "gateway.sqlite3"
     store = open_store(path)
     calls = count_calls(store)
@@ -43,6 +45,30 @@ async def test_a_request_costs_one_commit_its_spend_with_its_record(tmp_path: Pa
         assert await store.append_usage(record("r1", 100.0, cost_micro=41))
         assert calls == {"insert_usages": 1, "save_budgets": 0}
         assert spent_on_disk(path, "acme", MONTH) == 41  # committed with the record, before append_usage returned
+    finally:
+        await store.aclose()
+
+
+async def test_in_meterings_order_the_settlement_rides_the_next_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`Metering.settle` writes the record first, then settles: the settlement goes with the next
+    request's record (under load), or on its own BUDGET_SAVE_S later (a lone request: two commits)."""
+    monkeypatch.setattr(embedded, "BUDGET_SAVE_S", 0.02)
+    path = tmp_path / "gateway.sqlite3"
+    store = open_store(path)
+    calls = count_calls(store)
+    try:
+        await store.reserve_budget("acme", MONTH, 100, 1000)
+        assert await store.append_usage(record("r1", 100.0, cost_micro=41))
+        assert spent_on_disk(path, "acme", MONTH) == 100  # the reservation went with the record
+        await store.settle_budget("acme", MONTH, 100, 41)
+        for _ in range(100):
+            await asyncio.sleep(0.01)
+            if calls["save_budgets"]:
+                break
+        assert calls == {"insert_usages": 1, "save_budgets": 1}
+        assert spent_on_disk(path, "acme", MONTH) == 41
     finally:
         await store.aclose()
 
@@ -110,4 +136,33 @@ async def test_a_failed_write_hands_its_spends_to_the_next(tmp_path: Path, monke
         assert spent_on_disk(path, "globex", MONTH) == 20
         assert await store.get_usage("r1") is None
     finally:
+        await store.aclose()
+
+
+async def test_a_change_made_while_a_save_runs_is_written_after_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A change whose timer fires while the previous timed save is still running (queued behind a slow
+    call on the worker) is written once that save ends, not left in memory until the next record."""
+    monkeypatch.setattr(embedded, "BUDGET_SAVE_S", 0.02)
+    path = tmp_path / "gateway.sqlite3"
+    store = open_store(path)
+    release = threading.Event()
+    try:
+        busy = asyncio.ensure_future(store._run(release.wait, 5))  # the worker is busy ...
+        await store.reserve_budget("acme", MONTH, 100, None)
+        await asyncio.sleep(0.06)  # ... so the timed save of 100 waits behind it
+        assert store._budget_saving is not None
+        await store.reserve_budget("acme", MONTH, 30, None)
+        await asyncio.sleep(0.06)  # this change's timer fires while that save still runs
+        release.set()
+        await busy
+        for _ in range(100):
+            await asyncio.sleep(0.01)
+            if store._budget_saving is None and not store._unsaved_budgets:
+                break
+        await asyncio.sleep(0.01)
+        assert spent_on_disk(path, "acme", MONTH) == 130
+    finally:
+        release.set()
         await store.aclose()
