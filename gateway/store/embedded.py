@@ -396,6 +396,9 @@ class EmbeddedStore(Store):
 
     async def _save_budget(self, tenant_id: str, month: str, spent: int) -> None:
         """Memory now; the file with the next ledger transaction, or within BUDGET_SAVE_S (module doc)."""
+        if spent >= 2**63:  # SQLite's INTEGER: refused here, as SQLite itself refused it when saves were
+            # immediate; written later, it would fail every ledger transaction that carried it
+            raise OverflowError(f"a month's spend of {spent} micro-units does not fit in 64 bits")
         key = (tenant_id, month)
         self._budgets[key] = spent
         self._unsaved_budgets.add(key)

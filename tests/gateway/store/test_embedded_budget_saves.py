@@ -166,3 +166,19 @@ async def test_a_change_made_while_a_save_runs_is_written_after_it(
     finally:
         release.set()
         await store.aclose()
+
+
+async def test_a_spend_past_64_bits_is_refused_and_never_blocks_the_ledger(tmp_path: Path) -> None:
+    """SQLite refused such a save when it was immediate; kept for later, it would fail every ledger
+    transaction that carried it."""
+    path = tmp_path / "gateway.sqlite3"
+    store = open_store(path)
+    try:
+        await store.reserve_budget("acme", MONTH, 2**63 - 10, None)
+        with pytest.raises(OverflowError):
+            await store.reserve_budget("acme", MONTH, 10, None)
+        assert await store.budget_spent("acme", MONTH) == 2**63 - 10  # unchanged
+        assert await store.append_usage(record("r1", 100.0))
+        assert spent_on_disk(path, "acme", MONTH) == 2**63 - 10
+    finally:
+        await store.aclose()
