@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import time
+import uuid
+
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
-from gateway.http.middleware import RequestContextMiddleware
+from gateway.http.middleware import RequestContextMiddleware, new_request_id
 from gateway.metrics import GatewayMetrics
 
 
@@ -71,3 +74,18 @@ def test_unhandled_errors_become_a_500_envelope_with_the_request_id() -> None:
     body = response.json()
     assert body["error"]["code"] == "3043"  # OpenAI shape under /ai/v1/
     assert response.headers["cf-ray"] in body["error"]["message"]
+
+
+def test_request_ids_are_time_ordered_version_7_uuids() -> None:
+    """The ledger's key: ids made later sort later (appended to its index), and none repeats."""
+    before_ms = time.time_ns() // 1_000_000
+    first = [new_request_id() for _ in range(2000)]
+    time.sleep(0.002)
+    later = new_request_id()
+    after_ms = time.time_ns() // 1_000_000
+    parsed = uuid.UUID(later)
+    assert (parsed.version, parsed.variant) == (7, uuid.RFC_4122)
+    assert all(len(i) == 32 and uuid.UUID(i).version == 7 for i in first)
+    assert len(set(first)) == len(first)
+    assert later > max(first)
+    assert before_ms <= int(first[0][:12], 16) <= int(later[:12], 16) <= after_ms
