@@ -15,7 +15,8 @@ Budget spends are decided in memory and written to the file with the next ledger
 request's reservation, and its settlement (which `Metering.settle` makes once its record is
 written), go with whichever records are written next. A change that no
 record follows within BUDGET_SAVE_S (quiet times, a request still running) is written on its own
-then; a write that fails hands its spends back to the next. So a crash loses at most the
+then; a write that fails hands its spends back to the next (after failed saves the delay
+doubles, up to BUDGET_RETRY_MAX_S). So a crash loses at most the
 reservations of the requests then in flight (which were never billed either) and changes of the
 last BUDGET_SAVE_S; `aclose` writes everything. Under load (records every few ms) this saves
 nearly two of a request's three commits; a lone request still costs two (its record, then its
@@ -89,6 +90,7 @@ from policies.limits import WindowRule, sliding_window
 T = TypeVar("T")
 log = structlog.get_logger("edgerun.gateway.store")
 BUDGET_SAVE_S = 0.05  # a budget change no ledger transaction took along is written this much later
+BUDGET_RETRY_MAX_S = 5.0  # after failed saves the delay doubles up to this (a broken file: one warning each)
 CHECKPOINT_EVERY = 256  # a request's writes between two WAL checkpoints on the worker (a few pages each)
 
 
@@ -139,6 +141,7 @@ class EmbeddedStore(Store):
         self._unsaved_budgets: set[tuple[str, str]] = set()  # spends changed in memory, not yet handed to a write
         self._budget_save: asyncio.TimerHandle | None = None  # starts `_save_budgets` BUDGET_SAVE_S after a change
         self._budget_saving: asyncio.Task[None] | None = None
+        self._budget_save_delay_s = BUDGET_SAVE_S  # doubled after each failed save, reset by a good one
         self._refresh_s = settings.sqlite_refresh_s
         self._is_file = settings.sqlite_path != ":memory:"  # nobody else can write to a memory database
         self._catalog_version = self._db.catalog_version()
@@ -406,7 +409,8 @@ class EmbeddedStore(Store):
 
     def _arm_budget_save(self) -> None:
         if self._budget_save is None and not self._closed:
-            self._budget_save = asyncio.get_running_loop().call_later(BUDGET_SAVE_S, self._start_budget_save)
+            delay_s = self._budget_save_delay_s
+            self._budget_save = asyncio.get_running_loop().call_later(delay_s, self._start_budget_save)
 
     def _start_budget_save(self) -> None:
         self._budget_save = None
@@ -433,8 +437,11 @@ class EmbeddedStore(Store):
             if taken:
                 await self._write("save_budgets", taken)
         except Exception as exc:  # the file is locked past the busy timeout, full or gone: try again later
-            log.warning("saving budget spends failed; trying again", error=str(exc))
+            self._budget_save_delay_s = min(2 * self._budget_save_delay_s, BUDGET_RETRY_MAX_S)
+            log.warning("saving budget spends failed", error=str(exc), retry_in_s=self._budget_save_delay_s)
             self._give_back_budgets(taken)
+        else:
+            self._budget_save_delay_s = BUDGET_SAVE_S
         finally:
             self._budget_saving = None
             if self._unsaved_budgets:  # changed meanwhile: their timer found this save running and did nothing

@@ -4,8 +4,10 @@ commit per request instead of three, nothing lost on close, and a failed write l
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -180,5 +182,50 @@ async def test_a_spend_past_64_bits_is_refused_and_never_blocks_the_ledger(tmp_p
         assert await store.budget_spent("acme", MONTH) == 2**63 - 10  # unchanged
         assert await store.append_usage(record("r1", 100.0))
         assert spent_on_disk(path, "acme", MONTH) == 2**63 - 10
+    finally:
+        await store.aclose()
+
+
+async def on_disk_within(path: Path, spent: int, limit_s: float) -> float:
+    """Seconds until acme's spend on disk reads `spent` (fails past `limit_s`)."""
+    started = time.monotonic()
+    while True:
+        with contextlib.suppress(TypeError):  # no row yet
+            if spent_on_disk(path, "acme", MONTH) == spent:
+                return time.monotonic() - started
+        assert time.monotonic() - started < limit_s, f"acme's spend never reached {spent} on disk"
+        await asyncio.sleep(0.005)
+
+
+async def test_failed_saves_back_off_and_a_good_one_resets_the_delay(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file that keeps failing is tried again after 2x, 4x ... the delay (one warning each, not 20 a
+    second); once it works, a change is written within BUDGET_SAVE_S again."""
+    monkeypatch.setattr(embedded, "BUDGET_SAVE_S", 0.01)
+    monkeypatch.setattr(embedded, "BUDGET_RETRY_MAX_S", 0.16)
+    path = tmp_path / "gateway.sqlite3"
+    store = open_store(path)
+    tries = 0
+    broken = True
+    try:
+        for db in (store._db_on_loop, store._db):
+            save = db.save_budgets
+
+            def failing(*args: object, save: Callable[..., None] = save, db: object = db) -> None:
+                nonlocal tries
+                if broken:
+                    tries += db is store._db  # the loop's failure goes on to the worker: one try each
+                    raise sqlite3.OperationalError("disk I/O error")
+                save(*args)
+
+            monkeypatch.setattr(db, "save_budgets", failing)
+        await store.reserve_budget("acme", MONTH, 100, None)
+        await asyncio.sleep(0.6)  # 0.01 + 0.02 + 0.04 + 0.08 + 0.16 + 0.16 + ...: about 6 tries, not 60
+        assert 3 <= tries <= 8, tries
+        broken = False
+        assert await on_disk_within(path, 100, 5.0) < 0.5  # the next try, at most 0.16 s away, works
+        await store.reserve_budget("acme", MONTH, 5, None)
+        assert await on_disk_within(path, 105, 5.0) < 0.1  # the delay is back to 0.01 s
     finally:
         await store.aclose()
