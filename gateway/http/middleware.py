@@ -49,7 +49,7 @@ def new_request_id() -> str:
     """A version-7 UUID (RFC 9562) as 32 hex digits: the Unix time in milliseconds, then 74 random
     bits. The ledger is keyed by request id: time-ordered ids are appended at the end of its key's
     index, where random (version-4) ones each landed on a page of their own, a cache miss once the
-    ledger is large (a one-record commit: 42 -> 32 us of CPU with a million records, BENCHMARKS.md
+    ledger is large (a one-record commit: 45.9 -> 34.0 us of CPU with a million records, BENCHMARKS.md
     "Gateway CPU per streamed request, seventh pass"). Built without a `UUID` object (a measurable
     part of the gateway's CPU per request)."""
     n = (time.time_ns() // 1_000_000) << 80 | int.from_bytes(os.urandom(10), "big")

@@ -13,14 +13,15 @@ history and some cache affinity. Budgets and the ledger are SQLite rows.
 
 Budget spends are decided in memory and written to the file with the next ledger transaction: a
 request's reservation, and its settlement (which `Metering.settle` makes once its record is
-written), go with whichever records are written next. A change that no
-record follows within BUDGET_SAVE_S (quiet times, a request still running) is written on its own
-then; a write that fails hands its spends back to the next (after failed saves the delay
-doubles, up to BUDGET_RETRY_MAX_S). So a crash loses at most the
-reservations of the requests then in flight (which were never billed either) and changes of the
-last BUDGET_SAVE_S; `aclose` writes everything. Under load (records every few ms) this saves
-nearly two of a request's three commits; a lone request still costs two (its record, then its
-settlement on its own).
+written), go with whichever records are written next. A change that no record follows within
+BUDGET_SAVE_S (quiet times, a request still running) is written on its own then; a write that
+fails hands its spends back to the next (after failed saves the delay doubles, up to
+BUDGET_RETRY_MAX_S, until a write goes through). So, while the file can be written, a crash loses
+at most the reservations of the requests then in flight (which were never billed either) and
+changes of the last BUDGET_SAVE_S; `aclose` writes everything. Under load (records every few ms)
+this saves nearly two of a request's three commits; a lone request still costs two (its record,
+then its settlement on its own), three if it runs longer than BUDGET_SAVE_S (its reservation is
+then written on its own before its record).
 
 SQLite work runs in call order on one worker thread owned by the store (serial_worker.py), with one
 exception, the writes every request makes (its ledger record, with the budget spends, and budget
@@ -430,6 +431,18 @@ class EmbeddedStore(Store):
         self._unsaved_budgets.update(taken)
         self._arm_budget_save()
 
+    def _budget_writes_work(self) -> None:
+        """A write to the file went through (a save, or a ledger transaction): after failed saves, the
+        delay is BUDGET_SAVE_S again, and a timer armed with the longer one is armed anew."""
+        if self._budget_save_delay_s == BUDGET_SAVE_S:
+            return
+        self._budget_save_delay_s = BUDGET_SAVE_S
+        if self._budget_save is not None:
+            self._budget_save.cancel()
+            self._budget_save = None
+            if self._unsaved_budgets:
+                self._arm_budget_save()
+
     async def _save_budgets(self) -> None:
         """Write what no ledger transaction took along (quiet times: no record followed the change)."""
         taken = self._take_unsaved_budgets()  # (empty if a ledger write took them since the timer fired)
@@ -441,7 +454,7 @@ class EmbeddedStore(Store):
             log.warning("saving budget spends failed", error=str(exc), retry_in_s=self._budget_save_delay_s)
             self._give_back_budgets(taken)
         else:
-            self._budget_save_delay_s = BUDGET_SAVE_S
+            self._budget_writes_work()
         finally:
             self._budget_saving = None
             if self._unsaved_budgets:  # changed meanwhile: their timer found this save running and did nothing
@@ -555,6 +568,7 @@ class EmbeddedStore(Store):
         except BaseException:
             self._give_back_budgets(budgets)
             raise
+        self._budget_writes_work()
         return written
 
     async def _insert_usages(self, records: list[UsageRecord]) -> list[bool | BaseException]:

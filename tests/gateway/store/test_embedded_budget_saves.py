@@ -197,35 +197,68 @@ async def on_disk_within(path: Path, spent: int, limit_s: float) -> float:
         await asyncio.sleep(0.005)
 
 
+class BrokenSaves:
+    """Makes the store's budget saves on their own fail (`broken`) and counts their tries; ledger
+    transactions, which carry spends too, still work."""
+
+    def __init__(self, store: EmbeddedStore, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.tries = 0
+        self.broken = True
+        for db in (store._db_on_loop, store._db):
+            save = db.save_budgets
+
+            def failing(*args: object, save: Callable[..., None] = save, db: object = db) -> None:
+                if self.broken:
+                    self.tries += db is store._db  # the loop's failure goes on to the worker: one try each
+                    raise sqlite3.OperationalError("disk I/O error")
+                save(*args)
+
+            monkeypatch.setattr(db, "save_budgets", failing)
+
+
+def open_with_broken_saves(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, retry_max_s: float
+) -> tuple[Path, EmbeddedStore, BrokenSaves]:
+    """A store whose BUDGET_SAVE_S is 0.01 s (the delay doubling up to `retry_max_s`), saves broken."""
+    monkeypatch.setattr(embedded, "BUDGET_SAVE_S", 0.01)
+    monkeypatch.setattr(embedded, "BUDGET_RETRY_MAX_S", retry_max_s)
+    path = tmp_path / "gateway.sqlite3"
+    store = open_store(path)
+    return path, store, BrokenSaves(store, monkeypatch)
+
+
 async def test_failed_saves_back_off_and_a_good_one_resets_the_delay(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A file that keeps failing is tried again after 2x, 4x ... the delay (one warning each, not 20 a
     second); once it works, a change is written within BUDGET_SAVE_S again."""
-    monkeypatch.setattr(embedded, "BUDGET_SAVE_S", 0.01)
-    monkeypatch.setattr(embedded, "BUDGET_RETRY_MAX_S", 0.16)
-    path = tmp_path / "gateway.sqlite3"
-    store = open_store(path)
-    tries = 0
-    broken = True
+    path, store, saves = open_with_broken_saves(tmp_path, monkeypatch, 0.16)
     try:
-        for db in (store._db_on_loop, store._db):
-            save = db.save_budgets
-
-            def failing(*args: object, save: Callable[..., None] = save, db: object = db) -> None:
-                nonlocal tries
-                if broken:
-                    tries += db is store._db  # the loop's failure goes on to the worker: one try each
-                    raise sqlite3.OperationalError("disk I/O error")
-                save(*args)
-
-            monkeypatch.setattr(db, "save_budgets", failing)
         await store.reserve_budget("acme", MONTH, 100, None)
         await asyncio.sleep(0.6)  # 0.01 + 0.02 + 0.04 + 0.08 + 0.16 + 0.16 + ...: about 6 tries, not 60
-        assert 3 <= tries <= 8, tries
-        broken = False
+        assert 3 <= saves.tries <= 8, saves.tries
+        saves.broken = False
         assert await on_disk_within(path, 100, 5.0) < 0.5  # the next try, at most 0.16 s away, works
         await store.reserve_budget("acme", MONTH, 5, None)
         assert await on_disk_within(path, 105, 5.0) < 0.1  # the delay is back to 0.01 s
+    finally:
+        await store.aclose()
+
+
+async def test_a_good_ledger_write_resets_the_delay_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After failed saves, a ledger transaction that carries the spends shows the file works again:
+    the next change no record follows is written within BUDGET_SAVE_S, not the backed-off delay (which
+    only a good save on its own reset before, and under load the records take every spend along)."""
+    path, store, saves = open_with_broken_saves(tmp_path, monkeypatch, 5.0)
+    try:
+        await store.reserve_budget("acme", MONTH, 100, None)
+        while saves.tries < 5:  # delays 0.02, 0.04, 0.08, 0.16, now 0.32 s
+            await asyncio.sleep(0.005)
+        saves.broken = False
+        assert await store.append_usage(record("r1", 100.0, cost_micro=41))
+        assert spent_on_disk(path, "acme", MONTH) == 100  # the spend went with the record
+        await asyncio.sleep(0.4)  # the timer armed before the record has fired, with nothing to save
+        await store.reserve_budget("acme", MONTH, 5, None)
+        assert await on_disk_within(path, 105, 5.0) < 0.1  # within 0.01 s again, not 0.32
     finally:
         await store.aclose()
