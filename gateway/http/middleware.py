@@ -46,13 +46,18 @@ def incoming_request_id(scope: Scope) -> str | None:
 
 
 def new_request_id() -> str:
-    """A version-7 UUID (RFC 9562) as 32 hex digits: the Unix time in milliseconds, then 74 random
-    bits. The ledger is keyed by request id: time-ordered ids are appended at the end of its key's
-    index, where random (version-4) ones each landed on a page of their own, a cache miss once the
-    ledger is large (a one-record commit: 45.9 -> 34.0 us of CPU with a million records, BENCHMARKS.md
-    "Gateway CPU per streamed request, seventh pass"). Built without a `UUID` object (a measurable
-    part of the gateway's CPU per request)."""
-    n = (time.time_ns() // 1_000_000) << 80 | int.from_bytes(os.urandom(10), "big")
+    """A version-7 UUID (RFC 9562) as 32 hex digits, made now (`uuid7_hex`). The ledger is keyed by
+    request id: time-ordered ids are appended at the end of its key's index, where random
+    (version-4) ones each landed on a page of their own, a cache miss once the ledger is large (a
+    one-record commit: 45.9 -> 34.0 us of CPU with a million records, BENCHMARKS.md "Gateway CPU per
+    streamed request, seventh pass")."""
+    return uuid7_hex(time.time_ns() // 1_000_000)
+
+
+def uuid7_hex(unix_ms: int) -> str:
+    """A version-7 UUID as 32 hex digits: `unix_ms`, then 74 random bits. Built without a `UUID`
+    object (a measurable part of the gateway's CPU per request)."""
+    n = unix_ms << 80 | int.from_bytes(os.urandom(10), "big")
     n = (n & ~(0xF000 << 64)) | (7 << 76)  # version 7
     n = (n & ~(0xC000 << 48)) | (0x8000 << 48)  # RFC 9562 variant
     return f"{n:032x}"

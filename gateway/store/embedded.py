@@ -445,32 +445,38 @@ class EmbeddedStore(Store):
 
     async def _save_budgets(self) -> None:
         """Write what no ledger transaction took along (quiet times: no record followed the change)."""
-        taken = self._take_unsaved_budgets()  # (empty if a ledger write took them since the timer fired)
         try:
-            if taken:
-                await self._write("save_budgets", taken)
+            await self._write_unsaved_budgets()
         except Exception as exc:  # the file is locked past the busy timeout, full or gone: try again later
             self._budget_save_delay_s = min(2 * self._budget_save_delay_s, BUDGET_RETRY_MAX_S)
             log.warning("saving budget spends failed", error=str(exc), retry_in_s=self._budget_save_delay_s)
-            self._give_back_budgets(taken)
-        else:
-            self._budget_writes_work()
         finally:
             self._budget_saving = None
-            if self._unsaved_budgets:  # changed meanwhile: their timer found this save running and did nothing
+            if self._unsaved_budgets:  # handed back, or changed meanwhile (their timer found this save running)
                 self._arm_budget_save()
 
     async def flush(self) -> None:
         """Write every budget spend still only in memory now (StoreUnavailable if the file cannot be written)."""
         if self._budget_saving is not None:
             await asyncio.wait({self._budget_saving})
+        try:
+            await self._write_unsaved_budgets()
+        finally:
+            if self._unsaved_budgets:
+                self._arm_budget_save()
+
+    async def _write_unsaved_budgets(self) -> None:
+        """One transaction of the spends not yet written (none if a ledger write took them); a failure
+        hands them back to the next write and raises."""
         taken = self._take_unsaved_budgets()
-        if taken:
-            try:
-                await self._write("save_budgets", taken)
-            except BaseException:
-                self._give_back_budgets(taken)
-                raise
+        if not taken:
+            return
+        try:
+            await self._write("save_budgets", taken)
+        except BaseException:
+            self._unsaved_budgets.update(taken)
+            raise
+        self._budget_writes_work()
 
     async def budget_spent(self, tenant_id: str, month: str) -> int:
         return self._budgets.get((tenant_id, check_month(month)), 0)

@@ -10,12 +10,13 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import gateway.store.embedded as embedded
 from gateway.store.embedded import EmbeddedStore
-from tests.gateway.store.test_embedded_writes_on_loop import open_store, spent_on_disk
+from tests.gateway.store.test_embedded_writes_on_loop import open_store, spent_on_disk, wrap_writes
 from tests.gateway.store.test_ledger import record
 
 MONTH = "2026-05"
@@ -24,15 +25,15 @@ MONTH = "2026-05"
 def count_calls(store: EmbeddedStore) -> dict[str, int]:
     """How many times each write of the store's two connections ran (loop or worker alike)."""
     calls = {"insert_usages": 0, "save_budgets": 0}
-    for db in (store._db_on_loop, store._db):
-        for name in calls:
-            method = getattr(db, name)
 
-            def counted(*args: object, method: Callable[..., object] = method, name: str = name) -> object:
-                calls[name] += 1
-                return method(*args)
+    def counted(_where: str, name: str, method: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: object) -> Any:
+            calls[name] += 1
+            return method(*args)
 
-            setattr(db, name, counted)
+        return call
+
+    wrap_writes(store, tuple(calls), counted)
     return calls
 
 
@@ -119,17 +120,18 @@ async def test_a_failed_write_hands_its_spends_to_the_next(tmp_path: Path, monke
     try:
         await store.reserve_budget("acme", MONTH, 100, None)
         failures = 0
-        for db in (store._db_on_loop, store._db):  # on the loop, then on the worker: both fail once
-            insert = db.insert_usages
 
-            def broken(*args: object, insert: Callable[..., list[bool]] = insert) -> list[bool]:
+        def broken(_where: str, _name: str, insert: Callable[..., Any]) -> Callable[..., Any]:
+            def call(*args: object) -> Any:
                 nonlocal failures
                 failures += 1
-                if failures <= 2:
+                if failures <= 2:  # on the loop, then on the worker: both fail once
                     raise sqlite3.OperationalError("disk I/O error")
                 return insert(*args)
 
-            monkeypatch.setattr(db, "insert_usages", broken)
+            return call
+
+        wrap_writes(store, ("insert_usages",), broken)
         with pytest.raises(Exception, match="disk I/O error"):
             await store.append_usage(record("r1", 100.0))
         await store.reserve_budget("globex", MONTH, 20, None)
@@ -201,19 +203,19 @@ class BrokenSaves:
     """Makes the store's budget saves on their own fail (`broken`) and counts their tries; ledger
     transactions, which carry spends too, still work."""
 
-    def __init__(self, store: EmbeddedStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    def __init__(self, store: EmbeddedStore) -> None:
         self.tries = 0
         self.broken = True
-        for db in (store._db_on_loop, store._db):
-            save = db.save_budgets
+        wrap_writes(store, ("save_budgets",), self._failing)
 
-            def failing(*args: object, save: Callable[..., None] = save, db: object = db) -> None:
-                if self.broken:
-                    self.tries += db is store._db  # the loop's failure goes on to the worker: one try each
-                    raise sqlite3.OperationalError("disk I/O error")
-                save(*args)
+    def _failing(self, where: str, _name: str, save: Callable[..., None]) -> Callable[..., None]:
+        def call(*args: object) -> None:
+            if self.broken:
+                self.tries += where == "worker"  # the loop's failure goes on to the worker: one try each
+                raise sqlite3.OperationalError("disk I/O error")
+            save(*args)
 
-            monkeypatch.setattr(db, "save_budgets", failing)
+        return call
 
 
 def open_with_broken_saves(
@@ -224,7 +226,7 @@ def open_with_broken_saves(
     monkeypatch.setattr(embedded, "BUDGET_RETRY_MAX_S", retry_max_s)
     path = tmp_path / "gateway.sqlite3"
     store = open_store(path)
-    return path, store, BrokenSaves(store, monkeypatch)
+    return path, store, BrokenSaves(store)
 
 
 async def test_failed_saves_back_off_and_a_good_one_resets_the_delay(

@@ -8,8 +8,9 @@ import gc
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -139,21 +140,32 @@ def wal_salt(path: Path) -> bytes:
         return wal.read(24)[16:24]
 
 
+Wrap = Callable[[str, str, Callable[..., Any]], Callable[..., Any]]
+
+
+def wrap_writes(store: EmbeddedStore, names: Sequence[str], wrap: Wrap) -> None:
+    """Replace each method of `names` on the store's two connections by `wrap(where, name, method)`,
+    `where` being "loop" or "worker"."""
+    for where, db in (("loop", store._db_on_loop), ("worker", store._db)):
+        for name in names:
+            setattr(db, name, wrap(where, name, getattr(db, name)))
+
+
 def watch_wal_restarts(store: EmbeddedStore, path: Path) -> dict[str, int]:
     """How many of the store's writes started the WAL over, on the loop's connection and on the worker's."""
     restarts = {"loop": 0, "worker": 0}
-    for where, db in (("loop", store._db_on_loop), ("worker", store._db)):
-        for name in ("insert_usages", "save_budgets"):
-            method = getattr(db, name)
 
-            def watched(*args: object, method: Callable[..., object] = method, where: str = where) -> object:
-                before = wal_salt(path)
-                try:
-                    return method(*args)
-                finally:
-                    restarts[where] += wal_salt(path) != before
+    def watched(where: str, _name: str, method: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: object) -> Any:
+            before = wal_salt(path)
+            try:
+                return method(*args)
+            finally:
+                restarts[where] += wal_salt(path) != before
 
-            setattr(db, name, watched)
+        return call
+
+    wrap_writes(store, ("insert_usages", "save_budgets"), watched)
     return restarts
 
 
