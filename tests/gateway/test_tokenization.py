@@ -88,6 +88,16 @@ def smollm2_tokenizer() -> Tokenizer:
     return read_gguf_tokenizer(smollm2_gguf_path()).backend
 
 
+@functools.lru_cache(maxsize=1)
+def tokenizer_pairs() -> list[tuple[Tokenizer, ModelTokenizer]]:
+    """The real SmolLM2 tokenizer and the small test one, each with the gateway's `ModelTokenizer` built
+    from it (once: serialising SmolLM2's vocabulary for every example took most of a minute)."""
+    return [
+        (inner, ModelTokenizer.from_payload(MODEL, {**payload(), "tokenizer_json": inner.to_str()}))
+        for inner in (smollm2_tokenizer(), Tokenizer.from_str(payload()["tokenizer_json"]))
+    ]
+
+
 SPECIALS = st.sampled_from(["<|im_start|>", "<|im_end|>", "<s>", "<|endoftext|>", "\n", " ", "  "])
 TEXTS = st.lists(st.one_of(st.text(max_size=40), SPECIALS), max_size=12).map("".join)
 
@@ -97,7 +107,5 @@ TEXTS = st.lists(st.one_of(st.text(max_size=40), SPECIALS), max_size=12).map("".
 def test_encoded_ids_are_the_tokenizers_own(text: str) -> None:
     """`encode_text` takes the offset-free path (encode_batch_fast): the ids must be `encode`'s, exactly,
     for the real SmolLM2 tokenizer and the small test one, special tokens and odd Unicode included."""
-    for inner in (smollm2_tokenizer(), Tokenizer.from_str(payload()["tokenizer_json"])):
-        payload_ = {**payload(), "tokenizer_json": inner.to_str()}
-        tok = ModelTokenizer.from_payload(MODEL, payload_)
+    for inner, tok in tokenizer_pairs():
         assert tok.encode_text(text) == inner.encode(text, add_special_tokens=False).ids
