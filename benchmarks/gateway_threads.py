@@ -13,6 +13,9 @@ their ids: python:0 is the main thread (the event loop), python:1 the first star
 embedded store's SQLite worker), then the offload pool's as they start. What CPU one thread
 costs another (the GIL hand-offs between them) shows up as CPU of the thread that pays it, so a
 change that moves work between threads is judged by the total. The figures are per request, in ms.
+With several trees, a second table gives each round's CPU per request and, for every tree after the
+first, the median and range of its per-round ratio to the first: a difference inside that range is
+the machine's noise, not the change.
 `--priced` prices the stub's model and gives the tenant a monthly budget, so that every request
 reserves and settles its cost as a billed deployment's do (the stub's model is unpriced otherwise).
 """
@@ -23,6 +26,7 @@ import argparse
 import asyncio
 import json
 import os
+import statistics
 import sys
 import tempfile
 from collections import defaultdict
@@ -88,19 +92,22 @@ def main(argv: list[str] | None = None) -> int:
             gateways.append(gateway)
             key = create_key(gateway.url, "bench", **tenant)
             url = f"{gateway.url}/client/v4/accounts/bench/ai/run/{MODEL_ID}"
-            sides.append((tree, url, {"authorization": f"Bearer {key}"}, gateway.process.pid))
-        totals: dict[Path, tuple[int, dict[str, float]]] = {tree: (0, defaultdict(float)) for tree in trees}
+            sides.append((i, url, {"authorization": f"Bearer {key}"}, gateway.process.pid))
+        # by position in `trees` (one tree may be named twice, to see the noise)
+        totals: list[tuple[int, dict[str, float]]] = [(0, defaultdict(float)) for _ in trees]
+        by_round: list[list[float]] = [[] for _ in trees]  # CPU ms per request in each round
 
         async def run() -> None:
-            for _tree, url, headers, _pid in sides:  # warm-up
+            for _, url, headers, _pid in sides:  # warm-up
                 await drive("warm-up", url, request_body(args), headers, args.concurrency, 1.5)
             for _ in range(args.rounds):
-                for tree, url, headers, pid in sides:
+                for i, url, headers, pid in sides:
                     count, cpu = await measure(url, headers, pid, args)
-                    answered, by_thread = totals[tree]
+                    by_round[i].append(sum(cpu.values()) * 1000 / max(1, count))
+                    answered, by_thread = totals[i]
                     for name, seconds in cpu.items():
                         by_thread[name] += seconds
-                    totals[tree] = (answered + count, by_thread)
+                    totals[i] = (answered + count, by_thread)
 
         asyncio.run(run())
     finally:
@@ -115,13 +122,25 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print("| tree | requests | CPU ms per request | by thread (ms per request) |")
     print("| --- | ---: | ---: | --- |")
-    for tree in trees:
-        answered, by_thread = totals[tree]
+    for tree, (answered, by_thread) in zip(trees, totals):
         per = {name: seconds * 1000 / max(1, answered) for name, seconds in by_thread.items()}
         shown = ", ".join(f"{name} {ms:.3f}" for name, ms in sorted(per.items(), key=lambda kv: -kv[1]) if ms >= 0.005)
         print(f"| {tree} | {answered} | {sum(per.values()):.3f} | {shown} |")
+    if len(trees) > 1:
+        print_rounds(trees, by_round)
     return 0
 
+
+def print_rounds(trees: list[Path], by_round: list[list[float]]) -> None:
+    """Each round's CPU ms per request, and each later tree's per-round ratio to the first tree."""
+    first = by_round[0]
+    print()
+    print(f"| tree | CPU ms per request, round by round | per-round ratio to {trees[0]}: median (range) |")
+    print("| --- | --- | --- |")
+    for i, (tree, rounds) in enumerate(zip(trees, by_round)):
+        ratios = [ms / base for ms, base in zip(rounds, first) if base > 0]
+        shown = f"{statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f})" if i and ratios else ""
+        print(f"| {tree} | {' '.join(f'{ms:.3f}' for ms in rounds)} | {shown} |")
 
 if __name__ == "__main__":
     sys.exit(main())

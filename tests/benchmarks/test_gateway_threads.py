@@ -9,6 +9,7 @@ import threading
 import pytest
 
 from benchmarks.gateway_threads import main, thread_cpu_s
+from cli.processes import ROOT
 
 pytestmark = pytest.mark.slow
 
@@ -28,11 +29,20 @@ def test_every_thread_of_a_process_is_read() -> None:
     assert all(seconds >= 0 for seconds in during.values())
 
 
-def test_short_run_reports_cpu_per_request_by_thread(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["--rate", "40", "--seconds", "0.5", "--rounds", "1", "--chunks", "3", "--concurrency", "2"]) == 0
+def test_short_run_reports_cpu_per_request_by_thread_and_by_round(capsys: pytest.CaptureFixture[str]) -> None:
+    """Two gateways (this checkout twice, as `--tree` would name another), two rounds each."""
+    argv = ["--rate", "40", "--seconds", "0.5", "--rounds", "2", "--chunks", "3", "--concurrency", "2"]
+    assert main([*argv, "--tree", str(ROOT)]) == 0
     out = capsys.readouterr().out
-    rows = [line for line in out.splitlines() if line.startswith("| /")]
-    assert len(rows) == 1, out
-    _, tree, requests, cpu_ms, threads, _ = rows[0].split("|")
-    assert int(requests) > 0 and float(cpu_ms) > 0, rows[0]
-    assert "python:0" in threads  # the gateway's main thread: its event loop
+    rows = [line.split("|")[1:-1] for line in out.splitlines() if line.startswith("| /")]
+    assert len(rows) == 4, out  # each tree: its totals, then its rounds
+    for tree, requests, cpu_ms, threads in rows[:2]:
+        assert tree.strip() == str(ROOT) and int(requests) > 0 and float(cpu_ms) > 0, out
+        assert "python:0" in threads  # the gateway's main thread: its event loop
+    (_, first_rounds, no_ratio), (_, rounds, ratio) = rows[2:]
+    assert len(first_rounds.split()) == len(rounds.split()) == 2 and not no_ratio.strip(), out
+    values = [float(ms) for ms in rounds.split()]
+    median, low_high = ratio.split()
+    low, high = (float(x) for x in low_high.strip("()").split("-"))
+    first = [float(ms) for ms in first_rounds.split()]
+    assert low <= float(median) <= high and low == pytest.approx(min(v / f for v, f in zip(values, first)), abs=1e-3)
