@@ -1,14 +1,15 @@
 """How much the gateway adds: throughput and latency through it vs calling the backend directly.
 
-    python -m benchmarks.gateway_overhead [--concurrency 50] [--duration 10] [--chunks 8]
+    python -m benchmarks.gateway_overhead [--concurrency 50] [--duration 10] [--chunks 8] [--chunk-delay-ms 0]
                                           [--rate R|half] [--baseline-tree PATH] [--router sglang] [--quickack]
                                           [--chat]
 
 Starts, as separate processes on loopback, the stub backend (benchmarks/stub_backend.py: answers
-at once, real tokenizer work for the gateway) and `edgerun serve` in front of it (embedded store,
-one tenant and key made through the admin API). Then `concurrency` closed-loop clients (a lean
-raw HTTP/1.1 client, keep-alive) stream completions, straight to the stub and through the
-gateway's Workers AI route, interleaved in rounds. The table compares requests/s and latency
+at once, or with `--chunk-delay-ms` between its chunks as a model's decode steps space them, so that
+each chunk reaches the gateway in a read of its own; real tokenizer work for the gateway) and
+`edgerun serve` in front of it (embedded store, one tenant and key made through the admin API).
+Then `concurrency` closed-loop clients (a lean raw HTTP/1.1 client, keep-alive) stream completions,
+straight to the stub and through the gateway's Workers AI route, interleaved in rounds. The table compares requests/s and latency
 percentiles (request sent -> last byte) and shows the gateway's CPU time per request; "added" is
 gateway minus direct at the same percentile. `--baseline-tree` runs a second gateway from another
 checkout (e.g. `git worktree add /tmp/base main`) in the same rounds: before and after on the
@@ -54,9 +55,9 @@ ROUNDS = 4
 ADMIN_TOKEN = "bench-admin-token-0123456789abcdefghij"  # settings want >= 32 characters
 
 
-def start_stub(num_chunks: int) -> ChildProcess:
+def start_stub(num_chunks: int, chunk_delay_ms: float = 0.0) -> ChildProcess:
     port = free_port()
-    stub = ChildProcess.launch("stub", stub_backend.command(port, num_chunks), port)
+    stub = ChildProcess.launch("stub", stub_backend.command(port, num_chunks, chunk_delay_ms), port)
     stub.wait_ready("/health")
     return stub
 
@@ -126,6 +127,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per phase")
     parser.add_argument("--chunks", type=int, default=8, help="text chunks the stub streams per request")
     parser.add_argument(
+        "--chunk-delay-ms", type=float, default=0.0, help="the stub's pause before each chunk (a decode step)"
+    )
+    parser.add_argument(
         "--rate",
         help="requests/s offered in all (Poisson arrivals) instead of a closed loop; 'half': half the gateway's "
         "capacity, measured first with closed-loop clients",
@@ -148,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
-    stub = start_stub(args.chunks)
+    stub = start_stub(args.chunks, args.chunk_delay_ms)
     gateways: list[ChildProcess] = []
     try:
         workdir = Path(tempfile.mkdtemp(prefix="edgerun-bench-"))
@@ -258,11 +262,12 @@ def report(
     else:
         load = f"{rate:g} requests/s offered, Poisson"
     connections = "keep-alive, TCP_QUICKACK" if args.quickack else "keep-alive"
+    spacing = f" {args.chunk_delay_ms:g} ms apart" if args.chunk_delay_ms else ""
     lines = [
         f"`{command}`  ",
         f"machine: {machine()}, load average {os.getloadavg()[0]:.1f}  ",
-        f"{args.concurrency} concurrent streaming clients ({load}, {connections}), {args.chunks} chunks per answer, "
-        f"{args.duration:g}s per side, the sides alternating in {ROUNDS} rounds",
+        f"{args.concurrency} concurrent streaming clients ({load}, {connections}), {args.chunks} chunks per answer"
+        f"{spacing}, {args.duration:g}s per side, the sides alternating in {ROUNDS} rounds",
         "",
         "| " + " | ".join(header) + " |",
         "| --- |" + " ---: |" * (len(header) - 1),

@@ -22,6 +22,19 @@ def test_short_run_reports_both_sides(capsys: pytest.CaptureFixture[str]) -> Non
     assert "(0)" in rows["requests (errors)"][1]  # no request through the gateway failed
 
 
+def test_chunks_spaced_by_the_stub_take_that_long(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--chunk-delay-ms`: every answer, direct or through the gateway, takes at least its chunks' pauses."""
+    assert main(["--duration", "0.4", "--concurrency", "2", "--chunks", "4", "--chunk-delay-ms", "10"]) == 0
+    out = capsys.readouterr().out
+    assert "4 chunks per answer 10 ms apart" in out
+    rows = {
+        line.split(" | ")[0].lstrip("| "): line.split(" | ")[1:] for line in out.splitlines() if line.startswith("| ")
+    }
+    direct_p50, through_p50 = (float(cell) for cell in rows["latency p50 (ms)"][:2])
+    assert direct_p50 >= 40 and through_p50 >= 40, rows["latency p50 (ms)"]
+    assert "(0)" in rows["requests (errors)"][1]
+
+
 def test_half_capacity_rate_and_a_baseline_tree(capsys: pytest.CaptureFixture[str]) -> None:
     """`--rate half` measures capacity first; `--baseline-tree` adds a second gateway (here the same tree)."""
     from cli.processes import ROOT
@@ -50,7 +63,7 @@ def test_report_takes_each_side_against_its_own_direct_route() -> None:
         phase("gateway", 12.0, 400, cpu_s=0.4),  # 1.00 ms per request
         phase("router", 4.0, 800, cpu_s=0.2),  # 0.25 ms per request
     ]
-    args = argparse.Namespace(concurrency=10, chunks=8, duration=1.0, quickack=True)
+    args = argparse.Namespace(concurrency=10, chunks=8, chunk_delay_ms=0.0, duration=1.0, quickack=True)
     out = report(phases, args, "python -m benchmarks.gateway_overhead --router sglang", None, {})
     assert (
         "| metric | direct to stub | direct to stub (chat) | through gateway | through SGLang router "
