@@ -166,7 +166,9 @@ def main(argv: list[str] | None = None) -> int:
         ]
         trees = [("gateway", ROOT)] + ([("baseline", args.baseline_tree.resolve())] if args.baseline_tree else [])
         for name, tree in trees:
-            gateway = start_gateway(stub.port, workdir / name, cwd=tree)
+            # every client connects from one loopback address: the per-client bound (64) must admit them all
+            clients = {"EDGERUN_MAX_CONNECTIONS_PER_CLIENT": str(max(64, args.concurrency))}
+            gateway = start_gateway(stub.port, workdir / name, clients, cwd=tree)
             gateways.append(gateway)
             key = create_key(gateway.url, "bench")
             if args.chat:
@@ -273,6 +275,12 @@ def report(
         "| --- |" + " ---: |" * (len(header) - 1),
         *("| " + " | ".join(row) + " |" for row in rows),
     ]
+    failed = [p for p in phases if p.errors]
+    if failed:
+        lines += ["", "Failed requests (each kind's first answer): " + "; ".join(
+            f"{TITLES[p.name]}: {p.failures_text} ({', '.join(f'{k}: {v[:80]!r}' for k, v in p.samples.items())})"
+            for p in failed
+        )]
     if "router" in by_name:
         lines += ["", against_router(by_name)]
     return "\n".join(lines)

@@ -78,7 +78,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tree", type=Path, action="append", default=[], help="another checkout, measured alike")
     parser.add_argument("--priced", action="store_true", help="a priced model and a tenant budget: every request is billed")
     args = parser.parse_args(argv)
-    env = {"EDGERUN_PRICES": json.dumps({MODEL_ID: PRICE})} if args.priced else None
+    # every client connects from one loopback address: the per-client bound (64) must admit them all
+    env = {"EDGERUN_MAX_CONNECTIONS_PER_CLIENT": str(max(64, args.concurrency))}
+    if args.priced:
+        env["EDGERUN_PRICES"] = json.dumps({MODEL_ID: PRICE})
     tenant: dict[str, object] = {"monthly_budget_micro": 10**15} if args.priced else {}
 
     trees = [ROOT, *(tree.resolve() for tree in args.tree)]

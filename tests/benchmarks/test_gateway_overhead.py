@@ -73,3 +73,23 @@ def test_report_takes_each_side_against_its_own_direct_route() -> None:
     assert "| gateway CPU per request (ms) |  |  | 1.00 | 0.25 |  |  |" in out
     assert "keep-alive, TCP_QUICKACK" in out
     assert out.endswith("gateway 4.00x the CPU per request, 0.50x the requests/s")
+    assert "Failed requests" not in out  # none failed
+
+
+def test_report_names_what_failed_requests_got() -> None:
+    import argparse
+    from collections import Counter
+
+    from benchmarks.gateway_overhead import report
+    from benchmarks.raw_load import Phase
+
+    failures = Counter({"503": 3, "ConnectionResetError": 1})
+    samples = {"503": "too many open connections; retry later", "ConnectionResetError": "[Errno 104]"}
+    phases = [Phase("direct", [0.002] * 10, 0, 1.0), Phase("gateway", [0.005] * 6, 4, 1.0, 0.01, failures, samples)]
+    args = argparse.Namespace(concurrency=10, chunks=8, chunk_delay_ms=0.0, duration=1.0, quickack=False)
+    out = report(phases, args, "python -m benchmarks.gateway_overhead", None, {})
+    assert "| requests (errors) | 10 (0) | 6 (4) |" in out
+    assert (
+        "Failed requests (each kind's first answer): through gateway: 503 x3, ConnectionResetError x1 "
+        "(503: 'too many open connections; retry later', ConnectionResetError: '[Errno 104]')"
+    ) in out
