@@ -86,6 +86,12 @@ def start_gateway(
     return gateway
 
 
+def clients_env(concurrency: int) -> dict[str, str]:
+    """A gateway's setting for `concurrency` benchmark clients: they all connect from one loopback
+    address, and the per-client bound (64 connections) would answer the rest 503."""
+    return {"EDGERUN_MAX_CONNECTIONS_PER_CLIENT": str(max(64, concurrency))}
+
+
 def create_key(base: str, account: str, **tenant: object) -> str:
     """A new tenant owning `account` (extra `tenant` fields as the admin API takes them) and its API key."""
     admin = {"authorization": f"Bearer {ADMIN_TOKEN}"}
@@ -166,9 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         ]
         trees = [("gateway", ROOT)] + ([("baseline", args.baseline_tree.resolve())] if args.baseline_tree else [])
         for name, tree in trees:
-            # every client connects from one loopback address: the per-client bound (64) must admit them all
-            clients = {"EDGERUN_MAX_CONNECTIONS_PER_CLIENT": str(max(64, args.concurrency))}
-            gateway = start_gateway(stub.port, workdir / name, clients, cwd=tree)
+            gateway = start_gateway(stub.port, workdir / name, clients_env(args.concurrency), cwd=tree)
             gateways.append(gateway)
             key = create_key(gateway.url, "bench")
             if args.chat:

@@ -32,7 +32,7 @@ import tempfile
 from collections import defaultdict
 from pathlib import Path
 
-from benchmarks.gateway_overhead import create_key, start_gateway, start_stub
+from benchmarks.gateway_overhead import clients_env, create_key, start_gateway, start_stub
 from benchmarks.ledger import PRICE
 from benchmarks.machine import machine, stat_cpu_s
 from benchmarks.raw_load import drive
@@ -78,8 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tree", type=Path, action="append", default=[], help="another checkout, measured alike")
     parser.add_argument("--priced", action="store_true", help="a priced model and a tenant budget: every request is billed")
     args = parser.parse_args(argv)
-    # every client connects from one loopback address: the per-client bound (64) must admit them all
-    env = {"EDGERUN_MAX_CONNECTIONS_PER_CLIENT": str(max(64, args.concurrency))}
+    env = clients_env(args.concurrency)
     if args.priced:
         env["EDGERUN_PRICES"] = json.dumps({MODEL_ID: PRICE})
     tenant: dict[str, object] = {"monthly_budget_micro": 10**15} if args.priced else {}
