@@ -1,7 +1,7 @@
 """Where a gateway's CPU per streamed request goes, thread by thread, at a fixed open-loop rate.
 
     python -m benchmarks.gateway_threads [--rate 800] [--seconds 10] [--rounds 2] [--chunks 8]
-                                         [--priced] [--tree PATH ...]
+                                         [--chunk-delay-ms 0] [--priced] [--tree PATH ...]
 
 Starts the stub backend (benchmarks/stub_backend.py) and, for each tree (this checkout first, then
 each `--tree`, e.g. a `git worktree` of an older commit), `edgerun serve` in front of it as
@@ -74,6 +74,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=10.0, help="seconds per phase")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--chunks", type=int, default=8, help="text chunks the stub streams per request")
+    parser.add_argument(
+        "--chunk-delay-ms", type=float, default=0.0, help="the stub's pause before each chunk (a decode step)"
+    )
     parser.add_argument("--concurrency", type=int, default=50, help="client connections")
     parser.add_argument("--tree", type=Path, action="append", default=[], help="another checkout, measured alike")
     parser.add_argument("--priced", action="store_true", help="a priced model and a tenant budget: every request is billed")
@@ -84,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     tenant: dict[str, object] = {"monthly_budget_micro": 10**15} if args.priced else {}
 
     trees = [ROOT, *(tree.resolve() for tree in args.tree)]
-    stub = start_stub(args.chunks)
+    stub = start_stub(args.chunks, args.chunk_delay_ms)
     gateways = []
     try:
         workdir = Path(tempfile.mkdtemp(prefix="edgerun-threads-"))
@@ -119,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     command = "python -m benchmarks.gateway_threads " + " ".join(argv if argv is not None else sys.argv[1:])
     print(f"`{command.strip()}`  ")
     print(f"machine: {machine()}, load average {os.getloadavg()[0]:.1f}  ")
-    print(f"{args.rate:g} requests/s offered (Poisson), {args.chunks} chunks per answer, {args.rounds} rounds of "
+    spacing = f" {args.chunk_delay_ms:g} ms apart" if args.chunk_delay_ms else ""
+    print(f"{args.rate:g} requests/s offered (Poisson), {args.chunks} chunks per answer{spacing}, {args.rounds} rounds of "
           f"{args.seconds:g}s per tree, alternating")
     print()
     print("| tree | requests | CPU ms per request | by thread (ms per request) |")

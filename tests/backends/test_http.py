@@ -221,6 +221,35 @@ async def test_failures_are_transport_errors() -> None:
             await fetch(transport, url)
 
 
+async def trickle_then_silence(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Six body pieces 0.1 s apart, then nothing (the connection stays open)."""
+    await read_request(reader)
+    writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+    for i in range(6):
+        writer.write(f"1\r\n{i}\r\n".encode())
+        await writer.drain()
+        await asyncio.sleep(0.1)
+    await reader.read()
+
+
+async def test_a_body_wait_times_out_after_the_last_bytes_not_the_first_wait() -> None:
+    """Waits for body bytes share one timer: a stream that keeps sending is never cut, however long it
+    runs past one timeout, and one that goes silent is cut one timeout after its last bytes."""
+    async with open_transport() as transport, peer(trickle_then_silence) as server:
+        response = await transport.request("GET", server.url, timeout_s=0.3)
+        loop = asyncio.get_running_loop()
+        pieces: list[bytes] = []
+        last_at = loop.time()
+        with pytest.raises(TransportTimeout):
+            async for piece in response.iter_bytes():
+                pieces.append(piece)
+                last_at = loop.time()
+        silent_s = loop.time() - last_at
+        assert b"".join(pieces) == b"012345"  # 0.5 s of trickling, past the 0.3 s timeout
+        assert 0.25 <= silent_s < 2.0, silent_s
+        response.close()
+
+
 async def hold_or_echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     while True:
         request = await read_request(reader)
@@ -252,6 +281,7 @@ async def test_requests_past_max_connections_wait_for_a_slot() -> None:
         test_a_large_body_arrives_whole_through_flow_control,
         test_a_connection_the_peer_dropped_while_idle_is_retried_once,
         test_failures_are_transport_errors,
+        test_a_body_wait_times_out_after_the_last_bytes_not_the_first_wait,
     ],
     ids=lambda scenario: scenario.__name__.removeprefix("test_"),
 )
