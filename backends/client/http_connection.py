@@ -6,8 +6,9 @@ and headers, then the body's pieces into a buffer the reader takes all at once. 
 (`wait`) only when nothing is buffered; each wait is bounded by the request's timeout. A stream
 waits once per token, so the waits share one timer, set again only when it fires before the
 deadline of the wait then open (a timer made and cancelled per wait cost ~1.6 us each on uvloop:
-~0.1 ms of the ~3.8 ms a 64-token stream costs the gateway). Reading pauses while more than `HIGH_WATER` bytes sit unread, so a slow reader holds a
-backend's fast stream back instead of buffering it whole.
+~0.1 ms of the ~3.8 ms a 64-token stream costs the gateway). Reading pauses while more than
+`HIGH_WATER` bytes sit unread, so a slow reader holds a backend's fast stream back instead of
+buffering it whole.
 
 A body ends at its length, at its last chunk, or with the connection when the answer gives
 neither (close-delimited). Failures are `TransportError`s kept in `error` for the reader: an
