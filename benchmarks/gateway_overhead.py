@@ -88,8 +88,9 @@ def start_gateway(
 
 def clients_env(concurrency: int) -> dict[str, str]:
     """A gateway's setting for `concurrency` benchmark clients: they all connect from one loopback
-    address, and the per-client bound (64 connections) would answer the rest 503."""
-    return {"EDGERUN_MAX_CONNECTIONS_PER_CLIENT": str(max(64, concurrency))}
+    address, and the per-client bound (64 connections) would answer the rest 503. Twice as many: a
+    phase's connections may still be closing while the next phase's open."""
+    return {"EDGERUN_MAX_CONNECTIONS_PER_CLIENT": str(max(64, 2 * concurrency))}
 
 
 def create_key(base: str, account: str, **tenant: object) -> str:
@@ -268,7 +269,7 @@ def report(
     else:
         load = f"{rate:g} requests/s offered, Poisson"
     connections = "keep-alive, TCP_QUICKACK" if args.quickack else "keep-alive"
-    spacing = f" {args.chunk_delay_ms:g} ms apart" if args.chunk_delay_ms else ""
+    spacing = f" {args.chunk_delay_ms:g} ms before each" if args.chunk_delay_ms else ""
     lines = [
         f"`{command}`  ",
         f"machine: {machine()}, load average {os.getloadavg()[0]:.1f}  ",
@@ -281,13 +282,16 @@ def report(
     ]
     failed = [p for p in phases if p.errors]
     if failed:
-        lines += ["", "Failed requests (each kind's first answer): " + "; ".join(
-            f"{TITLES[p.name]}: {p.failures_text} ({', '.join(f'{k}: {v[:80]!r}' for k, v in p.samples.items())})"
-            for p in failed
-        )]
+        lines += ["", "Failed requests (each kind's first answer): " + "; ".join(map(failed_text, failed))]
     if "router" in by_name:
         lines += ["", against_router(by_name)]
     return "\n".join(lines)
+
+
+def failed_text(phase: Phase) -> str:
+    """What a phase's failed requests got, most frequent first, each with the first answer of its kind."""
+    answers = ", ".join(f"{kind}: {phase.samples.get(kind, '')[:80]!r}" for kind, _ in phase.failures.most_common())
+    return f"{TITLES[phase.name]}: {phase.failures_text} ({answers})"
 
 
 def against_router(by_name: Mapping[str, Phase]) -> str:

@@ -29,13 +29,13 @@ import os
 import statistics
 import sys
 import tempfile
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 from benchmarks.gateway_overhead import clients_env, create_key, start_gateway, start_stub
 from benchmarks.ledger import PRICE
 from benchmarks.machine import machine, stat_cpu_s
-from benchmarks.raw_load import drive
+from benchmarks.raw_load import Phase, drive
 from benchmarks.stub_backend import MODEL_ID, PROMPT
 from cli.processes import ROOT
 
@@ -59,13 +59,13 @@ def request_body(args: argparse.Namespace) -> dict[str, object]:
     return {"prompt": PROMPT, "max_tokens": args.chunks, "stream": True}
 
 
-async def measure(url: str, headers: dict[str, str], pid: int, args: argparse.Namespace) -> tuple[int, dict[str, float]]:
-    """Requests answered and each thread's CPU seconds over one phase."""
+async def measure(url: str, headers: dict[str, str], pid: int, args: argparse.Namespace) -> tuple[Phase, dict[str, float]]:
+    """One phase (its requests answered and failed) and each thread's CPU seconds over it."""
     body = request_body(args)
     before = thread_cpu_s(pid)
     phase = await drive("phase", url, body, headers, args.concurrency, args.seconds, pid, args.rate)
     after = thread_cpu_s(pid)
-    return len(phase.latencies_s), {name: after[name] - before.get(name, 0.0) for name in after}
+    return phase, {name: after[name] - before.get(name, 0.0) for name in after}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -101,13 +101,16 @@ def main(argv: list[str] | None = None) -> int:
         # by position in `trees` (one tree may be named twice, to see the noise)
         totals: list[tuple[int, dict[str, float]]] = [(0, defaultdict(float)) for _ in trees]
         by_round: list[list[float]] = [[] for _ in trees]  # CPU ms per request in each round
+        failures: list[Counter[str]] = [Counter() for _ in trees]  # what failed requests got
 
         async def run() -> None:
             for _, url, headers, _pid in sides:  # warm-up
                 await drive("warm-up", url, request_body(args), headers, args.concurrency, 1.5)
             for _ in range(args.rounds):
                 for i, url, headers, pid in sides:
-                    count, cpu = await measure(url, headers, pid, args)
+                    phase, cpu = await measure(url, headers, pid, args)
+                    count = len(phase.latencies_s)
+                    failures[i] += phase.failures
                     by_round[i].append(sum(cpu.values()) * 1000 / max(1, count))
                     answered, by_thread = totals[i]
                     for name, seconds in cpu.items():
@@ -122,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     command = "python -m benchmarks.gateway_threads " + " ".join(argv if argv is not None else sys.argv[1:])
     print(f"`{command.strip()}`  ")
     print(f"machine: {machine()}, load average {os.getloadavg()[0]:.1f}  ")
-    spacing = f" {args.chunk_delay_ms:g} ms apart" if args.chunk_delay_ms else ""
+    spacing = f" {args.chunk_delay_ms:g} ms before each" if args.chunk_delay_ms else ""
     print(f"{args.rate:g} requests/s offered (Poisson), {args.chunks} chunks per answer{spacing}, {args.rounds} rounds of "
           f"{args.seconds:g}s per tree, alternating")
     print()
@@ -134,7 +137,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {tree} | {answered} | {sum(per.values()):.3f} | {shown} |")
     if len(trees) > 1:
         print_rounds(trees, by_round)
-    return 0
+    failed = [(tree, counts) for tree, counts in zip(trees, failures) if counts]
+    for tree, counts in failed:  # CPU per request counts answered requests only: these skew it
+        print(f"\nFailed requests through {tree}: " + ", ".join(f"{kind} x{n}" for kind, n in counts.most_common()))
+    return 1 if failed else 0
 
 
 def print_rounds(trees: list[Path], by_round: list[list[float]]) -> None:

@@ -23,7 +23,7 @@ from typing import cast
 import httptools
 
 HIGH_WATER = 256 * 1024  # unread body bytes at which reading pauses
-TIMER_SLACK_S = 0.001  # a wait's timer that fires this close to its deadline times it out (timers round to ms)
+TIMER_SLACK_S = 0.001  # the shortest delay the wait timer is set again for (uvloop rounds shorter ones to none)
 
 
 class TransportError(Exception):
@@ -112,10 +112,11 @@ class Connection(asyncio.Protocol):
         waiter = self._waiter
         if waiter is None or waiter.done():
             return
-        if self._loop.time() >= self._wait_deadline - TIMER_SLACK_S:
+        now = self._loop.time()
+        if now >= self._wait_deadline:
             waiter.set_exception(TimeoutError())
         else:
-            self._timer = self._loop.call_at(self._wait_deadline, self._on_timer)
+            self._timer = self._loop.call_at(max(self._wait_deadline, now + TIMER_SLACK_S), self._on_timer)
 
     def finish(self) -> bool:
         """The answer was read to its end: True when the connection may carry another request."""

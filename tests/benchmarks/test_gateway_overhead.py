@@ -26,7 +26,7 @@ def test_chunks_spaced_by_the_stub_take_that_long(capsys: pytest.CaptureFixture[
     """`--chunk-delay-ms`: every answer, direct or through the gateway, takes at least its chunks' pauses."""
     assert main(["--duration", "0.4", "--concurrency", "2", "--chunks", "4", "--chunk-delay-ms", "10"]) == 0
     out = capsys.readouterr().out
-    assert "4 chunks per answer 10 ms apart" in out
+    assert "4 chunks per answer 10 ms before each" in out
     rows = {
         line.split(" | ")[0].lstrip("| "): line.split(" | ")[1:] for line in out.splitlines() if line.startswith("| ")
     }
