@@ -11,9 +11,9 @@ each chunk reaches the gateway in a read of its own; real tokenizer work for the
 Then `concurrency` closed-loop clients (a lean raw HTTP/1.1 client, keep-alive) stream completions,
 straight to the stub and through the gateway's Workers AI route, interleaved in rounds. The table
 compares requests/s and latency percentiles (request sent -> last byte) and shows the gateway's CPU
-time per request; "added" is gateway minus direct at the same percentile. `--baseline-tree` runs a second gateway from another
-checkout (e.g. `git worktree add /tmp/base main`) in the same rounds: before and after on the
-same machine at the same time. `--router sglang` adds the SGLang model gateway's Rust router
+time per request; "added" is gateway minus direct at the same percentile. `--baseline-tree` runs a
+second gateway from another checkout (e.g. `git worktree add /tmp/base main`) in the same rounds:
+before and after on the same machine at the same time. `--router sglang` adds the SGLang model gateway's Rust router
 (benchmarks/sglang_router.py, installed into its own environment on first use) in front of the
 same stub: streamed OpenAI chat completions through it to the stub's /v1/chat/completions, with
 the stub's chat route called directly as its "direct" side, and the ratio of the gateway's CPU per

@@ -29,7 +29,8 @@ import os
 import statistics
 import sys
 import tempfile
-from collections import Counter, defaultdict
+from collections import defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmarks.gateway_overhead import clients_env, create_key, start_gateway, start_stub
@@ -98,24 +99,14 @@ def main(argv: list[str] | None = None) -> int:
             key = create_key(gateway.url, "bench", **tenant)
             url = f"{gateway.url}/client/v4/accounts/bench/ai/run/{MODEL_ID}"
             sides.append((i, url, {"authorization": f"Bearer {key}"}, gateway.process.pid))
-        # by position in `trees` (one tree may be named twice, to see the noise)
-        totals: list[tuple[int, dict[str, float]]] = [(0, defaultdict(float)) for _ in trees]
-        by_round: list[list[float]] = [[] for _ in trees]  # CPU ms per request in each round
-        failures: list[Counter[str]] = [Counter() for _ in trees]  # what failed requests got
+        tallies = [Tally() for _ in trees]  # by position in `trees` (one may be named twice, to see the noise)
 
         async def run() -> None:
             for _, url, headers, _pid in sides:  # warm-up
                 await drive("warm-up", url, request_body(args), headers, args.concurrency, 1.5)
             for _ in range(args.rounds):
                 for i, url, headers, pid in sides:
-                    phase, cpu = await measure(url, headers, pid, args)
-                    count = len(phase.latencies_s)
-                    failures[i] += phase.failures
-                    by_round[i].append(sum(cpu.values()) * 1000 / max(1, count))
-                    answered, by_thread = totals[i]
-                    for name, seconds in cpu.items():
-                        by_thread[name] += seconds
-                    totals[i] = (answered + count, by_thread)
+                    tallies[i].add(*await measure(url, headers, pid, args))
 
         asyncio.run(run())
     finally:
@@ -131,16 +122,36 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print("| tree | requests | CPU ms per request | by thread (ms per request) |")
     print("| --- | ---: | ---: | --- |")
-    for tree, (answered, by_thread) in zip(trees, totals):
-        per = {name: seconds * 1000 / max(1, answered) for name, seconds in by_thread.items()}
+    for tree, tally in zip(trees, tallies):
+        answered = tally.answered
+        per = {name: seconds * 1000 / max(1, answered) for name, seconds in tally.cpu_s.items()}
         shown = ", ".join(f"{name} {ms:.3f}" for name, ms in sorted(per.items(), key=lambda kv: -kv[1]) if ms >= 0.005)
         print(f"| {tree} | {answered} | {sum(per.values()):.3f} | {shown} |")
     if len(trees) > 1:
-        print_rounds(trees, by_round)
-    failed = [(tree, counts) for tree, counts in zip(trees, failures) if counts]
-    for tree, counts in failed:  # CPU per request counts answered requests only: these skew it
-        print(f"\nFailed requests through {tree}: " + ", ".join(f"{kind} x{n}" for kind, n in counts.most_common()))
+        print_rounds(trees, [tally.round_ms for tally in tallies])
+    failed = [(tree, tally.phase) for tree, tally in zip(trees, tallies) if tally.phase and tally.phase.errors]
+    for tree, phase in failed:  # CPU per request counts answered requests only: these skew it
+        print(f"\nFailed requests through {tree}: {phase.failures_text}")
     return 1 if failed else 0
+
+
+@dataclass
+class Tally:
+    """One tree's rounds added up."""
+
+    phase: Phase | None = None  # every round's phase, added (`Phase.__add__`)
+    cpu_s: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))  # by thread
+    round_ms: list[float] = field(default_factory=list)  # CPU ms per answered request, round by round
+
+    @property
+    def answered(self) -> int:
+        return 0 if self.phase is None else len(self.phase.latencies_s)
+
+    def add(self, phase: Phase, cpu_s: dict[str, float]) -> None:
+        self.phase = phase if self.phase is None else self.phase + phase
+        for name, seconds in cpu_s.items():
+            self.cpu_s[name] += seconds
+        self.round_ms.append(sum(cpu_s.values()) * 1000 / max(1, len(phase.latencies_s)))
 
 
 def print_rounds(trees: list[Path], by_round: list[list[float]]) -> None:

@@ -410,8 +410,7 @@ class EmbeddedStore(Store):
 
     def _arm_budget_save(self) -> None:
         if self._budget_save is None and not self._closed:
-            delay_s = self._budget_save_delay_s
-            self._budget_save = asyncio.get_running_loop().call_later(delay_s, self._start_budget_save)
+            self._budget_save = asyncio.get_running_loop().call_later(self._budget_save_delay_s, self._start_budget_save)
 
     def _start_budget_save(self) -> None:
         self._budget_save = None

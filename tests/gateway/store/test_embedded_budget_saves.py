@@ -22,6 +22,14 @@ from tests.gateway.store.test_ledger import record
 MONTH = "2026-05"
 
 
+async def until(condition: Callable[[], bool]) -> None:
+    """Poll every 10 ms, up to a second, until `condition()` holds (what follows asserts the outcome)."""
+    for _ in range(100):
+        await asyncio.sleep(0.01)
+        if condition():
+            return
+
+
 def count_calls(store: EmbeddedStore) -> dict[str, int]:
     """How many times each write of the store's two connections ran (loop or worker alike)."""
     calls = {"insert_usages": 0, "save_budgets": 0}
@@ -66,10 +74,7 @@ async def test_in_meterings_order_the_settlement_rides_the_next_write(
         assert await store.append_usage(record("r1", 100.0, cost_micro=41))
         assert spent_on_disk(path, "acme", MONTH) == 100  # the reservation went with the record
         await store.settle_budget("acme", MONTH, 100, 41)
-        for _ in range(100):
-            await asyncio.sleep(0.01)
-            if calls["save_budgets"]:
-                break
+        await until(lambda: calls["save_budgets"] > 0)
         assert calls == {"insert_usages": 1, "save_budgets": 1}
         assert spent_on_disk(path, "acme", MONTH) == 41
     finally:
@@ -86,10 +91,7 @@ async def test_a_spend_no_record_follows_is_written_soon(tmp_path: Path, monkeyp
         await store.reserve_budget("acme", MONTH, 30, None)
         with pytest.raises(TypeError):  # nothing on disk yet
             spent_on_disk(path, "acme", MONTH)
-        for _ in range(100):
-            await asyncio.sleep(0.01)
-            if calls["save_budgets"]:
-                break
+        await until(lambda: calls["save_budgets"] > 0)
         await asyncio.sleep(0.01)
         assert calls["save_budgets"] == 1  # both changes in one write
         assert spent_on_disk(path, "acme", MONTH) == 130
@@ -161,10 +163,7 @@ async def test_a_change_made_while_a_save_runs_is_written_after_it(
         await asyncio.sleep(0.06)  # this change's timer fires while that save still runs
         release.set()
         await busy
-        for _ in range(100):
-            await asyncio.sleep(0.01)
-            if store._budget_saving is None and not store._unsaved_budgets:
-                break
+        await until(lambda: store._budget_saving is None and not store._unsaved_budgets)
         await asyncio.sleep(0.01)
         assert spent_on_disk(path, "acme", MONTH) == 130
     finally:
