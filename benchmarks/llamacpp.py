@@ -16,8 +16,8 @@ Reported (medians over rounds): per-stream decode tok/s at c = 1 (tokens after t
 time from first to last), aggregate tok/s at every c (all tokens over the round's wall time), TTFT
 p50, the long prompt's TTFT, and each server's CPU ms per generated token (from /proc).
 
-Known problem (BENCHMARKS.md): its one run so far measured llama.cpp ~30x slower than the same
-binary reports in its own `timings` when asked directly; check those before trusting its figures.
+llama-server's OpenMP threads spin, so a busy machine slows it far more than edgerun: only runs on an idle
+machine compare the two (BENCHMARKS.md, "Engine against llama.cpp").
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
 
 One process, the same GGUF weights (SmolLM2-135M-Instruct). Each round runs a new prompt (so nothing
 is cached) through transformers' `generate` for one token (float32, eager: the baseline of
-BENCHMARKS.md's engine section), then through each of our modes (LLMEngine, one request, time to its
+BENCHMARKS.md's "Engine against transformers"), then through each of our modes (LLMEngine, one request, time to its
 first token: the prefill in chunks of `max_num_batched_tokens`, then sampling). Reports per side
 the median wall time and the median CPU time of this process (steadier than wall time on a shared
 machine), and our/transformers ratios of the medians. `--profile` prints torch.profiler's top

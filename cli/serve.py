@@ -59,7 +59,8 @@ def quiet_http_client_logs(level: str) -> None:
 # made than freed (CPython's default: 700). A request in flight holds a few hundred (coroutines,
 # frames, dicts) that are freed by reference counting when it ends, so with tens of streams open the
 # default ran a collection every few requests, each traversing every open request's objects: ~7% of
-# the gateway's CPU. At 10,000 it runs about a hundred times less often (BENCHMARKS.md, gateway overhead).
+# the gateway's CPU. At 10,000 it runs about a hundred times less often (BENCHMARKS.md, "Gateway CPU per streamed
+# request").
 GC_GEN0_THRESHOLD = 10_000
 
 

@@ -11,7 +11,7 @@ request out and one answer back, so a connection is an asyncio protocol with htt
 idle connection on each request (~2.4 ms of CPU per streamed completion on 2 shared cores);
 aiohttp, which came next, cost about twice what this does for a streamed completion (its
 request and response objects, header multidicts, timers and stream readers; BENCHMARKS.md,
-gateway CPU per request).
+"Gateway CPU per streamed request").
 
 Errors are `TransportTimeout` (connecting, waiting for a free connection, for the head or for
 the next body bytes took too long) and `TransportError` (refused, reset, closed early, an

@@ -2,13 +2,14 @@
 
 Torch spreads each op over its OpenMP threads, and every op of a step ends at a barrier where the
 threads wait for the slowest one. A decode step of SmolLM2 runs ~1,000 ops, so that is ~1,000
-barriers per step: on a 2-core machine they cost little only while nothing else runs, and on a
-busy one a thread whose partner lost its CPU waits at every op (a 16-row decode step took 3x the
-wall time of one thread's, at load 9: BENCHMARKS.md). Sequences do not depend on one another within
-a step, so instead the step's items are split into parts of about equal size, and each part runs a
-whole forward pass on a worker thread with one torch thread: no barrier until the step ends. Each
-part reads every weight once (weights are read in parallel, not shared), which is why a step with
-one big item (a long prefill chunk) is not split: it runs alone with every torch thread.
+barriers per step: on a 2-core machine they cost little only while nothing else runs, and on a busy
+one a thread whose partner lost its CPU waits at every op (a 16-row decode step took 3x the wall
+time of one thread's, at load 9; what splitting gains: BENCHMARKS.md, "Step workers"). Sequences do
+not depend on one another within a step, so instead the step's items are split into parts of about
+equal size, and each part runs a whole forward pass on a worker thread with one torch thread: no
+barrier until the step ends. Each part reads every weight once (weights are read in parallel, not
+shared), which is why a step with one big item (a long prefill chunk) is not split: it runs alone
+with every torch thread.
 
 The workers call `torch.set_num_threads(1)` on their own thread (OpenMP's thread count is per
 thread); torch also keeps that value as the default of threads that start later, so the

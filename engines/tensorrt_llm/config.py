@@ -30,7 +30,7 @@ Where the keys come from (TensorRT-LLM's own documentation and examples):
 * the disaggregated YAML: examples/disaggregated/README.md and disagg_config.yaml.
 * guided_decoding_backend: docs/source/features/guided-decoding.md: `xgrammar` or `llguidance`;
   without it trtllm-serve refuses `response_format`. We write `llguidance`, the built-in engine's
-  choice (BENCHMARKS.md), so both engines read schemas the same way; None leaves it out.
+  choice (BENCHMARKS.md, "Grammar masks"), so both engines read schemas the same way; None leaves it out.
 """
 
 from __future__ import annotations

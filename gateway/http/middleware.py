@@ -49,8 +49,8 @@ def new_request_id() -> str:
     """A version-7 UUID (RFC 9562) as 32 hex digits, made now (`uuid7_hex`). The ledger is keyed by
     request id: time-ordered ids are appended at the end of its key's index, where random
     (version-4) ones each landed on a page of their own, a cache miss once the ledger is large (a
-    one-record commit: 45.9 -> 34.0 us of CPU with a million records, BENCHMARKS.md "Gateway CPU per
-    streamed request, seventh pass")."""
+    one-record commit: 45.9 -> 34.0 us of CPU with a million records, BENCHMARKS.md "Ledger and
+    metering")."""
     return uuid7_hex(time.time_ns() // 1_000_000)
 
 

@@ -6,7 +6,7 @@ check-and-change runs in a `BEGIN IMMEDIATE` transaction: SQLite lets one connec
 time, so the read, the decision and the write of one process never interleave with another's.
 Grouped (what the store uses), consecutive calls share one transaction, each in a savepoint,
 until `commit`: one lock and one commit for many calls, where each request made six write
-transactions (less CPU per request; the workers' throughput cap stayed: BENCHMARKS.md, "group commit").
+transactions (less CPU per request; the workers' throughput cap stayed: BENCHMARKS.md, "Workers and stores").
 A writer that finds the file locked waits up to `busy_timeout_s` (then `sqlite3.OperationalError`).
 
 Blocking and synchronous, one connection: the store calls it from its one worker thread.

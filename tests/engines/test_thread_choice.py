@@ -54,7 +54,7 @@ def test_times_are_compared_per_row() -> None:
 
 
 # A speculative stream's steps on a machine where one thread wins single decodes and two threads win big verify
-# steps (wall ms by thread count): the kind of split BENCHMARKS.md "Speculative verify through the fused step" saw.
+# steps (wall ms by thread count): the kind of split BENCHMARKS.md "Speculative decoding" shows.
 DECODE_MS = {1: 8.8, 2: 12.0}
 VERIFY_9_MS = {1: 64.0, 2: 45.0}
 

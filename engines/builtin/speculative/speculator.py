@@ -41,8 +41,8 @@ class Speculator:
         self.vocab_size = vocab_size
         self.policy = DraftPolicy(config.num_speculative_tokens, StepCosts(PRIOR_VERIFY_COST)) if config.speculative_adaptive else None
         # wall time, what a stream waits for: CPU time sums the threads, and a decode on two threads spends
-        # more of it than a verify row does, which made drafts look cheaper than they were (BENCHMARKS.md,
-        # "Adaptive drafting after fused verify"); StepCosts takes medians, so preempted steps do not move it
+        # more of it than a verify row does, which made drafts look cheaper than they were; StepCosts takes medians,
+        # so preempted steps do not move it
         self.clock = time.perf_counter
         self.shadows: dict[str, int] = {}  # request id -> its unverified shadow draft of the next token
         self.num_draft_tokens = 0  # cumulative, every request
