@@ -115,7 +115,7 @@ def test_every_section_cited_by_name_exists() -> None:
     for name in listing.stdout.split():
         if not (ROOT / name).is_file():
             continue
-        # a citation may be wrapped over comment lines: `BENCHMARKS.md "Speculative\n    # decoding"`
+        # a citation may be wrapped over comment lines (a "#" continuing the quoted section name)
         text = re.sub(r"\s*\n\s*(?:#\s*)?", " ", (ROOT / name).read_text())
         for doc, section in CITATION.findall(text):
             if not any(heading.startswith(section) for heading in headings[doc]):
