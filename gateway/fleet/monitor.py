@@ -92,9 +92,14 @@ class BackendMonitor:
         state = self.states.get(backend_id)
         return state is not None and state.healthy and self.outliers.admits(backend_id)
 
-    def record_error(self, exc: BackendError) -> None:
-        """A request met this backend error: counted against the backend it names (`gateway.fleet.outliers`)."""
-        self.outliers.record_error(exc)
+    def record_error(self, exc: BackendError, tenant: str) -> None:
+        """`tenant`'s request met this backend error: counted against the backend it names as
+        `gateway.fleet.outliers` says (a failed answer as the tenant's, a connection failure as anyone's)."""
+        self.outliers.record_error(exc, tenant)
+
+    def errors_of(self, tenant: str) -> Callable[[BackendError], None]:
+        """`record_error` for the errors `tenant`'s request meets (the backend client's failover hook)."""
+        return lambda exc: self.outliers.record_error(exc, tenant)
 
     def may_try(self, endpoint: Endpoint) -> bool:
         """Asked just before a request goes to `endpoint`: False for a second request to a backend on trial."""

@@ -1,13 +1,17 @@
 """Outlier ejection: one circuit breaker (`policies.breaker`) per backend, fed by what requests and
 health probes see, with its state on /metrics.
 
-Requests report their outcome: `record_error` for a backend error (refused, reset, a 5xx or a
-timeout before the first byte, a stream broken midway; a 429 or another 4xx is ignored: a busy
-backend is healthy, a bad request is the client's) and `record_success` for a completed stream.
-The health loop reports each probe (`record_probe`): after an ejection has run out, a passed probe
-lets the backend back on trial, a failed one ejects it again for twice as long. `admits` is what
-routing asks (through `BackendMonitor.is_healthy`). `retry_after_s` says when the first ejected
-backend may be back, for a 429's Retry-After when every backend is out.
+Requests report their outcome: `record_error` for a backend error, with the tenant whose request
+met it, and `record_success` for a completed stream. A connection failure (refused, reset, timed
+out, before the first byte or midway) counts against the backend whoever sent the request; a
+failed answer (a 5xx, an error event, a malformed stream: the backend read the request, whose
+content may be the cause) counts once per tenant and never alone, so one tenant's requests cannot
+eject a backend (the rule in policies/breaker.py). A 429 or another 4xx is ignored: a busy
+backend is healthy, a bad request is the client's. The health loop reports each probe
+(`record_probe`): after an ejection has run out, a passed probe lets the backend back on trial, a
+failed one ejects it again for twice as long. `admits` is what routing asks (through
+`BackendMonitor.is_healthy`). `retry_after_s` says when the first ejected backend may be back,
+for a 429's Retry-After when every backend is out.
 """
 
 from __future__ import annotations
@@ -33,6 +37,12 @@ def counts_against_backend(exc: BackendError) -> bool:
     if isinstance(exc, BackendTimeout) and exc.late:
         return False
     return isinstance(exc, BackendUnavailable | BackendTimeout | BackendStreamBroken)
+
+
+def is_failed_answer(exc: BackendError) -> bool:
+    """Whether the backend read the request and answered it badly (a 5xx, an error event): a failure
+    the request's content may have caused, so it says little about the backend on its own."""
+    return counts_against_backend(exc) and exc.answered
 
 
 class OutlierDetector:
@@ -63,9 +73,11 @@ class OutlierDetector:
         allowed, self.breakers[backend_id] = begin_trial(breaker, self.config, self.clock())
         return allowed
 
-    def record_error(self, exc: BackendError) -> None:
+    def record_error(self, exc: BackendError, tenant: str) -> None:
+        """`tenant`'s request met `exc`; a failed answer counts as that tenant's, a connection failure as anyone's."""
         if exc.endpoint_id is not None and counts_against_backend(exc):
-            self._move(exc.endpoint_id, lambda b: on_failure(b, self.config, self.clock()), exc.message)
+            who = tenant if exc.answered else None
+            self._move(exc.endpoint_id, lambda b: on_failure(b, self.config, self.clock(), who), exc.message)
 
     def record_success(self, backend_id: str) -> None:
         self._move(backend_id, on_success, "a request completed")

@@ -43,6 +43,7 @@ from gateway.context import Principal, RequestContext
 from gateway.errors import GatewayError, InternalError, InvalidInput, OutOfCapacity, RequestTimeout
 from gateway.fleet.catalog import Catalog, ModelSpec
 from gateway.fleet.monitor import BackendMonitor
+from gateway.fleet.outliers import is_failed_answer
 from gateway.metrics import GatewayMetrics
 from gateway.pipeline.auth import Authenticator
 from gateway.pipeline.concurrency import TenantSlots
@@ -162,7 +163,7 @@ class Generation:
         except BackendStreamBroken as exc:
             status = "backend_error"
             log.warning("backend stream broke", backend=self.endpoint.id, error=exc.message)
-            self._watch.monitor.record_error(exc)
+            self._watch.monitor.record_error(exc, self.ctx.tenant_id)
             raise InternalError("the backend failed while generating the answer; retry the request") from exc
         finally:
             await self._finish(status)
@@ -341,7 +342,7 @@ class Generator:
                 attempt.flights.append(flight)
                 place.leave()  # the setup is done: waiting for the backend holds no place
                 endpoint, chunks = await self.client.stream_with_failover(
-                    flight.endpoints, body, attempt.on_failure(self.monitor.record_error), ctx.request_id,
+                    flight.endpoints, body, attempt.on_failure(self.monitor.errors_of(ctx.tenant_id)), ctx.request_id,
                     may_try=self.monitor.may_try,
                 )
             else:
@@ -364,7 +365,7 @@ class Generator:
         generation = Generation(metered, flight, endpoint, chunks, tokenizer, max_tokens, holds, watch)
         try:
             for failed in attempt.failed:  # the endpoints the client failed over, as it reported them
-                if failed.endpoint_id is not None:
+                if failed.endpoint_id is not None and not is_failed_answer(failed):  # one request may cause those
                     self.monitor.mark_unhealthy(failed.endpoint_id, "failed before its first byte")
             await self.router.started(flight, endpoint)
         except StoreUnavailable as exc:  # bookkeeping only: the answer is on its way, let it through
