@@ -12,9 +12,10 @@ Three states, as in Envoy's outlier detection and the classic circuit breaker:
   takes traffic again on trial, one request at a time (`begin_trial`: a second one while the first
   is under way goes elsewhere, until the first ends or `trial_timeout_s` passes). Its next
   completed request closes the breaker (and forgets the ejections); its next failure that is the
-  backend's own opens it again, for the next, longer ejection; one tenant's failed answer gives
-  the trial back, so that another request can be the trial. A failed probe while open re-opens it
-  the same way.
+  backend's own opens it again, for the next, longer ejection. A trial request that ends saying
+  nothing about the backend (its client left before any token, a 429, a 4xx, one tenant's failed
+  answer) gives the trial back at once (`end_trial`), so that another request can be the trial.
+  A failed probe while open re-opens it the same way.
 
 Whose failure it is. A backend must not be ejected because of what one tenant sends: a request
 whose content makes the backend fail (a schema its grammar library chokes on, say) would
@@ -77,6 +78,7 @@ class Breaker:
     num_ejections: int = 0  # ejections in a row, since the breaker last closed
     open_until: float = 0.0  # when status is "open": the ejection's end
     trial_since: float | None = None  # when status is "half_open": the trial request's start, if one runs
+    trial_holder: str | None = None  # ... and who runs it (a request id)
 
     @property
     def num_failures(self) -> int:
@@ -103,16 +105,24 @@ def _eject(breaker: Breaker, config: BreakerConfig, now: float) -> Breaker:
     return Breaker("open", breaker.connection_failures, breaker.failing_tenants, num, now + config.ejection_for(num))
 
 
-def begin_trial(breaker: Breaker, config: BreakerConfig, now: float) -> tuple[bool, Breaker]:
-    """Whether one more request may be sent to the backend now, and the breaker after sending it:
-    always when closed, never when open, one at a time when half-open."""
+def begin_trial(breaker: Breaker, config: BreakerConfig, now: float, holder: str = "") -> tuple[bool, Breaker]:
+    """Whether one more request (`holder`, its id) may be sent to the backend now, and the breaker
+    after sending it: always when closed, never when open, one at a time when half-open."""
     if breaker.status == "closed":
         return True, breaker
     if breaker.status == "open":
         return False, breaker
     if breaker.trial_since is not None and now - breaker.trial_since < config.trial_timeout_s:
         return False, breaker
-    return True, replace(breaker, trial_since=now)
+    return True, replace(breaker, trial_since=now, trial_holder=holder)
+
+
+def end_trial(breaker: Breaker, holder: str) -> Breaker:
+    """`holder`'s request ended saying nothing about the backend: if it was the trial, the trial
+    is free again (a no-op for anyone else, and once a success or failure has moved the breaker)."""
+    if breaker.status != "half_open" or breaker.trial_since is None or breaker.trial_holder != holder:
+        return breaker
+    return replace(breaker, trial_since=None, trial_holder=None)
 
 
 def on_success(breaker: Breaker) -> Breaker:
@@ -135,7 +145,7 @@ def on_failure(breaker: Breaker, config: BreakerConfig, now: float, tenant: str 
     if failed.is_backend_fault and (breaker.status == "half_open" or failed.num_failures >= config.failure_threshold):
         return _eject(failed, config, now)
     if breaker.status == "half_open":  # one tenant's failed answer: it says nothing, another request may try
-        return replace(failed, trial_since=None)
+        return replace(failed, trial_since=None, trial_holder=None)
     return failed
 
 

@@ -190,7 +190,7 @@ class Disaggregator:
         ctx = flight.ctx
         try:
             endpoint, chunks = await self.client.stream_with_failover(
-                flight.endpoints, body, attempt.on_failure(self.monitor.errors_of(ctx.tenant_id)), ctx.request_id
+                flight.endpoints, body, attempt.on_failure(self.monitor.errors_of(ctx.tenant_id, ctx.request_id)), ctx.request_id
             )
         except BackendError as exc:
             self.metrics.disagg_steps.labels(step, exc.endpoint_id or "", "error").inc()

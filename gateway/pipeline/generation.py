@@ -224,8 +224,8 @@ class Generation:
             await self._chunks.aclose()  # type: ignore[attr-defined]  # drops the connection: the backend aborts
         except Exception:  # the record below must be written whatever the connection did
             log.exception("closing the backend stream failed", request_id=self.ctx.request_id)
-        if status == "ok":
-            self._watch.monitor.record_success(self.endpoint.id)
+        if status == "ok" or (status == "cancelled" and (self._parts or self._num_token_ids)):
+            self._watch.monitor.record_success(self.endpoint.id)  # a stream that produced tokens works
         usage = self._final_usage(status)
         self.usage = usage
         self._timings(usage)
@@ -291,6 +291,7 @@ class Generator:
         slot = await self.slots.acquire(ctx.principal.tenant, ctx.request_id)
         if slot is not None:
             holds.push("concurrency", lambda _: slot.release())
+        holds.push("trial", self._end_trials(ctx.request_id))
         try:
             async with self.setup.enter() as place:
                 return await self._set_up_and_open(ctx, inp, place, holds)
@@ -342,8 +343,8 @@ class Generator:
                 attempt.flights.append(flight)
                 place.leave()  # the setup is done: waiting for the backend holds no place
                 endpoint, chunks = await self.client.stream_with_failover(
-                    flight.endpoints, body, attempt.on_failure(self.monitor.errors_of(ctx.tenant_id)), ctx.request_id,
-                    may_try=self.monitor.may_try,
+                    flight.endpoints, body, attempt.on_failure(self.monitor.errors_of(ctx.tenant_id, ctx.request_id)), ctx.request_id,
+                    may_try=lambda e: self.monitor.may_try(e, ctx.request_id),
                 )
             else:
                 place.leave()
@@ -382,6 +383,12 @@ class Generator:
             await self.router.first_token(flight)
         except StoreUnavailable as exc:
             log.warning("counting the first token failed", error=exc.args[0])
+
+    def _end_trials(self, request_id: str) -> Release:
+        async def release(_: Outcome) -> None:  # a trial this request ended without a verdict is free again
+            self.monitor.end_trials(request_id)
+
+        return release
 
     def _finish_flight(self, flight: Flight) -> Release:
         async def release(outcome: Outcome) -> None:

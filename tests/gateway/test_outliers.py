@@ -66,8 +66,18 @@ def test_a_backend_on_trial_is_tried_by_one_request_at_a_time() -> None:
         outliers.record_error(BackendUnavailable("refused", endpoint_id="b1"), "t1")
     clock.now += 5
     outliers.record_probe("b1", passed=True)
-    assert outliers.may_try("b1") and not outliers.may_try("b1")  # the second goes to another backend
+    assert outliers.may_try("b1", "r1") and not outliers.may_try("b1", "r2")  # the second goes to another backend
     assert outliers.may_try("b2") and outliers.may_try("b2")  # closed: no limit
+    outliers.end_trials("r2")  # not the trial's holder: nothing changes
+    assert not outliers.may_try("b1", "r3")
+    outliers.end_trials("r1")  # the trial ended without a verdict (its client left): another may try
+    assert outliers.may_try("b1", "r3") and not outliers.may_try("b1", "r4")
+    outliers.record_error(BackendOverloaded("b1 answered 429", endpoint_id="b1"), "t1", "r4")  # not the trial
+    assert not outliers.may_try("b1", "r5")
+    outliers.record_error(BackendOverloaded("b1 answered 429", endpoint_id="b1"), "t1", "r3")  # busy: no verdict
+    assert outliers.may_try("b1", "r5")
+    outliers.record_error(BackendRejected("b1 answered 400", status=400, endpoint_id="b1"), "t1", "r5")
+    assert outliers.may_try("b1", "r6") and outliers.breakers["b1"].status == "half_open"
     outliers.record_success("b1")
     assert outliers.may_try("b1") and outliers.may_try("b1")
 

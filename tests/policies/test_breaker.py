@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from policies.breaker import Breaker, BreakerConfig, begin_trial, on_failure, on_probe, on_success
+from policies.breaker import Breaker, BreakerConfig, begin_trial, end_trial, on_failure, on_probe, on_success
 from policies.errors import PolicyConfigError
 
 CONFIG = BreakerConfig(failure_threshold=3, ejection_s=5.0, max_ejection_s=20.0)
@@ -110,7 +110,7 @@ def test_one_tenants_failed_answers_never_eject_however_many() -> None:
     bombed = failed(1000, tenant="attacker")
     assert bombed.status == "closed" and bombed.num_failures == 1 and not bombed.is_backend_fault
     trial = on_probe(failed(3), CONFIG, 5.0, passed=True)
-    _, running = begin_trial(trial, CONFIG, 6.0)
+    _, running = begin_trial(trial, CONFIG, 6.0, "bomb")
     after = on_failure(running, CONFIG, 7.0, "attacker")
     assert after.status == "half_open" and begin_trial(after, CONFIG, 7.0)[0]  # the trial is free for another request
 
@@ -130,6 +130,17 @@ def test_connection_failures_eject_even_with_one_tenant_sending() -> None:
     assert failed(3).status == "open"
     assert failed(2, failed(5, tenant="only")).status == "open"  # one tenant's answers (once) + 2 connection failures
     assert failed(1, failed(5, tenant="only")).status == "closed"
+
+
+def test_a_trial_is_given_back_only_by_its_holder() -> None:
+    config = BreakerConfig(failure_threshold=3, ejection_s=5.0, max_ejection_s=20.0, trial_timeout_s=30.0)
+    trial = on_probe(failed(3), config, 5.0, passed=True)
+    _, running = begin_trial(trial, config, 6.0, "r1")
+    assert end_trial(running, "r2") == running and not begin_trial(running, config, 7.0, "r2")[0]
+    freed = end_trial(running, "r1")
+    assert freed.status == "half_open" and freed.trial_since is None
+    assert begin_trial(freed, config, 7.0, "r2")[0]  # long before the 30 s trial timeout
+    assert end_trial(on_success(running), "r1") == CLOSED and end_trial(CLOSED, "r1") == CLOSED
 
 
 single_tenant_events = st.lists(
