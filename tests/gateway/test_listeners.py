@@ -165,7 +165,7 @@ def test_the_listen_backlog_comes_from_the_settings(tmp_path: Path) -> None:
     async def app(scope: object, receive: object, send: object) -> None: ...
 
     settings = GatewaySettings(sqlite_path=str(tmp_path / "g.sqlite3"), listen_backlog=1234, admin_port=0)
-    assert [config.backlog for config in listener_configs(settings.http, settings.listener_limits, app)] == [1234, 1234]  # type: ignore[arg-type]
+    assert [config.backlog for config in listener_configs(settings, app)] == [1234, 1234]  # type: ignore[arg-type]
 
 
 def test_wrong_explain_headers_on_the_public_listener_do_not_lock_the_operator_out(
