@@ -100,10 +100,6 @@ def test_the_schema_bomb_is_a_400_naming_its_path_and_leaves_other_tenants_serve
     direct = httpx.post(f"{backend_pair[0].url}/v1/completions", timeout=60, json={
         "prompt": "x", "max_tokens": 2, "response_format": {"type": "json_schema", "json_schema": BOMB}})
     assert direct.status_code == 400 and "schema.properties.n.maximum" in direct.text, direct.text
-    unchecked = {"type": "json_schema", "json_schema": {"const": 2**64}}  # past the range llguidance reads
-    direct = httpx.post(f"{backend_pair[0].url}/v1/completions", timeout=60, json={
-        "prompt": "x", "max_tokens": 2, "response_format": unchecked})
-    assert direct.status_code == 400, direct.text
 
 
 @pytest.fixture(scope="module")
@@ -133,18 +129,18 @@ def stub_gateway(failing_stub: ChildProcess, tmp_path_factory: pytest.TempPathFa
 def test_one_tenants_failed_answers_never_eject_a_backend_but_three_tenants_do(stub_gateway: InProcessGateway) -> None:
     gw, model = stub_gateway, stub_backend.MODEL_ID
     bomber, victim = Tenant(gw, "t-5xx", model), Tenant(gw, "t-plain", model)
-    guided = (WORKERS_AI, {"prompt": "x", "response_format": {"type": "json_object"}}, "")
+    guided = {"prompt": "x", "response_format": {"type": "json_object"}}  # the stub answers it 500
     failed: list[int] = []
     with ThreadPoolExecutor(3) as pool:
         for _ in range(ROUNDS):
-            failed += [a.status_code for a in pool.map(lambda _: bomber.post(*guided[:2]), range(3))]
+            failed += [a.status_code for a in pool.map(lambda _: bomber.post(WORKERS_AI, guided), range(3))]
             answers = [victim.post(WORKERS_AI, {"prompt": "Hello"}) for _ in range(2)]
             assert [a.status_code for a in answers] == [200, 200], [a.text for a in answers]
     assert len(failed) == 3 * ROUNDS and 200 not in failed  # each of them failed on the backend
     assert breakers(gw, ["stub"]) == [(0.0, 0.0)]
     # The backend failing everyone's guided requests in a row is its own fault: three tenants eject it.
-    assert bomber.post(*guided[:2]).status_code != 200
-    assert victim.post(*guided[:2]).status_code != 200
+    assert bomber.post(WORKERS_AI, guided).status_code != 200
+    assert victim.post(WORKERS_AI, guided).status_code != 200
     assert breakers(gw, ["stub"]) == [(0.0, 0.0)]  # two tenants: not yet
-    assert Tenant(gw, "t-third", model).post(*guided[:2]).status_code != 200
+    assert Tenant(gw, "t-third", model).post(WORKERS_AI, guided).status_code != 200
     assert breakers(gw, ["stub"]) == [(2.0, 1.0)]
