@@ -1,6 +1,6 @@
 """A backend that answers at once, for measuring what sits in front of it (the gateway, metering).
 
-    python -m benchmarks.stub_backend --port PORT [--chunks 8] [--chunk-delay-ms 0] [--reuse-port]
+    python -m benchmarks.stub_backend --port PORT [--chunks 8] [--chunk-delay-ms 0] [--reuse-port] [--fail-guided]
 
 A tiny Starlette app speaking the streaming /v1/completions protocol plus the routes the gateway
 polls (health, load, KV events, tokenizer), and /v1/chat/completions for a router that passes chat
@@ -10,7 +10,10 @@ so a gateway in front does its real per-request work (template, tokenize, hash, 
 re-encode the stream). With `--chunk-delay-ms` each chunk waits that long first: a slow backend
 holding many streams open (benchmarks/streams.py). With `--reuse-port` several stub processes
 bind one port and the kernel spreads connections over them, so the stub keeps up with several
-gateway workers (benchmarks/workers.py). Used only by the benchmarks.
+gateway workers (benchmarks/workers.py). With `--fail-guided` every request with a `response_format`
+is answered 500, as by a backend whose grammar library fails on what one client sends (the tests
+of outlier ejection: one tenant's failed answers must not eject a backend). Used only by the
+benchmarks and tests.
 """
 
 from __future__ import annotations
@@ -29,11 +32,13 @@ MODEL_ID = "@cf/edgerun/bench-stub"
 PROMPT = "Summarise the design of an inference gateway in front of regional GPU backends, in one line."
 
 
-def command(port: int, num_chunks: int = 8, chunk_delay_ms: float = 0.0, reuse_port: bool = False) -> list[str]:
+def command(
+    port: int, num_chunks: int = 8, chunk_delay_ms: float = 0.0, reuse_port: bool = False, fail_guided: bool = False
+) -> list[str]:
     """The argv that starts the stub on `port` as its own process (one of several with `reuse_port`)."""
     argv = [sys.executable, "-m", "benchmarks.stub_backend", "--port", str(port), "--chunks", str(num_chunks)]
     argv += ["--chunk-delay-ms", str(chunk_delay_ms)] if chunk_delay_ms else []
-    return argv + (["--reuse-port"] if reuse_port else [])
+    return argv + (["--reuse-port"] if reuse_port else []) + (["--fail-guided"] if fail_guided else [])
 
 
 def gateway_env(stub_port: int) -> dict[str, str]:
@@ -62,12 +67,12 @@ def _event(obj: dict[str, Any]) -> bytes:
     return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
 
 
-def stub_app(num_chunks: int, chunk_delay_ms: float = 0.0) -> Any:
+def stub_app(num_chunks: int, chunk_delay_ms: float = 0.0, fail_guided: bool = False) -> Any:
     import asyncio
 
     from starlette.applications import Starlette
     from starlette.requests import Request
-    from starlette.responses import JSONResponse, StreamingResponse
+    from starlette.responses import JSONResponse, Response, StreamingResponse
     from starlette.routing import Route
 
     payload = {
@@ -96,8 +101,11 @@ def stub_app(num_chunks: int, chunk_delay_ms: float = 0.0) -> Any:
         yield _event({"id": "x", "object": kind, "choices": [], "usage": usage})
         yield b"data: [DONE]\n\n"
 
-    async def completions(request: Request) -> StreamingResponse:
-        prompt = (await request.json())["prompt"]
+    async def completions(request: Request) -> Response:
+        body = await request.json()
+        if fail_guided and body.get("response_format") is not None:
+            return JSONResponse({"error": {"message": "the grammar failed to compile (stub --fail-guided)"}}, 500)
+        prompt = body["prompt"]
         num_prompt = len(prompt) if isinstance(prompt, list) else len(prompt.split())
         return StreamingResponse(stream(num_prompt, chat=False), media_type="text/event-stream")
 
@@ -142,8 +150,9 @@ def main(argv: list[str] | None = None) -> int:
         "--backlog", type=int, default=8192, help="listen backlog (thousands of streams connect at once)"
     )
     parser.add_argument("--reuse-port", action="store_true", help="bind with SO_REUSEPORT (one of several stubs)")
+    parser.add_argument("--fail-guided", action="store_true", help="answer 500 to every request with a response_format")
     args = parser.parse_args(argv)
-    app = stub_app(args.chunks, args.chunk_delay_ms)
+    app = stub_app(args.chunks, args.chunk_delay_ms, args.fail_guided)
     config = uvicorn.Config(
         app,
         host="127.0.0.1",

@@ -41,6 +41,7 @@ from cli.serve import claim_store_file, quiet_http_client_logs
 from engines.embedding.package import minilm_zip
 from gateway.fleet.catalog import DEFAULT_MODEL_ID, EMBEDDING_MODEL_ID, ModelSpec, default_models, embedding_model
 from gateway.http.app import create_app
+from gateway.http.descriptors import raise_open_file_limit
 from gateway.http.listeners import Listeners, listener_configs
 from gateway.settings import GatewaySettings
 from gateway.store.base import Store
@@ -186,8 +187,9 @@ def dev_settings(
 
 async def serve_in_process(settings: GatewaySettings, store: Store, announce: Callable[[], None]) -> int:
     """The gateway on this process's event loop, until Ctrl-C / SIGTERM."""
+    raise_open_file_limit()  # before the listeners' caps are fitted under it (gateway/http/descriptors.py)
     app = create_app(settings, store=store)
-    listeners = Listeners(listener_configs(settings.http, settings.listener_limits, app), drain=app.state.drain)
+    listeners = Listeners(listener_configs(settings, app), drain=app.state.drain)
     serving = asyncio.create_task(listeners.serve())
     while not listeners.started and not serving.done():
         await asyncio.sleep(0.05)

@@ -13,6 +13,7 @@ import structlog
 from cli.store_host import StoreHost, needs_store_host
 from cli.workers import Supervisor
 from gateway.http.app import create_app
+from gateway.http.descriptors import raise_open_file_limit
 from gateway.http.listeners import Listeners, listener_configs
 from gateway.settings import GatewaySettings
 from gateway.store.host.file_claim import FileInUse, claim
@@ -76,9 +77,10 @@ def tune_gc() -> None:
 def serve(settings: GatewaySettings) -> None:
     """The public listener, and the admin listener when `admin_port` is set (gateway/http/listeners.py)."""
     quiet_http_client_logs(settings.logging.log_level)
+    raise_open_file_limit()  # before the listeners' caps are fitted under it (gateway/http/descriptors.py)
     app = create_app(settings)
     reuse_port = settings.http.worker_index is not None
-    listeners = Listeners(listener_configs(settings.http, settings.listener_limits, app), drain=app.state.drain, reuse_port=reuse_port)
+    listeners = Listeners(listener_configs(settings, app), drain=app.state.drain, reuse_port=reuse_port)
     tune_gc()
     listeners.run()
 

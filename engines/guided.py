@@ -19,6 +19,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from contracts.schema_integers import wide_integer
 from engines.errors import InvalidRequest
 
 GuideKind = Literal["json_object", "json_schema", "structural_tag"]
@@ -38,6 +39,7 @@ class Guide:
     def json_schema(cls, schema: dict[str, Any] | bool) -> Guide:
         if not isinstance(schema, (dict, bool)):
             raise InvalidRequest("a JSON schema must be an object (or true / false)")
+        _check_integers(schema, "schema")
         return cls("json_schema", compact_json(schema))
 
     @classmethod
@@ -47,6 +49,8 @@ class Guide:
                 raise InvalidRequest("each structural tag needs string begin and end and a schema")
             if not any(item["begin"].startswith(t) for t in triggers):
                 raise InvalidRequest(f"the structural tag {item['begin']!r} starts with none of the triggers")
+        for i, item in enumerate(structures):
+            _check_integers(item.get("schema"), f"structures[{i}].schema")
         if not triggers or not all(isinstance(t, str) and t for t in triggers):
             raise InvalidRequest("structural tags need at least one non-empty trigger")
         return cls("structural_tag", compact_json({"structures": structures, "triggers": triggers}))
@@ -54,6 +58,13 @@ class Guide:
     @property
     def value(self) -> Any:
         return json.loads(self.spec) if self.spec else None
+
+
+def _check_integers(schema: Any, path: str) -> None:
+    """A schema with an integer past 64 bits cannot be compiled (contracts/schema_integers.py)."""
+    problem = wide_integer(schema, path)
+    if problem is not None:
+        raise InvalidRequest(problem)
 
 
 def closed_objects(schema: Any) -> Any:

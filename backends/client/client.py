@@ -169,7 +169,7 @@ class BackendClient:
             return text, choice.get("finish_reason"), Usage.from_json(answer.get("usage") or {})
         except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
             raise BackendUnavailable(
-                f"{endpoint.id} answered /v1/completions with a malformed body", endpoint_id=endpoint.id
+                f"{endpoint.id} answered /v1/completions with a malformed body", endpoint_id=endpoint.id, answered=True
             ) from exc
 
     async def embeddings(
@@ -186,7 +186,7 @@ class BackendClient:
             return [item["embedding"] for item in data], Usage.from_json(answer.get("usage") or {})
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise BackendUnavailable(
-                f"{endpoint.id} answered /v1/embeddings with a malformed body", endpoint_id=endpoint.id
+                f"{endpoint.id} answered /v1/embeddings with a malformed body", endpoint_id=endpoint.id, answered=True
             ) from exc
 
     async def context(self, endpoint: Endpoint, body: dict[str, Any], request_id: str | None = None) -> ContextAnswer:
@@ -203,7 +203,7 @@ class BackendClient:
             return ContextAnswer.from_json(response.json())
         except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
             raise BackendUnavailable(
-                f"{endpoint.id} answered the context step with a malformed body", endpoint_id=endpoint.id
+                f"{endpoint.id} answered the context step with a malformed body", endpoint_id=endpoint.id, answered=True
             ) from exc
 
     async def stream_with_failover(
@@ -243,7 +243,7 @@ class BackendClient:
                 continue
             except StopAsyncIteration:
                 message = f"{endpoint.id} sent [DONE] before any chunk"
-                failures.append(BackendUnavailable(message, endpoint_id=endpoint.id))
+                failures.append(BackendUnavailable(message, endpoint_id=endpoint.id, answered=True))
                 if on_failure is not None:
                     on_failure(failures[-1])
                 continue
@@ -260,7 +260,9 @@ class BackendClient:
             ) from failures[-1]
         summary = "; ".join(f"{exc.endpoint_id}: {exc.message}" for exc in failures)
         last = failures[-1]
-        raise type(last)(f"all {len(endpoints)} endpoints failed ({summary})", endpoint_id=last.endpoint_id) from last
+        error = type(last)(f"all {len(endpoints)} endpoints failed ({summary})", endpoint_id=last.endpoint_id)
+        error.answered = last.answered
+        raise error from last
 
     # -- polling ----------------------------------------------------------------------------
 
@@ -300,7 +302,7 @@ class BackendClient:
             return [model["id"] for model in answer["data"]]
         except (KeyError, TypeError) as exc:
             raise BackendUnavailable(
-                f"{endpoint.id} answered /v1/models with a malformed body", endpoint_id=endpoint.id
+                f"{endpoint.id} answered /v1/models with a malformed body", endpoint_id=endpoint.id, answered=True
             ) from exc
 
     # -- setup ------------------------------------------------------------------------------
@@ -405,7 +407,7 @@ class BackendClient:
             raise BackendTimeout(message, endpoint_id=endpoint.id) from exc
         if not more:
             error = BackendUnavailable if is_first else BackendStreamBroken
-            raise error(f"{endpoint.id} ended the stream without [DONE]", endpoint_id=endpoint.id)
+            raise error(f"{endpoint.id} ended the stream without [DONE]", endpoint_id=endpoint.id, answered=True)
 
 
 class _Events:
@@ -492,9 +494,10 @@ def _parse_event(endpoint: Endpoint, data: str, is_first: bool) -> dict[str, Any
         event = _json_value(data)
     except ValueError as exc:
         error = BackendUnavailable if is_first else BackendStreamBroken
-        raise error(f"{endpoint.id} sent an invalid SSE payload: {data[:200]!r}", endpoint_id=endpoint.id) from exc
+        message = f"{endpoint.id} sent an invalid SSE payload: {data[:200]!r}"
+        raise error(message, endpoint_id=endpoint.id, answered=True) from exc
     if not isinstance(event, dict):
-        raise BackendStreamBroken(f"{endpoint.id} sent a non-object SSE payload", endpoint_id=endpoint.id)
+        raise BackendStreamBroken(f"{endpoint.id} sent a non-object SSE payload", endpoint_id=endpoint.id, answered=True)
     if "error" in event or event.get("object") == "error":
         inner = event.get("error")
         body: dict[str, Any] = inner if isinstance(inner, dict) else event
@@ -502,7 +505,7 @@ def _parse_event(endpoint: Endpoint, data: str, is_first: bool) -> dict[str, Any
         code = body.get("code")
         if is_first and isinstance(code, int):
             _raise_status(endpoint, code, message, retry_after_s=None)
-        raise BackendStreamBroken(f"{endpoint.id} stream failed: {message}", endpoint_id=endpoint.id)
+        raise BackendStreamBroken(f"{endpoint.id} stream failed: {message}", endpoint_id=endpoint.id, answered=True)
     return event
 
 
@@ -540,7 +543,7 @@ def _raise_status(endpoint: Endpoint, status: int, message: str, retry_after_s: 
         raise BackendOverloaded(text, retry_after_s=retry_after_s, endpoint_id=endpoint.id)
     if 400 <= status < 500:
         raise BackendRejected(text, status=status, endpoint_id=endpoint.id)
-    raise BackendUnavailable(text, endpoint_id=endpoint.id)
+    raise BackendUnavailable(text, endpoint_id=endpoint.id, answered=True)
 
 
 def _error_message(response: Response) -> str:

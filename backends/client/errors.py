@@ -15,18 +15,26 @@ The transport's exceptions (`backends.client.http`) never leave the client: each
 where it happens with `raise BackendX(...) from exc`, so callers see one tree and the cause stays
 in the traceback. Before the first byte every error except BackendRejected is a reason to try
 another endpoint.
+
+`answered` tells the two ways a backend can fail apart: True when it read the request and
+answered badly (a 5xx status, an error event, a malformed body or stream), which the request's own
+content may have caused; False when the connection failed (refused, reset, timed out), which is the
+backend's (or the network's) own. The gateway's outlier ejection counts them differently
+(policies/breaker.py).
 """
 
 from __future__ import annotations
 
 
 class BackendError(Exception):
-    """Base of every client error; `endpoint_id` names the backend that failed (if known)."""
+    """Base of every client error; `endpoint_id` names the backend that failed (if known);
+    `answered`: the backend answered (a status, an error event, a body), as opposed to a failed connection."""
 
-    def __init__(self, message: str, *, endpoint_id: str | None = None) -> None:
+    def __init__(self, message: str, *, endpoint_id: str | None = None, answered: bool = False) -> None:
         super().__init__(message)
         self.message = message
         self.endpoint_id = endpoint_id
+        self.answered = answered
 
 
 class BackendUnavailable(BackendError):
@@ -44,13 +52,13 @@ class BackendTimeout(BackendError):
 
 class BackendOverloaded(BackendError):
     def __init__(self, message: str, *, retry_after_s: float | None = None, endpoint_id: str | None = None) -> None:
-        super().__init__(message, endpoint_id=endpoint_id)
+        super().__init__(message, endpoint_id=endpoint_id, answered=endpoint_id is not None)
         self.retry_after_s = retry_after_s
 
 
 class BackendRejected(BackendError):
     def __init__(self, message: str, *, status: int, endpoint_id: str | None = None) -> None:
-        super().__init__(message, endpoint_id=endpoint_id)
+        super().__init__(message, endpoint_id=endpoint_id, answered=True)
         self.status = status
 
 

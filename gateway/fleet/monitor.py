@@ -92,13 +92,22 @@ class BackendMonitor:
         state = self.states.get(backend_id)
         return state is not None and state.healthy and self.outliers.admits(backend_id)
 
-    def record_error(self, exc: BackendError) -> None:
-        """A request met this backend error: counted against the backend it names (`gateway.fleet.outliers`)."""
-        self.outliers.record_error(exc)
+    def record_error(self, exc: BackendError, tenant: str, holder: str = "") -> None:
+        """`tenant`'s request (`holder`: its id) met this backend error: counted against the backend it
+        names as `gateway.fleet.outliers` says (a failed answer as the tenant's, a connection failure as anyone's)."""
+        self.outliers.record_error(exc, tenant, holder)
 
-    def may_try(self, endpoint: Endpoint) -> bool:
-        """Asked just before a request goes to `endpoint`: False for a second request to a backend on trial."""
-        return self.outliers.may_try(endpoint.id)
+    def errors_of(self, tenant: str, holder: str) -> Callable[[BackendError], None]:
+        """`record_error` for the errors request `holder` of `tenant` meets (the backend client's failover hook)."""
+        return lambda exc: self.outliers.record_error(exc, tenant, holder)
+
+    def may_try(self, endpoint: Endpoint, holder: str = "") -> bool:
+        """Asked just before request `holder` goes to `endpoint`: False for a second request to a backend on trial."""
+        return self.outliers.may_try(endpoint.id, holder)
+
+    def end_trials(self, holder: str) -> None:
+        """Request `holder` is over: a trial it still holds is free again (`gateway.fleet.outliers`)."""
+        self.outliers.end_trials(holder)
 
     def record_success(self, backend_id: str) -> None:
         self.outliers.record_success(backend_id)

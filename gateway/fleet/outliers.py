@@ -1,13 +1,18 @@
 """Outlier ejection: one circuit breaker (`policies.breaker`) per backend, fed by what requests and
 health probes see, with its state on /metrics.
 
-Requests report their outcome: `record_error` for a backend error (refused, reset, a 5xx or a
-timeout before the first byte, a stream broken midway; a 429 or another 4xx is ignored: a busy
-backend is healthy, a bad request is the client's) and `record_success` for a completed stream.
-The health loop reports each probe (`record_probe`): after an ejection has run out, a passed probe
-lets the backend back on trial, a failed one ejects it again for twice as long. `admits` is what
-routing asks (through `BackendMonitor.is_healthy`). `retry_after_s` says when the first ejected
-backend may be back, for a 429's Retry-After when every backend is out.
+Requests report their outcome: `record_error` for a backend error, with the tenant whose request
+met it, and `record_success` for a completed stream. A connection failure (refused, reset, timed
+out, before the first byte or midway) counts against the backend whoever sent the request; a
+failed answer (a 5xx, an error event, a malformed stream: the backend read the request, whose
+content may be the cause) counts once per tenant and never alone, so one tenant's requests cannot
+eject a backend (the rule in policies/breaker.py). A 429 or another 4xx is ignored: a busy
+backend is healthy, a bad request is the client's. A request that ends saying nothing about its
+backend gives back the trial it may hold (`end_trials`). The health loop reports each probe
+(`record_probe`): after an ejection has run out, a passed probe lets the backend back on trial, a
+failed one ejects it again for twice as long. `admits` is what routing asks (through
+`BackendMonitor.is_healthy`). `retry_after_s` says when the first ejected backend may be back,
+for a 429's Retry-After when every backend is out.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import structlog
 
 from backends.client import BackendError, BackendStreamBroken, BackendTimeout, BackendUnavailable
 from gateway.metrics import GatewayMetrics
-from policies.breaker import Breaker, BreakerConfig, begin_trial, on_failure, on_probe, on_success
+from policies.breaker import Breaker, BreakerConfig, begin_trial, end_trial, on_failure, on_probe, on_success
 
 log = structlog.get_logger("edgerun.gateway.fleet.outliers")
 
@@ -33,6 +38,12 @@ def counts_against_backend(exc: BackendError) -> bool:
     if isinstance(exc, BackendTimeout) and exc.late:
         return False
     return isinstance(exc, BackendUnavailable | BackendTimeout | BackendStreamBroken)
+
+
+def is_failed_answer(exc: BackendError) -> bool:
+    """Whether the backend read the request and answered it badly (a 5xx, an error event): a failure
+    the request's content may have caused, so it says little about the backend on its own."""
+    return counts_against_backend(exc) and exc.answered
 
 
 class OutlierDetector:
@@ -55,17 +66,31 @@ class OutlierDetector:
         breaker = self.breakers.get(backend_id)
         return breaker is None or breaker.admits()
 
-    def may_try(self, backend_id: str) -> bool:
-        """Whether a request may be sent to the backend now: a backend on trial takes one at a time."""
+    def may_try(self, backend_id: str, holder: str = "") -> bool:
+        """Whether request `holder` may be sent to the backend now: a backend on trial takes one at a time."""
         breaker = self.breakers.get(backend_id)
         if breaker is None:
             return True
-        allowed, self.breakers[backend_id] = begin_trial(breaker, self.config, self.clock())
+        allowed, self.breakers[backend_id] = begin_trial(breaker, self.config, self.clock(), holder)
         return allowed
 
-    def record_error(self, exc: BackendError) -> None:
-        if exc.endpoint_id is not None and counts_against_backend(exc):
-            self._move(exc.endpoint_id, lambda b: on_failure(b, self.config, self.clock()), exc.message)
+    def record_error(self, exc: BackendError, tenant: str, holder: str = "") -> None:
+        """`tenant`'s request (`holder`) met `exc`; a failed answer counts as that tenant's, a
+        connection failure as anyone's; an error that counts neither way (429, 4xx) ends its trial."""
+        if exc.endpoint_id is None:
+            return
+        if counts_against_backend(exc):
+            who = tenant if exc.answered else None
+            self._move(exc.endpoint_id, lambda b: on_failure(b, self.config, self.clock(), who), exc.message)
+        elif (breaker := self.breakers.get(exc.endpoint_id)) is not None:
+            self.breakers[exc.endpoint_id] = end_trial(breaker, holder)
+
+    def end_trials(self, holder: str) -> None:
+        """Request `holder` is over: a trial it still holds (it ended saying nothing about the
+        backend: cancelled before any token, refused, overloaded) is free for another request."""
+        for backend_id, breaker in self.breakers.items():
+            if breaker.trial_holder == holder:
+                self.breakers[backend_id] = end_trial(breaker, holder)
 
     def record_success(self, backend_id: str) -> None:
         self._move(backend_id, on_success, "a request completed")

@@ -27,10 +27,11 @@ class FleetSettings(BaseModel):
     # Generation requests open to backends at once from this process; one more is answered 429 / 3040
     # at once (Retry-After), never queued. Health, load and KV-event polls are not counted.
     backend_max_connections: int = Field(default=256, ge=1)
-    # Outlier ejection (gateway/fleet/outliers.py, policies/breaker.py): this many failures in a row (refused,
-    # reset, 5xx or timed out before the first byte, or a stream broken midway) eject a backend for
-    # breaker_ejection_s, doubling with each ejection in a row up to breaker_max_ejection_s; then a
-    # passed health check lets it back on trial, and its first completed request readmits it fully.
+    # Outlier ejection (gateway/fleet/outliers.py, policies/breaker.py): this many failures in a row that
+    # are the backend's own eject it for breaker_ejection_s, doubling with each ejection in a row up to
+    # breaker_max_ejection_s; then a passed health check lets it back on trial, and its first completed
+    # request readmits it fully. Connection failures (refused, reset, timed out) always count; failed
+    # answers (5xx, an error event midway) count once per tenant and never one tenant's alone.
     breaker_failure_threshold: int = Field(default=3, ge=1)
     breaker_ejection_s: float = Field(default=5.0, gt=0)
     breaker_max_ejection_s: float = Field(default=60.0, gt=0)

@@ -3,13 +3,14 @@
     app.py              the ASGI app: routes, error rendering in one place, the lifespan's tasks
     listeners.py        the public listener and the optional admin listener
     listener_limits.py  what one connection may cost a listener (header sizes, timeouts)
+    descriptors.py      the open-file limit, raised at start, and the connection caps fitted under it
     middleware.py       request id, access log, request metrics, last-resort errors
     hot_routes.py       the POST inference routes served past Starlette's exception and routing layers
     api_inference.py    `ai/run`, the OpenAI-compatible routes, model search
     api_admin.py        `/admin/v1/...` tenants and keys, behind the admin token
     api_billing.py      `GET /admin/v1/billing/export`
     admin.py            tenants and keys: the service behind the admin API and `edgerun tenants|keys`
-    admin_guard.py      the admin token check (constant time), shared by every admin route
+    admin_guard.py      the admin token check (constant time, failures throttled per listener), every admin route
     body.py             reading a JSON body within a size bound
     strict_json.py      JSON parsed strictly
     render.py           a `Generation` -> Workers AI or OpenAI responses, streamed or whole

@@ -1,13 +1,15 @@
 """Who may use the admin surface: the admin token, as `Authorization: Bearer <token>` only,
-compared in constant time, with failed attempts throttled per client address.
+compared in constant time, with failed attempts throttled per client address and listener.
 
 A client address that presents a wrong token `max_failures` times within `window_s` is refused
 (429, code 971, `Retry-After`) until its oldest failure leaves the window, even when it then
-presents the right token: a guesser learns nothing more while throttled. The table of failing
-addresses is bounded (`max_clients`, oldest first out), so a flood of addresses costs a fixed
-amount of memory. Each replica throttles on its own; with the admin token at least 32
-characters (settings), guessing is hopeless anyway, and the throttle keeps the logs and the CPU
-quiet.
+presents the right token: a guesser learns nothing more while throttled. Each listener keeps its
+own table (`listener`: "public" or "admin", gateway/http/listeners.py): wrong tokens sent to the
+public listener (the `x-edgerun-explain` header) never throttle the admin listener, where an
+operator behind the same address (a proxy, `edgerun dev` on loopback) must still get in. Each table
+is bounded (`max_clients`, oldest first out), so a flood of addresses costs a fixed amount of
+memory. Each replica throttles on its own; with the admin token at least 32 characters
+(settings), guessing is hopeless anyway, and the throttle keeps the logs and the CPU quiet.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ def token_matches(expected: str | None, presented: str | None) -> bool:
 
 
 class AdminGuard:
-    """The admin token check plus the per-address throttle of failures (one per process)."""
+    """The admin token check plus the throttle of failures per address, one table per listener (one per process)."""
 
     def __init__(
         self,
@@ -63,42 +65,43 @@ class AdminGuard:
         self.window_s = window_s
         self.max_clients = max_clients
         self._clock = clock
-        self._failures: OrderedDict[str, deque[float]] = OrderedDict()
+        self._failures: dict[str, OrderedDict[str, deque[float]]] = {}  # listener -> address -> failure times
 
-    def check(self, authorization: str | None, client: str | None) -> None:
+    def check(self, authorization: str | None, client: str | None, listener: str) -> None:
         """Pass, or raise AdminThrottled (429) / AuthenticationFailed (401, counted as a failure)."""
-        self._refuse_if_throttled(client or "")
+        self._refuse_if_throttled(client or "", listener)
         if not token_matches(self.token, presented_bearer(authorization)):
-            self.record_failure(client or "")
+            self.record_failure(client or "", listener)
             raise AuthenticationFailed("Authentication error: the admin API needs 'Authorization: Bearer <admin token>'")
 
-    def matches(self, presented: str | None, client: str | None) -> bool:
+    def matches(self, presented: str | None, client: str | None, listener: str) -> bool:
         """For optional admin extras on public routes (x-edgerun-explain): True only for the right
         token from an address that is not throttled; a wrong one counts as a failure."""
         if not presented:
             return False
-        if self.retry_after_s(client or "") is not None:
+        if self.retry_after_s(client or "", listener) is not None:
             return False
         if token_matches(self.token, presented):
             return True
-        self.record_failure(client or "")
+        self.record_failure(client or "", listener)
         return False
 
-    def retry_after_s(self, client: str) -> float | None:
-        """Seconds until `client` may try again, or None when it is not throttled."""
-        failures = self._failures.get(client)
-        if failures is None:
+    def retry_after_s(self, client: str, listener: str) -> float | None:
+        """Seconds until `client` may try again on `listener`, or None when it is not throttled."""
+        table = self._failures.get(listener)
+        failures = table.get(client) if table is not None else None
+        if table is None or failures is None:
             return None
         self._expire(failures, self._clock())
         if not failures:
-            del self._failures[client]
+            del table[client]
             return None
         if len(failures) < self.max_failures:
             return None
         return max(failures[0] + self.window_s - self._clock(), 0.001)
 
-    def _refuse_if_throttled(self, client: str) -> None:
-        wait = self.retry_after_s(client)
+    def _refuse_if_throttled(self, client: str, listener: str) -> None:
+        wait = self.retry_after_s(client, listener)
         if wait is not None:
             raise AdminThrottled(
                 f"Please wait and consider throttling your request speed: too many failed admin attempts "
@@ -106,17 +109,18 @@ class AdminGuard:
                 retry_after_s=wait,
             )
 
-    def record_failure(self, client: str) -> None:
-        """Count one failed admin attempt from `client` (also for callers that check tokens themselves)."""
+    def record_failure(self, client: str, listener: str) -> None:
+        """Count one failed admin attempt from `client` on `listener` (also for callers that check tokens themselves)."""
         now = self._clock()
-        failures = self._failures.pop(client, None) or deque()
+        table = self._failures.setdefault(listener, OrderedDict())
+        failures = table.pop(client, None) or deque()
         self._expire(failures, now)
         failures.append(now)
         while len(failures) > self.max_failures:
             failures.popleft()
-        self._failures[client] = failures  # most recent last
-        while len(self._failures) > self.max_clients:
-            self._failures.popitem(last=False)
+        table[client] = failures  # most recent last
+        while len(table) > self.max_clients:
+            table.popitem(last=False)
 
     def _expire(self, failures: deque[float], now: float) -> None:
         while failures and failures[0] <= now - self.window_s:

@@ -20,16 +20,17 @@ from starlette.responses import Response
 from gateway.errors import InvalidInput
 from gateway.http.body import read_json_object
 from gateway.http.envelopes import JSONBytes, workers_ai_success
+from gateway.http.listeners import listener_of
 from gateway.services import Services
 
 MAX_ADMIN_INT = 2**63  # SQLite INTEGER and Redis counters are signed 64-bit
 
 
 def require_admin(request: Request) -> Services:
-    """The services, once the request carries the admin token (throttled per client address)."""
+    """The services, once the request carries the admin token (throttled per client address and listener)."""
     g: Services = request.app.state.services
     client = request.client.host if request.client is not None else None
-    g.admin_guard.check(request.headers.get("authorization"), client)
+    g.admin_guard.check(request.headers.get("authorization"), client, listener_of(request.scope))
     return g
 
 

@@ -18,6 +18,7 @@ from gateway.fleet.catalog import EMBEDDING_TASK, ModelSpec
 from gateway.http import envelopes, render, responses
 from gateway.http.body import read_json_object
 from gateway.http.envelopes import JSONBytes
+from gateway.http.listeners import listener_of
 from gateway.http.strict_json import JSONRejected, loads_strict
 from gateway.pipeline.embedding_input import MAX_TEXTS, parse_openai_embedding, parse_workers_ai_embedding
 from gateway.pipeline.generation import Generation
@@ -179,7 +180,8 @@ def _explained(request: Request, generation: Generation, response: Response) -> 
     """The routing decision in a response header, for an admin who asks (gateway/pipeline/routing.py): the
     request's x-edgerun-explain must be the admin token (a wrong one counts as a failed admin attempt)."""
     client = request.client.host if request.client is not None else None
-    if services(request).admin_guard.matches(request.headers.get(EXPLAIN_REQUEST_HEADER), client):
+    explain = request.headers.get(EXPLAIN_REQUEST_HEADER)
+    if services(request).admin_guard.matches(explain, client, listener_of(request.scope)):
         response.headers[EXPLAIN_RESPONSE_HEADER] = generation.flight.explanation
     return response
 

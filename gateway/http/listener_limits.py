@@ -12,7 +12,9 @@ indefinitely. `limited_protocol(limits, counter)` returns a subclass of it that
 - answers 408 when the request body is not complete `body_timeout_s` after its headers (the
   handler, waiting for the body, sees the client as gone);
 - answers 503 to a connection over `max_connections_per_client` from one address or
-  `max_connections` in all, and closes it at once.
+  `max_connections` in all, and closes it at once; refusals at `max_connections` are logged
+  (rate-limited: `gateway.http.descriptors.RefusalLog`), since that cap is fitted under the
+  process's open-file limit and reaching it means the listener is full.
 
 Each connection's writes go through `gateway.http.coalesced_writes` (what one turn of the event
 loop writes, one write). The idle keep-alive limit is uvicorn's own `timeout_keep_alive`, set from the same settings by
@@ -30,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from gateway.http.coalesced_writes import CoalescedWrites
+from gateway.http.descriptors import RefusalLog
 
 
 class ListenerLimits(BaseModel):
@@ -45,7 +48,8 @@ class ListenerLimits(BaseModel):
     body_timeout_s: float = Field(default=60.0, gt=0)  # from the headers' end to the body's end
     keep_alive_s: float = Field(default=5.0, gt=0)  # an idle kept-alive connection is closed after this
     max_connections_per_client: int = Field(default=64, ge=1)  # per client address, per listener
-    max_connections: int = Field(default=10_000, ge=1)  # per listener
+    # per listener; lowered at start to fit the open-file limit (gateway/http/descriptors.py)
+    max_connections: int = Field(default=10_000, ge=1)
 
 
 @dataclass(slots=True)
@@ -54,6 +58,7 @@ class ConnectionCounter:
 
     total: int = 0
     per_client: Counter[str] = field(default_factory=Counter)
+    refusals: RefusalLog = field(default_factory=lambda: RefusalLog("public"))
 
     def admit(self, client: str, limits: ListenerLimits) -> bool:
         if self.total >= limits.max_connections or self.per_client[client] >= limits.max_connections_per_client:
@@ -100,7 +105,10 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         super().connection_made(cast(asyncio.Transport, CoalescedWrites(transport, self.loop)))
         host = self.client[0] if self.client else ""
         if not self.counter.admit(host, self.limits):
-            self.logger.debug("connection refused: too many open connections from %s or in all", host)
+            if self.counter.total >= self.limits.max_connections:
+                self.counter.refusals.refused(self.limits.max_connections)
+            else:
+                self.logger.debug("connection refused: too many open connections from %s", host)
             self._answer(503, "too many open connections; retry later")
             return
         self._client_host = host
@@ -225,11 +233,9 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self.transport.close()
 
 
-def limited_protocol(limits: ListenerLimits, counter: ConnectionCounter | None = None) -> type[HttpToolsProtocol]:
-    """A protocol class for `uvicorn.Config(http=...)` bound to these limits and one listener's counter."""
-    return type(
-        "LimitedHttpToolsProtocol",
-        (LimitedHttpToolsProtocol,),
-        {"limits": limits, "counter": counter or ConnectionCounter()},
-    )
+def limited_protocol(limits: ListenerLimits, listener: str = "public") -> type[HttpToolsProtocol]:
+    """A protocol class for `uvicorn.Config(http=...)` bound to these limits and a counter of its own
+    for `listener` (its name in the log)."""
+    counter = ConnectionCounter(refusals=RefusalLog(listener))
+    return type("LimitedHttpToolsProtocol", (LimitedHttpToolsProtocol,), {"limits": limits, "counter": counter})
 

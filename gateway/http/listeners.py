@@ -13,7 +13,9 @@ and `/metrics`. Each path is served where it belongs and is a plain 404 on the o
 Each request's scope names the listener it came in on (`listener_of`), so a route on both (the
 dashboard) can accept the admin token on the admin listener only (`accepts_admin_token`). Without
 `admin_port` there is one listener and it accepts everything, as before. Both listeners enforce
-`gateway.http.listener_limits`, each with its own connection counts.
+`gateway.http.listener_limits`, each with its own connection counts and its own `max_connections`,
+fitted under the process's open-file limit (`gateway.http.descriptors`: the admin listener keeps
+descriptors of its own when the public one is full).
 """
 
 from __future__ import annotations
@@ -24,17 +26,20 @@ import signal
 import socket
 import threading
 from collections.abc import Coroutine, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import uvicorn
 from starlette.requests import HTTPConnection
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.errors import NoRoute
+from gateway.http.descriptors import fitted_caps
 from gateway.http.drain import Drain
 from gateway.http.envelopes import error_response
-from gateway.http.listener_limits import ListenerLimits, limited_protocol
-from gateway.http.settings import HttpSettings
+from gateway.http.listener_limits import limited_protocol
+
+if TYPE_CHECKING:
+    from gateway.settings import GatewaySettings
 
 LISTENER_KEY = "edgerun.listener"
 PUBLIC, ADMIN = "public", "admin"
@@ -96,15 +101,17 @@ class ListenerGate:
 
 
 def listener_configs(
-    settings: HttpSettings,
-    limits: ListenerLimits,
+    gateway_settings: GatewaySettings,
     app: ASGIApp,
     *,
     port: int | None = None,
     admin_port: int | None = None,
 ) -> list[uvicorn.Config]:
     """uvicorn configs, public first (it runs the app's lifespan); `port`/`admin_port` override the
-    settings' (tests pick free ports)."""
+    settings' (tests pick free ports). Each listener's max_connections fits the open-file limit."""
+    settings, limits = gateway_settings.http, gateway_settings.listener_limits
+    admin = admin_port if admin_port is not None else settings.admin_port
+    caps = fitted_caps(gateway_settings, has_admin=admin is not None)
     common = {
         "log_config": None,  # keep our structured logging
         "access_log": False,  # the gateway's middleware logs each request with its request id
@@ -112,21 +119,16 @@ def listener_configs(
         "timeout_graceful_shutdown": 1,  # a backstop: `Drain` already waited for the requests in flight
         "backlog": settings.listen_backlog,  # connections the kernel holds until accepted (capped by somaxconn)
     }
-    configs = [
+    listeners = [(PUBLIC, settings.host, port if port is not None else settings.port, caps.public)]
+    if admin is not None and caps.admin is not None:
+        listeners.append((ADMIN, settings.admin_host, admin, caps.admin))
+    return [
         uvicorn.Config(
-            Tagged(app, PUBLIC), host=settings.host, port=port if port is not None else settings.port,
-            lifespan="on", http=limited_protocol(limits), **common,  # type: ignore[arg-type]
+            Tagged(app, name), host=host, port=number, lifespan="on" if name == PUBLIC else "off",
+            http=limited_protocol(limits.model_copy(update={"max_connections": cap}), name), **common,  # type: ignore[arg-type]
         )
+        for name, host, number, cap in listeners
     ]
-    admin = admin_port if admin_port is not None else settings.admin_port
-    if admin is not None:
-        configs.append(
-            uvicorn.Config(
-                Tagged(app, ADMIN), host=settings.admin_host, port=admin,
-                lifespan="off", http=limited_protocol(limits), **common,  # type: ignore[arg-type]
-            )
-        )
-    return configs
 
 
 class _Server(uvicorn.Server):

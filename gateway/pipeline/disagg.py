@@ -170,8 +170,8 @@ class Disaggregator:
         except BackendError as exc:
             self.metrics.disagg_steps.labels("context", endpoint.id, "error").inc()
             log.warning("context step failed", request_id=ctx.request_id, backend=endpoint.id, error=exc.message)
-            self.monitor.record_error(exc)
-            if isinstance(exc, BackendUnavailable):
+            self.monitor.record_error(exc, ctx.tenant_id)
+            if isinstance(exc, BackendUnavailable) and not exc.answered:  # a failed answer: maybe the request's fault
                 self.monitor.mark_unhealthy(endpoint.id, "failed a context step")
             raise
         elapsed = time.perf_counter() - started
@@ -190,7 +190,7 @@ class Disaggregator:
         ctx = flight.ctx
         try:
             endpoint, chunks = await self.client.stream_with_failover(
-                flight.endpoints, body, attempt.on_failure(self.monitor.record_error), ctx.request_id
+                flight.endpoints, body, attempt.on_failure(self.monitor.errors_of(ctx.tenant_id, ctx.request_id)), ctx.request_id
             )
         except BackendError as exc:
             self.metrics.disagg_steps.labels(step, exc.endpoint_id or "", "error").inc()

@@ -100,9 +100,10 @@ class Embedder:
         for endpoint in self.monitor.healthy_first(self.catalog.endpoints(model.id)):
             try:
                 vectors, backend_usage = await self.client.embeddings(endpoint, body, ctx.request_id)
-            except BackendUnavailable as exc:  # never reached it: the next backend may answer
-                self.monitor.mark_unhealthy(endpoint.id, exc.message)
-                self.monitor.record_error(exc)
+            except BackendUnavailable as exc:  # failed: the next backend may answer
+                if not exc.answered:  # never reached it (a failed answer may be the request's own fault)
+                    self.monitor.mark_unhealthy(endpoint.id, exc.message)
+                self.monitor.record_error(exc, ctx.tenant_id)
                 failure = exc
                 continue
             usage = Usage(prompt_tokens=backend_usage.prompt_tokens, completion_tokens=0, cached_tokens=0)

@@ -43,6 +43,7 @@ from gateway.context import Principal, RequestContext
 from gateway.errors import GatewayError, InternalError, InvalidInput, OutOfCapacity, RequestTimeout
 from gateway.fleet.catalog import Catalog, ModelSpec
 from gateway.fleet.monitor import BackendMonitor
+from gateway.fleet.outliers import is_failed_answer
 from gateway.metrics import GatewayMetrics
 from gateway.pipeline.auth import Authenticator
 from gateway.pipeline.concurrency import TenantSlots
@@ -162,7 +163,7 @@ class Generation:
         except BackendStreamBroken as exc:
             status = "backend_error"
             log.warning("backend stream broke", backend=self.endpoint.id, error=exc.message)
-            self._watch.monitor.record_error(exc)
+            self._watch.monitor.record_error(exc, self.ctx.tenant_id)
             raise InternalError("the backend failed while generating the answer; retry the request") from exc
         finally:
             await self._finish(status)
@@ -223,8 +224,8 @@ class Generation:
             await self._chunks.aclose()  # type: ignore[attr-defined]  # drops the connection: the backend aborts
         except Exception:  # the record below must be written whatever the connection did
             log.exception("closing the backend stream failed", request_id=self.ctx.request_id)
-        if status == "ok":
-            self._watch.monitor.record_success(self.endpoint.id)
+        if status == "ok" or (status == "cancelled" and (self._parts or self._num_token_ids)):
+            self._watch.monitor.record_success(self.endpoint.id)  # a stream that produced tokens works
         usage = self._final_usage(status)
         self.usage = usage
         self._timings(usage)
@@ -290,6 +291,7 @@ class Generator:
         slot = await self.slots.acquire(ctx.principal.tenant, ctx.request_id)
         if slot is not None:
             holds.push("concurrency", lambda _: slot.release())
+        holds.push("trial", self._end_trials(ctx.request_id))
         try:
             async with self.setup.enter() as place:
                 return await self._set_up_and_open(ctx, inp, place, holds)
@@ -341,8 +343,8 @@ class Generator:
                 attempt.flights.append(flight)
                 place.leave()  # the setup is done: waiting for the backend holds no place
                 endpoint, chunks = await self.client.stream_with_failover(
-                    flight.endpoints, body, attempt.on_failure(self.monitor.record_error), ctx.request_id,
-                    may_try=self.monitor.may_try,
+                    flight.endpoints, body, attempt.on_failure(self.monitor.errors_of(ctx.tenant_id, ctx.request_id)), ctx.request_id,
+                    may_try=lambda e: self.monitor.may_try(e, ctx.request_id),
                 )
             else:
                 place.leave()
@@ -364,7 +366,7 @@ class Generator:
         generation = Generation(metered, flight, endpoint, chunks, tokenizer, max_tokens, holds, watch)
         try:
             for failed in attempt.failed:  # the endpoints the client failed over, as it reported them
-                if failed.endpoint_id is not None:
+                if failed.endpoint_id is not None and not is_failed_answer(failed):  # one request may cause those
                     self.monitor.mark_unhealthy(failed.endpoint_id, "failed before its first byte")
             await self.router.started(flight, endpoint)
         except StoreUnavailable as exc:  # bookkeeping only: the answer is on its way, let it through
@@ -381,6 +383,12 @@ class Generator:
             await self.router.first_token(flight)
         except StoreUnavailable as exc:
             log.warning("counting the first token failed", error=exc.args[0])
+
+    def _end_trials(self, request_id: str) -> Release:
+        async def release(_: Outcome) -> None:  # a trial this request ended without a verdict is free again
+            self.monitor.end_trials(request_id)
+
+        return release
 
     def _finish_flight(self, flight: Flight) -> Release:
         async def release(outcome: Outcome) -> None:

@@ -14,12 +14,16 @@ take too): `{"type": "json_object"}` or `{"type": "json_schema", "json_schema": 
 The backend's grammar guarantees the answer parses and matches the schema unless `max_tokens`
 cuts it first: the answer then ends with finish_reason "length" and may not parse (Workers AI's
 `response` is then the raw text rather than an object).
+
+Every schema is checked here before it is forwarded (`check_schema`): an integer outside the 64-bit
+range anywhere in it is a 400 naming its path (contracts/schema_integers.py), never a backend's 500.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from contracts.schema_integers import wide_integer
 from gateway.errors import InvalidInput
 
 MAX_SCHEMA_CHARS = 65_536  # a larger schema is almost surely a mistake, and compiling it costs the backend
@@ -30,7 +34,16 @@ def _schema(value: Any, param: str) -> dict[str, Any]:
         raise InvalidInput(f"{param} must be a JSON Schema object, got {type(value).__name__}", param=param)
     if len(repr(value)) > MAX_SCHEMA_CHARS:
         raise InvalidInput(f"{param} is larger than {MAX_SCHEMA_CHARS} characters", param=param)
+    check_schema(value, param, param.split(".")[0])
     return value
+
+
+def check_schema(schema: dict[str, Any], path: str, param: str) -> None:
+    """Refuse a schema that no backend can compile for certain: one with an integer outside the
+    64-bit range (`path`: where the schema is in the request, for the message)."""
+    problem = wide_integer(schema, path)
+    if problem is not None:
+        raise InvalidInput(problem, param=param)
 
 
 def json_schema_format(schema: dict[str, Any], name: str = "response") -> dict[str, Any]:

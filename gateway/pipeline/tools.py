@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from gateway.errors import InvalidInput
-from gateway.pipeline.structured import json_schema_format
+from gateway.pipeline.structured import check_schema, json_schema_format
 
 CALL_TRIGGER = '{"name": '
 MAX_TOOLS = 64
@@ -175,6 +175,7 @@ def _tool(value: Any, i: int) -> Tool:
         raise InvalidInput(f"{where}.description must be a string", param="tools")
     if not isinstance(parameters, dict):
         raise InvalidInput(f"{where}.parameters must be a JSON Schema object", param="tools")
+    check_schema(parameters, f"{where}.parameters", "tools")
     return Tool(name, description, parameters)
 
 

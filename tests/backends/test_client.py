@@ -189,8 +189,9 @@ async def test_failover_moves_past_a_refused_endpoint(client: BackendClient, liv
 
 async def test_failover_with_every_endpoint_down(client: BackendClient, dead: Endpoint) -> None:
     other = Endpoint(id="dead-2", base_url=f"http://127.0.0.1:{free_port()}", region="us-east")
-    with pytest.raises(BackendUnavailable, match="all 2 endpoints failed"):
+    with pytest.raises(BackendUnavailable, match="all 2 endpoints failed") as caught:
         await client.stream_with_failover([dead, other], body())
+    assert not caught.value.answered  # a connection failure: the backend's own, whatever was asked
     with pytest.raises(BackendUnavailable):
         await collect(client.stream_completion(dead, body()))
     with pytest.raises(BackendUnavailable):
@@ -343,6 +344,24 @@ async def serve_at_once(events: list[str]) -> tuple[asyncio.Server, Endpoint]:
     return server, Endpoint(id="at-once", base_url=f"http://127.0.0.1:{port}", region="eu-west")
 
 
+async def test_a_5xx_answer_is_an_answered_failure_and_a_refusal_is_not(client: BackendClient, dead: Endpoint) -> None:
+    async def answer_500(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+            await reader.readuntil(b"\r\n\r\n")
+            error = b'{"error": {"message": "Value is not JSON serializable"}}'
+            writer.write(b"HTTP/1.1 500 Internal Server Error\r\ncontent-length: %d\r\n\r\n%s" % (len(error), error))
+            await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer_500, "127.0.0.1", 0)
+    endpoint = Endpoint(id="fails", base_url=f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}", region="eu-west")
+    heard: list[BackendUnavailable] = []
+    async with server:
+        with pytest.raises(BackendUnavailable):
+            await client.stream_with_failover([endpoint, dead], body(), heard.append)  # type: ignore[arg-type]
+    assert [(e.endpoint_id, e.answered) for e in heard] == [("fails", True), ("dead", False)]
+
+
 def text_event(text: str) -> str:
     return json.dumps({"choices": [{"index": 0, "text": text, "finish_reason": None}]})
 
@@ -362,8 +381,9 @@ async def test_a_bad_event_breaks_the_stream_after_the_good_ones_before_it(clien
     async with server:
         batches = client.stream_completion_batches(endpoint, body())
         assert [chunk.text for chunk in await anext(batches)] == ["a", "b"]
-        with pytest.raises(BackendStreamBroken, match="invalid SSE payload"):
+        with pytest.raises(BackendStreamBroken, match="invalid SSE payload") as caught:
             await anext(batches)
+        assert caught.value.answered  # the backend answered, badly: maybe the request's own doing
         seen: list[str] = []
         with pytest.raises(BackendStreamBroken):
             async for chunk in client.stream_completion(endpoint, body()):

@@ -178,6 +178,28 @@ def test_a_schema_that_cannot_compile_is_an_invalid_request(tiny_runner: ModelRu
         engine.grammars.compile(Guide.json_schema({"type": "object", "properties": {"a": {"$ref": "#/nowhere"}}}))
 
 
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "integer", "minimum": 2**64},
+        {"enum": ["a", 2**64]},
+        {"type": "object", "properties": {"n": {"type": "integer", "default": -(2**63) - 1}}},
+    ],
+)
+def test_a_schema_whose_integers_the_library_cannot_read_is_an_invalid_request(
+    tiny_runner: ModelRunner, schema: dict[str, Any]
+) -> None:
+    """llguidance raises ValueError on integers past 64 bits: a client's fault, never the backend's 500."""
+    engine = make_engine(tiny_runner)
+    with pytest.raises(InvalidRequest, match="cannot be compiled"):  # past Guide's own check (a caller may skip it)
+        engine.grammars.compile(Guide("json_schema", json.dumps(schema)))
+    with pytest.raises(InvalidRequest, match=r"schema\..* is -?\d+, outside the 64-bit integer range"):
+        Guide.json_schema(schema)
+    structures = [{"begin": "<call>", "schema": schema, "end": "</call>"}]
+    with pytest.raises(InvalidRequest, match=r"structures\[0\]\.schema.* outside the 64-bit"):
+        Guide.structural_tag(structures, ["<call>"])
+
+
 def test_properties_are_written_in_the_schema_order(tiny_runner: ModelRunner) -> None:
     engine = make_engine(tiny_runner)
     schema = {"type": "object", "properties": {"zeta": {"type": "integer"}, "alpha": {"type": "integer"}},

@@ -154,7 +154,7 @@ class InProcessGateway:
             if self.settings.http.admin_port is not None and self.admin_port is None:
                 self.admin_port = free_port()
             app = self.app = create_app(self.settings, store=self.store)
-            configs = listener_configs(self.settings.http, self.settings.listener_limits, app, port=self.port, admin_port=self.admin_port)
+            configs = listener_configs(self.settings, app, port=self.port, admin_port=self.admin_port)
             self._listeners = Listeners(configs, drain=app.state.drain)  # signals stay the main thread's: this is another one
             ready.set()
             try:

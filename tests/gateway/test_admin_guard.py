@@ -1,4 +1,4 @@
-"""The admin token check: Bearer only, constant-time, failures throttled per address; a long token."""
+"""The admin token check: Bearer only, constant-time, failures throttled per address and listener; a long token."""
 
 from __future__ import annotations
 
@@ -31,31 +31,46 @@ def test_only_the_bearer_scheme_carries_the_token() -> None:
 def test_failures_are_throttled_per_address_even_for_the_right_token() -> None:
     clock = Clock()
     guard = AdminGuard(TOKEN, max_failures=3, window_s=60, clock=clock)
-    guard.check(f"Bearer {TOKEN}", "10.0.0.1")
+    guard.check(f"Bearer {TOKEN}", "10.0.0.1", "admin")
     for _ in range(3):
         with pytest.raises(AuthenticationFailed):
-            guard.check("Bearer wrong", "10.0.0.1")
+            guard.check("Bearer wrong", "10.0.0.1", "admin")
     with pytest.raises(AdminThrottled) as throttled:
-        guard.check(f"Bearer {TOKEN}", "10.0.0.1")
+        guard.check(f"Bearer {TOKEN}", "10.0.0.1", "admin")
     assert throttled.value.status == 429 and throttled.value.code == 971
     assert throttled.value.retry_after_s == pytest.approx(60)
-    guard.check(f"Bearer {TOKEN}", "10.0.0.2")  # another address is not affected
-    assert not guard.matches(TOKEN, "10.0.0.1")  # nor does the explain header help while throttled
+    guard.check(f"Bearer {TOKEN}", "10.0.0.2", "admin")  # another address is not affected
+    assert not guard.matches(TOKEN, "10.0.0.1", "admin")  # nor does the explain header help while throttled
     clock.now += 60.5
-    guard.check(f"Bearer {TOKEN}", "10.0.0.1")  # the window passed
+    guard.check(f"Bearer {TOKEN}", "10.0.0.1", "admin")  # the window passed
+
+
+def test_failures_on_the_public_listener_never_throttle_the_admin_listener() -> None:
+    """Ten wrong x-edgerun-explain headers from a tenant behind the operator's address (a proxy,
+    `edgerun dev` on loopback) made the admin listener refuse the right token for a minute."""
+    guard = AdminGuard(TOKEN, max_failures=3, window_s=60, clock=Clock())
+    for _ in range(10):
+        assert not guard.matches("wrong", "127.0.0.1", "public")
+    assert not guard.matches(TOKEN, "127.0.0.1", "public")  # throttled there
+    guard.check(f"Bearer {TOKEN}", "127.0.0.1", "admin")  # the operator gets in
+    for _ in range(3):
+        with pytest.raises(AuthenticationFailed):
+            guard.check("Bearer wrong", "127.0.0.1", "admin")
+    with pytest.raises(AdminThrottled):  # and the admin listener still throttles its own guessers
+        guard.check(f"Bearer {TOKEN}", "127.0.0.1", "admin")
 
 
 def test_the_table_of_failing_addresses_is_bounded() -> None:
     guard = AdminGuard(TOKEN, max_failures=1, max_clients=100, clock=Clock())
     for i in range(1000):
         with pytest.raises(AuthenticationFailed):
-            guard.check("Bearer wrong", f"10.0.{i // 256}.{i % 256}")
-    assert len(guard._failures) == 100
+            guard.check("Bearer wrong", f"10.0.{i // 256}.{i % 256}", "public")
+    assert len(guard._failures["public"]) == 100
 
 
 def test_no_configured_token_refuses_everything() -> None:
     with pytest.raises(AuthenticationFailed):
-        AdminGuard(None).check("Bearer ", "10.0.0.1")
+        AdminGuard(None).check("Bearer ", "10.0.0.1", "admin")
 
 
 def test_a_short_admin_token_is_a_clear_settings_error() -> None:

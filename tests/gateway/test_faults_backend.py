@@ -200,6 +200,38 @@ def test_repeated_failures_eject_a_backend_until_a_probe_and_a_success_readmit_i
     assert gw.ledger_record(answer.headers["cf-ray"]).backend_id == "flaky"
 
 
+def test_a_trial_whose_client_hangs_up_after_its_first_tokens_readmits_the_backend(
+    gw: InProcessGateway, proxy: ProxyThread
+) -> None:
+    """The one trial request after an ejection reported neither success nor failure when its client
+    left, so every other request got 429 until the trial timed out. A stream that produced tokens is a success."""
+    heal(gw, proxy)
+    _, ejections = breaker(gw)
+    proxy.set(Faults(reset=True))
+    proxy.reset_all()
+    for _ in range(3):
+        assert post(gw, FLAKY_ONLY).status_code == 429
+    assert breaker(gw) == (2, ejections + 1)
+    proxy.set(HEALTHY)
+    time.sleep(EJECTION_S)
+    probe(gw)
+    assert breaker(gw)[0] == 1  # on trial
+    proxy.set(Faults(stall_after_bytes=700))  # a few tokens, then the backend stalls: the client gives up
+    proxy.reset_all()
+    url = f"{gw.url}/client/v4/accounts/acc-faults/ai/run/{FLAKY_ONLY}"
+    headers = {"authorization": f"Bearer {gw.secret}"}  # type: ignore[attr-defined]
+    with httpx.stream("POST", url, json={"prompt": "hello", "max_tokens": 64, "stream": True}, headers=headers,
+                      timeout=30) as response:
+        assert response.status_code == 200
+        assert next(line for line in response.iter_lines() if line.startswith("data: "))  # a token came
+    deadline = time.monotonic() + 5 * READ_TIMEOUT_S
+    while breaker(gw)[0] != 0:
+        assert time.monotonic() < deadline, f"the cancelled trial never reported: breaker {breaker(gw)}"
+        time.sleep(0.05)
+    assert breaker(gw) == (0, ejections + 1)
+    heal(gw, proxy)
+
+
 def test_added_latency_slows_a_stream_but_it_completes(gw: InProcessGateway, proxy: ProxyThread) -> None:
     heal(gw, proxy)
     proxy.set(Faults(latency_s=0.05))

@@ -11,7 +11,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from cli.processes import ChildProcess
 from gateway.fleet.catalog import DEFAULT_MODEL_ID
+from gateway.pipeline.routing import EXPLAIN_REQUEST_HEADER, EXPLAIN_RESPONSE_HEADER
 from tests.gateway.fixtures_e2e import ADMIN_TOKEN, InProcessGateway, gateway_settings
 
 ADMIN = {"authorization": f"Bearer {ADMIN_TOKEN}"}
@@ -163,4 +165,30 @@ def test_the_listen_backlog_comes_from_the_settings(tmp_path: Path) -> None:
     async def app(scope: object, receive: object, send: object) -> None: ...
 
     settings = GatewaySettings(sqlite_path=str(tmp_path / "g.sqlite3"), listen_backlog=1234, admin_port=0)
-    assert [config.backlog for config in listener_configs(settings.http, settings.listener_limits, app)] == [1234, 1234]  # type: ignore[arg-type]
+    assert [config.backlog for config in listener_configs(settings, app)] == [1234, 1234]  # type: ignore[arg-type]
+
+
+def test_wrong_explain_headers_on_the_public_listener_do_not_lock_the_operator_out(
+    stub_backend: ChildProcess, tmp_path: Path
+) -> None:
+    """One failure table for both listeners, keyed by address: a tenant's wrong x-edgerun-explain
+    headers made the admin listener answer 429 to the right admin token for a minute."""
+    from benchmarks import stub_backend as stub
+
+    backends = [{"id": "stub", "base_url": stub_backend.url, "region": "local", "models": [stub.MODEL_ID]}]
+    settings = gateway_settings(
+        tmp_path, backends, models=[{"id": stub.MODEL_ID, "backend_model": "stub", "block_size": 16}],
+        admin_port=0, admin_max_failures=3, admin_failure_window_s=60.0,
+    )
+    gw = InProcessGateway(settings).start()
+    try:
+        key = gw.new_key("t-explain", "acc-explain")
+        url = f"{gw.url}/client/v4/accounts/acc-explain/ai/run/{stub.MODEL_ID}"
+        for explain in ["wrong"] * 3 + [ADMIN_TOKEN]:
+            answer = httpx.post(url, json={"prompt": "x"}, timeout=30,
+                                headers={"authorization": f"Bearer {key}", EXPLAIN_REQUEST_HEADER: explain})
+            assert answer.status_code == 200 and EXPLAIN_RESPONSE_HEADER not in answer.headers  # the last: throttled
+        admin = httpx.get(f"{gw.admin_url}/admin/v1/tenants", headers=ADMIN, timeout=10)
+        assert admin.status_code == 200, admin.text
+    finally:
+        gw.stop()

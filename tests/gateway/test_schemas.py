@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from gateway.errors import InvalidInput
@@ -200,3 +202,36 @@ def test_responses_function_calls_of_a_turn_become_one_assistant_message_then_to
 def test_responses_no_op_values_pass() -> None:
     parse_responses({"model": "m", "input": "x", "tools": [], "tool_choice": "auto", "store": True,
                      "text": {"format": {"type": "text"}}, "truncation": "disabled", "metadata": {"a": "b"}})
+
+
+BOMB = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 2**64}}}
+ASK = [{"role": "user", "content": "x"}]
+
+
+@pytest.mark.parametrize(
+    ("parse", "body", "param", "path"),
+    [
+        (parse_workers_ai, {"prompt": "x", "guided_json": BOMB}, "guided_json", "guided_json"),
+        (parse_workers_ai, {"prompt": "x", "response_format": {"type": "json_schema", "json_schema": BOMB}},
+         "response_format", "response_format.json_schema"),
+        (parse_chat_completions, {"messages": ASK, "response_format": {
+            "type": "json_schema", "json_schema": {"name": "b", "schema": BOMB}}},
+         "response_format", "response_format.json_schema.schema"),
+        (parse_responses, {"model": "m", "input": "x", "text": {"format": {"type": "json_schema", "name": "b", "schema": BOMB}}},
+         "text", "text.format.schema"),
+        (parse_workers_ai, {"messages": ASK, "tools": [{"name": "f", "parameters": BOMB}], "tool_choice": "required"},
+         "tools", "tools[0].parameters"),
+        (parse_chat_completions, {"messages": ASK, "tools": [{"type": "function", "function": {"name": "f", "parameters": BOMB}}]},
+         "tools", "tools[0].function.parameters"),
+        (parse_responses, {"model": "m", "input": "x", "tools": [{"type": "function", "name": "f", "parameters": BOMB}]},
+         "tools", "tools[0].parameters"),
+    ],
+)
+def test_a_schema_integer_past_64_bits_is_refused_at_every_entry_naming_its_path(
+    parse: Any, body: dict[str, Any], param: str, path: str
+) -> None:
+    """No backend can compile it: the gateway refuses it before forwarding (the built-in backend answered 500)."""
+    with pytest.raises(InvalidInput) as caught:
+        parse(body)
+    assert caught.value.param == param
+    assert caught.value.message.startswith(f"{path}.properties.n.minimum is 18446744073709551616, outside the 64-bit")

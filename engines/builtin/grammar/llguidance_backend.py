@@ -47,23 +47,30 @@ class LLGuidanceBackend:
         self.vocab_size = self.tokenizer.vocab_size
 
     def compile(self, guide: Guide) -> str:
-        if guide.kind == "json_object":
-            grammar = llguidance.LLMatcher.grammar_from_json_schema({"type": "object"}, defaults=COMPACT_JSON)
-        elif guide.kind == "json_schema":
-            schema = closed_objects(guide.value)
-            grammar = llguidance.LLMatcher.grammar_from_json_schema(schema, defaults=COMPACT_JSON)
-        else:
-            spec = guide.value
-            tags = [
-                llguidance.StructTag(trigger=_trigger(s["begin"], spec["triggers"]), begin=s["begin"],
-                                     grammar=json.dumps(closed_objects(s.get("schema") or {})), end=s["end"])
-                for s in spec["structures"]
-            ]
-            grammar = llguidance.StructTag.to_grammar(tags, assume_special=False)  # triggers are text
-        is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(grammar, self.tokenizer)
+        """The grammar of `guide`; anything the library refuses or fails on is the request's fault
+        (InvalidRequest, a 400): a guide comes from a client, and no guide says anything about the backend."""
+        what = guide.kind.replace("_", " ")
+        try:
+            grammar = self._grammar(guide)
+            is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(grammar, self.tokenizer)
+        except Exception as exc:  # e.g. ValueError('Value is not JSON serializable: 18446744073709551616')
+            raise InvalidRequest(f"the {what} cannot be compiled: {exc}") from exc
         if is_error:
-            raise InvalidRequest(f"the {guide.kind.replace('_', ' ')} cannot be compiled: {messages[0]}")
+            raise InvalidRequest(f"the {what} cannot be compiled: {messages[0]}")
         return grammar
+
+    def _grammar(self, guide: Guide) -> str:
+        if guide.kind == "json_object":
+            return llguidance.LLMatcher.grammar_from_json_schema({"type": "object"}, defaults=COMPACT_JSON)
+        if guide.kind == "json_schema":
+            return llguidance.LLMatcher.grammar_from_json_schema(closed_objects(guide.value), defaults=COMPACT_JSON)
+        spec = guide.value
+        tags = [
+            llguidance.StructTag(trigger=_trigger(s["begin"], spec["triggers"]), begin=s["begin"],
+                                 grammar=json.dumps(closed_objects(s.get("schema") or {})), end=s["end"])
+            for s in spec["structures"]
+        ]
+        return llguidance.StructTag.to_grammar(tags, assume_special=False)  # triggers are text
 
     def matcher(self, compiled: Any) -> LLGuidanceMatcher:
         return LLGuidanceMatcher(llguidance.LLMatcher(self.tokenizer, compiled))

@@ -28,7 +28,7 @@ from gateway.errors import AuthenticationFailed, InternalError, InvalidInput, Te
 from gateway.http.admin_guard import token_matches
 from gateway.http.dashboard.summary import BackendLive, ErrorCount, Live, UsageSummary, Window
 from gateway.http.envelopes import JSONBytes
-from gateway.http.listeners import accepts_admin_token
+from gateway.http.listeners import accepts_admin_token, listener_of
 from gateway.metrics import GatewayMetrics
 from gateway.pipeline.auth import bearer_token
 from gateway.services import Services
@@ -58,12 +58,12 @@ async def dashboard_scope(request: Request) -> Scope:
     client = request.client.host if request.client is not None else ""
     admin_here = accepts_admin_token(request)  # with a separate admin listener, only there
     if admin_here and token_matches(g.admin_guard.token, presented):
-        g.admin_guard.check(f"Bearer {presented}", client)  # 429 while this address is throttled
+        g.admin_guard.check(f"Bearer {presented}", client, listener_of(request.scope))  # 429 while throttled
         return Scope(tenant_id=None, is_admin=True)
     key = await g.store.lookup_key(presented)
     if key is None:
         if admin_here:
-            g.admin_guard.record_failure(client)  # a wrong admin token, as far as anyone can tell
+            g.admin_guard.record_failure(client, listener_of(request.scope))  # a wrong admin token, as far as we know
         raise AuthenticationFailed("Authentication error: the token is neither the admin token nor a live API key")
     return Scope(tenant_id=key.tenant_id, is_admin=False)
 
