@@ -13,8 +13,10 @@ Public API: `Endpoint`, `BackendClient`, `CompletionChunk`, `Usage`, and the err
     await client.aclose()                            # at shutdown
 
 The body is sent as given (plus `stream` and `stream_options` asking for `include_usage` and
-`continuous_usage_stats`, which vLLM and trtllm-serve declare), so it must hold only fields the
-backend accepts: those of trtllm-serve's and vLLM's /v1/completions.
+`continuous_usage_stats`, which vLLM and trtllm-serve declare), shaped for each endpoint's kind of
+server (`Endpoint.shape`, `backends.client.kinds`): a plain OpenAI server gets no `cache_salt`, a
+server that does not take `return_token_ids` does not get it. vLLM's and SGLang's KV events come
+over ZMQ (`zmq_events.EventSubscriber`, decoded by `engine_events`), not through this client.
 """
 
 from __future__ import annotations

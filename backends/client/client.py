@@ -119,7 +119,7 @@ class BackendClient:
         # continuous_usage_stats (vLLM's extension, also spoken by our backend): the usage so far
         # rides on every chunk, so a stream that ends early still knows its cached prompt tokens
         stream_options = {**(body.get("stream_options") or {}), "include_usage": True, "continuous_usage_stats": True}
-        payload = _json_bytes({**body, "stream": True, "stream_options": stream_options})
+        payload = _json_bytes(endpoint.shape({**body, "stream": True, "stream_options": stream_options}))
         with self._open_slot():
             deadline = asyncio.get_running_loop().time() + self.first_byte_timeout_s
             response = await self._send_before_first_byte(endpoint, "/v1/completions", payload, deadline, request_id)
@@ -156,6 +156,7 @@ class BackendClient:
         """POST /v1/completions without streaming; returns (text, finish_reason, usage)."""
         payload = {key: value for key, value in body.items() if key != "stream_options"}
         payload["stream"] = False
+        payload = endpoint.shape(payload)
         with self._open_slot():
             response = await self._exchange(
                 endpoint, "POST", "/v1/completions", _json_bytes(payload), self._read_timeout_s, request_id
@@ -195,6 +196,7 @@ class BackendClient:
         first-byte timeout: nothing has reached the client yet, so the caller may still fail over."""
         payload = {key: value for key, value in body.items() if key != "stream_options"}
         payload.update(stream=False, disaggregated_params={"request_type": "context_only"})
+        payload = endpoint.shape(payload)
         with self._open_slot():
             response = await self._exchange(
                 endpoint, "POST", "/v1/completions", _json_bytes(payload), self.first_byte_timeout_s, request_id

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from backends.client.kinds import DEFAULT_KIND, BackendKind, kind_of
 from contracts.usage import Usage
 
 
@@ -16,9 +17,21 @@ class Endpoint:
     base_url: str  # e.g. "http://10.0.0.5:8100", no trailing path
     region: str
     role: str = "mixed"  # "mixed", "prefill" (context servers) or "decode" (generation servers)
+    kind: str = DEFAULT_KIND  # the server's kind (backends.client.kinds): how requests are shaped for it
+    return_token_ids: bool | None = None  # ask for each chunk's token ids; None: the kind's default
 
     def url(self, path: str) -> str:
         return self.base_url.rstrip("/") + path
+
+    @property
+    def server(self) -> BackendKind:
+        return kind_of(self.kind)
+
+    def shape(self, body: dict[str, Any]) -> dict[str, Any]:
+        """`body` as this endpoint's kind of server takes it (`BackendKind.shape`)."""
+        server = self.server
+        ask_ids = server.returns_token_ids if self.return_token_ids is None else self.return_token_ids
+        return server.shape(body, return_token_ids=ask_ids)
 
 
 class CompletionChunk:
@@ -29,7 +42,7 @@ class CompletionChunk:
     A chunk read off the wire keeps its usage as the backend's JSON until `usage` is first read:
     a backend sends it with every chunk, and the gateway reads only the last one of each read."""
 
-    __slots__ = ("text", "token_ids", "finish_reason", "_usage", "_usage_json")
+    __slots__ = ("text", "token_ids", "finish_reason", "_usage", "_usage_json", "_reports_cached")
 
     def __init__(
         self,
@@ -44,16 +57,27 @@ class CompletionChunk:
         self.finish_reason = finish_reason
         self._usage = usage
         self._usage_json = usage_json if usage is None else None  # OpenAI's usage object, not decoded yet
+        self._reports_cached = True  # a Usage given as such is complete
 
     @property
     def usage(self) -> Usage | None:
         if self._usage_json is not None:
+            self._reports_cached = _has_cached_tokens(self._usage_json)
             self._usage, self._usage_json = Usage.from_json(self._usage_json), None
         return self._usage
 
     @usage.setter
     def usage(self, usage: Usage | None) -> None:
-        self._usage, self._usage_json = usage, None
+        self._usage, self._usage_json, self._reports_cached = usage, None, True
+
+    @property
+    def reports_cached_tokens(self) -> bool:
+        """Whether this chunk's usage says how many prompt tokens were cached
+        (`prompt_tokens_details.cached_tokens`): vLLM leaves it out unless started with
+        --enable-prompt-tokens-details, and `Usage` then reads 0."""
+        if self._usage_json is not None:
+            return _has_cached_tokens(self._usage_json)
+        return self._reports_cached
 
     @property
     def has_usage(self) -> bool:
@@ -124,3 +148,8 @@ class ContextAnswer:
             prompt_token_ids=[int(t) for t in prompt_ids] if prompt_ids is not None else None,
             disaggregated_params=dict(params) if isinstance(params, dict) else None,
         )
+
+
+def _has_cached_tokens(usage: dict[str, Any]) -> bool:
+    details = usage.get("prompt_tokens_details")
+    return isinstance(details, dict) and details.get("cached_tokens") is not None

@@ -1,0 +1,21 @@
+"""vLLM's OpenAI-compatible server (`vllm serve` / `python -m vllm.entrypoints.openai.api_server`).
+
+It takes `cache_salt` (into the first block's hash: tenants do not share cache entries),
+`return_token_ids` and `stream_options.continuous_usage_stats`. It publishes KV events on a ZMQ
+socket when started with `--kv-events-config '{"enable_kv_cache_events": true, "publisher":
+"zmq", "endpoint": "tcp://*:5557", "replay_endpoint": "tcp://*:5558"}'` (the backend's
+`kv_events` / `kv_events_replay`), and reports cached prompt tokens only with
+`--enable-prompt-tokens-details` (and then only on the final usage chunk of a stream). No `/load`.
+"""
+
+from __future__ import annotations
+
+from backends.client.kinds.base import BackendKind
+
+VLLM = BackendKind(
+    name="vllm",
+    kv_events="zmq",
+    has_load_route=False,
+    returns_token_ids=True,
+    cached_tokens_fix="start vLLM with --enable-prompt-tokens-details",
+)
