@@ -14,6 +14,13 @@ as `--model smollm2`). Deployments list models and backends in the TOML file:
     region = "eu-west"
     models = ["@cf/huggingface/smollm2-135m-instruct"]
 
+    [[backends]]                          # a vLLM server (kinds: backends/client/kinds)
+    id = "vllm-a"
+    base_url = "http://10.0.0.6:8000"
+    kind = "vllm"
+    kv_events = "tcp://10.0.0.6:5557"     # its --kv-events-config endpoint, as the gateway reaches it
+    kv_events_replay = "tcp://10.0.0.6:5558"
+
 Aliases let clients that default to other Workers AI names reach a served model: the operator
 maps a public name onto a catalog id (`model_aliases` in the settings):
 
@@ -33,9 +40,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from backends.client import Endpoint
+from backends.client.kinds import DEFAULT_KIND, kind_of
+from backends.client.zmq_events import EventSource
 from gateway.errors import NoSuchModel
 
 DEFAULT_MODEL_ID = "@cf/huggingface/smollm2-135m-instruct"
@@ -58,14 +67,13 @@ class ModelSpec(BaseModel):
     # A local Hugging Face tokenizer (tokenizer.json, tokenizer_config.json with chat_template) for
     # third-party backends that do not serve GET /edgerun/v1/tokenizer.
     tokenizer_dir: Path | None = None
-    # Ask backends for each chunk's token ids (vLLM's `return_token_ids`, which edgerun backends
-    # serve), so a cancelled stream is billed for exactly the tokens received; turn it off for
-    # servers that refuse unknown fields (the gateway then re-tokenizes the text it received).
+    # Deprecated (a server's setting: [[backends]] return_token_ids, default by kind). False here still
+    # keeps every backend of this model from being asked for each chunk's token ids.
     return_token_ids: bool = True
 
 
 class BackendSpec(BaseModel):
-    """One backend server and the catalog models it serves."""
+    """One backend server, its kind, the catalog models it serves and where its KV events come from."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -74,9 +82,55 @@ class BackendSpec(BaseModel):
     region: str = "local"
     role: Literal["mixed", "prefill", "decode"] = "mixed"
     models: list[str] = Field(default_factory=lambda: [DEFAULT_MODEL_ID])
+    # the server's kind (backends/client/kinds): edgerun, trtllm, vllm, sglang or openai
+    kind: str = DEFAULT_KIND
+    # vLLM / SGLang: their ZMQ KV event publisher ("tcp://HOST:PORT", the endpoint of their
+    # --kv-events-config, with the host the gateway reaches), its replay socket and topic
+    kv_events: str | None = None
+    kv_events_replay: str | None = None
+    kv_events_topic: str = ""
+    # ask for each chunk's token ids (`return_token_ids`); None: the kind's default
+    return_token_ids: bool | None = None
+
+    @field_validator("kind")
+    @classmethod
+    def _known_kind(cls, value: str) -> str:
+        kind_of(value)  # a ValueError naming the kinds
+        return value
+
+    @field_validator("kv_events", "kv_events_replay")
+    @classmethod
+    def _zmq_endpoint(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("tcp://", "ipc://")) or value == "tcp://":
+            raise ValueError(f"{value!r}: give the publisher's ZMQ endpoint, e.g. tcp://10.0.0.5:5557")
+        if value is not None and "*" in value:
+            raise ValueError(f"{value!r}: the gateway connects, so name the host (not *) it reaches the engine at")
+        return value
+
+    @model_validator(mode="after")
+    def _events_fit_kind(self) -> BackendSpec:
+        server = kind_of(self.kind)
+        if self.kv_events is not None and server.kv_events != "zmq":
+            raise ValueError(f"backend {self.id!r}: kv_events is for kind vllm or sglang, not {self.kind!r}")
+        if self.kv_events_replay is not None and self.kv_events is None:
+            raise ValueError(f"backend {self.id!r}: kv_events_replay needs kv_events")
+        return self
 
     def endpoint(self) -> Endpoint:
-        return Endpoint(id=self.id, base_url=self.base_url, region=self.region, role=self.role)
+        return Endpoint(
+            id=self.id,
+            base_url=self.base_url,
+            region=self.region,
+            role=self.role,
+            kind=self.kind,
+            return_token_ids=self.return_token_ids,
+        )
+
+    def event_source(self) -> EventSource | None:
+        """Where this backend publishes KV events over ZMQ (None: it does not, or polls)."""
+        if self.kv_events is None:
+            return None
+        return EventSource(self.kv_events, self.kv_events_replay, self.kv_events_topic)
 
 
 def default_models() -> list[ModelSpec]:
