@@ -126,6 +126,30 @@ class GatewayMetrics:
         self.disagg_context_seconds = Histogram(
             "edgerun_gateway_disagg_context_seconds", "Time of a disaggregated request's context step", registry=r
         )
+        self.kv_event_batches = Counter(
+            "edgerun_gateway_kv_event_batches",
+            "KV event batches received over ZMQ from vLLM or SGLang backends",
+            ["backend"],
+            registry=r,
+        )
+        self.kv_event_resets = Counter(
+            "edgerun_gateway_kv_event_resets",
+            "Times a backend's KV event stream lost messages for good or restarted (its index entries cleared)",
+            ["backend"],
+            registry=r,
+        )
+        self.kv_blocks_skipped = Gauge(
+            "edgerun_gateway_kv_blocks_skipped",
+            "Engine blocks from KV events not put in the prefix index, by reason (unsalted, orphan, foreign)",
+            ["backend", "reason"],
+            registry=r,
+        )
+        self.cached_tokens_unknown = Counter(
+            "edgerun_gateway_cached_tokens_unknown",
+            "Completed requests whose backend reported no prompt_tokens_details.cached_tokens (billed uncached)",
+            ["backend"],
+            registry=r,
+        )
         self.usage_records = Counter(
             "edgerun_gateway_usage_records", "Usage records written to the ledger, by outcome", ["outcome"], registry=r
         )

@@ -20,6 +20,7 @@ from gateway.billing.spool import LedgerSpool, replay_forever, spool_path
 from gateway.errors import GatewayError
 from gateway.fleet.catalog import EMBEDDING_TASK, Catalog
 from gateway.fleet.kv_index import KVEventIndexer
+from gateway.fleet.kv_streams import EngineEventStreams
 from gateway.fleet.monitor import BackendMonitor, MonitorIntervals
 from gateway.fleet.outliers import OutlierDetector
 from gateway.http.admin import AdminService
@@ -60,6 +61,7 @@ class Services:
     admin: AdminService
     admin_guard: AdminGuard
     offload: Offload
+    kv_streams: EngineEventStreams  # vLLM's and SGLang's KV events over ZMQ
     owns_store: bool
     owns_client: bool
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
@@ -156,12 +158,16 @@ class Services:
                 window_s=http.admin_failure_window_s,
             ),
             offload,
+            EngineEventStreams(catalog, store, metrics),
             owns_store,
             owns_client,
         )
 
     def start(self) -> None:
         self.monitor.start()
+        self.kv_streams.start()
+        probing = self.monitor.cached_reports.probe_all(self.client, self.catalog, self.settings.fleet.health_interval_s)
+        self._tasks.append(asyncio.create_task(probing, name="cached-tokens-probe"))
         self._tasks.append(asyncio.create_task(self.warm_tokenizers(), name="warm-tokenizers"))
         spool = self.generator.metering.spool
         if spool is not None:  # replays records spooled while the ledger was down, now and periodically
@@ -190,6 +196,7 @@ class Services:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await self.monitor.stop()
+        await self.kv_streams.stop()
         self.offload.close()
         if self.owns_client:
             await self.client.aclose()

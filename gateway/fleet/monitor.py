@@ -9,8 +9,11 @@ Three asyncio loops, started and cancelled by the app's lifespan:
   feed through `record_error` / `record_success` and which each health check probes).
 - load: `GET /load` on healthy backends each `load_interval_s`; the backend's own prefill/decode
   token counts correct the store's in-flight counters (which drift when a replica dies with
-  requests in flight). Backends without /load (third-party servers) are skipped quietly.
-- KV events: `POST /kv_cache_events?consumer=<replica id>` each `kv_events_interval_s`, fed to
+  requests in flight). Kinds without /load (third-party servers) are not asked; one that
+  answers 404 is not asked again.
+- KV events (kinds that serve them over HTTP: ours and trtllm-serve; vLLM's and SGLang's come
+  over ZMQ, `gateway.fleet.kv_streams`):
+  `POST /kv_cache_events?consumer=<replica id>` each `kv_events_interval_s`, fed to
   a `KVEventSink` (the prefix index updater in `gateway.fleet.kv_index`). The consumer id gives this
   replica its own cursor on our backends, so replicas do not take each other's events.
 Backends start out healthy (optimistic) so a gateway can serve before its first check finishes.
@@ -27,6 +30,7 @@ from typing import Any, Protocol
 import structlog
 
 from backends.client import BackendClient, BackendError, BackendRejected, Endpoint
+from gateway.fleet.cached_reports import CachedTokenReports
 from gateway.fleet.outliers import OutlierDetector
 from gateway.metrics import GatewayMetrics
 from gateway.store.base import Store
@@ -75,7 +79,11 @@ class BackendMonitor:
         outliers: OutlierDetector | None = None,
     ) -> None:
         self.kv_consumer = kv_consumer  # our cursor's name on each backend (the replica id)
-        self.states = {e.id: MonitoredBackend(e) for e in endpoints}
+        # what each kind of server serves (backends.client.kinds); a 404 turns a route off too
+        self.states = {
+            e.id: MonitoredBackend(e, has_load_route=e.server.has_load_route, has_kv_events_route=e.server.kv_events == "poll")
+            for e in endpoints
+        }
         self.client = client
         self.store = store
         self.metrics = metrics
@@ -83,6 +91,8 @@ class BackendMonitor:
         self.kv_sink = kv_sink
         self._tasks: list[asyncio.Task[None]] = []
         self.outliers = outliers or OutlierDetector(self.states, BreakerConfig(), metrics)
+        # whether each backend's answers say how many prompt tokens were cached (billing depends on it)
+        self.cached_reports = CachedTokenReports((s.endpoint for s in self.states.values()), metrics)
         for state in self.states.values():
             self._set_gauge(state)
 

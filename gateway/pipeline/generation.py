@@ -111,6 +111,7 @@ class Generation:
         self._num_token_ids = 0  # token ids received, when the backend sends them
         self._finished = False
         self._backend_usage: Usage | None = None
+        self._reports_cached = False  # whether that usage said how many prompt tokens were cached
         self._first_text_at: float | None = None  # perf_counter() of the first and last text received
         self._last_text_at: float | None = None
         self.finish_reason: str | None = None
@@ -151,6 +152,7 @@ class Generation:
                         texts.append(chunk.text)
                 if reported is not None:
                     self._backend_usage = reported.usage
+                    self._reports_cached = reported.reports_cached_tokens
                 if texts:
                     self._last_text_at = now = time.perf_counter()
                     if self._first_text_at is None:
@@ -226,6 +228,8 @@ class Generation:
             log.exception("closing the backend stream failed", request_id=self.ctx.request_id)
         if status == "ok" or (status == "cancelled" and (self._parts or self._num_token_ids)):
             self._watch.monitor.record_success(self.endpoint.id)  # a stream that produced tokens works
+        if status == "ok" and self._backend_usage is not None:  # its final usage: did it say how much was cached?
+            self._watch.monitor.cached_reports.note(self.endpoint, self._reports_cached)
         usage = self._final_usage(status)
         self.usage = usage
         self._timings(usage)

@@ -31,7 +31,7 @@ def test_unknown_routes_get_the_cloudflare_no_route_error(client: TestClient) ->
 
 
 def test_healthz_and_metrics(client: TestClient) -> None:
-    assert client.get("/healthz").json() == {"status": "ok", "backends": {}}
+    assert client.get("/healthz").json() == {"status": "ok", "backends": {}, "billing": []}
     refused = client.get("/metrics")  # no metrics_token, not metrics_public, no admin listener
     assert refused.status_code == 401 and "metrics_token" in refused.json()["errors"][0]["message"]
     services = client.app.state.services

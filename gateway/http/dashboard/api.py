@@ -123,8 +123,16 @@ async def live_view(g: Services, scope: Scope) -> Live:
     if not scope.is_admin:
         return Live()
     loads = await g.store.loads()
+    reports = g.monitor.cached_reports
     backends = tuple(
-        BackendLive(s.endpoint.id, s.endpoint.region, s.healthy, *loads.get(s.endpoint.id, (0, 0)))
+        BackendLive(
+            s.endpoint.id,
+            s.endpoint.region,
+            s.healthy,
+            *loads.get(s.endpoint.id, (0, 0)),
+            reports_cached_tokens=(reported := reports.reports(s.endpoint.id)),
+            billing_problem=reports.problem(s.endpoint.id) if reported is False else None,
+        )
         for s in g.monitor.states.values()
     )
     return Live(backends=backends, errors=error_counts(g.metrics))

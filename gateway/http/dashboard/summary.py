@@ -136,6 +136,9 @@ class BackendLive:
     healthy: bool
     inflight_prefill: int
     inflight_decode: int
+    # whether its answers say how many prompt tokens were cached (None: not known yet), and if not, what to do
+    reports_cached_tokens: bool | None = None
+    billing_problem: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,5 +242,7 @@ class UsageSummary:
                 "healthy": None if now is None else now.healthy,
                 "inflight_prefill": None if now is None else now.inflight_prefill,
                 "inflight_decode": None if now is None else now.inflight_decode,
+                "reports_cached_tokens": None if now is None else now.reports_cached_tokens,
+                "billing_problem": None if now is None else now.billing_problem,
             })
         return rows

@@ -183,9 +183,16 @@
       b.backend_id, b.region || dash, int(b.requests), int(b.total_tokens), pct(b.hit_ratio),
       b.inflight_prefill === null ? dash : b.inflight_prefill + " / " + b.inflight_decode,
       b.healthy === null ? dash : b.healthy ? "yes" : "no",
+      cachedTokens(b),
     ]));
     table("regions", s.regions.map((r) => [r.region, int(r.requests), int(r.total_tokens), pct(r.hit_ratio)]));
     table("tenants", s.tenants.map((r) => [r.tenant_id, int(r.requests), int(r.total_tokens), usd(r.cost_micro), usd(r.savings_micro)]));
+  }
+
+  // whether the backend says how many prompt tokens it served from cache (billing needs it)
+  function cachedTokens(b) {
+    if (b.reports_cached_tokens === null) return dash;
+    return b.reports_cached_tokens ? "reported" : "unknown: " + b.billing_problem;
   }
 
   function table(id, rows) {
