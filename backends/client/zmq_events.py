@@ -1,5 +1,9 @@
 """Subscribe to one engine's KV event stream (vLLM's or SGLang's ZMQ publisher), without gaps.
 
+Who binds: both engines bind their PUB socket when its endpoint has a wildcard host (`tcp://*:5557`)
+or is `ipc://`, and connect to it otherwise; the subscriber does the opposite (`EventSource.bind`).
+Letting the engine bind is what lets several gateway replicas subscribe to one engine.
+
 The engine's PUB socket sends `topic, seq, payload` (seq: 8-byte big-endian, counting from 0
 when the publisher starts). ZMQ drops messages when a subscriber falls behind its high-water
 mark and delivers nothing sent before it connected, so `EventSubscriber` checks every seq:
@@ -47,6 +51,9 @@ class EventSource:
     endpoint: str  # e.g. "tcp://10.0.0.5:5557"
     replay_endpoint: str | None = None
     topic: str = ""
+    # Which side binds the PUB/SUB pair. vLLM and SGLang bind an endpoint with a wildcard host
+    # ("tcp://*:5557") or an ipc:// one, and *connect* to any other: then the subscriber binds.
+    bind: bool = False
 
 
 class EventSubscriber:
@@ -73,7 +80,10 @@ class EventSubscriber:
         sub = self._context.socket(zmq.SUB)
         sub.setsockopt(zmq.LINGER, 0)
         sub.setsockopt(zmq.SUBSCRIBE, self.source.topic.encode())
-        sub.connect(self.source.endpoint)
+        if self.source.bind:
+            sub.bind(self.source.endpoint)
+        else:
+            sub.connect(self.source.endpoint)
         try:
             while True:
                 frames = await sub.recv_multipart()

@@ -89,6 +89,9 @@ class BackendSpec(BaseModel):
     kv_events: str | None = None
     kv_events_replay: str | None = None
     kv_events_topic: str = ""
+    # the gateway binds kv_events and the engine connects to it (the engine's endpoint names a host,
+    # not *): one gateway process only, since one address binds once
+    kv_events_bind: bool = False
     # ask for each chunk's token ids (`return_token_ids`); None: the kind's default
     return_token_ids: bool | None = None
 
@@ -101,10 +104,8 @@ class BackendSpec(BaseModel):
     @field_validator("kv_events", "kv_events_replay")
     @classmethod
     def _zmq_endpoint(cls, value: str | None) -> str | None:
-        if value is not None and not value.startswith(("tcp://", "ipc://")) or value == "tcp://":
+        if value is not None and (not value.startswith(("tcp://", "ipc://")) or value in ("tcp://", "ipc://")):
             raise ValueError(f"{value!r}: give the publisher's ZMQ endpoint, e.g. tcp://10.0.0.5:5557")
-        if value is not None and "*" in value:
-            raise ValueError(f"{value!r}: the gateway connects, so name the host (not *) it reaches the engine at")
         return value
 
     @model_validator(mode="after")
@@ -114,6 +115,12 @@ class BackendSpec(BaseModel):
             raise ValueError(f"backend {self.id!r}: kv_events is for kind vllm or sglang, not {self.kind!r}")
         if self.kv_events_replay is not None and self.kv_events is None:
             raise ValueError(f"backend {self.id!r}: kv_events_replay needs kv_events")
+        for name, value in (("kv_events", None if self.kv_events_bind else self.kv_events), ("kv_events_replay", self.kv_events_replay)):
+            if value is not None and "*" in value:
+                raise ValueError(
+                    f"backend {self.id!r}: {name} = {value!r}: the gateway connects there, so name the host it "
+                    "reaches the engine at (the engine itself binds tcp://*:PORT)"
+                )
         return self
 
     def endpoint(self) -> Endpoint:
@@ -130,7 +137,7 @@ class BackendSpec(BaseModel):
         """Where this backend publishes KV events over ZMQ (None: it does not, or polls)."""
         if self.kv_events is None:
             return None
-        return EventSource(self.kv_events, self.kv_events_replay, self.kv_events_topic)
+        return EventSource(self.kv_events, self.kv_events_replay, self.kv_events_topic, bind=self.kv_events_bind)
 
 
 def default_models() -> list[ModelSpec]:

@@ -85,3 +85,25 @@ def test_image_keys_make_a_block_foreign() -> None:
 def test_a_payload_that_is_no_batch_raises(payload: bytes) -> None:
     with pytest.raises(BadEventPayload):
         decode_batch(payload)
+
+
+def recorded_vllm() -> dict:
+    """Messages a real vLLM 0.32.0 (CPU build, --block-size 32) published for one 70-token prompt
+    sent with cache_salt "salt-tenant-a", then "salt-tenant-b", "salt-tenant-a" again (a cache hit:
+    no new blocks) and no salt; and its replay socket's answer to "from seq 1"
+    (tests/backends/fixtures/kv_events/README.md)."""
+    return msgpack.unpackb(recorded("vllm_0_32_recorded.msgpack"))
+
+
+def test_real_vllm_messages_decode() -> None:
+    live = recorded_vllm()["live"]
+    assert [(topic, int.from_bytes(seq, "big")) for topic, seq, _ in live] == [(b"", 0), (b"", 1), (b"", 2)]
+    salts = []
+    for _, _, payload in live:
+        batch = decode_batch(payload)
+        (event,) = batch.events
+        assert isinstance(event, BlocksStored) and batch.rank == 0 and batch.num_skipped == 0
+        assert event.token_ids == tuple(range(1000, 1064)) and event.block_size == 32 and event.parent_hash is None
+        assert all(isinstance(h, int) and h >= 0 for h in event.block_hashes) and len(event.block_hashes) == 2
+        salts.append(event.salt_of_block(0))
+    assert salts == ["salt-tenant-a", "salt-tenant-b", None]

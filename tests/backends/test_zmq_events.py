@@ -13,7 +13,7 @@ import pytest
 import zmq
 import zmq.asyncio
 
-from backends.client.engine_events import BlocksRemoved, EventBatch
+from backends.client.engine_events import BlocksRemoved, BlocksStored, EventBatch
 from backends.client.zmq_events import EventSource, EventSubscriber, close_context, new_context
 
 END = (-1).to_bytes(8, "big", signed=True)
@@ -212,4 +212,70 @@ async def test_an_undecodable_payload_is_skipped(context: zmq.asyncio.Context, p
         await seen.until(1)
         assert seen.batches == [1] and subscriber.num_bad == 1 and seen.resets == []
     finally:
+        await stop(task)
+
+
+async def test_a_real_vllms_messages_and_replay_answer(context: zmq.asyncio.Context, publishers: list[Publisher]) -> None:
+    """vLLM 0.32.0's recorded messages, the second lost on the way; its replay socket answers with
+    the frames the real one sent (tests/backends/fixtures/kv_events/vllm_0_32_recorded.msgpack)."""
+    from tests.backends.test_engine_events import recorded_vllm
+
+    recorded = recorded_vllm()
+    publisher = open_publisher(context, publishers)
+    publisher.topic = b""
+
+    async def replay_like_vllm() -> None:
+        assert publisher.router is not None
+        client, _, start = await publisher.router.recv_multipart()
+        assert int.from_bytes(start, "big") == 1
+        for frames in recorded["replay_from_1"]:
+            await publisher.router.send_multipart([client, *frames])
+
+    replaying = asyncio.create_task(replay_like_vllm())
+    salts: list[str | None] = []
+
+    async def on_batch(batch: EventBatch) -> None:
+        (event,) = batch.events
+        assert isinstance(event, BlocksStored)
+        salts.append(event.salt_of_block(0))
+
+    async def on_reset(reason: str) -> None:
+        raise AssertionError(reason)
+
+    source = EventSource(publisher.endpoint, publisher.replay_endpoint)
+    subscriber = EventSubscriber(source, context)
+    task = asyncio.create_task(subscriber.run(on_batch, on_reset))
+    try:
+        await publisher.wait_subscribed()
+        assert publisher.pub is not None
+        first, _, last = recorded["live"]
+        await publisher.pub.send_multipart(first)
+        await publisher.pub.send_multipart(last)
+        async with asyncio.timeout(10):
+            while len(salts) < 3:
+                await asyncio.sleep(0.01)
+        assert salts == ["salt-tenant-a", "salt-tenant-b", None] and subscriber.num_replayed == 1
+    finally:
+        await stop(task, replaying)
+
+
+async def test_the_subscriber_binds_when_the_engine_connects(context: zmq.asyncio.Context) -> None:
+    """vLLM connects its PUB socket to an endpoint that names a host: the gateway binds there."""
+    from cli.processes import free_port
+
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    subscriber, seen = EventSubscriber(EventSource(endpoint, bind=True), context), Seen()
+    task = asyncio.create_task(subscriber.run(seen.on_batch, seen.on_reset))
+    pub = context.socket(zmq.PUB)
+    pub.setsockopt(zmq.LINGER, 0)
+    try:
+        await asyncio.sleep(0.1)  # the subscriber's bind
+        pub.connect(endpoint)
+        async with asyncio.timeout(10):
+            while not seen.batches:  # a PUB drops what it sends before the subscription arrives
+                await pub.send_multipart([b"", (len(seen.batches)).to_bytes(8, "big"), payload(5)])
+                await asyncio.sleep(0.05)
+        assert seen.batches[0] == 5
+    finally:
+        pub.close(linger=0)
         await stop(task)

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+from pathlib import Path
+
+import msgpack
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from backends.client.engine_events import AllBlocksCleared, BlocksRemoved, BlocksStored
+from backends.client.engine_events import AllBlocksCleared, BlocksRemoved, BlocksStored, decode_batch
 from gateway.fleet.engine_index import EngineBlockMap
 from gateway.pipeline.tenant_salt import derive_cache_salt
 from gateway.store import Store
@@ -134,3 +137,17 @@ def _common_full_blocks(prompt: list[int], cached: list[int]) -> int:
     while (num + 1) * BLOCK <= min(len(prompt), len(cached)) and prompt[: (num + 1) * BLOCK] == cached[: (num + 1) * BLOCK]:
         num += 1
     return num
+
+
+async def test_a_real_vllms_events_index_each_tenants_prompt_under_its_own_salt(store: Store) -> None:
+    """vLLM 0.32.0's own messages (tests/backends/fixtures/kv_events): engine blocks of 32 tokens,
+    ours of 4; the unsalted request's blocks stay out."""
+    recorded = Path(__file__).parents[1] / "backends" / "fixtures" / "kv_events" / "vllm_0_32_recorded.msgpack"
+    index = EngineBlockMap(store, "vllm-a", BLOCK)
+    for _, _, payload in msgpack.unpackb(recorded.read_bytes())["live"]:
+        await index.apply(decode_batch(payload).events)
+    prompt = list(range(1000, 1070))
+    assert await matched(store, prompt, "salt-tenant-a") == {"vllm-a": 16}  # 64 cached tokens
+    assert await matched(store, prompt, "salt-tenant-b") == {"vllm-a": 16}
+    assert await matched(store, prompt, "salt-tenant-c") == {}
+    assert index.skipped.unsalted == 2
