@@ -63,7 +63,9 @@ class ModelSpec(BaseModel):
     task: str = "Text Generation"
     author: str = ""
     context_length: int | None = Field(default=None, ge=1)  # None: the backend's max_model_len
-    block_size: int = Field(default=16, ge=1)  # prefix-hash block: must equal the backends' KV block size
+    # prefix-hash block: must equal the KV block size of edgerun backends (vLLM's and SGLang's blocks
+    # are re-hashed from their tokens: gateway/fleet/engine_index.py)
+    block_size: int = Field(default=16, ge=1)
     # A local Hugging Face tokenizer (tokenizer.json, tokenizer_config.json with chat_template) for
     # third-party backends that do not serve GET /edgerun/v1/tokenizer.
     tokenizer_dir: Path | None = None
