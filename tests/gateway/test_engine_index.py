@@ -7,7 +7,6 @@ import itertools
 from pathlib import Path
 
 import msgpack
-
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
