@@ -503,7 +503,7 @@ def test_metrics_and_healthz(gateway: InProcessGateway, keys: dict[str, str]) ->
         assert name in text, name
     assert f'model="{DEFAULT_MODEL_ID}"' in text and 'policy="cache_aware"' in text
     health = httpx.get(f"{gateway.url}/healthz", timeout=10).json()
-    assert health == {"status": "ok", "backends": {"b1": True, "b2": True}}
+    assert health == {"status": "ok", "backends": {"b1": True, "b2": True}, "billing": []}
 
 
 def test_the_gateway_tokenizes_exactly_as_the_backend(gateway: InProcessGateway, keys: dict[str, str]) -> None:
