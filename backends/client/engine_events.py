@@ -65,10 +65,7 @@ class BlocksStored:
         if self.cache_salt is not None:
             return self.cache_salt
         keys = self.extra_keys[index] if self.extra_keys is not None and index < len(self.extra_keys) else None
-        if keys is None:
-            return None
-        salts = [key for key in keys if isinstance(key, str)]
-        return salts[-1] if len(salts) == 1 and len(keys) == 1 else None
+        return keys[0] if keys is not None and len(keys) == 1 and isinstance(keys[0], str) else None
 
     def has_foreign_keys(self, index: int) -> bool:
         """Whether block `index` was hashed with more than its tokens and a salt (images, prompt
