@@ -81,6 +81,13 @@ class GatewaySettings(TomlSettings):
             )
         if workers > 1 and self.http.port == 0:
             raise ValueError("workers > 1 share one port: give a port (not 0)")
+        binding = [b.id for b in self.fleet.backends if b.kv_events_bind]
+        if workers > 1 and binding:
+            raise ValueError(
+                f"backends {binding} have kv_events_bind = true, but one address binds in one process only and "
+                f"workers={workers}: start the engine with a tcp://*:PORT (or ipc://) KV event endpoint, so it "
+                "binds and every worker connects, and drop kv_events_bind"
+            )
         is_worker = self.http.worker_index is not None
         if is_worker and workers > 1 and store.redis_url is None and store.store_socket is None:
             # a worker given no store host (cli/workers.py gives one unless sqlite_shared is chosen)

@@ -69,3 +69,25 @@ def test_every_setting_name_is_unique_over_the_sections() -> None:
     owners = section_of()
     assert owners["redis_url"] == "store" and owners["admin_token"] == "http" and owners["prices"] == "billing"
     assert len(owners) > 60
+
+
+def test_a_backend_whose_kv_events_the_gateway_binds_refuses_several_workers() -> None:
+    backend = {"id": "v", "base_url": "http://x", "kind": "vllm", "kv_events": "tcp://127.0.0.1:5557", "kv_events_bind": True}
+    with pytest.raises(ValueError, match="kv_events_bind"):
+        GatewaySettings(redis_url="redis://127.0.0.1:6379/0", workers=2, port=8000, backends=[backend])
+    assert GatewaySettings(backends=[backend]).fleet.backends[0].event_source().bind  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"kind": "tgi"}, "choose one of"),
+        ({"kind": "edgerun", "kv_events": "tcp://10.0.0.5:5557"}, "kind vllm or sglang"),
+        ({"kind": "vllm", "kv_events": "tcp://*:5557"}, "the engine itself binds"),
+        ({"kind": "vllm", "kv_events": "http://10.0.0.5:5557"}, "ZMQ endpoint"),
+        ({"kind": "sglang", "kv_events_replay": "tcp://10.0.0.5:5558"}, "needs kv_events"),
+    ],
+)
+def test_backend_kind_settings_are_checked_with_the_fix(fields: dict[str, str], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        GatewaySettings(backends=[{"id": "b", "base_url": "http://x", **fields}])
