@@ -1,7 +1,8 @@
 """The dashboard's JSON API: thin handlers over `summary`, scoped by `dashboard_scope`.
 
     GET /dashboard/api/usage?from=&to=&tenant=&bucket=
-        from, to: epoch seconds or ISO 8601 (no zone: UTC); default the last hour up to now.
+        from, to: epoch seconds or ISO 8601 (no zone: UTC), from 1970 to the end of 9999; default the
+            last hour up to now.
         tenant: one tenant's records (the admin only; a tenant's key gets its own without asking).
         bucket: seconds per point of the time series; default chosen from the range.
     GET /dashboard/api/tenants
@@ -15,6 +16,7 @@ Workers AI envelope.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 
@@ -37,6 +39,7 @@ from gateway.store.models import UsageRecord
 from policies.errors import PricingError
 
 DEFAULT_SPAN_S = 3600.0
+MAX_TIME_S = 253_402_300_799.0  # 9999-12-31T23:59:59Z, the last moment ISO 8601 dates can name
 MAX_SPAN_S = 93 * 86_400.0
 NO_STORE = {"cache-control": "no-store"}
 
@@ -81,13 +84,19 @@ def _time(value: str | None, name: str, default: float) -> float:
     if value is None or value == "":
         return default
     try:
-        return float(value)
+        moment = float(value)
     except ValueError:
-        pass
-    try:
-        return parse_time(value, name)
-    except ValueError as exc:
-        raise InvalidInput(f"{exc} or epoch seconds", param=name) from None
+        try:
+            moment = parse_time(value, name)
+        except ValueError as exc:
+            raise InvalidInput(f"{exc} or epoch seconds", param=name) from None
+    if not (math.isfinite(moment) and 0 <= moment <= MAX_TIME_S):  # the stores count in 64-bit microseconds
+        raise InvalidInput(
+            f"{name}={value!r} is out of range: give a time from 1970-01-01 to 9999-12-31 "
+            f"(epoch seconds 0 to {MAX_TIME_S:.0f})",
+            param=name,
+        )
+    return moment
 
 
 def parse_window(request: Request, now: float) -> Window:

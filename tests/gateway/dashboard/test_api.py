@@ -100,6 +100,10 @@ def test_a_tenant_key_sees_its_own_tenant_only(dash: tuple[InProcessGateway, dic
         ({"bucket": "abc"}, "bucket"),
         ({"bucket": "0.5"}, "bucket"),
         ({"tenant": "has space"}, "tenant"),
+        ({"to": "1e15"}, "to"),  # past 64-bit microseconds: the store's query overflowed (500)
+        ({"from": "-1e15", "to": "0"}, "from"),
+        ({"from": "0001-01-01", "to": "0001-01-02"}, "from"),
+        ({"to": "inf"}, "to"),
     ],
 )
 def test_bad_queries_get_400_naming_the_parameter(
@@ -109,3 +113,14 @@ def test_bad_queries_get_400_naming_the_parameter(
     answer = get(gw, "/dashboard/api/usage", ADMIN, **params)
     assert answer.status_code == 400, answer.text
     assert answer.json()["errors"][0]["code"] == 5004 and param in answer.json()["errors"][0]["message"]
+
+
+def test_times_outside_the_storable_range_are_400_not_500(dash: tuple[InProcessGateway, dict[str, str]]) -> None:
+    gw, _ = dash
+    for params, name in (({"to": "1e15"}, "to"), ({"from": "-5", "to": "10"}, "from")):
+        answer = get(gw, "/dashboard/api/usage", ADMIN, **params)
+        assert answer.status_code == 400, answer.text
+        message = answer.json()["errors"][0]["message"]
+        assert message.startswith(f"{name}=") and "1970-01-01 to 9999-12-31" in message
+    edge = get(gw, "/dashboard/api/usage", ADMIN, **{"from": "253402297200", "to": "253402300799"})
+    assert edge.status_code == 200 and edge.json()["totals"]["requests"] == 0
