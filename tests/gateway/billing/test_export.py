@@ -13,7 +13,7 @@ import pytest
 import structlog
 
 from cli.main import main
-from gateway.billing.export import INT_COLUMNS, ROW_COLUMNS, SUMMED, ExportQuery, record_row, write_export
+from gateway.billing.export import ROW_COLUMNS, ROWS, SUMMARY, SUMMED, ExportQuery, record_row, write_export
 from gateway.billing.formats import FORMATS, Format, read_rows
 from gateway.settings import GatewaySettings
 from gateway.store import Store, open_store
@@ -63,10 +63,10 @@ async def test_every_format_reads_back_to_the_same_rows_and_the_summary_adds_up(
     summaries = []
     for fmt in FORMATS:
         rows_bytes, summary_bytes = await export(filled, fmt)
-        rows = read_rows(fmt, rows_bytes, INT_COLUMNS)
+        rows = read_rows(fmt, rows_bytes, ROWS)
         assert rows == expected, fmt
         assert list(rows[0]) == list(ROW_COLUMNS)
-        summary = read_rows(fmt, summary_bytes, INT_COLUMNS)
+        summary = read_rows(fmt, summary_bytes, SUMMARY)
         summaries.append(summary)
         for column in SUMMED:
             assert sum(s[column] for s in summary) == sum(r[column] or 0 for r in rows), (fmt, column)
@@ -85,11 +85,11 @@ async def test_every_format_reads_back_to_the_same_rows_and_the_summary_adds_up(
 
 
 async def test_the_range_is_end_exclusive_and_the_tenant_filter_applies(filled: Store) -> None:
-    all_rows = read_rows("jsonl", (await export(filled, "jsonl"))[0], INT_COLUMNS)
+    all_rows = read_rows("jsonl", (await export(filled, "jsonl"))[0], ROWS)
     cut = sorted(records(), key=lambda r: r.ended_us)[10].ended_at
-    before = read_rows("jsonl", (await export(filled, "jsonl", ExportQuery(T0 - 10, cut)))[0], INT_COLUMNS)
+    before = read_rows("jsonl", (await export(filled, "jsonl", ExportQuery(T0 - 10, cut)))[0], ROWS)
     assert before == all_rows[:10]
-    acme = read_rows("jsonl", (await export(filled, "jsonl", ExportQuery(T0 - 10, T0 + 3600, "acme")))[0], INT_COLUMNS)
+    acme = read_rows("jsonl", (await export(filled, "jsonl", ExportQuery(T0 - 10, T0 + 3600, "acme")))[0], ROWS)
     assert acme == [r for r in all_rows if r["tenant_id"] == "acme"] and 0 < len(acme) < len(all_rows)
 
 
