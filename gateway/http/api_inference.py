@@ -17,9 +17,9 @@ from gateway.errors import InvalidInput
 from gateway.fleet.catalog import EMBEDDING_TASK, ModelSpec
 from gateway.http import envelopes, render, responses
 from gateway.http.body import read_json_object
+from gateway.http.client_headers import metadata, session_id
 from gateway.http.envelopes import JSONBytes
 from gateway.http.listeners import listener_of
-from gateway.http.strict_json import JSONRejected, loads_strict
 from gateway.pipeline.embedding_input import MAX_TEXTS, parse_openai_embedding, parse_workers_ai_embedding
 from gateway.pipeline.generation import Generation
 from gateway.pipeline.model_schema import text_embeddings_schema, text_generation_schema
@@ -33,71 +33,9 @@ from gateway.pipeline.schemas import (
 )
 from gateway.services import Services
 
-SESSION_HEADER = "x-session-affinity"
-METADATA_HEADER = "cf-aig-metadata"
-MAX_METADATA_ENTRIES = 5
-MAX_METADATA_BYTES = 2048
-MAX_METADATA_KEY = 64
-MAX_METADATA_VALUE = 256
-MAX_METADATA_INT = 2**53
-
 
 def services(request: Request) -> Services:
     found: Services = request.app.state.services
-    return found
-
-
-def session_id(request: Request) -> str | None:
-    value = request.headers.get(SESSION_HEADER)
-    if value is None:
-        return None
-    if not 0 < len(value) <= 256:
-        raise InvalidInput(f"{SESSION_HEADER} must be 1 to 256 characters", param=SESSION_HEADER)
-    return value
-
-
-def metadata(request: Request) -> dict[str, Any]:
-    """`cf-aig-metadata` + our ids.
-
-    AI Gateway takes a JSON object of up to 5 entries whose values are strings, numbers or
-    booleans. It documents no size, so ours are bounded too: the header at most
-    MAX_METADATA_BYTES, keys at most MAX_METADATA_KEY chars, strings at most MAX_METADATA_VALUE,
-    integers within +-2^53 (exact in every JSON reader). Everything else is a 400, never stored.
-    """
-    found: dict[str, Any] = {}
-    raw = request.headers.get(METADATA_HEADER)
-    if raw is not None:
-        found = parse_metadata(raw)
-    client_request_id = request.state.client_request_id
-    if client_request_id is not None:
-        found = {**found, "client_request_id": client_request_id}
-    return found
-
-
-def parse_metadata(raw: str) -> dict[str, Any]:
-    """The header's object, or InvalidInput saying what to fix."""
-    hint = f"send a flat JSON object of at most {MAX_METADATA_ENTRIES} string, number or boolean values"
-
-    def refuse(problem: str) -> InvalidInput:
-        return InvalidInput(f"{METADATA_HEADER}: {problem}", param=METADATA_HEADER)
-
-    if len(raw) > MAX_METADATA_BYTES:
-        raise refuse(f"the header may be at most {MAX_METADATA_BYTES} bytes")
-    try:
-        found = loads_strict(raw, max_depth=1)
-    except JSONRejected as exc:
-        raise refuse(f"{exc}; {hint}") from None
-    if not isinstance(found, dict) or len(found) > MAX_METADATA_ENTRIES:
-        raise refuse(hint)
-    for key, value in found.items():
-        if len(key) > MAX_METADATA_KEY:
-            raise refuse(f"keys may be at most {MAX_METADATA_KEY} characters")
-        if not isinstance(value, (str, int, float, bool)):
-            raise refuse(f"values must be strings, numbers or booleans: {hint}")
-        if isinstance(value, str) and len(value) > MAX_METADATA_VALUE:
-            raise refuse(f"string values may be at most {MAX_METADATA_VALUE} characters")
-        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_METADATA_INT:
-            raise refuse("integers must lie within +-2^53")
     return found
 
 

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.errors import GatewayError
-from gateway.http.api_inference import parse_metadata
+from gateway.http.client_headers import parse_metadata
 from gateway.http.strict_json import MAX_DEPTH, JSONRejected, loads_strict
 from gateway.pipeline.embedding_input import parse_openai_embedding, parse_workers_ai_embedding
 from gateway.pipeline.schemas import MAX_PROMPT_CHARS, parse_chat_completions, parse_completions, parse_workers_ai
