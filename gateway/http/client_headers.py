@@ -7,7 +7,7 @@ would be stored as mojibake ("zoÃ«"). Both headers are read as UTF-8 here (any
 `cf-aig-metadata` is AI Gateway's: a JSON object of up to 5 entries whose values are strings,
 numbers or booleans. It documents no size, so ours are bounded too: the header at most
 MAX_METADATA_BYTES, keys at most MAX_METADATA_KEY characters, strings at most MAX_METADATA_VALUE,
-integers within +-2^53 (exact in every JSON reader). Everything else is a 400 that
+integers within +-2^53 (exact in every JSON reader), each key once. Everything else is a 400 that
 says what to fix, never stored.
 """
 
@@ -72,7 +72,7 @@ def parse_metadata(raw: str) -> dict[str, Any]:
     if len(raw.encode("utf-8", "surrogatepass")) > MAX_METADATA_BYTES:
         raise refuse(f"the header may be at most {MAX_METADATA_BYTES} bytes")
     try:
-        found = loads_strict(raw, max_depth=1)
+        found = loads_strict(raw, max_depth=1, unique_keys=True)
     except JSONRejected as exc:
         raise refuse(f"{exc}; {hint}") from None
     if not isinstance(found, dict) or len(found) > MAX_METADATA_ENTRIES:

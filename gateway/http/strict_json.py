@@ -6,7 +6,8 @@ surrogates such as `"\\ud800"` (valid escapes, but no UTF-8 text: the tokenizer 
 fail on them), and nesting as deep as the stack allows (a body nested
 100,000 levels raises RecursionError here or later, in validation or when the ledger encodes it).
 `loads_strict` refuses all three with `JSONRejected`, whose message says what to fix; callers turn
-it into their own 400.
+it into their own 400. With `unique_keys`, an object naming a key twice is refused too (`json.loads`
+keeps the last value without a word), for headers where a collapsed key would lose what a client sent.
 """
 
 from __future__ import annotations
@@ -33,24 +34,37 @@ def _finite_float(text: str) -> float:
     return value
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in found:
+            raise JSONRejected(f"the key {key!r} appears more than once: send each key once")
+        found[key] = value
+    return found
+
+
 # json.loads with these hooks would build a decoder per call (a measurable part of each request)
 _DECODER = json.JSONDecoder(parse_constant=_no_constants, parse_float=_finite_float)
+_UNIQUE_DECODER = json.JSONDecoder(
+    parse_constant=_no_constants, parse_float=_finite_float, object_pairs_hook=_unique_keys
+)
 
 
-def _decode(data: bytes | str) -> Any:
+def _decode(data: bytes | str, decoder: json.JSONDecoder) -> Any:
     """`json.loads(data, ...)` with the hooks above: the same encoding detection and BOM rule."""
     if isinstance(data, str):
         if data.startswith("\ufeff"):
             raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", data, 0)
     else:
         data = data.decode(json.detect_encoding(data), "surrogatepass")
-    return _DECODER.decode(data)
+    return decoder.decode(data)
 
 
-def loads_strict(data: bytes | str, max_depth: int = MAX_DEPTH) -> Any:
-    """Parse `data`; raise JSONRejected for invalid JSON, NaN/Infinity, lone surrogates or deep nesting."""
+def loads_strict(data: bytes | str, max_depth: int = MAX_DEPTH, *, unique_keys: bool = False) -> Any:
+    """Parse `data`; raise JSONRejected for invalid JSON, NaN/Infinity, lone surrogates or deep nesting
+    (and, with `unique_keys`, for an object naming a key twice)."""
     try:
-        value = _decode(data)
+        value = _decode(data, _UNIQUE_DECODER if unique_keys else _DECODER)
     except JSONRejected:
         raise
     except RecursionError:

@@ -1,4 +1,4 @@
-"""`x-session-affinity` and `cf-aig-metadata`: read as UTF-8, bounded in characters.
+"""`x-session-affinity` and `cf-aig-metadata`: read as UTF-8, bounded in characters, keys once.
 
 Headers go in as the raw bytes a client sends (Starlette decodes them as latin-1 itself); the
 end-to-end test sends them to a real gateway and reads its ledger record.
@@ -50,6 +50,12 @@ def test_invalid_utf8_is_a_400_naming_the_header(name: str) -> None:
     assert refused.value.status == 400
 
 
+def test_a_key_sent_twice_is_refused_naming_it() -> None:
+    with pytest.raises(InvalidInput, match="the key 'team' appears more than once") as refused:
+        metadata(request(("cf-aig-metadata", b'{"team": "a", "job": 1, "team": "b"}')))
+    assert refused.value.status == 400 and str(refused.value).startswith("cf-aig-metadata: ")
+
+
 @pytest.mark.slow
 def test_the_ledger_keeps_what_the_client_sent(gateway: InProcessGateway) -> None:
     secret = gateway.new_key("t-utf8", "acc-utf8")
@@ -67,3 +73,10 @@ def test_the_ledger_keeps_what_the_client_sent(gateway: InProcessGateway) -> Non
     assert answer.status_code == 200, answer.text
     record = gateway.ledger_record(answer.headers["cf-ray"])
     assert record.session_id == "sesión-ü" and record.metadata == {"user": "zoë"}
+    twice = httpx.post(
+        f"{gateway.url}/client/v4/accounts/acc-utf8/ai/run/{DEFAULT_MODEL_ID}",
+        json={"prompt": "hi", "max_tokens": 2},
+        headers={"authorization": f"Bearer {secret}", "cf-aig-metadata": '{"a": 1, "a": 2}'},
+        timeout=120,
+    )
+    assert twice.status_code == 400 and "'a' appears more than once" in twice.json()["errors"][0]["message"]
