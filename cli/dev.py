@@ -31,7 +31,6 @@ import shlex
 import signal
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from pydantic import SecretStr
@@ -144,7 +143,6 @@ async def serve_dev_claimed(args: argparse.Namespace, backend_key: str) -> int:
             models.append(embedding_model())
             backends.append({"id": "local-embed", "base_url": embedder.url, "models": [EMBEDDING_MODEL_ID]})
         settings = dev_settings(args, backend_key, models, backends)
-        Path(settings.store.sqlite_path).parent.mkdir(parents=True, exist_ok=True)
         from gateway.store import open_store
 
         store = open_store(settings.store)

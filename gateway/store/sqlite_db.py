@@ -3,17 +3,27 @@
 Blocking and synchronous: `EmbeddedStore` calls it from one worker thread, so calls never
 overlap. WAL journal, `synchronous=NORMAL` (a commit survives a process crash; an OS crash may
 lose the last few), and a busy timeout so a second process reading the file waits instead of failing.
+
+The file holds key hashes, the cache-salt secret and the whole ledger, so it is private to its
+user: created 0600 (SQLite gives its -wal and -shm files the same mode) in a folder created 0700; a
+file found readable by others is tightened to 0600, with a warning.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import sqlite3
+import stat
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 
+import structlog
+
 from gateway.store.models import ApiKey, Tenant, UsageRecord
+
+log = structlog.get_logger("edgerun.gateway.store")
 
 USAGE_PAGE = 500  # ledger records read per query when iterating a range
 
@@ -47,6 +57,26 @@ CREATE TRIGGER IF NOT EXISTS key_changed AFTER UPDATE ON api_keys
 """
 
 
+def make_private(path: Path) -> None:
+    """Make sure `path` exists and only its owner can read it (see the module doc)."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # a folder that exists keeps its mode
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))  # an empty file: a new database
+        return
+    except FileExistsError:
+        pass
+    for file in (path, path.with_name(f"{path.name}-wal"), path.with_name(f"{path.name}-shm")):
+        try:
+            mode = stat.S_IMODE(file.stat().st_mode)
+            if mode & 0o077:
+                file.chmod(mode & 0o700)
+                log.warning("the store's file was readable by others: now owner only", path=str(file), was=oct(mode))
+        except FileNotFoundError:
+            continue
+        except OSError as exc:  # another user's file: say so, and open it as it is
+            log.warning("cannot make the store's file private", path=str(file), error=repr(exc))
+
+
 def _models_json(models: frozenset[str] | None) -> str | None:
     return None if models is None else json.dumps(sorted(models))
 
@@ -64,7 +94,7 @@ class Database:
         `autocheckpoint=False`: commits never copy the WAL back into the file (which syncs it to disk);
         the owner calls `checkpoint` instead, where it may block."""
         if path != ":memory:":
-            Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
+            make_private(Path(path).expanduser())
             path = str(Path(path).expanduser())
         # Opened here, then used only by the store's single worker thread.
         self._conn = sqlite3.connect(path, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False)
