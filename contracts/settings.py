@@ -4,6 +4,11 @@ Sources, highest first: constructor arguments (a CLI's flags), `EDGERUN_*` envir
 (nested with `__`, e.g. `EDGERUN_ENGINE__NUM_KV_BLOCKS=4096`), the TOML file named by
 `EDGERUN_CONFIG`, then the subclass's defaults. The object is frozen: built once at start-up and
 passed down. In `contracts` because the gateway and the backends both build on it.
+
+A value refused at start-up is never printed back: pydantic's errors name the setting and the
+problem but leave out the input (`hide_input_in_errors`), since it may be a secret (a key, a token,
+a salt, a Redis URL's password) and start-up errors land in logs. Secrets are `SecretStr`, whose
+repr is masked too.
 """
 
 from __future__ import annotations
@@ -17,7 +22,9 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 class TomlSettings(BaseSettings):
     """Base for edgerun's settings classes: env vars plus an optional TOML file."""
 
-    model_config = SettingsConfigDict(env_prefix="EDGERUN_", env_nested_delimiter="__", frozen=True, extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="EDGERUN_", env_nested_delimiter="__", frozen=True, extra="ignore", hide_input_in_errors=True
+    )
 
     @classmethod
     def settings_customise_sources(
