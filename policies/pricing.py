@@ -7,11 +7,15 @@ may have at most 6 decimal places; more precision is refused rather than silentl
 Costs come out in integer **micro-units** of the currency (1e-6 USD). Neurons (Workers AI's unit)
 work the same way: neurons per million tokens -> micro-neurons per million -> micro-neurons.
 
-Rounding, defined once (`_div_round_half_up`): a request's exact cost is
+Rounding, defined once (`_div_round_up`): a request's exact cost is
     (uncached_input x input_rate + cached x cached_rate + output x output_rate) / 1e6  micro-units,
-summed exactly as integers over the whole request and rounded half up once at the end. So one
-request is off by at most half a micro-unit, and splitting usage in two parts changes the total
-by at most 1 micro-unit.
+summed exactly as integers over the whole request and rounded up once at the end, to the next
+whole micro-unit. So a request that uses any priced token costs at least 1 micro-unit: a budget is
+a hard stop (rounding half up made requests under half a micro-unit free, past an exhausted budget
+too). One request is billed less than 1 micro-unit above its exact cost, never below it; the
+budget reservation (the worst case) and the ledger (the real usage) round the same way, and the
+rounding only goes up with the tokens, so a reservation always covers its request's cost. Splitting
+usage in two parts changes the total by at most 1 micro-unit.
 
 A model without a cached-input rate bills cached tokens as input. A cached rate above the input
 rate is refused. Savings = what the cached tokens would have cost as input minus what they cost,
@@ -92,9 +96,9 @@ def format_micros(micros: int) -> str:
     return f"{Decimal(micros).scaleb(-6):.6f}"
 
 
-def _div_round_half_up(numerator: int, denominator: int) -> int:
-    """The one rounding rule: non-negative numerator / denominator, halves rounded up."""
-    return (2 * numerator + denominator) // (2 * denominator)
+def _div_round_up(numerator: int, denominator: int) -> int:
+    """The one rounding rule: non-negative numerator / denominator, rounded up to a whole unit."""
+    return -(-numerator // denominator)
 
 
 def _amount(usage: Usage, input_rate: int, cached_rate: int | None, output_rate: int) -> int:
@@ -104,7 +108,7 @@ def _amount(usage: Usage, input_rate: int, cached_rate: int | None, output_rate:
         + usage.cached_tokens * cached
         + usage.completion_tokens * output_rate
     )  # micro-units x 1e6, exact
-    return _div_round_half_up(exact, TOKENS_PER_RATE)
+    return _div_round_up(exact, TOKENS_PER_RATE)
 
 
 def cost_micros(usage: Usage, price: Price) -> int:

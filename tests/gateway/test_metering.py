@@ -74,6 +74,26 @@ async def test_budget_is_reserved_for_the_worst_case_then_settled(store: Store) 
     assert await store.budget_spent("ta", month) == 230  # a refusal changes nothing
 
 
+async def test_an_exhausted_budget_refuses_even_a_request_costing_under_half_a_micro_unit(store: Store) -> None:
+    # Costs rounded half up: a request worth 0.4 micro-units was free to reserve and to bill, past a
+    # spent budget too. Rounded up, it costs 1 and the budget stops it.
+    request = await request_for(store, budget=1)
+    cheap = PriceTable.from_config({"m": {"version": "v1", "input": "0.10", "output": "0.30"}})  # 0.1 and 0.3 per token
+    metering = Metering(store, cheap, GatewayMetrics())
+    month = time.strftime("%Y-%m", time.gmtime(request.ctx.arrived_at))
+    tiny = MeteredRequest(RequestContext.arriving_now("req-tiny", request.ctx.principal, MODEL), prompt_tokens=1)
+    await metering.reserve(tiny, max_tokens=1)  # 0.4 -> 1: the whole budget
+    assert tiny.reservation is not None and tiny.reservation.amount_micro == 1
+    await metering.settle(tiny, Usage(1, 1), status="ok", backend_id="b", region=None)
+    record = await store.get_usage("req-tiny")
+    assert record is not None and record.cost_micro == 1
+    assert await store.budget_spent("ta", month) == 1
+    after = MeteredRequest(RequestContext.arriving_now("req-after", request.ctx.principal, MODEL), prompt_tokens=1)
+    with pytest.raises(BudgetExhausted):
+        await metering.reserve(after, max_tokens=1)
+    assert await store.budget_spent("ta", month) == 1
+
+
 async def cancel_while_queued(store: EmbeddedStore, metering: Metering, request: MeteredRequest) -> asyncio.Event:
     """A reservation whose caller is cancelled while it is in flight (held here at a gate, as a
     Redis call or a store host's answer would be; the embedded store decides in memory and saves

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from decimal import ROUND_HALF_UP, Decimal, localcontext
+from decimal import ROUND_CEILING, Decimal, localcontext
 
 import pytest
 from hypothesis import given
@@ -55,12 +55,16 @@ def test_kimi_example() -> None:
     assert format_micros(cost_micros(usage, KIMI)) == "0.500000"
 
 
-def test_rounding_is_half_up_once_over_the_whole_request() -> None:
+def test_rounding_is_up_once_over_the_whole_request() -> None:
     price = Price("m", "v", input=400_000, output=500_000)  # 0.4 and 0.5 micro-units per token
-    assert cost_micros(Usage(1, 0), price) == 0  # 0.4
-    assert cost_micros(Usage(0, 1), price) == 1  # 0.5 rounds up
-    assert cost_micros(Usage(3, 0), price) == 1  # 1.2, not 3 x round(0.4) = 0
+    assert cost_micros(Usage(1, 0), price) == 1  # 0.4: never free (half up gave 0)
+    assert cost_micros(Usage(0, 1), price) == 1  # 0.5
+    assert cost_micros(Usage(3, 0), price) == 2  # 1.2, not 3 x ceil(0.4) = 3
     assert cost_micros(Usage(1, 1), price) == 1  # 0.9: summed, then rounded
+    assert cost_micros(Usage(5, 0), price) == 2  # exactly 2: nothing added
+    assert cost_micros(Usage(0, 0), price) == 0
+    tiny = Price("m", "v", input=1, output=1)  # a millionth of a micro-unit per token
+    assert cost_micros(Usage(1, 0), tiny) == 1
 
 
 def test_model_without_cached_price_bills_cached_tokens_as_input() -> None:
@@ -121,7 +125,7 @@ def test_decimal_strings_round_trip(micros: int) -> None:
 
 
 @given(usages(), prices())
-def test_cost_is_non_negative_and_within_half_a_micro_of_exact(usage: Usage, price: Price) -> None:
+def test_cost_is_the_exact_cost_rounded_up(usage: Usage, price: Price) -> None:
     cost = cost_micros(usage, price)
     cached_rate = price.input if price.cached_input is None else price.cached_input
     exact = Decimal(
@@ -129,8 +133,7 @@ def test_cost_is_non_negative_and_within_half_a_micro_of_exact(usage: Usage, pri
         + usage.cached_tokens * cached_rate
         + usage.completion_tokens * price.output
     ) / Decimal(10**6)
-    assert cost >= 0
-    assert abs(Decimal(cost) - exact) <= Decimal("0.5")
+    assert exact <= cost < exact + 1  # never below the exact cost: no request is free
 
 
 @given(counts, counts, counts, prices(), st.sampled_from(["uncached", "cached", "output"]), st.integers(1, 10**6))
@@ -164,5 +167,5 @@ def test_huge_numbers_are_exact(prompt: int, output: int, rate: int) -> None:
     with localcontext() as ctx:
         ctx.prec = 200
         exact = (Decimal(prompt) * rate + Decimal(output) * (rate + 1)) / Decimal(10**6)
-        expected = int(exact.to_integral_value(rounding=ROUND_HALF_UP))
+        expected = int(exact.to_integral_value(rounding=ROUND_CEILING))
     assert cost_micros(Usage(prompt, output), price) == expected
