@@ -47,8 +47,7 @@ class ChatSession:
     def reply(self, text: str, write: Callable[[str], None]) -> str:
         """Send one user turn, stream the answer through `write`, return it (partial if interrupted)."""
         self.messages.append({"role": "user", "content": text})
-        tokenizer = self.engine.tokenizer
-        prompt_ids = tokenizer.encode(tokenizer.apply_chat_template(self.messages, add_generation_prompt=True))
+        prompt_ids = self.engine.tokenizer.encode_chat(self.messages)
         max_tokens = max(1, min(self.sampling.max_tokens, self.engine.max_model_len - len(prompt_ids)))
         sampling = SamplingParams(**{**_fields(self.sampling), "max_tokens": max_tokens})
         parts: list[str] = []

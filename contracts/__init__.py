@@ -13,5 +13,6 @@ Starlette for the one shared streaming response, pydantic-settings for the setti
     kv_events.py    the KV cache event JSON (TensorRT-LLM's shape) backends send and the gateway reads
     tokenizer.py    the tokenizer payload a backend serves and the gateway caches
     schema_integers.py  the integers a guided-decoding JSON Schema may hold (signed 64-bit)
+    chat_tokens.py  chat prompts as token ids where only the template's special tokens are control tokens
     settings.py     `TomlSettings`, the base of every part's settings (env vars + TOML)
 """

@@ -76,8 +76,9 @@ async def chat_completions(request: Request) -> Response:
     if body.prompt_token_ids is not None:  # a generation step: the context step's tokens
         prompt_ids = list(body.prompt_token_ids)
     else:
-        text = engine.tokenizer.apply_chat_template(body.chat_messages(), add_generation_prompt=body.add_generation_prompt)
-        prompt_ids = engine.tokenizer.encode(text)
+        prompt_ids = engine.tokenizer.encode_chat(
+            body.chat_messages(), add_generation_prompt=body.add_generation_prompt
+        )
     max_tokens = body.max_completion_tokens or body.max_tokens or state.default_max_tokens(len(prompt_ids))
     return await _generate(request, state, body, prompt_ids, max_tokens, "chat")
 

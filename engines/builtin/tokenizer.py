@@ -11,8 +11,11 @@ sandboxed jinja2 environment configured like transformers' (trim_blocks, lstrip_
 - `byte_level()`: 256 byte tokens plus ChatML specials, for random models without a real vocabulary.
 
 `encode` adds no special tokens unless the model asks for a BOS (`add_bos_token`); special tokens
-written in the text (`<|im_start|>`) are matched whole. `decode` skips nothing: special tokens come
-out as their text, and ids outside the vocabulary (a random model's larger head) decode to "".
+written in the text (`<|im_start|>`) are matched whole. `encode_chat` renders and encodes a
+conversation so that only the template's own special tokens are control tokens: the same strings
+in a message are plain text (`contracts.chat_tokens`, as the gateway does). `decode` skips nothing:
+special tokens come out as their text, and ids outside the vocabulary (a random model's larger
+head) decode to "".
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ import jinja2
 import jinja2.sandbox
 import tokenizers
 from tokenizers import decoders, models, pre_tokenizers
+
+from contracts.chat_tokens import ChatTokens
 
 CHATML_TEMPLATE = (
     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}"
@@ -150,6 +155,17 @@ class Tokenizer:
             "eos_token": self.token_text(self.eos_token_id),
         }
         return self.template.render(messages=messages, add_generation_prompt=add_generation_prompt, **special)
+
+    @cached_property
+    def chat_tokens(self) -> ChatTokens:
+        return ChatTokens(self.backend)
+
+    def encode_chat(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> list[int]:
+        """The conversation's prompt ids: `apply_chat_template` + `encode`, with special-token strings
+        in the messages tokenized as plain text."""
+        masked = self.chat_tokens.mask(messages)
+        ids = self.chat_tokens.encode(self.apply_chat_template(masked.value, add_generation_prompt), masked)
+        return [self.bos_token_id, *ids] if self.add_bos_token and self.bos_token_id is not None else ids
 
     def token_text(self, token_id: int | None) -> str:
         return "" if token_id is None else (self.backend.id_to_token(token_id) or "")

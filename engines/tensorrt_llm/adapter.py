@@ -19,6 +19,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
+from contracts.chat_tokens import ChatTokens
 from engines.base import EngineStats, GenerationOutput, GenerationRequest, KVCacheEvent
 from engines.errors import EngineStopped, InvalidRequest
 from engines.guided import Guide
@@ -36,6 +37,7 @@ class _Tokenizer:
     def __init__(self, tokenizer: Any) -> None:
         self._tokenizer = tokenizer
         self.eos_token_ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
+        self._chat: ChatTokens | None = None
 
     def encode(self, text: str) -> list[int]:
         return list(self._tokenizer.encode(text, add_special_tokens=False))
@@ -49,6 +51,20 @@ class _Tokenizer:
             messages, tokenize=False, add_generation_prompt=add_generation_prompt
         )
         return prompt
+
+    def encode_chat(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> list[int]:
+        """`apply_chat_template` + `encode`, with special-token strings in the messages as plain text."""
+        if self._chat is None:
+            hf = getattr(self._tokenizer, "tokenizer", self._tokenizer)  # TensorRT-LLM wraps transformers' tokenizer
+            fast = getattr(hf, "backend_tokenizer", None)
+            if fast is None:
+                raise InvalidRequest(
+                    "this model's tokenizer is not a fast (tokenizers) one, which /v1/chat/completions needs to keep "
+                    "special tokens out of messages: send token ids to /v1/completions"
+                )
+            self._chat = ChatTokens(fast)
+        masked = self._chat.mask(messages)
+        return self._chat.encode(self.apply_chat_template(masked.value, add_generation_prompt), masked)
 
 
 class TrtllmEngine:

@@ -11,7 +11,9 @@ Where a model's tokenizer comes from, first hit wins:
 The payload is a `contracts.tokenizer.TokenizerPayload` (what the backend's tokenizer route
 writes: `tokenizer_json`, `chat_template`, special tokens, `add_bos_token`, `max_model_len`).
 Text is encoded as the built-in engine encodes it: no post-processor specials, the BOS id in
-front of raw prompts when `add_bos_token` is set.
+front of raw prompts when `add_bos_token` is set. In a chat prompt only the template's own special
+tokens are control tokens: `<|im_start|>` written in a message is tokenized as plain text
+(`contracts.chat_tokens`). A raw prompt is the client's whole prompt, special tokens included.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from pathlib import Path
 from tokenizers import Tokenizer
 
 from backends.client import BackendClient, BackendError, Endpoint
+from contracts.chat_tokens import ChatTokens, Masked
 from contracts.tokenizer import TokenizerPayload
 from gateway.errors import InvalidInput, OutOfCapacity
 from gateway.fleet.catalog import ModelSpec
@@ -42,6 +45,7 @@ class ModelTokenizer:
     template: ChatTemplate | None
     max_model_len: int
     bos_token_id: int | None  # put in front of raw prompts when the model asks for it
+    chat: ChatTokens
 
     @classmethod
     def from_payload(cls, model: ModelSpec, payload: TokenizerPayload) -> ModelTokenizer:
@@ -54,23 +58,25 @@ class ModelTokenizer:
             template=ChatTemplate(template, bos_token=bos, eos_token=payload.get("eos_token")) if template else None,
             max_model_len=int(model.context_length or payload["max_model_len"] or 0),  # _payload refuses neither being set
             bos_token_id=tokenizer.token_to_id(bos) if bos and payload.get("add_bos_token") else None,
+            chat=ChatTokens(tokenizer, Tokenizer.from_str(payload["tokenizer_json"])),  # built now, not mid-request
         )
 
-    def render(self, prompt: Prompt) -> tuple[str, bool]:
-        """The text to tokenize, and whether it is raw (then the model's BOS goes first, if it wants one).
+    def render(self, prompt: Prompt) -> tuple[str, Masked]:
+        """A chat prompt's text, rendered from the client's values with their special-token strings
+        masked, and the masking (`self.chat.encode` takes both).
 
         A chat template writes its own BOS, as `transformers` assumes when it applies one.
         """
-        if prompt.messages is None:
-            assert prompt.text is not None
-            return prompt.text, True
+        messages, use = prompt.messages, prompt.tools
+        assert messages is not None
         if self.template is None:
             raise InvalidInput(f"{self.model_id} has no chat template: send prompt with raw: true", param="messages")
-        if prompt.tools is None:
-            return self.template.render(prompt.messages), False
-        if self.template.renders_tools:  # the model's own tool format
-            return self.template.render(prompt.messages, tools=prompt.tools.template_tools()), False
-        return self.template.render(with_tools_prompt(prompt.messages, prompt.tools)), False
+        if use is not None and self.template.renders_tools:  # the model's own tool format
+            masked = self.chat.mask((messages, use.template_tools()))
+            shown, tools = masked.value
+            return self.template.render(shown, tools=tools), masked
+        masked = self.chat.mask(messages if use is None else with_tools_prompt(messages, use))
+        return self.template.render(masked.value), masked
 
     def encode_text(self, text: str, is_raw: bool = False) -> list[int]:
         """Token ids of `text`; special tokens written in it (`<|im_start|>`) are matched whole.
@@ -84,8 +90,11 @@ class ModelTokenizer:
 
     def encode_prompt(self, prompt: Prompt) -> list[int]:
         """Template + tokenizer, synchronously: the prompt's token ids."""
-        text, is_raw = self.render(prompt)
-        ids = self.encode_text(text, is_raw)
+        if prompt.messages is None:
+            assert prompt.text is not None
+            ids = self.encode_text(prompt.text, is_raw=True)
+        else:
+            ids = self.chat.encode(*self.render(prompt))
         if not ids:
             raise InvalidInput("the prompt encodes to zero tokens", param="prompt")
         return ids

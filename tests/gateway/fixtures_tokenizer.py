@@ -4,7 +4,10 @@ without loading the model (the end-to-end tests use the backend's own)."""
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
 CHATML = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
@@ -24,6 +27,15 @@ def small_tokenizer_json() -> str:
     )
     tokenizer.train_from_iterator([f"the quick brown fox {i} jumps over the lazy dog" for i in range(200)], trainer)
     return tokenizer.to_str()
+
+
+@lru_cache(maxsize=1)
+def smollm2_tokenizer() -> Tokenizer:
+    """The real SmolLM2 tokenizer, read from its GGUF once per test session (it takes seconds)."""
+    from engines.builtin.loader import smollm2_gguf_path
+    from engines.builtin.loader.gguf import read_gguf_tokenizer
+
+    return read_gguf_tokenizer(smollm2_gguf_path()).backend
 
 
 def payload(**overrides: Any) -> dict[str, Any]:
