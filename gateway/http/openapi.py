@@ -296,7 +296,8 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
     ("/dashboard/api/usage", "get"): _operation(
         "Usage figures (admin token: every tenant; a tenant's API key: its own)",
         params=(
-            _query("from", "Start, Unix seconds."), _query("to", "End, Unix seconds."),
+            _query("from", "Start: Unix seconds (0 to 253402300799) or ISO 8601."),
+            _query("to", "End: Unix seconds (0 to 253402300799) or ISO 8601."),
             _query("tenant", "One tenant (admin token only)."), _query("bucket", "Bucket width, seconds."),
         ),
     ),
