@@ -281,13 +281,19 @@ def slow_stub_backend() -> Iterator[ChildProcess]:
 
 
 EMBEDDING_BACKEND_KEY = "embedding-backend-test-secret-0123456789"
+# The embedding backend's queue, small enough that a few requests reach its bounds: passes of 256
+# tokens (one text at all-MiniLM-L6-v2's 256-token limit), 4096 tokens waiting per tenant, 8192 in all.
+EMBEDDING_QUEUE = {"batch_tokens": 256, "tenant_max_queued_tokens": 4096, "max_queued_tokens": 8192}
 
 
 @pytest.fixture(scope="session")
 def embedding_backend() -> Iterator[ChildProcess]:
-    """One `edgerun backend --engine embedding` (all-MiniLM-L6-v2) for every test that needs one."""
+    """One `edgerun backend --engine embedding` (all-MiniLM-L6-v2, queue bounds EMBEDDING_QUEUE) for
+    every test that needs one."""
     options = ["--engine", "embedding", "--log-level", "warning"]
-    child = ChildProcess.spawn("embedding backend", "backend", options, env={"EDGERUN_API_KEY": EMBEDDING_BACKEND_KEY})
+    env = {"EDGERUN_API_KEY": EMBEDDING_BACKEND_KEY}
+    env.update({f"EDGERUN_EMBEDDING_{name.upper()}": str(value) for name, value in EMBEDDING_QUEUE.items()})
+    child = ChildProcess.spawn("embedding backend", "backend", options, env=env)
     try:
         child.wait_ready("/health", timeout_s=120)
         yield child
