@@ -5,8 +5,6 @@ queue bounded per tenant (`user`) and in all, shared between tenants, rid of cal
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -16,10 +14,14 @@ import torch
 from cli.processes import ChildProcess
 from engines.embedding.encoder import SentenceEncoder
 from engines.embedding.package import minilm_dir
-from tests.gateway.fixtures_e2e import EMBEDDING_BACKEND_KEY, EMBEDDING_QUEUE
-
-FULL_TEXT = "Café au lait, s'il vous plaît! 東京 " * 40  # truncated to all-MiniLM-L6-v2's 256 tokens
-FULL_TOKENS = 256
+from tests.gateway.fixtures_e2e import (
+    EMBEDDING_BACKEND_KEY,
+    EMBEDDING_QUEUE,
+    FULL_TEXT,
+    FULL_TOKENS,
+    embedding_metric,
+    wait_for,
+)
 
 
 @pytest.fixture(scope="module")
@@ -29,22 +31,6 @@ def backend(embedding_backend: ChildProcess) -> ChildProcess:
 
 def post(backend: ChildProcess, body: object, key: str = EMBEDDING_BACKEND_KEY) -> httpx.Response:
     return httpx.post(f"{backend.url}/v1/embeddings", json=body, headers={"authorization": f"Bearer {key}"}, timeout=60)
-
-
-def metric(backend: ChildProcess, name: str) -> float:
-    """One sample of the backend's /metrics, by its name with labels (`..._texts_total{outcome="dropped"}`)."""
-    text = httpx.get(f"{backend.url}/metrics", headers={"authorization": f"Bearer {EMBEDDING_BACKEND_KEY}"}).text
-    for line in text.splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[-1])
-    raise AssertionError(f"{name} not in /metrics:\n{text}")
-
-
-def wait_for(check: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.02)
 
 
 def test_embeddings_match_the_encoder_and_count_tokens(backend: ChildProcess) -> None:
@@ -85,14 +71,14 @@ def test_the_queue_is_bounded_per_tenant_shared_in_turn_and_drops_a_caller_that_
     queued = "edgerun_backend_embedding_queued_tokens"
     dropped = 'edgerun_backend_embedding_texts_total{outcome="dropped"}'
     per_tenant = EMBEDDING_QUEUE["tenant_max_queued_tokens"] // FULL_TOKENS  # texts of 256 tokens one tenant may queue
-    dropped_before = metric(backend, dropped)
+    dropped_before = embedding_metric(backend, dropped)
 
     async def scenario() -> None:
         headers = {"authorization": f"Bearer {EMBEDDING_BACKEND_KEY}"}
         async with httpx.AsyncClient(base_url=backend.url, headers=headers, timeout=60) as client:
             big = {"input": [FULL_TEXT] * (per_tenant - 1), "user": "tenant-a"}  # a pass per text
             batch = asyncio.create_task(client.post("/v1/embeddings", json=big))
-            await asyncio.to_thread(wait_for, lambda: metric(backend, queued) > 0, "the batch was never queued")
+            await asyncio.to_thread(wait_for, lambda: embedding_metric(backend, queued) > 0, "the batch was never queued")
             again = await client.post("/v1/embeddings", json=big)
             assert again.status_code == 429 and again.headers["retry-after"], again.text
             assert "this tenant has" in again.json()["error"]["message"]
@@ -101,7 +87,7 @@ def test_the_queue_is_bounded_per_tenant_shared_in_turn_and_drops_a_caller_that_
             other = await client.post("/v1/embeddings", json={"input": "two words", "user": "tenant-b"})
             assert other.status_code == 200 and not batch.done()  # answered while tenant-a's batch waits
             batch.cancel()  # hang up: the texts not yet encoded go
-        await asyncio.to_thread(wait_for, lambda: metric(backend, queued) == 0, "the batch stayed queued")
+        await asyncio.to_thread(wait_for, lambda: embedding_metric(backend, queued) == 0, "the batch stayed queued")
 
     asyncio.run(scenario())
-    assert metric(backend, dropped) > dropped_before
+    assert embedding_metric(backend, dropped) > dropped_before
