@@ -26,7 +26,7 @@ class BackendSettings(TomlSettings):
     # for one tenant (the request's `user`, which the gateway sets to the tenant's cache salt). A request
     # that would go past either bound gets 429; one larger than a tenant's bound, 400. Each forward pass
     # takes at most embedding_batch_tokens, one text per tenant in turn, so a small request of one tenant
-    # waits about one pass behind another tenant's big batch, not the whole batch.
+    # waits for the pass under way and then its own, not for another tenant's whole batch.
     embedding_max_queued_tokens: int = Field(default=131_072, ge=1)
     embedding_tenant_max_queued_tokens: int = Field(default=32_768, ge=1)
     embedding_batch_tokens: int = Field(default=2048, ge=1)

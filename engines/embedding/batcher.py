@@ -1,15 +1,18 @@
 """Embedding requests encoded a pass at a time, shared fairly between tenants.
 
-`EmbeddingBatcher.embed(texts, tenant)` tokenizes the texts (on the default executor: the Rust
-tokenizer, no torch) and queues them in a `FairQueue` (engines/embedding/fair_queue.py), which
-refuses them when its bounds are reached. One worker task, started and stopped by its owner (the
-backend app's lifespan), takes pass after pass from the queue - texts of every tenant with work
-waiting, in turn, up to the pass's token budget - and encodes each in one `embed_ids` call on the
-batcher's one encoding thread (so one OpenMP team serves every pass: engines/omp.py). A request
-is answered once its last pass is done. A caller that leaves (its `embed` is cancelled) has its
-texts not yet taken dropped before the next pass; the pass under way finishes and its rows for
-that caller are thrown away. A vector does not depend on its batch (padding is masked), so how
-requests are split and merged changes only latency and throughput.
+`EmbeddingBatcher.embed(texts, tenant)` reserves room in a `FairQueue`
+(engines/embedding/fair_queue.py) for an upper bound of the texts' tokens (a WordPiece token
+covers at least one UTF-8 byte, [CLS] and [SEP] are added, and a text is truncated to the
+encoder's `max_seq_length`), which refuses them when its bounds are reached, then tokenizes them
+(on the default executor: the Rust tokenizer, no torch) and queues them at their real count.
+One worker task, started and stopped by its owner (the backend app's lifespan), takes pass after
+pass from the queue - texts of every tenant with work waiting, in turn, up to the pass's token
+budget - and encodes each in one `embed_ids` call on the batcher's one encoding thread (so one
+OpenMP team serves every pass: engines/omp.py). A request is answered once its last pass is
+done. A caller that leaves (its `embed` is cancelled) has its texts not yet taken dropped before
+the next pass; the pass under way finishes and its rows for that caller are thrown away. A
+vector does not depend on its batch (padding is masked), so how requests are split and merged
+changes only latency and throughput.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from torch import Tensor
 
 from engines.embedding.encoder import Embeddings, SentenceEncoder
 from engines.embedding.fair_queue import FairQueue, Job, QueueLimits, Slice
+from engines.errors import EngineError
 
 
 @dataclass(slots=True)
@@ -67,12 +71,19 @@ class EmbeddingBatcher:
     async def embed(self, texts: list[str], tenant: str = "") -> Embeddings:
         """The texts' vectors and token counts; raises EngineOverloaded / InvalidRequest when the
         queue refuses them (engines/embedding/fair_queue.py)."""
-        ids = await asyncio.to_thread(self.encoder.tokenize, texts)
-        job = Job(tenant, ids)
+        bound = sum(min(len(text.encode()) + 2, self.encoder.max_seq_length) for text in texts)
         try:
-            self.queue.push(job)
-        except Exception:
+            held = self.queue.reserve(tenant, bound)  # before tokenizing: a refusal costs nothing
+        except EngineError:
             self.stats.num_refused += 1
+            raise
+        try:
+            ids = await asyncio.to_thread(self.encoder.tokenize, texts)
+            job = Job(tenant, ids)
+            self.queue.push(job, held)
+        except BaseException as exc:
+            self.queue.release(tenant, held)
+            self.stats.num_refused += isinstance(exc, EngineError)
             raise
         waiting = self._waiting[job] = _Waiting(job, asyncio.get_running_loop().create_future())
         self._wakeup.set()

@@ -4,13 +4,16 @@ Each request (`Job`) joins its tenant's FIFO. `take` builds the next forward pas
 tenants with work waiting in turn, one text each per visit, until the pass holds `budget_tokens`
 (or `max_texts`); a tenant whose text did not fit keeps its turn for the next pass. So a big batch
 is encoded a pass at a time, and another tenant's request joins the very next pass instead of
-waiting for the whole batch: a tenant waits at most one pass per other tenant's text.
+waiting for the whole batch (while more tenants wait than one pass holds texts, it joins one of
+the next few, in turn).
 
 The queue is bounded in input tokens not yet taken into a pass: all tenants together at most
-`max_tokens`, one tenant at most `max_tenant_tokens`. A request that would go past either is
-refused at once (`EngineOverloaded`: the server answers 429, the caller retries later or
-elsewhere), and one larger than a tenant's whole bound can never fit (`InvalidRequest`: 400,
-split it). A job whose caller has gone is `discard`ed: its texts not yet taken are dropped.
+`max_tokens`, one tenant at most `max_tenant_tokens`. Room is `reserve`d for a request before
+its texts are tokenized, from an upper bound of their tokens, so a request that would go past
+either bound is refused at once and costs no tokenizing (`EngineOverloaded`: the server answers
+429, the caller retries later or elsewhere); `push` then puts the real count in its place. A
+request larger than a tenant's whole bound can never fit (`InvalidRequest`: 400, split it). A
+job whose caller has gone is `discard`ed: its texts not yet taken are dropped.
 """
 
 from __future__ import annotations
@@ -74,27 +77,46 @@ class FairQueue:
     def tenant_tokens(self, tenant: str) -> int:
         return self._tenant_tokens.get(tenant, 0)
 
-    def push(self, job: Job) -> None:
-        """Queue `job` behind its tenant's earlier ones, or refuse it (nothing queued)."""
-        limits, cost = self.limits, job.num_tokens
-        if cost > limits.max_tenant_tokens:
+    def reserve(self, tenant: str, bound: int) -> int:
+        """Hold room for a request not yet tokenized, `bound` tokens at most, or refuse it at once;
+        returns what was held (`bound`, or the tenant's whole bound if larger: `push` then decides)."""
+        held = min(bound, self.limits.max_tenant_tokens)
+        self._check_room(tenant, held)
+        self._count(tenant, held)
+        return held
+
+    def release(self, tenant: str, held: int) -> None:
+        """Give back what `reserve` held for a request that will not be pushed."""
+        self._count(tenant, -held)
+
+    def push(self, job: Job, held: int = 0) -> None:
+        """Queue `job` behind its tenant's earlier ones in place of the `held` tokens reserved for it,
+        or refuse it (nothing changed: the caller still holds `held`)."""
+        limits = self.limits
+        if job.num_tokens > limits.max_tenant_tokens:
             raise InvalidRequest(
-                f"the input is {cost} tokens, more than one request may carry here ({limits.max_tenant_tokens}: "
-                "the backend's embedding_tenant_max_queued_tokens); send fewer or shorter texts per request"
+                f"the input is {job.num_tokens} tokens, more than one request may carry here "
+                f"({limits.max_tenant_tokens}: the backend's embedding_tenant_max_queued_tokens); send fewer or "
+                "shorter texts per request"
             )
-        tenant_tokens = self.tenant_tokens(job.tenant)
-        if tenant_tokens + cost > limits.max_tenant_tokens:
+        self._check_room(job.tenant, job.num_tokens - held)
+        self._tenants.setdefault(job.tenant, deque()).append(job)
+        self._count(job.tenant, job.num_tokens - held)
+
+    def _check_room(self, tenant: str, more: int) -> None:
+        if more <= 0:
+            return
+        limits, tenant_tokens = self.limits, self.tenant_tokens(tenant)
+        if tenant_tokens + more > limits.max_tenant_tokens:
             raise EngineOverloaded(
-                f"this tenant has {tenant_tokens} input tokens waiting to be encoded; {cost} more would pass its "
+                f"this tenant has {tenant_tokens} input tokens waiting to be encoded; {more} more would pass its "
                 f"bound of {limits.max_tenant_tokens}: retry once its earlier requests are answered"
             )
-        if self.num_waiting_tokens + cost > limits.max_tokens:
+        if self.num_waiting_tokens + more > limits.max_tokens:
             raise EngineOverloaded(
-                f"{self.num_waiting_tokens} input tokens are waiting to be encoded; {cost} more would pass the "
+                f"{self.num_waiting_tokens} input tokens are waiting to be encoded; {more} more would pass the "
                 f"queue's bound of {limits.max_tokens}: retry later or elsewhere"
             )
-        self._tenants.setdefault(job.tenant, deque()).append(job)
-        self._count(job.tenant, cost)
 
     def discard(self, job: Job) -> None:
         """Drop the texts of `job` not yet taken (its caller has gone)."""

@@ -75,3 +75,18 @@ def test_a_discarded_job_leaves_no_text_and_no_count_behind() -> None:
     assert queue.take() == [] and queue.num_waiting_tokens == 0 and queue.tenant_tokens("a") == 0
     queue.discard(gone)  # twice is harmless
     assert queue.num_tenants == 0
+
+
+def test_room_is_reserved_before_tokenizing_and_the_real_count_takes_its_place() -> None:
+    queue = FairQueue(QueueLimits(max_tokens=1000, max_tenant_tokens=300, budget_tokens=100))
+    held = queue.reserve("a", 250)  # an upper bound of the texts' tokens
+    with pytest.raises(EngineOverloaded, match="this tenant has 250"):
+        queue.reserve("a", 100)  # refused before its texts cost any tokenizing
+    queue.push(job("a", 40, 40), held)
+    assert queue.tenant_tokens("a") == 80 == queue.num_waiting_tokens
+    held = queue.reserve("b", 5000)  # more than a tenant's bound: held at the bound, the real count decides
+    assert held == 300
+    with pytest.raises(InvalidRequest):
+        queue.push(job("b", 301), held)
+    queue.release("b", held)  # refused: the caller gives its reservation back
+    assert queue.tenant_tokens("b") == 0 and queue.num_waiting_tokens == 80
