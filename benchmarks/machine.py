@@ -29,6 +29,14 @@ def machine(with_torch: bool = False) -> str:
     return text
 
 
+def rss_mb(pid: int) -> float:
+    """A process's resident memory now, in MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
 def process_cpu_s(pid: int) -> float:
     """User + system CPU seconds of a process (Linux /proc)."""
     return stat_cpu_s(Path(f"/proc/{pid}/stat"))

@@ -150,7 +150,7 @@ class Services:
             monitor,
             auth,
             generator,
-            Embedder(catalog, auth, metering, monitor, client, slots),
+            Embedder(catalog, auth, metering, monitor, client, slots, salts, limits.embedding_max_input_tokens),
             AdminService(store),
             AdminGuard(
                 http.admin_token.get_secret_value() if http.admin_token is not None else None,

@@ -95,15 +95,18 @@ class SentenceEncoder:
         return cls(name or directory.name, encoder, tokenizer, read_pooling(directory), has_normalize(directory),
                    limit, max_batch)
 
-    def count_tokens(self, texts: list[str]) -> list[int]:
-        return [len(e.ids) for e in self.tokenizer.encode_batch(texts)]
+    def tokenize(self, texts: list[str]) -> list[list[int]]:
+        """Each text's token ids, [CLS] and [SEP] included, truncated to `max_seq_length`."""
+        return [e.ids for e in self.tokenizer.encode_batch(texts)]
 
     def embed(self, texts: list[str]) -> Embeddings:
-        encodings = self.tokenizer.encode_batch(texts)
-        vectors = [self._embed_batch([e.ids for e in encodings[i : i + self.max_batch]])
-                   for i in range(0, len(encodings), self.max_batch)]
-        return Embeddings(torch.cat(vectors) if vectors else torch.empty(0, self.dimensions),
-                          [len(e.ids) for e in encodings])
+        ids = self.tokenize(texts)
+        return Embeddings(self.embed_ids(ids), [len(row) for row in ids])
+
+    def embed_ids(self, ids: list[list[int]]) -> Tensor:
+        """[len(ids), d]: one padded forward pass per `max_batch` texts."""
+        vectors = [self._embed_batch(ids[i : i + self.max_batch]) for i in range(0, len(ids), self.max_batch)]
+        return torch.cat(vectors) if vectors else torch.empty(0, self.dimensions)
 
     def _embed_batch(self, batch: list[list[int]]) -> Tensor:
         width = max(len(ids) for ids in batch)

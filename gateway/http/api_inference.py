@@ -20,6 +20,7 @@ from gateway.http.body import read_json_object
 from gateway.http.client_headers import metadata, session_id
 from gateway.http.envelopes import JSONBytes
 from gateway.http.listeners import listener_of
+from gateway.pipeline.embedding import Embedded
 from gateway.pipeline.embedding_input import MAX_TEXTS, parse_openai_embedding, parse_workers_ai_embedding
 from gateway.pipeline.generation import Generation
 from gateway.pipeline.model_schema import text_embeddings_schema, text_generation_schema
@@ -91,8 +92,9 @@ async def run_model(request: Request) -> Response:
     model = _model(request, principal, request.path_params["model"])
     if model.task == EMBEDDING_TASK:
         texts = parse_workers_ai_embedding(await _body(request))
-        embedded = await g.embedder.embed(_context(request, principal, model), texts)
-        request.state.backend = embedded.endpoint.id
+        embedded = await _embed(request, principal, model, texts)
+        if embedded is None:
+            return Response(status_code=render.CLIENT_CLOSED_REQUEST)
         return JSONBytes(envelopes.workers_ai_success(envelopes.workers_ai_embeddings(embedded.vectors)))
     inp = parse_workers_ai(await _body(request))
     generation = await g.generator.start(_context(request, principal, model), inp)
@@ -124,17 +126,27 @@ def _explained(request: Request, generation: Generation, response: Response) -> 
     return response
 
 
+async def _embed(request: Request, principal: Principal, model: ModelSpec, texts: tuple[str, ...]) -> Embedded | None:
+    """The vectors, or None when the client hung up first (the request is then cancelled: recorded `cancelled`
+    at no cost, its backend request closed)."""
+    work = services(request).embedder.embed(_context(request, principal, model), texts)
+    embedded = await render.unless_disconnected(work, request.receive)
+    if embedded is not None:
+        request.state.backend = embedded.endpoint.id
+    return embedded
+
+
 async def embeddings(request: Request) -> Response:
     """POST /client/v4/accounts/{account_id}/ai/v1/embeddings"""
-    g = services(request)
     principal = await _admitted(request)
     body = await _body(request)
     model = _model(request, principal, openai_model(body))
     if model.task != EMBEDDING_TASK:
         raise InvalidInput(f"{model.id} is a {model.task} model, not an embedding model", param="model")
     texts, encoding = parse_openai_embedding(body)
-    embedded = await g.embedder.embed(_context(request, principal, model), texts)
-    request.state.backend = embedded.endpoint.id
+    embedded = await _embed(request, principal, model, texts)
+    if embedded is None:
+        return Response(status_code=render.CLIENT_CLOSED_REQUEST)
     answer = envelopes.openai_embeddings(model.id, embedded.vectors, embedded.usage, base64=encoding == "base64")
     return JSONBytes(answer)
 

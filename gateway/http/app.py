@@ -22,6 +22,7 @@ from gateway.errors import AuthenticationFailed, GatewayError, NoRoute, ServiceU
 from gateway.http import api_admin, api_billing, api_inference
 from gateway.http.admin_guard import presented_bearer, token_matches
 from gateway.http.dashboard import dashboard_routes
+from gateway.http.dashboard.limits import TenantQueries
 from gateway.http.drain import Drain, DrainGate
 from gateway.http.envelopes import JSONBytes, error_response
 from gateway.http.hot_routes import ExceptionHandler, HotRoutes
@@ -160,6 +161,7 @@ def create_app(
     app.add_middleware(HotRoutes, routes=inference_routes(), handlers=handlers)  # innermost: past the gateway's middleware
     app.add_middleware(ListenerGate, split=settings.http.admin_port is not None)
     app.state.drain = drain = Drain(settings.http.shutdown_timeout_s)  # run by Listeners on SIGTERM
+    app.state.dashboard_queries = TenantQueries(settings.http.dashboard_max_concurrent_queries)
     app.add_middleware(DrainGate, drain=drain)
     app.add_middleware(RequestContextMiddleware, metrics=app_metrics, worker=settings.http.worker_index)
     return app

@@ -12,9 +12,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from contextlib import aclosing
-from typing import Any
+from typing import Any, TypeVar
 
 from starlette.responses import Response
 from starlette.types import Receive
@@ -28,6 +28,7 @@ from gateway.pipeline.generation import Generation
 from gateway.pipeline.schemas import GenerationInput
 from gateway.pipeline.tools import CallDelta, CallStream, ToolCall, ToolUse
 
+T = TypeVar("T")
 CLIENT_CLOSED_REQUEST = 499  # nginx's status for a client that left; nobody reads it, the logs do
 
 
@@ -37,23 +38,29 @@ async def _disconnected(receive: Receive) -> None:
         pass
 
 
-async def collect_or_cancel(generation: Generation, receive: Receive) -> str | None:
-    """The whole text, or None when the client disconnected first: the generation is then
-    cancelled (its backend stream closed, so the backend aborts) and settled as `cancelled`."""
-    collecting = asyncio.ensure_future(generation.collect())
+async def unless_disconnected(work: Coroutine[Any, Any, T], receive: Receive) -> T | None:
+    """`work`'s result, or None when the client disconnected first: `work` is then cancelled (which
+    closes its backend request, so the backend stops) and awaited, so its accounting is settled."""
+    working = asyncio.ensure_future(work)
     watching = asyncio.ensure_future(_disconnected(receive))
     try:
-        await asyncio.wait({collecting, watching}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait({working, watching}, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        for task in (watching, collecting):
+        for task in (watching, working):
             if not task.done():
                 task.cancel()
         await asyncio.gather(watching, return_exceptions=True)
-    if collecting.cancelled() or not collecting.done():
+    if working.cancelled() or not working.done():
         with contextlib.suppress(asyncio.CancelledError):
-            await collecting  # its text_batches() settle the accounting as `cancelled`
+            await working
         return None
-    return collecting.result()
+    return working.result()
+
+
+async def collect_or_cancel(generation: Generation, receive: Receive) -> str | None:
+    """The whole text, or None when the client disconnected first: the generation is then
+    cancelled (its backend stream closed, so the backend aborts) and settled as `cancelled`."""
+    return await unless_disconnected(generation.collect(), receive)
 
 
 def _usage(generation: Generation) -> Usage:

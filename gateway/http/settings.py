@@ -42,6 +42,9 @@ class HttpSettings(BaseModel):
     admin_max_failures: int = Field(default=10, ge=1)
     admin_failure_window_s: float = Field(default=60.0, gt=0)
     max_body_bytes: int = Field(default=1 << 20, ge=1024)  # larger bodies get 413 / code 3006
+    # Usage queries of one tenant's keys the dashboard API runs at once in this process; more get 429 / 3040
+    # (gateway/http/dashboard/limits.py). Each dashboard call also counts against the key's rpm.
+    dashboard_max_concurrent_queries: int = Field(default=2, ge=1)
     # SIGTERM / SIGINT: new requests get 503 while those in flight finish, for at most this long;
     # streams still open then are cut (and billed for what was generated) (gateway/http/drain.py)
     shutdown_timeout_s: float = Field(default=30.0, gt=0)

@@ -8,7 +8,8 @@ and refuse with 429 + Retry-After when used up, in two steps: `admit_request` co
 against requests-per-minute as soon as the key is known, before its body is read or parsed (so a
 request later refused as invalid still counts, and a key over its limit costs the gateway no
 parsing or tokenizing); `admit_tokens` counts its token estimate against tokens-per-minute once it
-is tokenized. `admit` does both at once.
+is tokenized. `admit` does both at once. The dashboard API counts its calls against the same
+requests-per-minute (`admit_key_request`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from gateway.context import Principal
 from gateway.errors import AccountMismatch, AuthenticationFailed, ModelNotAllowed, RateLimited, RequestTooLarge
 from gateway.store.base import Store
 from gateway.store.errors import TokensOverLimit
+from gateway.store.models import ApiKey
 
 
 def bearer_token(authorization: str | None) -> str | None:
@@ -51,21 +53,24 @@ class Authenticator:
 
     async def admit_request(self, principal: Principal) -> None:
         """Count one request against the key's requests-per-minute, or refuse it (nothing counted)."""
-        if principal.key.rpm is not None:
-            await self._consume(principal, principal.key.rpm, None, 0)
+        await self.admit_key_request(principal.key)
+
+    async def admit_key_request(self, key: ApiKey) -> None:
+        """As `admit_request`, for a caller that is not tied to an account (the dashboard API)."""
+        if key.rpm is not None:
+            await self._consume(key, key.rpm, None, 0)
 
     async def admit_tokens(self, principal: Principal, tokens_estimate: int) -> None:
         """Count the token estimate against the key's tokens-per-minute, or refuse it (nothing counted)."""
         if principal.key.tpm is not None:
-            await self._consume(principal, None, principal.key.tpm, tokens_estimate)
+            await self._consume(principal.key, None, principal.key.tpm, tokens_estimate)
 
     async def admit(self, principal: Principal, tokens_estimate: int) -> None:
         """Both limits in one atomic step (one request and its tokens), or refuse (nothing counted)."""
         if principal.key.rpm is not None or principal.key.tpm is not None:
-            await self._consume(principal, principal.key.rpm, principal.key.tpm, tokens_estimate)
+            await self._consume(principal.key, principal.key.rpm, principal.key.tpm, tokens_estimate)
 
-    async def _consume(self, principal: Principal, rpm: int | None, tpm: int | None, tokens_estimate: int) -> None:
-        key = principal.key
+    async def _consume(self, key: ApiKey, rpm: int | None, tpm: int | None, tokens_estimate: int) -> None:
         try:
             decision = await self.store.check_and_consume(key.id, rpm, tpm, tokens_estimate)
         except TokensOverLimit as exc:

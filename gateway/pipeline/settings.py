@@ -46,6 +46,9 @@ class LimitSettings(BaseModel):
     # A whole generation, from its arrival: a backend that trickles tokens, each within the read timeout,
     # is cut here (408 / 3007, or an error event once streaming; billed for what was generated).
     request_deadline_s: float = Field(default=600.0, gt=0)
+    # The most input tokens one embedding request may carry, counted as the gateway admits them before a
+    # backend encodes them: UTF-8 bytes + 2 per text (gateway/pipeline/embedding.py). More: 413 / 3006.
+    embedding_max_input_tokens: int = Field(default=131_072, ge=1)
     tokenizer_cache_dir: Path | None = Path.home() / ".cache" / "edgerun" / "tokenizers"
 
 

@@ -18,12 +18,13 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Container, Coroutine, Iterator
+from collections.abc import Callable, Container, Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+import httpx
 import pytest
 import structlog
 
@@ -281,13 +282,38 @@ def slow_stub_backend() -> Iterator[ChildProcess]:
 
 
 EMBEDDING_BACKEND_KEY = "embedding-backend-test-secret-0123456789"
+# The embedding backend's queue, small enough that a few requests reach its bounds: passes of 256
+# tokens (one text at all-MiniLM-L6-v2's 256-token limit), 4096 tokens waiting per tenant, 8192 in all.
+EMBEDDING_QUEUE = {"batch_tokens": 256, "tenant_max_queued_tokens": 4096, "max_queued_tokens": 8192}
+FULL_TEXT = "Café au lait, s'il vous plaît! 東京 " * 40  # truncated to all-MiniLM-L6-v2's 256 tokens: a pass each
+FULL_TOKENS = 256
+
+
+def embedding_metric(backend: ChildProcess, name: str) -> float:
+    """One sample of an embedding backend's /metrics, by name and labels (`..._texts_total{outcome="dropped"}`)."""
+    headers = {"authorization": f"Bearer {EMBEDDING_BACKEND_KEY}"}
+    text = httpx.get(f"{backend.url}/metrics", headers=headers, timeout=10).text
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
+    raise AssertionError(f"{name} not in /metrics:\n{text}")
+
+
+def wait_for(check: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.02)
 
 
 @pytest.fixture(scope="session")
 def embedding_backend() -> Iterator[ChildProcess]:
-    """One `edgerun backend --engine embedding` (all-MiniLM-L6-v2) for every test that needs one."""
+    """One `edgerun backend --engine embedding` (all-MiniLM-L6-v2, queue bounds EMBEDDING_QUEUE) for
+    every test that needs one."""
     options = ["--engine", "embedding", "--log-level", "warning"]
-    child = ChildProcess.spawn("embedding backend", "backend", options, env={"EDGERUN_API_KEY": EMBEDDING_BACKEND_KEY})
+    env = {"EDGERUN_API_KEY": EMBEDDING_BACKEND_KEY}
+    env.update({f"EDGERUN_EMBEDDING_{name.upper()}": str(value) for name, value in EMBEDDING_QUEUE.items()})
+    child = ChildProcess.spawn("embedding backend", "backend", options, env=env)
     try:
         child.wait_ready("/health", timeout_s=120)
         yield child

@@ -10,12 +10,15 @@
 
 Auth: `Authorization: Bearer <admin token>` sees every tenant and may filter by one (on the admin
 listener only, when the gateway has one; failures throttled like the admin API's); a tenant's API
-key sees its own tenant only, and asking for another is 403 (code 10000). Errors come in the
-Workers AI envelope.
+key sees its own tenant only, and asking for another is 403 (code 10000). A key's calls count
+against its requests per minute like its inference requests (429 / 3040 beyond), and one tenant
+runs at most `dashboard_max_concurrent_queries` usage queries at once (limits.py). Errors come in
+the Workers AI envelope.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from dataclasses import dataclass
@@ -28,6 +31,7 @@ from gateway.billing.prices import PriceHistory
 from gateway.billing.recompute import reprice
 from gateway.errors import AuthenticationFailed, InternalError, InvalidInput, TenantForbidden
 from gateway.http.admin_guard import token_matches
+from gateway.http.dashboard.limits import TenantQueries
 from gateway.http.dashboard.summary import BackendLive, ErrorCount, Live, UsageSummary, Window
 from gateway.http.envelopes import JSONBytes
 from gateway.http.listeners import accepts_admin_token, listener_of
@@ -68,6 +72,7 @@ async def dashboard_scope(request: Request) -> Scope:
         if admin_here:
             g.admin_guard.record_failure(client, listener_of(request.scope))  # a wrong admin token, as far as we know
         raise AuthenticationFailed("Authentication error: the token is neither the admin token nor a live API key")
+    await g.auth.admit_key_request(key)  # 429 once the key's requests per minute are used up
     return Scope(tenant_id=key.tenant_id, is_admin=False)
 
 
@@ -165,6 +170,14 @@ async def summarize(g: Services, window: Window, tenant: str | None, history: Pr
     return summary
 
 
+def running_query(request: Request, scope: Scope) -> contextlib.AbstractContextManager[None]:
+    """One of the tenant's concurrent query slots (429 when they are all taken); none for the admin."""
+    if scope.tenant_id is None:
+        return contextlib.nullcontext()
+    queries: TenantQueries = request.app.state.dashboard_queries
+    return queries.slot(scope.tenant_id)
+
+
 async def usage(request: Request) -> Response:
     g: Services = request.app.state.services
     scope = await dashboard_scope(request)
@@ -174,7 +187,8 @@ async def usage(request: Request) -> Response:
         history = PriceHistory.from_config(g.settings.billing.prices, g.settings.billing.price_history)
     except PricingError as exc:
         raise InternalError(f"the price configuration is invalid: {exc}") from exc
-    summary = await summarize(g, window, tenant, history)
+    with running_query(request, scope):
+        summary = await summarize(g, window, tenant, history)
     body = summary.to_json(await live_view(g, scope), tenant=tenant, is_admin=scope.is_admin)
     return JSONBytes(body, headers=NO_STORE)
 

@@ -1,4 +1,5 @@
-"""The dashboard's JSON API over HTTP: who may see what, and the numbers of known ledger rows.
+"""The dashboard's JSON API over HTTP: who may see what, the numbers of known ledger rows, and what
+a tenant's key may spend on it (its requests per minute, concurrent queries).
 
 A real gateway (in-process, on a loopback port, no backends needed) with records written to its
 ledger through the store; the browser test (test_browser.py) drives real requests end to end.
@@ -6,6 +7,7 @@ ledger through the store; the browser test (test_browser.py) drives real request
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -14,6 +16,7 @@ import httpx
 import pytest
 
 from gateway.billing.prices import DEFAULT_PRICE_VERSION
+from gateway.http.dashboard.limits import TenantQueries
 from tests.gateway.dashboard.records import record
 from tests.gateway.fixtures_e2e import ADMIN_TOKEN, InProcessGateway, gateway_settings
 
@@ -124,3 +127,43 @@ def test_times_outside_the_storable_range_are_400_not_500(dash: tuple[InProcessG
         assert message.startswith(f"{name}=") and "1970-01-01 to 9999-12-31" in message
     edge = get(gw, "/dashboard/api/usage", ADMIN, **{"from": "253402297200", "to": "253402300799"})
     assert edge.status_code == 200 and edge.json()["totals"]["requests"] == 0
+
+
+def test_a_keys_dashboard_calls_count_against_its_requests_per_minute(
+    dash: tuple[InProcessGateway, dict[str, str]],
+) -> None:
+    gw, _ = dash
+    key = bearer(gw.new_key("acme", "acc-acme", rpm=2))
+    assert get(gw, "/dashboard/api/tenants", key).status_code == 200
+    assert get(gw, "/dashboard/api/usage", key).status_code == 200
+    refused = get(gw, "/dashboard/api/usage", key)
+    assert refused.status_code == 429 and refused.json()["errors"][0]["code"] == 3040
+    assert "2 requests per minute" in refused.text and float(refused.headers["retry-after"]) > 0
+    inference = httpx.post(f"{gw.url}/client/v4/accounts/acc-acme/ai/run/@cf/any", json={}, headers=key, timeout=10)
+    assert inference.status_code == 429 and "Rate limited" in inference.text  # one window for both
+    assert get(gw, "/dashboard/api/usage", ADMIN).status_code == 200  # the admin token is no key
+
+
+def test_a_tenant_runs_a_bounded_number_of_usage_queries_at_once(dash: tuple[InProcessGateway, dict[str, str]]) -> None:
+    gw, keys = dash
+    queries: TenantQueries = gw.app.state.dashboard_queries
+    held = contextlib.ExitStack()
+
+    async def occupy() -> None:  # as if the tenant's queries were scanning the ledger now
+        for _ in range(gw.settings.http.dashboard_max_concurrent_queries):
+            held.enter_context(queries.slot("other"))
+
+    async def release() -> None:
+        held.close()
+
+    gw.call(occupy())
+    try:
+        refused = get(gw, "/dashboard/api/usage", bearer(keys["other"]))
+        assert refused.status_code == 429 and refused.json()["errors"][0]["code"] == 3040
+        assert "dashboard_max_concurrent_queries" in refused.text and refused.headers["retry-after"]
+        assert get(gw, "/dashboard/api/usage", bearer(keys["acme"])).status_code == 200  # another tenant's
+        assert get(gw, "/dashboard/api/usage", ADMIN, tenant="other").status_code == 200  # the operator's
+    finally:
+        gw.call(release())
+    assert get(gw, "/dashboard/api/usage", bearer(keys["other"])).status_code == 200
+    assert queries.running("other") == 0

@@ -65,8 +65,9 @@
       await refresh();
       startLive();
     } catch (error) {
-      // Keep the token only when the gateway itself failed (5xx): a retry may work then.
-      if (!(error.status >= 500)) sessionStorage.removeItem(TOKEN_KEY);
+      // Keep the token only when a retry may work: the gateway itself failed (5xx) or the key is over
+      // its requests per minute (429).
+      if (!(error.status >= 500 || error.status === 429)) sessionStorage.removeItem(TOKEN_KEY);
       showLogin(error.message);
     }
   }
