@@ -4,6 +4,7 @@
     ├── InvalidInput           5004  400  a field is missing, of the wrong type or out of range
     ├── IncompleteRequest      3003  400  no body, or a body that is not a JSON object
     ├── NoSuchModel            5007  400  the model id is not in the catalog
+    ├── ModelNotFound          5007  404  GET .../ai/v1/models/{model}: no such model, or not this key's
     ├── AuthenticationFailed  10000  401  missing, unknown or revoked API key
     ├── AccountMismatch       10000  403  the key's tenant does not own the account in the URL
     ├── TenantForbidden       10000  403  a tenant's key asked for another tenant's figures (dashboard)
@@ -53,6 +54,10 @@ class IncompleteRequest(GatewayError):
 
 class NoSuchModel(GatewayError):
     code, status, openai_type = 5007, 400, "invalid_request_error"
+
+
+class ModelNotFound(GatewayError):
+    code, status, openai_type = 5007, 404, "invalid_request_error"
 
 
 class AuthenticationFailed(GatewayError):

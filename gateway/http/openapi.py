@@ -259,6 +259,13 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
         "Workers AI: a model's input and output JSON Schemas",
         params=(ACCOUNT_ID, {**_query("model", "A model id."), "required": True}),
     ),
+    (f"{ACCOUNT}/ai/v1/models", "get"): _operation(
+        "OpenAI-compatible model list: the models and aliases this key may use", params=(ACCOUNT_ID,), openai=True
+    ),
+    (f"{ACCOUNT}/ai/v1/models/{{model}}", "get"): _operation(
+        "OpenAI-compatible model retrieval (404 for a model this key may not use)",
+        params=(ACCOUNT_ID, _path_param("model", "A model id or alias.")), openai=True,
+    ),
     ("/admin/v1/tenants", "post"): _operation("Create a tenant", security="adminToken", body=TENANT_BODY, ok="201"),
     ("/admin/v1/tenants", "get"): _operation("List tenants", security="adminToken"),
     ("/admin/v1/tenants/{tenant_id}/keys", "post"): _operation(

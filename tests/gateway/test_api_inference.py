@@ -179,6 +179,24 @@ def test_model_search(gateway: InProcessGateway, keys: dict[str, str]) -> None:
     assert {"property_id": "alias_of", "value": DEFAULT_MODEL_ID} in body["result"][1]["properties"]
 
 
+def test_the_openai_model_list_names_what_the_key_may_use(oai: openai.OpenAI, gateway: InProcessGateway) -> None:
+    """`models.list()` (what chat UIs and eval harnesses probe first) and `models.retrieve()` of the openai SDK."""
+    listed = {m.id: m for m in oai.models.list()}
+    assert set(listed) == {DEFAULT_MODEL_ID, SINGLE_MODEL_ID, LLAMA_ALIAS}  # the alias is a model to the client
+    assert listed[LLAMA_ALIAS].object == "model" and listed[LLAMA_ALIAS].owned_by == "huggingface"
+    assert listed[DEFAULT_MODEL_ID].created > 0
+    assert oai.models.retrieve(LLAMA_ALIAS).id == LLAMA_ALIAS
+    with pytest.raises(openai.NotFoundError):
+        oai.models.retrieve("@cf/meta/no-such-model")
+    limited = openai.OpenAI(api_key=gateway.new_key("ta", "acc-a", allowed_models=[SINGLE_MODEL_ID]),
+                            base_url=str(oai.base_url), max_retries=0)
+    assert [m.id for m in limited.models.list()] == [SINGLE_MODEL_ID]
+    with pytest.raises(openai.NotFoundError):  # as if it did not exist: a key learns nothing of other models
+        limited.models.retrieve(DEFAULT_MODEL_ID)
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(api_key="edg_" + "1" * 48, base_url=str(oai.base_url), max_retries=0).models.list()
+
+
 def test_an_alias_runs_its_model_and_bills_it(
     oai: openai.OpenAI, gateway: InProcessGateway, keys: dict[str, str]
 ) -> None:
