@@ -132,6 +132,30 @@ def test_openai_chat_stream_with_usage(oai: openai.OpenAI) -> None:
     assert all(c.usage is None for c in chunks[:-1])
 
 
+COUNT = [{"role": "user", "content": "List the days of the week."}]
+
+
+def test_stop_strings_end_the_answer_before_them_on_both_apis_streamed_or_not(
+    oai: openai.OpenAI, gateway: InProcessGateway, keys: dict[str, str]
+) -> None:
+    """The backend stops at the first stop string and never sends it (greedy decoding: the same tokens up to it)."""
+    full = post(gateway, keys["a"], {"messages": COUNT, "max_tokens": 24, "temperature": 0}).json()["result"]["response"]
+    stop = full.split()[-3]  # a word from the middle of the answer
+    cut = full[: full.index(stop)]
+    assert cut and len(cut) < len(full)
+    body = {"messages": COUNT, "max_tokens": 24, "temperature": 0, "stop": [stop, "never-written"]}
+    assert post(gateway, keys["a"], body).json()["result"]["response"] == cut
+    events = sse_payloads(post(gateway, keys["a"], {**body, "stream": True}).text)
+    assert "".join(e["response"] for e in events) == cut
+    answer = oai.chat.completions.create(model=DEFAULT_MODEL_ID, messages=COUNT, max_tokens=24, temperature=0,
+                                         stop=stop)
+    assert (answer.choices[0].message.content, answer.choices[0].finish_reason) == (cut, "stop")
+    chunks = list(oai.chat.completions.create(model=DEFAULT_MODEL_ID, messages=COUNT, max_tokens=24,
+                                              temperature=0, stop=[stop], stream=True))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == cut
+    assert chunks[-1].choices[0].finish_reason == "stop"
+
+
 def test_openai_completions(oai: openai.OpenAI) -> None:
     answer = oai.completions.create(model=DEFAULT_MODEL_ID, prompt="The sky is", max_tokens=5)
     assert answer.object == "text_completion" and answer.choices[0].text
