@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+import httpx
 import pytest
 import structlog
 
@@ -97,6 +98,19 @@ def running_tiny_backend(name: str, *flags: str, env: dict[str, str] | None = No
         yield process
     finally:
         process.stop()
+
+
+@contextlib.contextmanager
+def held_stream(url: str, secret: str, body: dict[str, Any]) -> Iterator[None]:
+    """A streamed request to `url`, held open (its first chunk read) until the block ends, then abandoned."""
+    with httpx.stream("POST", url, json={**body, "stream": True}, headers={"authorization": f"Bearer {secret}"},
+                      timeout=60) as response:
+        assert response.status_code == 200
+        lines = response.iter_lines()  # kept referenced: a collected iterator closes the connection
+        for line in lines:
+            if line.startswith("data: {"):
+                break
+        yield
 
 
 @dataclass

@@ -16,7 +16,13 @@ import openai
 import pytest
 
 from gateway.errors import BUSY_MESSAGE
-from tests.gateway.fixtures_e2e import BackendProcess, InProcessGateway, gateway_settings, running_tiny_backend
+from tests.gateway.fixtures_e2e import (
+    BackendProcess,
+    InProcessGateway,
+    gateway_settings,
+    held_stream,
+    running_tiny_backend,
+)
 
 pytestmark = pytest.mark.slow
 TINY = "@cf/test/tiny"  # served by the one-seat backend only
@@ -56,18 +62,10 @@ def post(gw: InProcessGateway, account: str, secret: str, body: dict[str, Any], 
                       headers={"authorization": f"Bearer {secret}"}, timeout=60)
 
 
-@contextlib.contextmanager
-def held_stream(gw: InProcessGateway, account: str, secret: str) -> Iterator[None]:
-    """A long stream holding the backend's one seat (first chunk read) until the block ends, then abandoned."""
-    body = {"prompt": "hello", "raw": True, "max_tokens": 3000, "stream": True, "temperature": 0}
-    with httpx.stream("POST", run_url(gw, account), json=body, headers={"authorization": f"Bearer {secret}"},
-                      timeout=60) as response:
-        assert response.status_code == 200
-        lines = response.iter_lines()  # kept referenced: a collected iterator closes the connection
-        for line in lines:
-            if line.startswith("data: {"):
-                break
-        yield
+def holding_the_seat(gw: InProcessGateway, account: str, secret: str) -> contextlib.AbstractContextManager[None]:
+    """A long stream holding the one-seat backend's seat until the block ends."""
+    return held_stream(run_url(gw, account), secret, {"prompt": "hello", "raw": True, "max_tokens": 3000,
+                                                       "temperature": 0})
 
 
 def assert_busy_at_once(answer: httpx.Response, started: float) -> None:
@@ -82,7 +80,7 @@ def test_every_backend_at_its_running_batch_answers_busy_at_once_where_others_wa
     secret = gateway.new_key("t-busy", "acc-busy")
     oai = openai.OpenAI(api_key=secret, base_url=f"{gateway.url}/client/v4/accounts/acc-busy/ai/v1", max_retries=0)
     with ThreadPoolExecutor(1) as pool:
-        with held_stream(gateway, "acc-busy", secret):
+        with holding_the_seat(gateway, "acc-busy", secret):
             started = time.perf_counter()
             answer = post(gateway, "acc-busy", secret, BUSY)
             assert_busy_at_once(answer, started)
@@ -110,7 +108,7 @@ def test_a_tenant_at_its_concurrency_limit_answers_busy_at_once(gateway: InProce
     assert gateway.store is not None
     gateway.call(gateway.store.create_tenant("t-one", ["acc-one"], tenant_id="t-one", max_concurrent_requests=1))
     secret = gateway.new_key("t-one", "acc-one")
-    with held_stream(gateway, "acc-one", secret):
+    with holding_the_seat(gateway, "acc-one", secret):
         started = time.perf_counter()
         answer = post(gateway, "acc-one", secret, {"messages": None, **BUSY})
         assert_busy_at_once(answer, started)
