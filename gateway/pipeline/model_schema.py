@@ -180,7 +180,9 @@ OUTPUT: dict[str, Any] = {
 
 def text_generation_schema() -> dict[str, Any]:
     """Workers AI's `{input, output}` for a text-generation model served here."""
-    return {"input": {"type": "object", "oneOf": [PROMPT_INPUT, MESSAGES_INPUT]}, "output": OUTPUT}
+    described = {"description": "A prompt or a conversation, with how to sample the answer.",
+                 "additionalProperties": True}  # other fields: ignored or refused by name, never forbidden
+    return {"input": {"type": "object", **described, "oneOf": [PROMPT_INPUT, MESSAGES_INPUT]}, "output": OUTPUT}
 
 
 def text_embeddings_schema(max_texts: int) -> dict[str, Any]:
@@ -189,6 +191,8 @@ def text_embeddings_schema(max_texts: int) -> dict[str, Any]:
     return {
         "input": {
             "type": "object",
+            "description": "The text or texts to embed.",
+            "additionalProperties": True,
             "properties": {
                 "text": {
                     "oneOf": [text, {"type": "array", "items": text, "minItems": 1, "maxItems": max_texts}],
