@@ -4,6 +4,7 @@
     ├── InvalidInput           5004  400  a field is missing, of the wrong type or out of range
     ├── IncompleteRequest      3003  400  no body, or a body that is not a JSON object
     ├── NoSuchModel            5007  400  the model id is not in the catalog
+    ├── ModelNotFound          5007  404  GET .../ai/v1/models/{model}: no such model, or not this key's
     ├── AuthenticationFailed  10000  401  missing, unknown or revoked API key
     ├── AccountMismatch       10000  403  the key's tenant does not own the account in the URL
     ├── TenantForbidden       10000  403  a tenant's key asked for another tenant's figures (dashboard)
@@ -13,7 +14,8 @@
     ├── RateLimited            3040  429  the key's requests/tokens per minute are used up (Retry-After)
     ├── BudgetExhausted        3036  429  the tenant's monthly budget is spent
     ├── OutOfCapacity          3040  429  no backend could take the request (all down or overloaded,
-    │                                     or this gateway's backend_max_connections are all open)
+    │                                     or this gateway's backend_max_connections are all open);
+    │                                     `busy()`: one with options.rejectIfBusy could not start at once
     ├── ConcurrencyLimited     3040  429  the tenant's requests in flight are at its limit (Retry-After)
     ├── NoRoute                7000  404  no such path (405: the path exists, not with this method)
     ├── InternalError          3043  500  a bug or an upstream answer we cannot interpret
@@ -55,6 +57,10 @@ class NoSuchModel(GatewayError):
     code, status, openai_type = 5007, 400, "invalid_request_error"
 
 
+class ModelNotFound(GatewayError):
+    code, status, openai_type = 5007, 404, "invalid_request_error"
+
+
 class AuthenticationFailed(GatewayError):
     code, status, openai_type = 10000, 401, "authentication_error"
 
@@ -93,6 +99,14 @@ class OutOfCapacity(GatewayError):
 
 class ConcurrencyLimited(GatewayError):
     code, status, openai_type = 3040, 429, "rate_limit_error"
+
+
+BUSY_MESSAGE = "Capacity temporarily exceeded, please try again."  # Workers AI's words for rejectIfBusy
+
+
+def busy(retry_after_s: float | None = None) -> OutOfCapacity:
+    """The answer to a request with `options.rejectIfBusy` that could not start at once."""
+    return OutOfCapacity(BUSY_MESSAGE, retry_after_s=retry_after_s or 1.0)
 
 
 class InternalError(GatewayError):

@@ -28,7 +28,8 @@ def locust_command(host: str, admin_token: str, args: argparse.Namespace) -> lis
         "-u", str(args.users), "-r", str(args.spawn_rate), "-t", args.run_time,
         "--stop-timeout", str(args.stop_timeout),
         "--host", host, "--csv", str(out / "locust"), "--html", str(out / "locust.html"), "--only-summary",
-        "--edgerun-admin-token", admin_token, "--edgerun-tenants", args.tenants,
+        # one argument: a token that starts with "-" would be read as a flag (secrets.token_urlsafe can make one)
+        f"--edgerun-admin-token={admin_token}", "--edgerun-tenants", args.tenants,
         "--edgerun-max-tokens", str(args.max_tokens), "--edgerun-agent-turns", args.agent_turns,
         "--edgerun-summary", str(out / "summary.json"), *args.locust_args,
     ]

@@ -35,6 +35,7 @@ from backends.client.errors import (
 from backends.client.http import HTTPTransport, Response, TransportError, TransportTimeout
 from backends.client.sse import SSEDecoder
 from backends.client.types import CompletionChunk, ContextAnswer, Endpoint
+from contracts.reject_if_busy import REJECT_IF_BUSY_HEADER
 from contracts.request_id import REQUEST_ID_HEADER
 from contracts.tokenizer import TOKENIZER_PATH, TokenizerPayload
 from contracts.usage import Usage
@@ -110,19 +111,21 @@ class BackendClient:
             await batches.aclose()
 
     async def stream_completion_batches(
-        self, endpoint: Endpoint, body: dict[str, Any], request_id: str | None = None
+        self, endpoint: Endpoint, body: dict[str, Any], request_id: str | None = None, *, reject_if_busy: bool = False
     ) -> AsyncGenerator[list[CompletionChunk], None]:
         """`stream_completion`'s chunks, a list of them per read of the response body (never empty):
         the events that arrived together, handed on in one step instead of one generator step per
         token in every layer above (the gateway's generation and its renderers take them the same way).
-        A bad event raises after the good ones before it were yielded, as one at a time would."""
+        A bad event raises after the good ones before it were yielded, as one at a time would.
+        `reject_if_busy`: ask the backend for 429 rather than a place in its queue (contracts/reject_if_busy.py)."""
         # continuous_usage_stats (vLLM's extension, also spoken by our backend): the usage so far
         # rides on every chunk, so a stream that ends early still knows its cached prompt tokens
         stream_options = {**(body.get("stream_options") or {}), "include_usage": True, "continuous_usage_stats": True}
         payload = _json_bytes(endpoint.shape({**body, "stream": True, "stream_options": stream_options}))
         with self._open_slot():
             deadline = asyncio.get_running_loop().time() + self.first_byte_timeout_s
-            response = await self._send_before_first_byte(endpoint, "/v1/completions", payload, deadline, request_id)
+            headers = _headers(request_id, reject_if_busy)
+            response = await self._send_before_first_byte(endpoint, "/v1/completions", payload, deadline, headers)
             events = _Events(response.iter_bytes())
             try:
                 is_first = True
@@ -159,7 +162,7 @@ class BackendClient:
         payload = endpoint.shape(payload)
         with self._open_slot():
             response = await self._exchange(
-                endpoint, "POST", "/v1/completions", _json_bytes(payload), self._read_timeout_s, request_id
+                endpoint, "POST", "/v1/completions", _json_bytes(payload), self._read_timeout_s, _headers(request_id)
             )
         try:
             answer = response.json()
@@ -179,7 +182,7 @@ class BackendClient:
         """POST /v1/embeddings (OpenAI's and vLLM's shape); returns the vectors in input order and usage."""
         with self._open_slot():
             response = await self._exchange(
-                endpoint, "POST", "/v1/embeddings", _json_bytes(body), self._read_timeout_s, request_id
+                endpoint, "POST", "/v1/embeddings", _json_bytes(body), self._read_timeout_s, _headers(request_id)
             )
         try:
             answer = response.json()
@@ -190,7 +193,9 @@ class BackendClient:
                 f"{endpoint.id} answered /v1/embeddings with a malformed body", endpoint_id=endpoint.id, answered=True
             ) from exc
 
-    async def context(self, endpoint: Endpoint, body: dict[str, Any], request_id: str | None = None) -> ContextAnswer:
+    async def context(
+        self, endpoint: Endpoint, body: dict[str, Any], request_id: str | None = None, *, reject_if_busy: bool = False
+    ) -> ContextAnswer:
         """The context step of disaggregated serving: POST /v1/completions with `disaggregated_params:
         {request_type: context_only}`, never streamed (trtllm-serve's protocol). Bounded by the
         first-byte timeout: nothing has reached the client yet, so the caller may still fail over."""
@@ -199,7 +204,8 @@ class BackendClient:
         payload = endpoint.shape(payload)
         with self._open_slot():
             response = await self._exchange(
-                endpoint, "POST", "/v1/completions", _json_bytes(payload), self.first_byte_timeout_s, request_id
+                endpoint, "POST", "/v1/completions", _json_bytes(payload), self.first_byte_timeout_s,
+                _headers(request_id, reject_if_busy),
             )
         try:
             return ContextAnswer.from_json(response.json())
@@ -216,6 +222,7 @@ class BackendClient:
         request_id: str | None = None,
         *,
         may_try: Callable[[Endpoint], bool] | None = None,
+        reject_if_busy: bool = False,
     ) -> tuple[Endpoint, AsyncGenerator[list[CompletionChunk], None]]:
         """Open a stream on the first endpoint that produces a first chunk, trying them in order;
         the stream yields `stream_completion_batches`' lists of chunks.
@@ -234,7 +241,7 @@ class BackendClient:
         for endpoint in endpoints:
             if may_try is not None and not may_try(endpoint):
                 continue  # e.g. a backend on trial that already has its one trial request
-            stream = self.stream_completion_batches(endpoint, body, request_id)
+            stream = self.stream_completion_batches(endpoint, body, request_id, reject_if_busy=reject_if_busy)
             try:
                 first = await anext(stream)
             except (BackendUnavailable, BackendTimeout, BackendOverloaded) as exc:
@@ -342,13 +349,11 @@ class BackendClient:
         path: str,
         body: bytes | None,
         timeout_s: float,
-        request_id: str | None = None,
+        headers: dict[str, str] | None = None,
     ) -> Response:
         """One whole request and answer (each wait bounded by `timeout_s`); raises on a 4xx/5xx."""
         try:
-            response = await self._http.request(
-                method, endpoint.url(path), body, timeout_s=timeout_s, headers=_id_header(request_id)
-            )
+            response = await self._http.request(method, endpoint.url(path), body, timeout_s=timeout_s, headers=headers)
             try:
                 await response.read()
             finally:
@@ -367,12 +372,12 @@ class BackendClient:
             raise BackendUnavailable(message, endpoint_id=endpoint.id) from exc
 
     async def _send_before_first_byte(
-        self, endpoint: Endpoint, path: str, body: bytes, deadline: float, request_id: str | None
+        self, endpoint: Endpoint, path: str, body: bytes, deadline: float, headers: dict[str, str] | None
     ) -> Response:
         try:
             async with asyncio.timeout_at(deadline):
                 response = await self._http.request(
-                    "POST", endpoint.url(path), body, timeout_s=self._read_timeout_s, headers=_id_header(request_id)
+                    "POST", endpoint.url(path), body, timeout_s=self._read_timeout_s, headers=headers
                 )
         except TransportError as exc:
             _raise_transport_error(endpoint, exc)
@@ -486,8 +491,11 @@ async def _ready(batch: Batch) -> Batch:
     return batch
 
 
-def _id_header(request_id: str | None) -> dict[str, str] | None:
-    return {REQUEST_ID_HEADER: request_id} if request_id else None
+def _headers(request_id: str | None, reject_if_busy: bool = False) -> dict[str, str] | None:
+    headers = {REQUEST_ID_HEADER: request_id} if request_id else {}
+    if reject_if_busy:
+        headers[REJECT_IF_BUSY_HEADER] = "1"
+    return headers or None
 
 
 def _parse_event(endpoint: Endpoint, data: str, is_first: bool) -> dict[str, Any]:

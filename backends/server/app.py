@@ -43,7 +43,8 @@ async def _client_gone(request: Request, exc: Exception) -> Response:
 
 def create_app(settings: BackendSettings, engine: Engine | None = None) -> Starlette:
     """The backend app for `settings`; pass `engine` to host an already built one (not started)."""
-    state = BackendState(settings, Admission(max_in_flight=engine_concurrency(settings) + settings.max_queue))
+    running = engine_concurrency(settings)
+    state = BackendState(settings, Admission(max_in_flight=running + settings.max_queue, max_running=running))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

@@ -71,14 +71,15 @@ def check_role(state: BackendState, params: DisaggregatedParams | None) -> None:
 
 async def context_step(
     state: BackendState, renderer: Renderer, params: DisaggregatedParams, prompt_ids: list[int],
-    sampling: SamplingParams, cache_salt: str | None, return_token_ids: bool,
+    sampling: SamplingParams, cache_salt: str | None, return_token_ids: bool, *, may_queue: bool = True,
 ) -> Response:
     """Prefill, sample the first token, pin the blocks; answer with what the decode side needs."""
     assert state.kv is not None
     is_last_token = sampling.max_tokens == 1
     first_only = dataclasses.replace(sampling, max_tokens=1)
     generation = await state.service.start(
-        renderer.kind, renderer.request_id, prompt_ids, first_only, cache_salt, pin_kv=not is_last_token
+        renderer.kind, renderer.request_id, prompt_ids, first_only, cache_salt, pin_kv=not is_last_token,
+        may_queue=may_queue,
     )
     try:
         completion = await generation.collect()
@@ -108,7 +109,7 @@ async def context_step(
 
 async def start_generation_step(
     state: BackendState, route: Kind, request_id: str, params: DisaggregatedParams, prompt_ids: list[int],
-    sampling: SamplingParams, cache_salt: str | None,
+    sampling: SamplingParams, cache_salt: str | None, *, may_queue: bool = True,
 ) -> Generation:
     """Admit a generation step; its first output (the context step's token) arrives once the KV is in."""
     kv = state.kv
@@ -140,7 +141,9 @@ async def start_generation_step(
     def submit(request: GenerationRequest) -> AsyncIterator[GenerationOutput]:
         return engine.generate_imported(request, first_token, fill)
 
-    return await state.service.start(route, request_id, prompt_ids, sampling, cache_salt, submit=submit)
+    return await state.service.start(
+        route, request_id, prompt_ids, sampling, cache_salt, submit=submit, may_queue=may_queue
+    )
 
 
 def context_params(body: SamplingFields) -> DisaggregatedParams | None:

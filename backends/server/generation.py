@@ -149,13 +149,15 @@ class GenerationService:
         *,
         pin_kv: bool = False,
         submit: Callable[[GenerationRequest], AsyncIterator[GenerationOutput]] | None = None,
+        may_queue: bool = True,
     ) -> Generation:
         """Admit and submit the request and wait for its first output (raises APIError).
 
         `pin_kv`: a context step (its KV is pinned if it stops at its budget); `submit` replaces
-        `engine.generate` (a generation step that imports its KV)."""
+        `engine.generate` (a generation step that imports its KV); `may_queue`: False refuses the
+        request (429) unless it runs at once (admission.py)."""
         try:
-            self.admission.admit(request_id)
+            self.admission.admit(request_id, may_queue=may_queue)
         except APIError as exc:
             self.metrics.requests.labels(route, outcome_of(exc)).inc()
             raise

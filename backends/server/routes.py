@@ -21,6 +21,7 @@ from backends.server.openai import Kind, Renderer
 from backends.server.protocol import ChatCompletionRequest, CompletionRequest, SamplingFields
 from backends.server.state import BackendState
 from backends.server.tokenizer_route import ROUTE as TOKENIZER_ROUTE
+from contracts.reject_if_busy import REJECT_IF_BUSY_HEADER
 from contracts.request_id import REQUEST_ID_HEADER, is_valid
 from contracts.sse import DONE, EventStream, event
 
@@ -92,17 +93,20 @@ async def _generate(
     request_id = engine_request_id(request, prefix, state)
     renderer = Renderer(request_id, state.model_name, kind, return_token_ids=body.return_token_ids)
     sampling = body.sampling_params(max_tokens)
+    may_queue = request.headers.get(REJECT_IF_BUSY_HEADER) != "1"  # contracts/reject_if_busy.py
     if params is not None and params.request_type == "context_only":  # answered at once, never streamed
         context = disagg.context_step(
-            state, renderer, params, prompt_ids, sampling, body.cache_salt, body.return_token_ids
+            state, renderer, params, prompt_ids, sampling, body.cache_salt, body.return_token_ids, may_queue=may_queue
         )
         return await until_disconnect(request.receive, context)
     if params is not None:  # generation_only
         start = disagg.start_generation_step(
-            state, kind, renderer.request_id, params, prompt_ids, sampling, body.cache_salt
+            state, kind, renderer.request_id, params, prompt_ids, sampling, body.cache_salt, may_queue=may_queue
         )
     else:
-        start = state.service.start(kind, renderer.request_id, prompt_ids, sampling, body.cache_salt)
+        start = state.service.start(
+            kind, renderer.request_id, prompt_ids, sampling, body.cache_salt, may_queue=may_queue
+        )
     generation = await until_disconnect(request.receive, start)
     if body.stream:
         return EventStream(

@@ -29,11 +29,12 @@ maps a public name onto a catalog id (`model_aliases` in the settings):
 
 A request naming an alias runs, is authorised, priced and recorded as the model it names; answers
 carry the served id (as OpenAI answers `gpt-4o` with the dated model that ran). `models/search`
-lists each alias with an `alias_of` property.
+lists each alias with an `alias_of` property; OpenAI's `GET /v1/models` lists aliases as models.
 """
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -171,6 +172,7 @@ class Catalog:
     models: tuple[ModelSpec, ...]
     backends: tuple[BackendSpec, ...]
     aliases: Mapping[str, str] = field(default_factory=dict)  # public name -> catalog model id
+    loaded_at: int = field(default_factory=lambda: int(time.time()), compare=False)  # OpenAI's model `created`
     # each model's endpoints, built once: every request asks for them
     _endpoints: Mapping[str, tuple[Endpoint, ...]] = field(init=False, repr=False, compare=False)
 
@@ -219,6 +221,16 @@ class Catalog:
     def all_endpoints(self) -> list[Endpoint]:
         return [b.endpoint() for b in self.backends]
 
+    def names(self) -> list[tuple[str, ModelSpec]]:
+        """Every name a client may send, with the model it runs: the catalog ids, then the aliases."""
+        return [(model.id, model) for model in self.models] + [(alias, self.get(alias)) for alias in self.aliases]
+
+    def openai_model(self, name: str) -> dict[str, Any]:
+        """OpenAI's model object for `name` (an id or an alias), owned by the served model's author."""
+        model = self.get(name)
+        owner = model.author or _author(model.id) or "edgerun"
+        return {"id": name, "object": "model", "created": self.loaded_at, "owned_by": owner}
+
     def search(
         self, *, search: str | None = None, task: str | None = None, author: str | None = None
     ) -> list[dict[str, Any]]:
@@ -228,9 +240,7 @@ class Catalog:
         name, so they are stable across restarts and gateways.
         """
         found = []
-        names = [(model.id, model) for model in self.models]
-        names += [(alias, self.get(alias)) for alias in self.aliases]
-        for name, model in names:
+        for name, model in self.names():
             description = model.description if name == model.id else f"Alias of {model.id}. {model.description}"
             if search and search.lower() not in f"{name} {description}".lower():
                 continue

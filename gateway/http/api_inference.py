@@ -1,4 +1,4 @@
-"""Inference endpoints: Workers AI `ai/run`, the OpenAI-compatible routes, and model search.
+"""Inference endpoints: Workers AI `ai/run`, the OpenAI-compatible routes, and the model lists.
 
 Each handler parses, calls the services, renders; errors are `GatewayError`s rendered by the
 handlers registered in `gateway.http.app` (Workers AI envelope, or OpenAI's shape under /ai/v1/).
@@ -13,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.context import Principal, RequestContext
-from gateway.errors import InvalidInput
+from gateway.errors import InvalidInput, ModelNotFound, NoSuchModel
 from gateway.fleet.catalog import EMBEDDING_TASK, ModelSpec
 from gateway.http import envelopes, render, responses
 from gateway.http.body import read_json_object
@@ -203,6 +203,29 @@ async def search_models(request: Request) -> Response:
     body = envelopes.workers_ai_success(items)
     body["result_info"] = {"page": page, "per_page": per_page, "count": len(items), "total_count": len(found)}
     return JSONBytes(body)
+
+
+async def list_models(request: Request) -> Response:
+    """GET /client/v4/accounts/{account_id}/ai/v1/models (OpenAI's list): the ids and aliases this key may use."""
+    g = services(request)
+    principal = await _authenticate(request)
+    data = [g.catalog.openai_model(name) for name, model in g.catalog.names() if _may_use(principal, model.id)]
+    return JSONBytes({"object": "list", "data": data})
+
+
+async def get_model(request: Request) -> Response:
+    """GET /client/v4/accounts/{account_id}/ai/v1/models/{model}: one of them, else 404 (as OpenAI, a model
+    the key may not use answers as one that does not exist)."""
+    g = services(request)
+    principal = await _authenticate(request)
+    name = request.path_params["model"]
+    try:
+        model = g.catalog.get(name)
+    except NoSuchModel:
+        model = None
+    if model is None or not _may_use(principal, model.id):
+        raise ModelNotFound(f"The model {name} does not exist or this key may not use it", param="model")
+    return JSONBytes(g.catalog.openai_model(name))
 
 
 async def model_schema(request: Request) -> Response:

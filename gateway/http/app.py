@@ -122,6 +122,8 @@ def routes() -> list[Route]:
         *inference_routes(),
         Route(f"{ACCOUNT}/ai/models/search", api_inference.search_models, methods=["GET"]),
         Route(f"{ACCOUNT}/ai/models/schema", api_inference.model_schema, methods=["GET"]),
+        Route(f"{ACCOUNT}/ai/v1/models", api_inference.list_models, methods=["GET"]),
+        Route(f"{ACCOUNT}/ai/v1/models/{{model:path}}", api_inference.get_model, methods=["GET"]),
         Route("/admin/v1/tenants", api_admin.create_tenant, methods=["POST"]),
         Route("/admin/v1/tenants", api_admin.list_tenants, methods=["GET"]),
         Route("/admin/v1/tenants/{tenant_id}/keys", api_admin.create_key, methods=["POST"]),

@@ -20,6 +20,7 @@ from gateway.pipeline.model_schema import (
     MESSAGES_INPUT,
     PROMPT_INPUT,
     SAMPLING,
+    STOP_AND_OPTIONS,
     TOOLS,
     USAGE,
     text_embeddings_schema,
@@ -79,6 +80,7 @@ _OPENAI_SAMPLING = {
     "stop": {"oneOf": [_TEXT, {"type": "array", "items": _TEXT, "minItems": 1, "maxItems": 4}]},
     "n": {"type": "integer", "enum": [1]},
     "logprobs": {"enum": [False, 0, None]},
+    "options": STOP_AND_OPTIONS["options"],
     **JSON_MODE,
     **TOOLS,
     "parallel_tool_calls": {"type": "boolean"},
@@ -108,7 +110,6 @@ OPENAI_CHAT_BODY: dict[str, Any] = {
         },
     ),
     "required": ["model", "messages"],
-    "additionalProperties": False,
 }
 OPENAI_COMPLETIONS_BODY: dict[str, Any] = {
     "type": "object",
@@ -120,7 +121,6 @@ OPENAI_COMPLETIONS_BODY: dict[str, Any] = {
         },
     ),
     "required": ["model", "prompt"],
-    "additionalProperties": False,
 }
 OPENAI_RESPONSES_BODY: dict[str, Any] = {
     "type": "object",
@@ -143,7 +143,6 @@ OPENAI_RESPONSES_BODY: dict[str, Any] = {
         },
     ),
     "required": ["model", "input"],
-    "additionalProperties": False,
 }
 OPENAI_EMBEDDINGS_BODY: dict[str, Any] = {
     "type": "object",
@@ -154,7 +153,6 @@ OPENAI_EMBEDDINGS_BODY: dict[str, Any] = {
         "user": {"type": "string"},
     },
     "required": ["model", "input"],
-    "additionalProperties": False,
 }
 _STRINGS = {"type": "array", "items": {"type": "string", "minLength": 1}}
 _COUNT = {"type": "integer", "minimum": 0, "maximum": 2**63 - 1}  # gateway/api_admin.py's _optional_int
@@ -258,6 +256,13 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
     (f"{ACCOUNT}/ai/models/schema", "get"): _operation(
         "Workers AI: a model's input and output JSON Schemas",
         params=(ACCOUNT_ID, {**_query("model", "A model id."), "required": True}),
+    ),
+    (f"{ACCOUNT}/ai/v1/models", "get"): _operation(
+        "OpenAI-compatible model list: the models and aliases this key may use", params=(ACCOUNT_ID,), openai=True
+    ),
+    (f"{ACCOUNT}/ai/v1/models/{{model}}", "get"): _operation(
+        "OpenAI-compatible model retrieval (404 for a model this key may not use)",
+        params=(ACCOUNT_ID, _path_param("model", "A model id or alias.")), openai=True,
     ),
     ("/admin/v1/tenants", "post"): _operation("Create a tenant", security="adminToken", body=TENANT_BODY, ok="201"),
     ("/admin/v1/tenants", "get"): _operation("List tenants", security="adminToken"),

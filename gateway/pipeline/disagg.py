@@ -75,6 +75,7 @@ class Attempt:
 
     flights: list[Flight] = field(default_factory=list)
     failed: list[BackendError] = field(default_factory=list)  # what backends answered before a first byte
+    reject_if_busy: bool = False  # options.rejectIfBusy: backends refuse it (429) rather than queue it
 
     def on_failure(self, record: Callable[[BackendError], None]) -> Callable[[BackendError], None]:
         """The client's failover hook: keeps each error here (the endpoints failed over) and passes it on."""
@@ -136,7 +137,7 @@ class Disaggregator:
         for context_endpoint in prefill.endpoints:
             for _ in range(1 + KV_GONE_RETRIES):
                 try:
-                    answer = await self._context(context_endpoint, body, ctx)
+                    answer = await self._context(context_endpoint, body, ctx, attempt.reject_if_busy)
                 except (BackendUnavailable, BackendTimeout, BackendOverloaded) as exc:
                     failures.append(exc)
                     break  # the next prefill backend
@@ -163,10 +164,12 @@ class Disaggregator:
             raise BackendUnavailable("no prefill backend to try")
         raise failures[-1]
 
-    async def _context(self, endpoint: Endpoint, body: dict[str, Any], ctx: RequestContext) -> ContextAnswer:
+    async def _context(
+        self, endpoint: Endpoint, body: dict[str, Any], ctx: RequestContext, reject_if_busy: bool
+    ) -> ContextAnswer:
         started = time.perf_counter()
         try:
-            answer = await self.client.context(endpoint, body, ctx.request_id)
+            answer = await self.client.context(endpoint, body, ctx.request_id, reject_if_busy=reject_if_busy)
         except BackendError as exc:
             self.metrics.disagg_steps.labels("context", endpoint.id, "error").inc()
             log.warning("context step failed", request_id=ctx.request_id, backend=endpoint.id, error=exc.message)
@@ -190,7 +193,8 @@ class Disaggregator:
         ctx = flight.ctx
         try:
             endpoint, chunks = await self.client.stream_with_failover(
-                flight.endpoints, body, attempt.on_failure(self.monitor.errors_of(ctx.tenant_id, ctx.request_id)), ctx.request_id
+                flight.endpoints, body, attempt.on_failure(self.monitor.errors_of(ctx.tenant_id, ctx.request_id)),
+                ctx.request_id, reject_if_busy=attempt.reject_if_busy,
             )
         except BackendError as exc:
             self.metrics.disagg_steps.labels(step, exc.endpoint_id or "", "error").inc()

@@ -1,13 +1,19 @@
 """Embedding request bodies parsed into the texts to encode, with a message naming the field when
 one is wrong. Workers AI: `{"text": "..." | ["...", ...]}`; OpenAI: `{"model", "input": ...}`.
-Fields either API defines that the gateway does not honour are refused (gateway/pipeline/request_fields.py)."""
+The field rule of gateway/pipeline/request_fields.py applies first (`pooling`, `dimensions` and the batch
+API's fields are refused)."""
 
 from __future__ import annotations
 
 from typing import Any, Literal, cast
 
 from gateway.errors import InvalidInput
-from gateway.pipeline.request_fields import OPENAI_EMBEDDINGS, WORKERS_AI_EMBEDDINGS, check_fields
+from gateway.pipeline.request_fields import (
+    EMBEDDINGS_REFUSED,
+    OPENAI_EMBEDDINGS,
+    WORKERS_AI_EMBEDDINGS,
+    accepted_fields,
+)
 from gateway.pipeline.schemas import MAX_PROMPT_CHARS
 
 MAX_TEXTS = 100  # Workers AI's batch limit for its embedding models
@@ -26,13 +32,13 @@ def _texts(value: Any, name: str) -> tuple[str, ...]:
 
 def parse_workers_ai_embedding(body: dict[str, Any]) -> tuple[str, ...]:
     """`POST /ai/run/{model}` for a text-embeddings model."""
-    check_fields(body, WORKERS_AI_EMBEDDINGS, "a Workers AI text-embeddings request")
+    body = accepted_fields(body, WORKERS_AI_EMBEDDINGS, "a Workers AI text-embeddings request", EMBEDDINGS_REFUSED)
     return _texts(body.get("text"), "text")
 
 
 def parse_openai_embedding(body: dict[str, Any]) -> tuple[tuple[str, ...], EncodingFormat]:
     """`POST /ai/v1/embeddings` (the model was read already): the texts and how to encode vectors."""
-    check_fields(body, OPENAI_EMBEDDINGS, "an embeddings request")
+    body = accepted_fields(body, OPENAI_EMBEDDINGS, "an embeddings request", EMBEDDINGS_REFUSED)
     texts = _texts(body.get("input"), "input")
     encoding = body.get("encoding_format") or "float"
     if encoding not in ("float", "base64"):

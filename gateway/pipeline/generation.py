@@ -7,7 +7,9 @@ length, admit against the key's tokens-per-minute limit (its request was counted
 requests-per-minute on arrival, before the body was read), reserve budget, route, leave the gate,
 and open the
 backend stream with failover before the first byte. Anything that fails before the stream opens
-undoes what was counted and raises a `GatewayError`, so the client gets a proper status.
+undoes what was counted and raises a `GatewayError`, so the client gets a proper status. A request
+with `options.rejectIfBusy` waits for nothing: where it would wait (a place in the gate, a backend's
+queue) it is answered 429 / 3040 at once (`gateway.errors.busy`).
 
 The returned `Generation` yields text deltas as the backend sends them, a list per read of the
 backend's stream (the deltas that arrived together go on together). However it ends -
@@ -40,7 +42,15 @@ from backends.client import (
 from contracts.usage import Usage
 from gateway.billing.metering import MeteredRequest, Metering
 from gateway.context import Principal, RequestContext
-from gateway.errors import GatewayError, InternalError, InvalidInput, OutOfCapacity, RequestTimeout
+from gateway.errors import (
+    ConcurrencyLimited,
+    GatewayError,
+    InternalError,
+    InvalidInput,
+    OutOfCapacity,
+    RequestTimeout,
+    busy,
+)
 from gateway.fleet.catalog import Catalog, ModelSpec
 from gateway.fleet.monitor import BackendMonitor
 from gateway.fleet.outliers import is_failed_answer
@@ -60,8 +70,11 @@ from gateway.store.models import UsageStatus
 log = structlog.get_logger("edgerun.gateway.generation")
 
 
-def backend_error_to_gateway(exc: BackendError) -> GatewayError:
-    """The client-facing error for a backend failure before the first byte (no internal URLs leak)."""
+def backend_error_to_gateway(exc: BackendError, *, reject_if_busy: bool = False) -> GatewayError:
+    """The client-facing error for a backend failure before the first byte (no internal URLs leak);
+    `reject_if_busy`: capacity refusals in Workers AI's words for options.rejectIfBusy."""
+    if reject_if_busy and isinstance(exc, (ClientAtCapacity, BackendOverloaded)):
+        return busy(exc.retry_after_s)
     if isinstance(exc, ClientAtCapacity):
         return OutOfCapacity(
             "Out of capacity: this gateway has all its backend connections open (backend_max_connections); "
@@ -289,15 +302,22 @@ class Generator:
 
     async def start(self, ctx: RequestContext, inp: GenerationInput) -> Generation:
         """Admit the request within its tenant's concurrency (429 at once when full), then open its
-        stream. Each hold is pushed onto `Holds` as it is taken; the generation settles them once
-        it is over, and a request that never opens settles what it took here."""
+        stream. With `options.rejectIfBusy` nothing waits for capacity: a full tenant, setup gate or
+        backend connection cap, or every backend's running batch full, answers `busy()` at once.
+        Each hold is pushed onto `Holds` as it is taken; the generation settles them once it is
+        over, and a request that never opens settles what it took here."""
         holds = Holds(ctx.request_id)
-        slot = await self.slots.acquire(ctx.principal.tenant, ctx.request_id)
+        try:
+            slot = await self.slots.acquire(ctx.principal.tenant, ctx.request_id)
+        except ConcurrencyLimited as exc:
+            if inp.reject_if_busy:
+                raise busy(exc.retry_after_s) from exc
+            raise
         if slot is not None:
             holds.push("concurrency", lambda _: slot.release())
         holds.push("trial", self._end_trials(ctx.request_id))
         try:
-            async with self.setup.enter() as place:
+            async with self.setup.enter(may_wait=not inp.reject_if_busy) as place:
                 return await self._set_up_and_open(ctx, inp, place, holds)
         except BaseException:
             await holds.settle(Outcome(Usage(0, 0, 0), "cancelled"))  # a no-op if the failure settled them
@@ -320,7 +340,7 @@ class Generator:
         await self.auth.admit_tokens(ctx.principal, estimate)  # the request itself was counted on arrival
         holds.push("tokens", reconcile_tokens(self.auth, ctx.principal, estimate))
         metered = MeteredRequest(ctx, prompt_tokens=len(prompt_ids))
-        attempt = Attempt()
+        attempt = Attempt(reject_if_busy=inp.reject_if_busy)
         endpoints = self.catalog.endpoints(model.id)
 
         async def route(pool: list[Endpoint], num_output_tokens: int) -> Flight:
@@ -347,8 +367,9 @@ class Generator:
                 attempt.flights.append(flight)
                 place.leave()  # the setup is done: waiting for the backend holds no place
                 endpoint, chunks = await self.client.stream_with_failover(
-                    flight.endpoints, body, attempt.on_failure(self.monitor.errors_of(ctx.tenant_id, ctx.request_id)), ctx.request_id,
-                    may_try=lambda e: self.monitor.may_try(e, ctx.request_id),
+                    flight.endpoints, body, attempt.on_failure(self.monitor.errors_of(ctx.tenant_id, ctx.request_id)),
+                    ctx.request_id, may_try=lambda e: self.monitor.may_try(e, ctx.request_id),
+                    reject_if_busy=inp.reject_if_busy,
                 )
             else:
                 place.leave()
@@ -360,7 +381,7 @@ class Generator:
             await holds.settle(_failure(exc, metered, attempt.flights))
             if isinstance(exc, BackendError):
                 log.warning("no backend answered", error=exc.message, request_id=ctx.request_id)
-                raise backend_error_to_gateway(exc) from exc
+                raise backend_error_to_gateway(exc, reject_if_busy=inp.reject_if_busy) from exc
             raise
         for other in attempt.flights:  # a disaggregated request's other step is over
             if other is not flight:
@@ -370,7 +391,10 @@ class Generator:
         generation = Generation(metered, flight, endpoint, chunks, tokenizer, max_tokens, holds, watch)
         try:
             for failed in attempt.failed:  # the endpoints the client failed over, as it reported them
-                if failed.endpoint_id is not None and not is_failed_answer(failed):  # one request may cause those
+                # one request may cause a failed answer; a busy backend (429) is not down
+                if failed.endpoint_id is not None and not is_failed_answer(failed) and not isinstance(
+                    failed, BackendOverloaded
+                ):
                     self.monitor.mark_unhealthy(failed.endpoint_id, "failed before its first byte")
             await self.router.started(flight, endpoint)
         except StoreUnavailable as exc:  # bookkeeping only: the answer is on its way, let it through

@@ -4,14 +4,16 @@ Workers AI answers `{"result": {"input": {...}, "output": {...}}}`, both JSON Sc
 generation the input is one of a prompt body and a messages body (with the sampling fields each
 takes), the output one of a JSON object (`response`, `usage`) and an event stream. Ours describe
 what gateway/pipeline/schemas.py really accepts (the same fields, defaults and ranges; tests hold the two
-together), so a client generated from the schema sends nothing the gateway refuses.
+together), so a client generated from the schema sends nothing the gateway refuses. Other properties
+are not forbidden: as the field rule says (gateway/pipeline/request_fields.py), a field that cannot
+change the answer is ignored, and one that could is refused by name.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from gateway.pipeline.schemas import MAX_PROMPT_CHARS, ROLES
+from gateway.pipeline.schemas import MAX_PROMPT_CHARS, MAX_STOPS, ROLES
 
 
 def _number(
@@ -50,6 +52,25 @@ JSON_MODE: dict[str, dict[str, Any]] = {
     "guided_json": {"type": "object", "description": "A JSON Schema the answer must match (as response_format)."},
 }
 
+_STOP_TEXT = {"type": "string", "minLength": 1}
+STOP_AND_OPTIONS: dict[str, dict[str, Any]] = {
+    "stop": {
+        "description": "Stop strings: the answer ends before the first one the model writes.",
+        "oneOf": [_STOP_TEXT, {"type": "array", "items": _STOP_TEXT, "minItems": 1, "maxItems": MAX_STOPS}],
+    },
+    "options": {
+        "type": "object",
+        "description": "Request options.",
+        "properties": {
+            "rejectIfBusy": {
+                "type": "boolean",
+                "default": False,
+                "description": "Answer 429 (3040) at once when the request cannot start now, instead of waiting.",
+            }
+        },
+    },
+}
+
 TOOL: dict[str, Any] = {
     "type": "object",
     "description": "A function the model may call: {name, description, parameters}, or OpenAI's {type, function}.",
@@ -82,11 +103,11 @@ PROMPT_INPUT: dict[str, Any] = {
         },
         "raw": {"type": "boolean", "default": False, "description": "Send the prompt without the chat template."},
         **SAMPLING,
+        **STOP_AND_OPTIONS,
         **JSON_MODE,
         **TOOLS,
     },
     "required": ["prompt"],
-    "additionalProperties": False,
 }
 
 MESSAGES_INPUT: dict[str, Any] = {
@@ -109,11 +130,11 @@ MESSAGES_INPUT: dict[str, Any] = {
             },
         },
         **SAMPLING,
+        **STOP_AND_OPTIONS,
         **JSON_MODE,
         **TOOLS,
     },
     "required": ["messages"],
-    "additionalProperties": False,
 }
 
 USAGE: dict[str, Any] = {
@@ -159,7 +180,9 @@ OUTPUT: dict[str, Any] = {
 
 def text_generation_schema() -> dict[str, Any]:
     """Workers AI's `{input, output}` for a text-generation model served here."""
-    return {"input": {"type": "object", "oneOf": [PROMPT_INPUT, MESSAGES_INPUT]}, "output": OUTPUT}
+    described = {"description": "A prompt or a conversation, with how to sample the answer.",
+                 "additionalProperties": True}  # other fields: ignored or refused by name, never forbidden
+    return {"input": {"type": "object", **described, "oneOf": [PROMPT_INPUT, MESSAGES_INPUT]}, "output": OUTPUT}
 
 
 def text_embeddings_schema(max_texts: int) -> dict[str, Any]:
@@ -168,6 +191,8 @@ def text_embeddings_schema(max_texts: int) -> dict[str, Any]:
     return {
         "input": {
             "type": "object",
+            "description": "The text or texts to embed.",
+            "additionalProperties": True,
             "properties": {
                 "text": {
                     "oneOf": [text, {"type": "array", "items": text, "minItems": 1, "maxItems": max_texts}],
@@ -175,7 +200,6 @@ def text_embeddings_schema(max_texts: int) -> dict[str, Any]:
                 }
             },
             "required": ["text"],
-            "additionalProperties": False,
         },
         "output": {
             "type": "object",

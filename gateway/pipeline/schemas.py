@@ -13,8 +13,10 @@ Workers AI text generation (the documented input schema):
     frequency_penalty   number      0         -2..2
     presence_penalty    number      0         -2..2
     stream, raw         boolean     false
+    stop                str | list  none      up to 16 non-empty strings: the answer ends before the first
     response_format     object    none      JSON mode (gateway/pipeline/structured.py); guided_json too
     tools, tool_choice  array, str|object   function calling (gateway/pipeline/tools.py)
+    options             object      {}        {rejectIfBusy: bool}: 429 / 3040 at once rather than wait
 
 The OpenAI Responses route (`parse_responses`) takes `input` (a string, or message items whose
 content is a string or `input_text` / `output_text` parts), `instructions` (a system message put
@@ -23,10 +25,12 @@ first), `max_output_tokens`, `temperature`, `top_p`, `text.format` (JSON mode) a
 `function_call_output` items).
 
 OpenAI routes take OpenAI's names and ranges (temperature 0..2, `max_completion_tokens` as an
-alias of `max_tokens`, `stop`, `n` = 1 only, `stream_options.include_usage`); fields left out get
-the Workers AI defaults above, so one model behaves the same through both APIs. A field the
-gateway does not honour (an unknown name, legacy `functions`, ...) is refused before anything else is
-read: gateway/pipeline/request_fields.py holds the table of every field and what happens to it.
+alias of `max_tokens`, up to 4 `stop` strings, `n` = 1 only, `stream_options.include_usage`) and
+Workers AI's `options`; fields left out get the Workers AI defaults above, so one model behaves the
+same through both APIs. Before anything else is read, the body goes through the field rule of
+gateway/pipeline/request_fields.py (its table says what happens to every field): nulls are absent,
+a field that would change the answer and is not honoured (legacy `functions`, `logit_bias`, a
+misspelt `max_token`) is refused by name, and other unknown fields are left out.
 """
 
 from __future__ import annotations
@@ -36,16 +40,21 @@ from typing import Any
 
 from gateway.errors import InvalidInput
 from gateway.pipeline.request_fields import (
+    GENERATION_REFUSED,
     OPENAI_CHAT,
     OPENAI_COMPLETIONS,
     OPENAI_RESPONSES,
+    OPTIONS,
+    OPTIONS_FIELD,
     WORKERS_AI,
-    check_fields,
+    accepted_fields,
 )
 from gateway.pipeline.structured import parse_guided_json, parse_response_format, parse_text_format
 from gateway.pipeline.tools import ToolUse, assistant_calls_text, call_text, parse_tool_use
 
 MAX_PROMPT_CHARS = 131072
+MAX_STOPS = 16  # stop strings per request on /ai/run (the backend's limit; Workers AI documents none)
+MAX_OPENAI_STOPS = 4  # OpenAI's limit
 ROLES = ("system", "user", "assistant", "tool", "developer")
 
 
@@ -101,6 +110,7 @@ class GenerationInput:
     # JSON mode: the backend `response_format` (gateway/pipeline/structured.py); None for free text
     response_format: dict[str, Any] | None = None
     tools: ToolUse | None = None  # function calling (gateway/pipeline/tools.py)
+    reject_if_busy: bool = False  # options.rejectIfBusy: 429 / 3040 at once rather than wait for capacity
 
     @property
     def backend_response_format(self) -> dict[str, Any] | None:
@@ -186,18 +196,33 @@ def _prompt_text(value: Any) -> str:
     return value
 
 
-def _stop(body: dict[str, Any]) -> tuple[str, ...]:
+def _stop(body: dict[str, Any], most: int) -> tuple[str, ...]:
+    """Stop strings: the answer ends before the first one the model writes (which is not sent)."""
     value = body.get("stop")
     if value is None:
         return ()
     stops = [value] if isinstance(value, str) else value
-    if not isinstance(stops, list) or len(stops) > 4 or not all(isinstance(s, str) and s for s in stops):
-        raise InvalidInput("stop must be a non-empty string or an array of up to 4 non-empty strings", param="stop")
+    if not isinstance(stops, list) or len(stops) > most or not all(isinstance(s, str) and s for s in stops):
+        raise InvalidInput(f"stop must be a non-empty string or an array of up to {most} non-empty strings",
+                           param="stop")
     return tuple(stops)
 
 
+def _reject_if_busy(body: dict[str, Any]) -> bool:
+    """Workers AI's `options.rejectIfBusy`; the other keys of `options` follow the field rule."""
+    options = body.get(OPTIONS_FIELD)
+    if options is None:
+        return False
+    if not isinstance(options, dict):
+        raise InvalidInput('options must be an object, e.g. {"rejectIfBusy": true}', param=OPTIONS_FIELD)
+    value = accepted_fields(options, OPTIONS, "options", {}, param_prefix="options.").get("rejectIfBusy", False)
+    if not isinstance(value, bool):
+        raise InvalidInput("options.rejectIfBusy must be true or false", param="options.rejectIfBusy")
+    return value
+
+
 def _sampling(
-    body: dict[str, Any], *, max_temperature: float, max_tokens_names: tuple[str, ...], openai: bool
+    body: dict[str, Any], *, max_temperature: float, max_tokens_names: tuple[str, ...], max_stops: int
 ) -> Sampling:
     max_tokens = 256
     for name in max_tokens_names:
@@ -214,7 +239,7 @@ def _sampling(
         repetition_penalty=_number(body, "repetition_penalty", 1.0, 0.0, 2.0, lo_open=True),
         frequency_penalty=_number(body, "frequency_penalty", 0.0, -2.0, 2.0),
         presence_penalty=_number(body, "presence_penalty", 0.0, -2.0, 2.0),
-        stop=_stop(body) if openai else (),
+        stop=_stop(body, max_stops),
     )
 
 
@@ -223,7 +248,7 @@ def _sampling(
 
 def parse_workers_ai(body: dict[str, Any]) -> GenerationInput:
     """`POST /ai/run/{model}` for a text-generation model."""
-    check_fields(body, WORKERS_AI, "a Workers AI text-generation request")
+    body = accepted_fields(body, WORKERS_AI, "a Workers AI text-generation request", GENERATION_REFUSED)
     has_prompt, has_messages = body.get("prompt") is not None, body.get("messages") is not None
     if has_prompt == has_messages:
         raise InvalidInput("send exactly one of prompt (a string) or messages (an array)", param="prompt")
@@ -237,14 +262,15 @@ def parse_workers_ai(body: dict[str, Any]) -> GenerationInput:
                 "raw applies to prompt only; send prompt with raw: true, or messages without it", param="raw"
             )
         prompt = Prompt(messages=_messages(body["messages"]))
-    sampling = _sampling(body, max_temperature=5.0, max_tokens_names=("max_tokens",), openai=False)
+    sampling = _sampling(body, max_temperature=5.0, max_tokens_names=("max_tokens",), max_stops=MAX_STOPS)
     response_format = parse_response_format(body.get("response_format"), openai=False) or parse_guided_json(
         body.get("guided_json")
     )
     tools = _tool_use(body, prompt, response_format)
     if tools is not None:
         prompt = Prompt(messages=prompt.messages, tools=tools)
-    return GenerationInput(prompt, sampling, _boolean(body, "stream"), False, response_format, tools)
+    return GenerationInput(prompt, sampling, _boolean(body, "stream"), False, response_format, tools,
+                           _reject_if_busy(body))
 
 
 def _tool_use(body: dict[str, Any], prompt: Prompt, response_format: dict[str, Any] | None) -> ToolUse | None:
@@ -261,6 +287,7 @@ def _tool_use(body: dict[str, Any], prompt: Prompt, response_format: dict[str, A
 
 
 def _openai_common(body: dict[str, Any]) -> tuple[Sampling, bool, bool]:
+    """Sampling, stream and include_usage (`options` is read by the caller)."""
     n = _integer(body, "n", 1, 1, 1)
     assert n == 1
     if body.get("logprobs") not in (None, False, 0):
@@ -273,7 +300,7 @@ def _openai_common(body: dict[str, Any]) -> tuple[Sampling, bool, bool]:
             raise InvalidInput("stream_options must be an object", param="stream_options")
         include_usage = _boolean(options, "include_usage")
     sampling = _sampling(
-        body, max_temperature=2.0, max_tokens_names=("max_completion_tokens", "max_tokens"), openai=True
+        body, max_temperature=2.0, max_tokens_names=("max_completion_tokens", "max_tokens"), max_stops=MAX_OPENAI_STOPS
     )
     return sampling, stream, include_usage
 
@@ -287,25 +314,26 @@ def openai_model(body: dict[str, Any]) -> str:
 
 def parse_chat_completions(body: dict[str, Any]) -> GenerationInput:
     """`POST /ai/v1/chat/completions`."""
-    check_fields(body, OPENAI_CHAT, "a chat completion request")
+    body = accepted_fields(body, OPENAI_CHAT, "a chat completion request", GENERATION_REFUSED)
     sampling, stream, include_usage = _openai_common(body)
     prompt = Prompt(messages=_messages(body.get("messages")))
     response_format = parse_response_format(body.get("response_format"), openai=True)
     tools = _tool_use(body, prompt, response_format)
     if tools is not None:
         prompt = Prompt(messages=prompt.messages, tools=tools)
-    return GenerationInput(prompt, sampling, stream, include_usage, response_format, tools)
+    return GenerationInput(prompt, sampling, stream, include_usage, response_format, tools, _reject_if_busy(body))
 
 
 def parse_completions(body: dict[str, Any]) -> GenerationInput:
     """`POST /ai/v1/completions`: the prompt is raw text (no chat template), or a list of one string."""
-    check_fields(body, OPENAI_COMPLETIONS, "a completion request")
+    body = accepted_fields(body, OPENAI_COMPLETIONS, "a completion request", GENERATION_REFUSED)
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
         prompt = prompt[0]
     sampling, stream, include_usage = _openai_common(body)
     response_format = parse_response_format(body.get("response_format"), openai=True)
-    return GenerationInput(Prompt(text=_prompt_text(prompt)), sampling, stream, include_usage, response_format)
+    return GenerationInput(Prompt(text=_prompt_text(prompt)), sampling, stream, include_usage, response_format,
+                           reject_if_busy=_reject_if_busy(body))
 
 
 @dataclass(frozen=True, slots=True)
@@ -392,7 +420,7 @@ def _responses_tools(body: dict[str, Any]) -> ToolUse | None:
 
 def parse_responses(body: dict[str, Any]) -> ResponsesInput:
     """`POST /ai/v1/responses`: text in, text out."""
-    check_fields(body, OPENAI_RESPONSES, "a Responses API request")
+    body = accepted_fields(body, OPENAI_RESPONSES, "a Responses API request", GENERATION_REFUSED)
     messages = _input_items(body.get("input"))
     instructions = body.get("instructions")
     if instructions is not None:
@@ -405,7 +433,7 @@ def parse_responses(body: dict[str, Any]) -> ResponsesInput:
         if not isinstance(options, dict) or set(options) - {"include_obfuscation"}:
             raise InvalidInput("stream_options takes include_obfuscation only", param="stream_options")
         obfuscate = _boolean(options, "include_obfuscation", True)
-    sampling = _sampling(body, max_temperature=2.0, max_tokens_names=("max_output_tokens",), openai=False)
+    sampling = _sampling(body, max_temperature=2.0, max_tokens_names=("max_output_tokens",), max_stops=MAX_OPENAI_STOPS)
     text = body.get("text")
     response_format = parse_text_format(text)
     tools = _responses_tools(body)
@@ -413,7 +441,7 @@ def parse_responses(body: dict[str, Any]) -> ResponsesInput:
         raise InvalidInput("send either tools or text.format: a constrained answer cannot also be a tool call",
                            param="tools")
     generation = GenerationInput(Prompt(messages=tuple(messages), tools=tools), sampling, _boolean(body, "stream"),
-                                 response_format=response_format, tools=tools)
+                                 response_format=response_format, tools=tools, reject_if_busy=_reject_if_busy(body))
     text_format: dict[str, Any] = {"type": "text"}
     if isinstance(text, dict) and isinstance(text.get("format"), dict):
         text_format = text["format"]

@@ -10,13 +10,16 @@ setup, the others wait their turn in arrival order (the wait is bounded by the l
 connection cap) and each turn of the loop stays short.
 
 A request holds its place from tokenizing to its routing decision and gives it back before it
-connects to the backend: waiting for the backend's first byte holds nothing.
+connects to the backend: waiting for the backend's first byte holds nothing. One that may not
+wait (`options.rejectIfBusy`) is answered 429 / 3040 at once when no place is free.
 """
 
 from __future__ import annotations
 
 import asyncio
 from types import TracebackType
+
+from gateway.errors import busy
 
 
 class SetupGate:
@@ -27,19 +30,23 @@ class SetupGate:
     def is_full(self) -> bool:
         return self._places.locked()
 
-    def enter(self) -> Place:
-        """`async with gate.enter() as place:` ... `place.leave()` once the setup is done."""
-        return Place(self._places)
+    def enter(self, *, may_wait: bool = True) -> Place:
+        """`async with gate.enter() as place:` ... `place.leave()` once the setup is done; with
+        `may_wait=False`, entering raises OutOfCapacity (`gateway.errors.busy`) instead of waiting."""
+        return Place(self._places, may_wait)
 
 
 class Place:
     """One request's place in the gate; `leave` early, or at the end of the `async with`."""
 
-    def __init__(self, places: asyncio.Semaphore) -> None:
+    def __init__(self, places: asyncio.Semaphore, may_wait: bool = True) -> None:
         self._places = places
+        self._may_wait = may_wait
         self._held = False
 
     async def __aenter__(self) -> Place:
+        if not self._may_wait and self._places.locked():  # every place taken, or others already waiting
+            raise busy()
         await self._places.acquire()
         self._held = True
         return self

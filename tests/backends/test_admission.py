@@ -43,3 +43,19 @@ async def test_drain_returns_early_when_idle() -> None:
     started = asyncio.get_running_loop().time()
     assert await admission.drain(timeout_s=10) == []
     assert asyncio.get_running_loop().time() - started < 5
+
+
+def test_a_request_that_may_not_queue_is_refused_once_the_running_batch_is_full() -> None:
+    """The gateway's x-edgerun-reject-if-busy (a client's options.rejectIfBusy): 429 rather than a place in the queue."""
+    admission = Admission(max_in_flight=3, max_running=1)
+    admission.mark_ready()
+    admission.admit("running", may_queue=False)  # the batch has room: it runs at once
+    with pytest.raises(Overloaded, match="busy"):
+        admission.admit("impatient", may_queue=False)
+    assert not admission.is_active("impatient")
+    admission.admit("patient")  # may queue: waits in the engine's queue
+    admission.release("running")
+    with pytest.raises(Overloaded, match="busy"):  # the patient one takes the batch's place
+        admission.admit("impatient", may_queue=False)
+    admission.release("patient")
+    admission.admit("impatient", may_queue=False)

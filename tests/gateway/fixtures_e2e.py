@@ -100,6 +100,19 @@ def running_tiny_backend(name: str, *flags: str, env: dict[str, str] | None = No
         process.stop()
 
 
+@contextlib.contextmanager
+def held_stream(url: str, secret: str, body: dict[str, Any]) -> Iterator[None]:
+    """A streamed request to `url`, held open (its first chunk read) until the block ends, then abandoned."""
+    with httpx.stream("POST", url, json={**body, "stream": True}, headers={"authorization": f"Bearer {secret}"},
+                      timeout=60) as response:
+        assert response.status_code == 200
+        lines = response.iter_lines()  # kept referenced: a collected iterator closes the connection
+        for line in lines:
+            if line.startswith("data: {"):
+                break
+        yield
+
+
 @dataclass
 class InProcessGateway:
     """The gateway app on a loopback port, served from a thread with its own event loop."""

@@ -132,6 +132,30 @@ def test_openai_chat_stream_with_usage(oai: openai.OpenAI) -> None:
     assert all(c.usage is None for c in chunks[:-1])
 
 
+COUNT = [{"role": "user", "content": "List the days of the week."}]
+
+
+def test_stop_strings_end_the_answer_before_them_on_both_apis_streamed_or_not(
+    oai: openai.OpenAI, gateway: InProcessGateway, keys: dict[str, str]
+) -> None:
+    """The backend stops at the first stop string and never sends it (greedy decoding: the same tokens up to it)."""
+    full = post(gateway, keys["a"], {"messages": COUNT, "max_tokens": 24, "temperature": 0}).json()["result"]["response"]
+    stop = full.split()[-3]  # a word from the middle of the answer
+    cut = full[: full.index(stop)]
+    assert cut and len(cut) < len(full)
+    body = {"messages": COUNT, "max_tokens": 24, "temperature": 0, "stop": [stop, "never-written"]}
+    assert post(gateway, keys["a"], body).json()["result"]["response"] == cut
+    events = sse_payloads(post(gateway, keys["a"], {**body, "stream": True}).text)
+    assert "".join(e["response"] for e in events) == cut
+    answer = oai.chat.completions.create(model=DEFAULT_MODEL_ID, messages=COUNT, max_tokens=24, temperature=0,
+                                         stop=stop)
+    assert (answer.choices[0].message.content, answer.choices[0].finish_reason) == (cut, "stop")
+    chunks = list(oai.chat.completions.create(model=DEFAULT_MODEL_ID, messages=COUNT, max_tokens=24,
+                                              temperature=0, stop=[stop], stream=True))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == cut
+    assert chunks[-1].choices[0].finish_reason == "stop"
+
+
 def test_openai_completions(oai: openai.OpenAI) -> None:
     answer = oai.completions.create(model=DEFAULT_MODEL_ID, prompt="The sky is", max_tokens=5)
     assert answer.object == "text_completion" and answer.choices[0].text
@@ -177,6 +201,24 @@ def test_model_search(gateway: InProcessGateway, keys: dict[str, str]) -> None:
     assert body["result"][0]["task"]["name"] == "Text Generation"
     assert body["result_info"]["total_count"] == 2
     assert {"property_id": "alias_of", "value": DEFAULT_MODEL_ID} in body["result"][1]["properties"]
+
+
+def test_the_openai_model_list_names_what_the_key_may_use(oai: openai.OpenAI, gateway: InProcessGateway) -> None:
+    """`models.list()` (what chat UIs and eval harnesses probe first) and `models.retrieve()` of the openai SDK."""
+    listed = {m.id: m for m in oai.models.list()}
+    assert set(listed) == {DEFAULT_MODEL_ID, SINGLE_MODEL_ID, LLAMA_ALIAS}  # the alias is a model to the client
+    assert listed[LLAMA_ALIAS].object == "model" and listed[LLAMA_ALIAS].owned_by == "huggingface"
+    assert listed[DEFAULT_MODEL_ID].created > 0
+    assert oai.models.retrieve(LLAMA_ALIAS).id == LLAMA_ALIAS
+    with pytest.raises(openai.NotFoundError):
+        oai.models.retrieve("@cf/meta/no-such-model")
+    limited = openai.OpenAI(api_key=gateway.new_key("ta", "acc-a", allowed_models=[SINGLE_MODEL_ID]),
+                            base_url=str(oai.base_url), max_retries=0)
+    assert [m.id for m in limited.models.list()] == [SINGLE_MODEL_ID]
+    with pytest.raises(openai.NotFoundError):  # as if it did not exist: a key learns nothing of other models
+        limited.models.retrieve(DEFAULT_MODEL_ID)
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(api_key="edg_" + "1" * 48, base_url=str(oai.base_url), max_retries=0).models.list()
 
 
 def test_an_alias_runs_its_model_and_bills_it(

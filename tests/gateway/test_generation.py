@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from backends.client import BackendOverloaded, BackendRejected, BackendTimeout, BackendUnavailable
-from gateway.errors import InvalidInput, OutOfCapacity, RequestTimeout
+from gateway.errors import BUSY_MESSAGE, InvalidInput, OutOfCapacity, RequestTimeout
 from gateway.fleet.catalog import DEFAULT_MODEL_ID
 from gateway.pipeline.generation import backend_error_to_gateway
 from tests.gateway.fixtures_e2e import BackendProcess, InProcessGateway, gateway_settings, start_backend
@@ -22,6 +22,9 @@ def test_backend_errors_map_to_workers_ai_errors() -> None:
     assert isinstance(rejected, InvalidInput) and "prompt too long" in rejected.message and "b1" not in rejected.message
     down = backend_error_to_gateway(BackendUnavailable("http://10.0.0.5:8100 refused", endpoint_id="b1"))
     assert isinstance(down, OutOfCapacity) and "10.0.0.5" not in down.message
+    busy = backend_error_to_gateway(BackendOverloaded("all 2 endpoints are overloaded"), reject_if_busy=True)
+    assert isinstance(busy, OutOfCapacity) and busy.message == BUSY_MESSAGE and busy.retry_after_s == 1
+    assert backend_error_to_gateway(BackendTimeout("slow"), reject_if_busy=True).code == 3007  # not capacity
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from gateway.fleet.catalog import DEFAULT_MODEL_ID
-from tests.gateway.fixtures_e2e import BackendProcess, InProcessGateway, gateway_settings
+from tests.gateway.fixtures_e2e import BackendProcess, InProcessGateway, gateway_settings, held_stream
 
 pytestmark = pytest.mark.slow
 
@@ -38,19 +38,11 @@ def url(gw: InProcessGateway, tenant: str) -> str:
     return f"{gw.url}/client/v4/accounts/acc-{tenant}/ai/run/{DEFAULT_MODEL_ID}"
 
 
-@contextlib.contextmanager
-def open_stream(gw: InProcessGateway, tenant: str, secret: str) -> Iterator[None]:
+def open_stream(gw: InProcessGateway, tenant: str, secret: str) -> contextlib.AbstractContextManager[None]:
     """A long stream, held open (first chunk read) until the block ends, then abandoned."""
-    body = {"prompt": "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,", "raw": True, "max_tokens": 1500, "stream": True,
+    body = {"prompt": "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,", "raw": True, "max_tokens": 1500,
             "temperature": 0.0}  # counting on: no early end of sequence
-    with httpx.stream("POST", url(gw, tenant), json=body, headers={"authorization": f"Bearer {secret}"},
-                      timeout=60) as response:
-        assert response.status_code == 200
-        lines = response.iter_lines()  # kept referenced: a collected iterator closes the connection
-        for line in lines:
-            if line.startswith("data: {"):
-                break
-        yield
+    return held_stream(url(gw, tenant), secret, body)
 
 
 def refused_at_once(gw: InProcessGateway, tenant: str, secret: str, message: str) -> str:

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
+from gateway.errors import BUSY_MESSAGE, OutOfCapacity
 from gateway.pipeline.setup_gate import SetupGate
 
 
@@ -41,3 +44,17 @@ async def test_a_failed_setup_gives_its_place_back() -> None:
     async with asyncio.timeout(1):
         async with gate.enter():
             assert gate.is_full
+
+
+async def test_a_request_that_may_not_wait_is_answered_busy_at_once() -> None:
+    """options.rejectIfBusy: 429 / 3040 instead of a wait for a place (also behind others waiting)."""
+    gate = SetupGate(1)
+    async with gate.enter():
+        with pytest.raises(OutOfCapacity) as caught:
+            async with gate.enter(may_wait=False):
+                pass
+        assert caught.value.message == BUSY_MESSAGE
+    async with asyncio.timeout(1):
+        async with gate.enter(may_wait=False):  # a free place: entered at once
+            assert gate.is_full
+    assert not gate.is_full

@@ -48,7 +48,7 @@ def test_a_policy_run_on_fresh_processes_writes_every_report(tmp_path: Path) -> 
 
 def test_against_a_running_gateway(stack: Stack, tmp_path: Path) -> None:
     code = main([
-        "--gateway-url", stack.url, "--admin-token", stack.admin_token, "--label", "shared", "--workloads", "agent",
+        "--gateway-url", stack.url, f"--admin-token={stack.admin_token}", "--label", "shared", "--workloads", "agent",
         "--agent-load", "rate:4", "--sessions", "2", "--turns", "2", "--max-tokens", "4", "--out", str(tmp_path),
     ])
     assert code == 0

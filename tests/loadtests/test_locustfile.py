@@ -29,7 +29,7 @@ def test_headless_run_records_requests_and_custom_metrics(stack: Stack, tmp_path
         sys.executable, "-m", "locust", "-f", LOCUSTFILE, "--headless", "-u", "2", "-r", "2", "-t", "5s",
         "--stop-timeout", "30s", "--host", stack.url, "--csv", str(tmp_path / "run"),
         "--html", str(tmp_path / "run.html"),
-        "--only-summary", "--edgerun-admin-token", stack.admin_token, "--edgerun-max-tokens", "8",
+        "--only-summary", f"--edgerun-admin-token={stack.admin_token}", "--edgerun-max-tokens", "8",
         "--edgerun-agent-turns", "2-3", "--edgerun-summary", str(tmp_path / "summary.json"),
     ]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
@@ -67,5 +67,29 @@ def test_make_loadtest_runs_the_locustfile_bounded_and_headless(tmp_path: Path) 
     assert command[command.index("-u") + 1] == "3" and command[command.index("-t") + 1] == "10s"
     assert command[command.index("--host") + 1] == "http://127.0.0.1:1234"
     assert command[command.index("--csv") + 1] == str(tmp_path / "locust")
-    assert command[command.index("--edgerun-admin-token") + 1] == "tok"
+    assert "--edgerun-admin-token=tok" in command
     assert command[-2:] == ["--loglevel", "WARNING"]
+
+
+# Locust's own parsers on a command; run apart, since importing locust monkey-patches the process (gevent)
+PARSE_AS_LOCUST = """
+import sys
+import loadtests.locustfile  # registers the --edgerun-* options
+from locust.argument_parser import get_parser, parse_locustfile_option
+args = sys.argv[1:]
+parse_locustfile_option(args)
+print(get_parser().parse_args(args).edgerun_admin_token)
+"""
+
+
+def test_an_admin_token_that_starts_with_a_dash_reaches_the_locustfile(tmp_path: Path) -> None:
+    """secrets.token_urlsafe starts a token with "-" about once in 64: as its own argument Locust read it as a flag."""
+    parser = argparse.ArgumentParser()
+    run_locust.add_arguments(parser)
+    token = "-Xq3" + "a" * 39
+    command = run_locust.locust_command("http://127.0.0.1:1234", token, parser.parse_args(["--out", str(tmp_path)]))
+    arguments = command[command.index("-f"):]  # what Locust parses: everything after `python -m locust`
+    done = subprocess.run([sys.executable, "-c", PARSE_AS_LOCUST, *arguments], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == token
