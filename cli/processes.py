@@ -67,6 +67,7 @@ class ChildProcess:
     process: subprocess.Popen[bytes]
     log_path: Path | None  # None: the child writes to this process's stdout and stderr
     delete_log: bool = False  # `stop` removes the log (a temporary file)
+    own_group: bool = False  # the child leads a process group of its own: `kill` and `stop` end all of it
 
     @classmethod
     def spawn(
@@ -93,6 +94,7 @@ class ChildProcess:
         threads: int | None = None,
         inherit_output: bool = False,
         cwd: Path = ROOT,
+        own_group: bool = False,
         **fields: Any,
     ) -> Self:
         """Start any `argv` that will listen on `port` (not yet ready: call `wait_ready` or `wait_until_ready`).
@@ -101,19 +103,23 @@ class ChildProcess:
         process's environment, whose EDGERUN_* variables are dropped unless `keep_edgerun_env`.
         threads: the child's OMP_NUM_THREADS; None leaves torch's default. inherit_output: the
         child writes to this process's stdout and stderr instead of a log. cwd: where it runs (a
-        benchmark's baseline runs `python -m cli` from another checkout). fields: a subclass's own.
+        benchmark's baseline runs `python -m cli` from another checkout). own_group: start it as
+        the leader of a new process group, for a child that starts children of its own which would
+        outlive a SIGKILL of their parent (a vLLM server's engine processes). fields: a subclass's own.
         """
         full_env = child_env(env or {}, keep_edgerun=keep_edgerun_env, threads=threads)
         if inherit_output:
-            process = subprocess.Popen(argv, cwd=cwd, env=full_env)
-            return cls(name, port, process, None, False, **fields)
+            process = subprocess.Popen(argv, cwd=cwd, env=full_env, start_new_session=own_group)
+            return cls(name, port, process, None, False, own_group, **fields)
         delete_log = log_path is None
         if log_path is None:
             with tempfile.NamedTemporaryFile(prefix=f"edgerun-{name}-{port}-", suffix=".log", delete=False) as tmp:
                 log_path = Path(tmp.name)
         with log_path.open("wb") as log:
-            process = subprocess.Popen(argv, cwd=cwd, env=full_env, stdout=log, stderr=subprocess.STDOUT)
-        return cls(name, port, process, log_path, delete_log, **fields)
+            process = subprocess.Popen(
+                argv, cwd=cwd, env=full_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=own_group
+            )
+        return cls(name, port, process, log_path, delete_log, own_group, **fields)
 
     @property
     def url(self) -> str:
@@ -153,19 +159,27 @@ class ChildProcess:
             time.sleep(interval_s)
 
     def kill(self) -> None:
-        """SIGKILL: the process vanishes mid-whatever, as a crashed host would."""
+        """SIGKILL: the process (with its group, if it leads one) vanishes mid-whatever, as a crashed host would."""
         if self.process.poll() is None:
             self.process.kill()
             self.process.wait()
+        self._kill_group()
 
     def stop(self, timeout_s: float = 30.0) -> None:
-        """SIGTERM (the child drains), then SIGKILL if it is still there after `timeout_s`."""
+        """SIGTERM (the child drains), then SIGKILL if it is still there after `timeout_s`; what is
+        left of its process group, if it leads one, is killed then."""
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:
                 self.process.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
                 self.kill()
+        self._kill_group()
         if self.delete_log and self.log_path is not None:
             with contextlib.suppress(OSError):
                 self.log_path.unlink()
+
+    def _kill_group(self) -> None:
+        if self.own_group:
+            with contextlib.suppress(ProcessLookupError):  # the group is gone already
+                os.killpg(self.process.pid, signal.SIGKILL)

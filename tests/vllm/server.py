@@ -1,0 +1,127 @@
+"""A real vLLM server on loopback: vLLM's CPU build from `.venv-vllm` (the Makefile installs it in a
+venv of its own) serving the shipped SmolLM2, exported once as a Hugging Face checkpoint
+(`edgerun export-hf`, engines/builtin/loader/export.py).
+
+It is started as README's "Backends" section says, plus what a small CPU box needs: `--enforce-eager`
+(no torch.compile warm-up: about half the start time on 2 cores), a 4,096-token context and 1 GiB
+of KV cache (`VLLM_CPU_KVCACHE_SPACE`), one OpenMP thread without core binding (vLLM binds every
+server to core 0 by default, which would stack two of them on one core), and no usage reports.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from cli.processes import ROOT, ChildProcess, ProcessError, free_port
+from engines.builtin.config import EngineConfig
+from engines.builtin.loader.export import export_hf
+
+VLLM_PYTHON_ENV = "EDGERUN_TEST_VLLM_PYTHON"  # another vLLM install's python, instead of .venv-vllm's
+SERVED_MODEL = "smollm2"  # `--served-model-name`: the gateway's `backend_model`
+MAX_MODEL_LEN = 4096
+BLOCK_SIZE = 32  # vLLM's CPU attention takes multiples of 32 (its default there is 128)
+READY_TIMEOUT_S = 420.0  # about 1 minute on 2 idle cores; more while other tests run beside it
+
+
+def vllm_python() -> Path:
+    """The python of the vLLM install. Missing: the test is skipped, or fails under CI=true."""
+    python = Path(os.environ.get(VLLM_PYTHON_ENV) or ROOT / ".venv-vllm" / "bin" / "python")
+    if not python.exists():
+        cannot_start(f"no vLLM at {python}: `make test` installs it (or set {VLLM_PYTHON_ENV})")
+    return python
+
+
+def cannot_start(reason: str) -> None:
+    """Skip the test that needs vLLM, except under CI=true, where a vLLM that cannot start is a failure."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{reason} (CI=true: the real-vLLM tests must run)", pytrace=False)
+    pytest.skip(reason)
+
+
+def exported_smollm2() -> Path:
+    """The shipped SmolLM2 as a Hugging Face checkpoint, exported on first use (`make` does it at install)."""
+    return export_hf(EngineConfig(model="smollm2"))
+
+
+@dataclass
+class VllmProcess(ChildProcess):
+    """`python -m vllm.entrypoints.openai.api_server ...`; `kv_events_endpoint` is its ZMQ publisher."""
+
+    api_key: str = ""
+    kv_events_endpoint: str = ""
+    replay_endpoint: str = ""
+
+    def spec(self, backend_id: str, models: Sequence[str], region: str = "local") -> dict[str, object]:
+        """A gateway `[[backends]]` entry for this server."""
+        return {"id": backend_id, "base_url": self.url, "region": region, "models": list(models)}
+
+    def metric(self, name: str, label: str = "") -> float:
+        """A `vllm:*` Prometheus sample summed over its labels, or over those whose labels hold `label`
+        (e.g. `metric("vllm:request_success_total", 'finished_reason="abort"')`)."""
+        text = httpx.get(f"{self.url}/metrics", timeout=10).text
+        total = 0.0
+        for line in text.splitlines():
+            series, _, value = line.rpartition(" ")
+            if series.split("{", 1)[0] == name and label in series:
+                total += float(value)
+        return total
+
+
+def vllm_command(python: Path, checkpoint: Path, port: int, api_key: str, kv_events: str, replay: str) -> list[str]:
+    """The README's command line (see its "Backends" section), sized for a small CPU box."""
+    events = {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": kv_events, "replay_endpoint": replay}
+    return [
+        str(python), "-m", "vllm.entrypoints.openai.api_server",
+        "--model", str(checkpoint), "--served-model-name", SERVED_MODEL,
+        "--host", "127.0.0.1", "--port", str(port),
+        "--api-key", api_key,
+        "--dtype", "float32",
+        "--enable-prefix-caching",
+        "--enable-prompt-tokens-details",
+        "--kv-events-config", json.dumps(events),
+        "--block-size", str(BLOCK_SIZE),
+        "--max-model-len", str(MAX_MODEL_LEN),
+        "--enforce-eager",
+        "--enable-log-requests",  # its log names each request (by the gateway's x-request-id) and each abort
+        "--disable-uvicorn-access-log",
+    ]  # fmt: skip
+
+
+def start_vllm(name: str, checkpoint: Path, api_key: str) -> VllmProcess:
+    """Spawn a vLLM server (not yet ready: call `wait_ready`)."""
+    port = free_port()
+    kv_events, replay = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
+    env = {
+        "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB: about 23,000 tokens of SmolLM2 in float32
+        "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+        "VLLM_NO_USAGE_STATS": "1",
+        "DO_NOT_TRACK": "1",
+        "HF_HUB_OFFLINE": "1",  # everything is local; nothing may be fetched
+    }
+    argv = vllm_command(vllm_python(), checkpoint, port, api_key, kv_events, replay)
+    return VllmProcess.launch(
+        name, argv, port, env=env, threads=1, own_group=True,  # `kill` takes its engine processes too
+        api_key=api_key, kv_events_endpoint=kv_events, replay_endpoint=replay,
+    )
+
+
+@contextlib.contextmanager
+def running_vllm(name: str, checkpoint: Path, api_key: str) -> Iterator[VllmProcess]:
+    """A ready vLLM server, stopped at the end; one that does not come up is skipped or failed (`cannot_start`)."""
+    server = start_vllm(name, checkpoint, api_key)
+    try:
+        try:
+            server.wait_ready("/health", READY_TIMEOUT_S)
+        except ProcessError as exc:
+            cannot_start(f"vLLM did not start: {exc}")
+        yield server
+    finally:
+        server.stop()
