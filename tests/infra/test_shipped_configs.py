@@ -97,3 +97,26 @@ def test_k8s_admin_port_has_its_own_service_and_only_labelled_pods_reach_it() ->
     assert admin_rules == [
         {"from": [{"podSelector": {"matchLabels": {"edgerun-admin": "true"}}}], "ports": [{"port": admin_port}]}
     ]
+
+
+def test_the_vllm_example_matches_its_gateway_config_and_keeps_the_servers_closed(monkeypatch: Any) -> None:
+    from gateway.settings import GatewaySettings
+
+    services: dict[str, Any] = yaml.safe_load((INFRA / "compose.vllm.yaml").read_text())["services"]
+    servers = {n: s for n, s in services.items() if s.get("image", "").startswith("vllm/vllm-openai:")}
+    assert sorted(servers) == ["vllm-a", "vllm-b"]
+    monkeypatch.setenv("EDGERUN_CONFIG", str(INFRA / "gateway.vllm.toml"))
+    settings = GatewaySettings()
+    [model] = settings.fleet.models
+    assert sorted(b.base_url for b in settings.fleet.backends) == [f"http://{name}:8000" for name in sorted(servers)]
+    for name, server in servers.items():
+        command = server["command"]
+        # billed cached tokens need --enable-prompt-tokens-details; the prefix index, the KV events
+        assert {"--enable-prefix-caching", "--enable-prompt-tokens-details", "--kv-events-config"} <= set(command), name
+        assert option(command, "--served-model-name") == model.backend_model, name
+        assert int(option(command, "--block-size")) == model.block_size, name
+        assert int(option(command, "--max-model-len")) == model.context_length, name
+        assert option(command, "--model") == str(model.tokenizer_dir), name  # the checkpoint the gateway reads too
+        assert server["environment"]["VLLM_API_KEY"].startswith("${EDGERUN_BACKEND_API_KEY:?"), name
+        assert "ports" not in server, name
+    assert services["gateway"]["environment"]["EDGERUN_BACKEND_API_KEY"].startswith("${EDGERUN_BACKEND_API_KEY:?")
