@@ -5,6 +5,7 @@ labelled pods (k8s) reach."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -108,13 +109,17 @@ def test_the_vllm_example_matches_its_gateway_config_and_keeps_the_servers_close
     monkeypatch.setenv("EDGERUN_CONFIG", str(INFRA / "gateway.vllm.toml"))
     settings = GatewaySettings()
     [model] = settings.fleet.models
-    assert sorted(b.base_url for b in settings.fleet.backends) == [f"http://{name}:8000" for name in sorted(servers)]
+    backends = {b.base_url.removeprefix("http://").removesuffix(":8000"): b for b in settings.fleet.backends}
+    assert sorted(backends) == sorted(servers)
     for name, server in servers.items():
         command = server["command"]
         # billed cached tokens need --enable-prompt-tokens-details; the prefix index, the KV events
-        assert {"--enable-prefix-caching", "--enable-prompt-tokens-details", "--kv-events-config"} <= set(command), name
+        assert {"--enable-prefix-caching", "--enable-prompt-tokens-details"} <= set(command), name
+        events = json.loads(option(command, "--kv-events-config"))
+        assert backends[name].kind == "vllm", name
+        assert backends[name].kv_events == events["endpoint"].replace("*", name), name  # vLLM binds, the gateway connects
+        assert backends[name].kv_events_replay == events["replay_endpoint"].replace("*", name), name
         assert option(command, "--served-model-name") == model.backend_model, name
-        assert int(option(command, "--block-size")) == model.block_size, name
         assert int(option(command, "--max-model-len")) == model.context_length, name
         assert option(command, "--model") == str(model.tokenizer_dir), name  # the checkpoint the gateway reads too
         assert server["environment"]["VLLM_API_KEY"].startswith("${EDGERUN_BACKEND_API_KEY:?"), name

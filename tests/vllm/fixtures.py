@@ -3,8 +3,12 @@
 - `vllm_server`: one vLLM server for the whole session (a start costs about a minute on 2 cores),
   its ZMQ KV-event publisher at `vllm_server.kv_events_endpoint` (replay at `.replay_endpoint`),
   its API key `VLLM_API_KEY`.
-- `vllm_gateway`: an in-process gateway whose only backend is that server (id `VLLM_BACKEND_ID`),
-  serving `VLLM_MODEL_ID` with the tokenizer read from the exported checkpoint (`tokenizer_dir`).
+- `vllm_gateway`: an in-process gateway whose only backend is that server (id `VLLM_BACKEND_ID`,
+  `kind = "vllm"`, subscribed to its KV events), serving `VLLM_MODEL_ID` with the tokenizer read
+  from the exported checkpoint (`tokenizer_dir`).
+
+More vLLM servers (two backends, one to restart): `tests.vllm.server.running_vllm`, each about a
+minute to start on 2 idle cores; `VllmProcess.spec` is its `[[backends]]` entry.
 
 Under CI=true a vLLM that is not installed or does not start fails every test that asks for it;
 elsewhere those tests are skipped with the reason.
@@ -19,7 +23,7 @@ import pytest
 
 from gateway.fleet.catalog import DEFAULT_MODEL_ID
 from tests.gateway.fixtures_e2e import InProcessGateway, gateway_settings
-from tests.vllm.server import BLOCK_SIZE, MAX_MODEL_LEN, SERVED_MODEL, VllmProcess, exported_smollm2, running_vllm
+from tests.vllm.server import MAX_MODEL_LEN, SERVED_MODEL, VllmProcess, exported_smollm2, running_vllm
 
 VLLM_API_KEY = "vllm-test-key-0123456789abcdef"
 VLLM_BACKEND_ID = "vllm-a"
@@ -28,11 +32,8 @@ VLLM_MODEL_ID = DEFAULT_MODEL_ID
 
 def vllm_model_spec(checkpoint: Path) -> dict[str, object]:
     """The catalog entry for SmolLM2 served by vLLM: the tokenizer from the checkpoint (vLLM does not
-    serve ours), the context and KV block size the server was started with."""
-    return {
-        "id": VLLM_MODEL_ID, "backend_model": SERVED_MODEL, "tokenizer_dir": str(checkpoint),
-        "context_length": MAX_MODEL_LEN, "block_size": BLOCK_SIZE,
-    }  # fmt: skip
+    serve ours) and the context the server was started with."""
+    return {"id": VLLM_MODEL_ID, "backend_model": SERVED_MODEL, "tokenizer_dir": str(checkpoint), "context_length": MAX_MODEL_LEN}
 
 
 @pytest.fixture(scope="session")

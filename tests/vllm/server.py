@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,15 +54,19 @@ def exported_smollm2() -> Path:
 
 @dataclass
 class VllmProcess(ChildProcess):
-    """`python -m vllm.entrypoints.openai.api_server ...`; `kv_events_endpoint` is its ZMQ publisher."""
+    """`python -m vllm.entrypoints.openai.api_server ...`; `kv_events_endpoint` is its ZMQ publisher
+    (which it binds), `replay_endpoint` its replay socket."""
 
     api_key: str = ""
     kv_events_endpoint: str = ""
     replay_endpoint: str = ""
 
     def spec(self, backend_id: str, models: Sequence[str], region: str = "local") -> dict[str, object]:
-        """A gateway `[[backends]]` entry for this server."""
-        return {"id": backend_id, "base_url": self.url, "region": region, "models": list(models)}
+        """A gateway `[[backends]]` entry for this server, its KV events included."""
+        return {
+            "id": backend_id, "base_url": self.url, "region": region, "models": list(models), "kind": "vllm",
+            "kv_events": self.kv_events_endpoint, "kv_events_replay": self.replay_endpoint,
+        }  # fmt: skip
 
     def metric(self, name: str, label: str = "") -> float:
         """A `vllm:*` Prometheus sample summed over its labels, or over those whose labels hold `label`
@@ -98,7 +103,10 @@ def vllm_command(python: Path, checkpoint: Path, port: int, api_key: str, kv_eve
 def start_vllm(name: str, checkpoint: Path, api_key: str) -> VllmProcess:
     """Spawn a vLLM server (not yet ready: call `wait_ready`)."""
     port = free_port()
-    kv_events, replay = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
+    # vLLM binds an ipc:// publisher (one with a host in tcp:// it connects out to instead), so any
+    # number of gateways may subscribe, and nothing listens beyond this machine; its replay socket binds either way
+    kv_events = f"ipc://{tempfile.gettempdir()}/edgerun-vllm-{port}-kv-events"
+    replay = f"tcp://127.0.0.1:{free_port()}"
     env = {
         "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB: about 23,000 tokens of SmolLM2 in float32
         "VLLM_CPU_OMP_THREADS_BIND": "nobind",

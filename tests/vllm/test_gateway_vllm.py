@@ -30,6 +30,7 @@ from engines.builtin.config import EngineConfig
 from engines.builtin.model_runner import ForwardItem, ModelRunner
 from gateway.billing.prices import default_prices
 from gateway.store.models import UsageRecord
+from policies.prefix import block_hashes
 from policies.pricing import Price, cost_micros
 from tests.gateway.fixtures_e2e import InProcessGateway, gateway_settings
 from tests.gateway.test_structured_e2e import ASK_CITY, ASK_WEATHER, CITY, WEATHER
@@ -214,11 +215,28 @@ def test_streamed_cached_tokens_match_the_ledger(vllm_gateway: InProcessGateway,
     assert record.cached_tokens == usage["prompt_tokens_details"]["cached_tokens"]
 
 
+def indexed_tokens(gw: InProcessGateway, tenant_id: str, text: str) -> int:
+    """How many leading tokens of the raw prompt `text` the gateway's prefix index places on the vLLM
+    backend for `tenant_id` (fed by vLLM's KV events, re-hashed under the tenant's salt)."""
+    services = gw.services
+    model = services.catalog.get(VLLM_MODEL_ID)
+
+    async def lookup() -> int:
+        tokenizer = await services.generator.tokenizer(model)
+        salt = await services.generator.router.salts.salt(tenant_id)
+        hashes = block_hashes(tokenizer.encode_text(text, is_raw=True), model.block_size, salt)
+        return (await services.store.match_prefix(hashes)).get(VLLM_BACKEND_ID, 0) * model.block_size
+
+    return gw.call(lookup())
+
+
 def test_tenants_never_hit_each_others_cache(vllm_gateway: InProcessGateway) -> None:
-    """The gateway's `cache_salt` (an HMAC of the tenant) keeps vLLM's prefix cache per tenant."""
+    """The gateway's `cache_salt` (an HMAC of the tenant) keeps vLLM's prefix cache per tenant, and
+    the prefix index that vLLM's KV events feed keeps them apart too."""
     key_a = vllm_gateway.new_key("t-vllm-a", "acc-vllm-a")
     key_b = vllm_gateway.new_key("t-vllm-b", "acc-vllm-b")
-    body = {"prompt": f"{uuid.uuid4().hex} {LONG_CONTEXT} Who paints them?", "max_tokens": 2, "temperature": 0}
+    text = f"{uuid.uuid4().hex} {LONG_CONTEXT} Who paints them?"
+    body = {"prompt": text, "raw": True, "max_tokens": 2, "temperature": 0}
 
     def cached(key: str, account: str) -> int:
         answer = run(vllm_gateway, key, body, account)
@@ -229,8 +247,11 @@ def test_tenants_never_hit_each_others_cache(vllm_gateway: InProcessGateway) -> 
         return counted
 
     assert cached(key_a, "acc-vllm-a") == 0
+    assert eventually(lambda: indexed_tokens(vllm_gateway, "t-vllm-a", text) > 500)  # vLLM said it stored them
+    assert indexed_tokens(vllm_gateway, "t-vllm-b", text) == 0
     assert cached(key_b, "acc-vllm-b") == 0  # the same prompt, in the cache, but tenant A's
-    assert cached(key_a, "acc-vllm-a") > 500  # A's own hit
+    hit = cached(key_a, "acc-vllm-a")  # A's own hit
+    assert hit > 500 and indexed_tokens(vllm_gateway, "t-vllm-a", text) >= hit - BLOCK_SIZE
 
 
 # ---- streams that end early ---------------------------------------------------------------------
@@ -281,7 +302,7 @@ def vllm_link(vllm_server: VllmProcess) -> Iterator[ChildProcess]:
 def test_vllm_gone_mid_stream_gives_an_error_event_and_one_ledger_record(
     vllm_link: ChildProcess, vllm_server: VllmProcess, vllm_checkpoint: Path, tmp_path: Path
 ) -> None:
-    backend = {"id": "vllm-linked", "base_url": vllm_link.url, "models": [VLLM_MODEL_ID]}
+    backend = {"id": "vllm-linked", "base_url": vllm_link.url, "models": [VLLM_MODEL_ID], "kind": "vllm"}
     settings = gateway_settings(
         tmp_path, [backend], models=[vllm_model_spec(vllm_checkpoint)], backend_api_key=VLLM_API_KEY, health_interval_s=0.5
     )
