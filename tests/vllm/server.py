@@ -28,7 +28,7 @@ from engines.builtin.loader.export import export_hf
 VLLM_PYTHON_ENV = "EDGERUN_TEST_VLLM_PYTHON"  # another vLLM install's python, instead of .venv-vllm's
 SERVED_MODEL = "smollm2"  # `--served-model-name`: the gateway's `backend_model`
 MAX_MODEL_LEN = 4096
-BLOCK_SIZE = 32  # vLLM's CPU attention takes multiples of 32 (its default there is 128)
+BLOCK_SIZE = 32  # KV block: vLLM's CPU attention takes multiples of 32; its default there, 128, would leave short prompts uncached
 READY_TIMEOUT_S = 420.0  # about 1 minute on 2 idle cores; more while other tests run beside it
 
 
@@ -68,16 +68,11 @@ class VllmProcess(ChildProcess):
             "kv_events": self.kv_events_endpoint, "kv_events_replay": self.replay_endpoint,
         }  # fmt: skip
 
-    def metric(self, name: str, label: str = "") -> float:
-        """A `vllm:*` Prometheus sample summed over its labels, or over those whose labels hold `label`
-        (e.g. `metric("vllm:request_success_total", 'finished_reason="abort"')`)."""
+    def metric(self, name: str) -> float:
+        """A `vllm:*` Prometheus sample of its `/metrics`, summed over its labels."""
         text = httpx.get(f"{self.url}/metrics", timeout=10).text
-        total = 0.0
-        for line in text.splitlines():
-            series, _, value = line.rpartition(" ")
-            if series.split("{", 1)[0] == name and label in series:
-                total += float(value)
-        return total
+        samples = (line.rpartition(" ") for line in text.splitlines())
+        return sum(float(value) for series, _, value in samples if series.split("{", 1)[0] == name)
 
 
 def vllm_command(python: Path, checkpoint: Path, port: int, api_key: str, kv_events: str, replay: str) -> list[str]:
@@ -103,8 +98,9 @@ def vllm_command(python: Path, checkpoint: Path, port: int, api_key: str, kv_eve
 def start_vllm(name: str, checkpoint: Path, api_key: str) -> VllmProcess:
     """Spawn a vLLM server (not yet ready: call `wait_ready`)."""
     port = free_port()
-    # vLLM binds an ipc:// publisher (one with a host in tcp:// it connects out to instead), so any
-    # number of gateways may subscribe, and nothing listens beyond this machine; its replay socket binds either way
+    # vLLM binds its publisher on an ipc:// endpoint (on a tcp:// one naming a host it would connect
+    # out instead): any number of gateways may subscribe, and nothing listens beyond this machine.
+    # Its replay socket binds either way.
     kv_events = f"ipc://{tempfile.gettempdir()}/edgerun-vllm-{port}-kv-events"
     replay = f"tcp://127.0.0.1:{free_port()}"
     env = {
