@@ -3,6 +3,10 @@
 A `Candidate` is a per-request view of one backend: its health, the tokens in flight to it
 (prefill and decode counted apart) and how many of *this request's* prompt tokens it already
 holds in its KV cache (the caller fills that in from its prefix index, or from exact KV events).
+Where a backend has tiers below its KV pool (a host-memory tier, a regional pool shared by the
+region's backends), the candidate also says how many tokens after its cached prefix each tier
+would supply; reusing them costs a copy or a fetch, a share of prefilling them (`TierCosts`).
+Without tier information those counts are 0 and every score is what it was without tiers.
 `RouteInfo` carries everything else a policy may look at, in one dataclass, so a new input never
 changes a policy's signature.
 
@@ -21,7 +25,25 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
-from policies.errors import PolicyError
+from policies.errors import PolicyConfigError, PolicyError
+
+
+@dataclass(slots=True, frozen=True)
+class TierCosts:
+    """What reusing one token from a tier below the KV pool costs, as a share of prefilling it."""
+
+    host_tier: float = 0.1  # a host-to-device copy of a token's KV
+    region_pool: float = 0.2  # a network fetch from the region's pool
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.host_tier <= 1 or not 0 <= self.region_pool <= 1:
+            raise PolicyConfigError(
+                f"host_tier_cost={self.host_tier}, region_pool_cost={self.region_pool}: each is a share of "
+                "a prefill token's cost; give values within [0, 1]"
+            )
+
+
+DEFAULT_TIER_COSTS = TierCosts()
 
 
 @dataclass(slots=True, frozen=True)
@@ -33,18 +55,42 @@ class Candidate:
     healthy: bool = True
     in_flight_prefill_tokens: int = 0  # prompt tokens sent there and not yet prefilled
     in_flight_decode_tokens: int = 0  # tokens still to generate there (estimated)
-    cached_prefix_tokens: int = 0  # leading tokens of this request's prompt cached there
+    cached_prefix_tokens: int = 0  # leading tokens of this request's prompt cached there (its KV pool)
+    host_tier_tokens: int = 0  # the tokens right after those that its host-memory tier holds
+    region_pool_tokens: int = 0  # the tokens right after those that its region's shared pool holds
 
     def __post_init__(self) -> None:
         if not self.id:
             raise PolicyError("Candidate.id must be a non-empty backend id")
-        for name in ("in_flight_prefill_tokens", "in_flight_decode_tokens", "cached_prefix_tokens"):
+        for name in (
+            "in_flight_prefill_tokens", "in_flight_decode_tokens", "cached_prefix_tokens", "host_tier_tokens",
+            "region_pool_tokens",
+        ):
             if getattr(self, name) < 0:
                 raise PolicyError(f"Candidate {self.id!r}: {name}={getattr(self, name)} must be >= 0")
 
     def load(self, decode_weight: float = 1.0) -> float:
         """In-flight tokens, decode tokens scaled by `decode_weight`."""
         return self.in_flight_prefill_tokens + decode_weight * self.in_flight_decode_tokens
+
+    @property
+    def reusable_prefix_tokens(self) -> int:
+        """Leading prompt tokens it need not prefill: its pool's, then its host tier's, then the region's."""
+        return self.cached_prefix_tokens + self.host_tier_tokens + self.region_pool_tokens
+
+    def tier_cost(self, costs: TierCosts) -> float:
+        """The copies and fetches of its tier hits, in prefill tokens."""
+        return costs.host_tier * self.host_tier_tokens + costs.region_pool * self.region_pool_tokens
+
+    def prefill_cost(self, num_prompt_tokens: int, costs: TierCosts) -> float:
+        """The work before its first token there, in prefill tokens: what no tier holds, plus the
+        tier hits' copies and fetches. A hit in its own pool is cheapest, then its host tier, then
+        the regional pool, then a miss."""
+        return max(0, num_prompt_tokens - self.reusable_prefix_tokens) + self.tier_cost(costs)
+
+    def effective_cached_tokens(self, costs: TierCosts) -> float:
+        """Cached prefix tokens, tier hits counted at the share of a prefill they save."""
+        return self.reusable_prefix_tokens - self.tier_cost(costs)
 
 
 @dataclass(slots=True, frozen=True)

@@ -3,13 +3,19 @@
 1. Cost: every healthy backend gets, Dynamo-style,
        cost = uncached prompt tokens it would have to prefill + load_weight x its in-flight tokens
    where in-flight tokens = prefill + decode_weight x decode. Lowest cost wins; ties go to the
-   lower load, then to the lower stable hash of (request id, backend id).
+   lower load, then to the lower stable hash of (request id, backend id). Prompt tokens a
+   backend's host tier or its region's pool holds are not prefilled but copied or fetched: each
+   counts `host_tier_cost` or `region_pool_cost` of a prefill token (`Candidate.prefill_cost`).
+   So a hit in the backend's own pool beats one in its host tier, which beats a regional-pool
+   hit, which beats a miss; and with the regional pool holding a prefix, every backend of the
+   region is nearly as cheap and load decides.
 2. Stickiness is evidence, not an override. The session's previous backend is taken instead of
    the cheapest one only when all of these hold:
    - it carries no more than (1 + eps) x the pool's mean in-flight tokens;
    - no other backend holds a markedly longer prefix: at most `sticky_margin` x the prompt's
-     tokens more than it (when the prefix index knows nothing, no backend does, and the session's
-     last backend is the best guess of where its KV cache is);
+     tokens more than it, tier hits counted at the share of a prefill they save (when the prefix
+     index knows nothing, no backend does, and the session's last backend is the best guess of
+     where its KV cache is);
    - the session key does not carry more than its share of traffic: the tokens this router has
      in flight for that key (before this request) are at most its in-flight tokens for all
      requests / the number of healthy backends (a bounded load per session key). One x-session-affinity value sent for every user
@@ -24,7 +30,9 @@ Defaults: load_weight = 1, because a queued prefill token delays the new request
 as one of its own uncached tokens, so the cost reads as time to first token in prefill-token
 units; decode_weight = 1 (tokens are tokens, as in a token-aware balancer); eps = 0.25, the
 usual bounded-load slack; sticky_margin = 0.25 (a quarter of the prompt: the index is trusted
-unless the difference it reports is small). `edgerun simulate` and benchmarks/routing.py replay
+unless the difference it reports is small); host_tier_cost = 0.1 and region_pool_cost = 0.2 (a
+PCIe copy and a 100 Gb/s fetch of a block's KV against prefilling it on one GPU:
+policies/sim/tiers.py states the rates). `edgerun simulate` and benchmarks/routing.py replay
 traces to check them.
 
 State: the in-flight tokens per session key, added when a request is chosen and released by
@@ -33,7 +41,7 @@ State: the in-flight tokens per session key, added when a request is chosen and 
 
 from __future__ import annotations
 
-from policies.base import Candidate, Policy, RouteInfo, load_bound, stable_hash
+from policies.base import DEFAULT_TIER_COSTS, Candidate, Policy, RouteInfo, TierCosts, load_bound, stable_hash
 from policies.errors import PolicyConfigError
 
 
@@ -41,12 +49,19 @@ class CacheAware(Policy):
     name = "cache_aware"
 
     def __init__(
-        self, load_weight: float = 1.0, decode_weight: float = 1.0, eps: float = 0.25, sticky_margin: float = 0.25
+        self,
+        load_weight: float = 1.0,
+        decode_weight: float = 1.0,
+        eps: float = 0.25,
+        sticky_margin: float = 0.25,
+        host_tier_cost: float = DEFAULT_TIER_COSTS.host_tier,
+        region_pool_cost: float = DEFAULT_TIER_COSTS.region_pool,
     ) -> None:
         if load_weight < 0 or decode_weight < 0 or eps < 0 or not 0 <= sticky_margin <= 1:
             raise PolicyConfigError(
                 "cache_aware: load_weight, decode_weight and eps must be >= 0, sticky_margin within [0, 1]"
             )
+        self.tier_costs = TierCosts(host_tier_cost, region_pool_cost)
         self.load_weight = load_weight
         self.decode_weight = decode_weight
         self.eps = eps
@@ -65,7 +80,7 @@ class CacheAware(Policy):
     def score(self, c: Candidate, info: RouteInfo) -> tuple[float, float, int]:
         """(cost, load, tie-break hash): lowest wins."""
         load = c.load(self.decode_weight)
-        to_prefill = max(0, info.num_prompt_tokens - c.cached_prefix_tokens)
+        to_prefill = c.prefill_cost(info.num_prompt_tokens, self.tier_costs)
         return (to_prefill + self.load_weight * load, load, stable_hash(info.spread_key, c.id))
 
     def score_of(self, candidate: Candidate, info: RouteInfo) -> float:
@@ -79,8 +94,8 @@ class CacheAware(Policy):
         loads = {c.id: c.load(self.decode_weight) for c in healthy}
         if loads[previous.id] > load_bound(loads, self.eps):
             return None
-        longest = max(c.cached_prefix_tokens for c in healthy)
-        if longest - previous.cached_prefix_tokens > self.sticky_margin * info.num_prompt_tokens:
+        cached = {c.id: c.effective_cached_tokens(self.tier_costs) for c in healthy}
+        if max(cached.values()) - cached[previous.id] > self.sticky_margin * info.num_prompt_tokens:
             return None
         if self._session_tokens.get(info.routing_key, 0) > self._total_tokens / len(healthy):
             return None

@@ -6,7 +6,10 @@
 2. Otherwise, if the backend holding the longest cached prefix covers more than
    `cache_threshold` of the prompt, the request goes there;
 3. else to the least loaded backend.
-Ties go to the lower stable hash of (request id, backend id).
+Ties go to the lower stable hash of (request id, backend id). Tokens a backend's host tier or
+its region's pool would supply count as cached at the share of a prefill they save (1 minus
+`host_tier_cost` or `region_pool_cost`, `Candidate.effective_cached_tokens`), so its own pool
+ranks first, then its host tier, then the regional pool.
 
 It is kept as the yardstick every routing benchmark compares against (`edgerun simulate`,
 benchmarks/routing.py), and can be chosen like any other policy. SGLang counts requests in its
@@ -16,7 +19,7 @@ balance check (64 by default); we count tokens, so the absolute threshold is 64 
 
 from __future__ import annotations
 
-from policies.base import Candidate, Policy, RouteInfo, stable_hash
+from policies.base import DEFAULT_TIER_COSTS, Candidate, Policy, RouteInfo, TierCosts, stable_hash
 from policies.errors import PolicyConfigError
 
 
@@ -29,6 +32,8 @@ class PrefixThreshold(Policy):
         balance_rel: float = 1.5,
         balance_abs_tokens: float = 64 * 512.0,
         decode_weight: float = 1.0,
+        host_tier_cost: float = DEFAULT_TIER_COSTS.host_tier,
+        region_pool_cost: float = DEFAULT_TIER_COSTS.region_pool,
     ) -> None:
         if not 0 <= cache_threshold <= 1:
             raise PolicyConfigError(f"prefix_threshold: cache_threshold={cache_threshold} must be within [0, 1]")
@@ -36,6 +41,7 @@ class PrefixThreshold(Policy):
             raise PolicyConfigError(
                 "prefix_threshold: balance_rel must be >= 1, balance_abs_tokens and decode_weight >= 0"
             )
+        self.tier_costs = TierCosts(host_tier_cost, region_pool_cost)
         self.cache_threshold = cache_threshold
         self.balance_rel = balance_rel
         self.balance_abs_tokens = balance_abs_tokens
@@ -43,7 +49,8 @@ class PrefixThreshold(Policy):
 
     def score_of(self, candidate: Candidate, info: RouteInfo) -> float:
         """The share of the prompt not cached there (the threshold compares its complement)."""
-        return 1.0 - candidate.cached_prefix_tokens / info.num_prompt_tokens if info.num_prompt_tokens else 1.0
+        cached = candidate.effective_cached_tokens(self.tier_costs)
+        return 1.0 - cached / info.num_prompt_tokens if info.num_prompt_tokens else 1.0
 
     def choose(self, healthy: list[Candidate], info: RouteInfo) -> Candidate:
         key = info.spread_key
@@ -52,7 +59,8 @@ class PrefixThreshold(Policy):
         busiest, idlest = max(loads.values()), loads[least_loaded.id]
         if busiest > self.balance_rel * idlest and busiest - idlest > self.balance_abs_tokens:
             return least_loaded
-        best = max(healthy, key=lambda c: (c.cached_prefix_tokens, -loads[c.id], -stable_hash(key, c.id)))
-        if info.num_prompt_tokens and best.cached_prefix_tokens > self.cache_threshold * info.num_prompt_tokens:
+        cached = {c.id: c.effective_cached_tokens(self.tier_costs) for c in healthy}
+        best = max(healthy, key=lambda c: (cached[c.id], -loads[c.id], -stable_hash(key, c.id)))
+        if info.num_prompt_tokens and cached[best.id] > self.cache_threshold * info.num_prompt_tokens:
             return best
         return least_loaded

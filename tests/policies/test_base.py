@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import pytest
 
-from policies.base import Candidate, Policy, RouteInfo, healthy_candidates, load_bound, stable_hash
-from policies.errors import PolicyError
-from policies.factory import build_policy, policy_names
+from policies.base import Candidate, Policy, RouteInfo, TierCosts, healthy_candidates, load_bound, stable_hash
+from policies.errors import PolicyConfigError, PolicyError
+from policies.factory import PolicyConfig, build_policy, policy_names
 
 
 def test_candidate_load_weights_decode_tokens() -> None:
@@ -78,3 +78,35 @@ def test_hooks_do_nothing_by_default() -> None:
     policy: Policy = build_policy("round_robin")
     policy.on_complete("b0", RouteInfo("t"), success=False)
     policy.update_loads({"b0": 10})
+
+
+def test_a_pool_hit_beats_a_host_tier_hit_which_beats_a_regional_hit_which_beats_a_miss() -> None:
+    costs = TierCosts(host_tier=0.1, region_pool=0.2)
+    pool, host, region, miss = (
+        Candidate("pool", cached_prefix_tokens=8000),
+        Candidate("host", host_tier_tokens=8000),
+        Candidate("region", region_pool_tokens=8000),
+        Candidate("miss"),
+    )
+    assert [c.prefill_cost(10_000, costs) for c in (pool, host, region, miss)] == [2000, 2800, 3600, 10_000]
+    assert [c.effective_cached_tokens(costs) for c in (pool, host, region, miss)] == [8000, 7200, 6400, 0]
+    mixed = Candidate("mixed", cached_prefix_tokens=1000, host_tier_tokens=2000, region_pool_tokens=3000)
+    assert mixed.reusable_prefix_tokens == 6000 and mixed.prefill_cost(10_000, costs) == 4000 + 200 + 600
+
+
+def test_without_tier_information_costs_are_the_uncached_tokens() -> None:
+    c = Candidate("b0", cached_prefix_tokens=3000)
+    assert c.prefill_cost(10_000, TierCosts()) == 7000 and c.effective_cached_tokens(TierCosts()) == 3000
+    assert c.prefill_cost(2000, TierCosts()) == 0
+
+
+@pytest.mark.parametrize("policy", ["cache_aware", "prefix_threshold"])
+def test_tier_costs_are_shares_of_a_prefill(policy: str) -> None:
+    with pytest.raises(PolicyConfigError, match="region_pool_cost=1.5"):
+        build_policy(PolicyConfig(policy, {"region_pool_cost": "1.5"}))
+
+
+@pytest.mark.parametrize("field", ["host_tier_tokens", "region_pool_tokens"])
+def test_candidate_rejects_negative_tier_counts(field: str) -> None:
+    with pytest.raises(PolicyError, match=field):
+        Candidate("b0", **{field: -1})

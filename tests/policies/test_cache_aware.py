@@ -181,3 +181,33 @@ def test_shared_system_prompt_does_not_pin_all_sessions() -> None:
 def test_bad_parameters_are_refused() -> None:
     with pytest.raises(PolicyConfigError):
         CacheAware(load_weight=-1)
+
+
+def test_own_pool_beats_host_tier_beats_regional_pool_beats_miss() -> None:
+    info = RouteInfo("t", request_id="r", num_prompt_tokens=10_000)
+    cands = [
+        Candidate("miss", in_flight_prefill_tokens=100),
+        Candidate("region", in_flight_prefill_tokens=100, region_pool_tokens=8000),
+        Candidate("host", in_flight_prefill_tokens=100, host_tier_tokens=8000),
+        Candidate("pool", in_flight_prefill_tokens=100, cached_prefix_tokens=8000),
+    ]
+    for expected in ("pool", "host", "region", "miss"):
+        assert pick(CacheAware(), cands, info) == expected
+        cands = [c for c in cands if c.id != expected]
+
+
+def test_a_prefix_in_the_regional_pool_frees_the_choice_to_the_least_loaded() -> None:
+    info = RouteInfo("t", request_id="r", num_prompt_tokens=10_000)
+    holder = cand("b0", load=5000, cached=8000)  # 2000 to prefill + 5000 in flight = 7000
+    # with the prefix in the region: 2000 + 0.2 x 8000 fetched + 0 in flight = 3600
+    assert pick(CacheAware(), [holder, Candidate("b1", region_pool_tokens=8000)], info) == "b1"
+    assert pick(CacheAware(), [holder, cand("b1")], info) == "b0"  # without: 10000 to prefill there
+
+
+def test_a_session_stays_where_its_host_tier_holds_its_prefix() -> None:
+    # b0 (previous) has the conversation in its host tier, b1 in its pool: 0.1 x 8000 = 800 tokens
+    # apart, under the sticky margin (2,500); as a miss on b0 it would be 8,000 apart and move
+    cands = [Candidate("b0", in_flight_prefill_tokens=1000, host_tier_tokens=8000), cand("b1", load=900, cached=8000)]
+    info = RouteInfo("t", session_id="s", num_prompt_tokens=10_000, previous_backend_id="b0")
+    assert pick(CacheAware(), cands, info) == "b0"
+    assert pick(CacheAware(), [cand("b0", load=1000), cands[1]], info) == "b1"

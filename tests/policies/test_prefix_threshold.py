@@ -49,3 +49,24 @@ def test_built_by_the_factory_with_string_parameters() -> None:
     assert isinstance(policy, PrefixThreshold) and policy.cache_threshold == 0.5
     with pytest.raises(PolicyConfigError):
         PrefixThreshold(cache_threshold=1.5)
+
+
+def test_own_pool_ranks_before_host_tier_before_regional_pool() -> None:
+    cands = [
+        Candidate("region", in_flight_prefill_tokens=7000, region_pool_tokens=8000),
+        Candidate("host", in_flight_prefill_tokens=7000, host_tier_tokens=8000),
+        Candidate("pool", in_flight_prefill_tokens=7000, cached_prefix_tokens=8000),
+        cand("miss", load=6500),
+    ]
+    for expected in ("pool", "host", "region"):
+        assert pick(PrefixThreshold(), cands, INFO) == expected
+        cands = [c for c in cands if c.id != expected]
+    assert pick(PrefixThreshold(), cands, INFO) == "miss"
+
+
+def test_a_regional_hit_counts_toward_the_threshold_at_the_share_it_saves() -> None:
+    # 6,000 tokens in the region save 0.8 x 6,000 = 4,800 < half the prompt: least loaded instead
+    cands = [Candidate("b0", in_flight_prefill_tokens=7000, region_pool_tokens=6000), cand("b1", load=6500)]
+    assert pick(PrefixThreshold(), cands, INFO) == "b1"
+    assert pick(PrefixThreshold(region_pool_cost=0.0), cands, INFO) == "b0"
+    assert PrefixThreshold().score_of(cands[0], INFO) == pytest.approx(1 - 4800 / 10_000)
