@@ -6,7 +6,10 @@ head first would orphan every block after it.
 
 With `keep_events`, the cache also logs what a backend's `/kv_cache_events` would report: one
 `(time, stored, block hash)` per block newly stored (`stored` True) or evicted (False), in order.
-Gateways in the replay read that log with a delay (replicas.py).
+Gateways in the replay read that log with a delay (views.py).
+
+With `evict_to`, an evicted block is not lost but inserted into that cache, the tier below (a
+backend's host-memory tier under its KV pool: tiers.py).
 """
 
 from __future__ import annotations
@@ -19,9 +22,10 @@ KVEvent = tuple[float, bool, int]  # (time, stored, block hash)
 
 
 class LRUBlockCache:
-    def __init__(self, capacity_blocks: int, keep_events: bool = False) -> None:
+    def __init__(self, capacity_blocks: int, keep_events: bool = False, evict_to: LRUBlockCache | None = None) -> None:
         assert capacity_blocks >= 1
         self.capacity_blocks = capacity_blocks
+        self.evict_to = evict_to
         self._blocks: OrderedDict[int, None] = OrderedDict()  # least recent first
         self.num_evicted = 0
         self.keep_events = keep_events
@@ -30,7 +34,7 @@ class LRUBlockCache:
     def __len__(self) -> int:
         return len(self._blocks)
 
-    def __contains__(self, block_hash: int) -> bool:
+    def __contains__(self, block_hash: object) -> bool:
         return block_hash in self._blocks
 
     def cached_prefix_blocks(self, block_hashes: tuple[int, ...]) -> int:
@@ -51,3 +55,5 @@ class LRUBlockCache:
             self.num_evicted += 1
             if self.keep_events:
                 self.events.append((now, False, evicted))
+            if self.evict_to is not None:
+                self.evict_to.insert((evicted,), now)

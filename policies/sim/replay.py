@@ -13,6 +13,11 @@ cache at once (a later request may reuse them even while this one is still prefi
 prefill and decode are queued (see backend.py). Every block of the trace counts, the last,
 partial one included, as the trace's hash ids do.
 
+With `host_tier_blocks_per_backend` or `region_pool_blocks` set, backends have the tiers of
+tiers.py below their pools: a block found in any tier is a hit (not prefilled), and the copies
+and fetches take their time in the backend's queue. Both 0 (the default) is the replay without
+tiers, number for number.
+
 Metrics:
 - hit ratio = prompt blocks served from the chosen backend's cache / all prompt blocks, and
   its share of the trace's ceiling (one unlimited cache, longest-prefix reuse);
@@ -22,7 +27,8 @@ Metrics:
   "avg in-flight max/mean" compares backends;
 - peak in-flight = a backend's largest in-flight token count seen right after an admission;
   "peak max/mean" compares the backends' peaks the same way;
-- time to first token (queueing + own prefill), mean and 99th percentile.
+- hits per tier: blocks copied back from a host tier, blocks fetched from the regional pool;
+- time to first token (queueing + own copies, fetches and prefill), mean, 90th and 99th percentile.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from policies.base import Policy, RouteInfo, stable_hash
 from policies.factory import PolicyConfig, build_policy
 from policies.sim.backend import SimBackend
 from policies.sim.kv_cache import LRUBlockCache
+from policies.sim.tiers import HOST_COPY_TOKENS_PER_S, REGION_FETCH_TOKENS_PER_S
 from policies.sim.trace import SimRequest, ceiling_hits
 from policies.sim.views import ExactView, ReplicaView, View, candidates
 
@@ -49,6 +56,10 @@ class SimConfig:
     decode_tokens_per_s: float = 40.0  # per request: 25 ms between tokens
     replicas: int | None = None  # None: one gateway with an exact view; N: N replicas (views.py)
     poll_interval_s: float = 1.0  # how often a replica reads KV events and loads
+    host_tier_blocks_per_backend: int = 0  # 0: no host-memory tier under the pools (tiers.py)
+    region_pool_blocks: int = 0  # 0: no regional pool shared by the backends
+    host_copy_tokens_per_s: float = HOST_COPY_TOKENS_PER_S
+    region_fetch_tokens_per_s: float = REGION_FETCH_TOKENS_PER_S
 
     def __post_init__(self) -> None:
         if self.num_backends < 1 or self.kv_blocks_per_backend < 1 or self.block_size < 1:
@@ -59,6 +70,14 @@ class SimConfig:
             raise ValueError("poll_interval_s must be > 0")
         if self.prefill_tokens_per_s <= 0 or self.decode_tokens_per_s <= 0:
             raise ValueError("prefill_tokens_per_s and decode_tokens_per_s must be > 0")
+        if self.host_tier_blocks_per_backend < 0 or self.region_pool_blocks < 0:
+            raise ValueError("host_tier_blocks_per_backend and region_pool_blocks must be >= 0 (0: no such tier)")
+        if self.host_copy_tokens_per_s <= 0 or self.region_fetch_tokens_per_s <= 0:
+            raise ValueError("host_copy_tokens_per_s and region_fetch_tokens_per_s must be > 0")
+
+    @property
+    def has_tiers(self) -> bool:
+        return self.host_tier_blocks_per_backend > 0 or self.region_pool_blocks > 0
 
 
 @dataclass(slots=True, frozen=True)
@@ -75,6 +94,9 @@ class SimResult:
     requests_per_backend: tuple[int, ...]
     mean_ttft_s: float
     p99_ttft_s: float
+    p90_ttft_s: float = 0.0
+    host_hit_blocks: int = 0  # of hit_blocks: copied back from a backend's host tier
+    region_hit_blocks: int = 0  # of hit_blocks: fetched from the regional pool
 
     @property
     def hit_ratio(self) -> float:
@@ -118,21 +140,16 @@ class SimResult:
             "peak_in_flight_max_over_mean": self.peak_max_over_mean,
             "requests_per_backend": list(self.requests_per_backend),
             "mean_ttft_s": self.mean_ttft_s,
+            "p90_ttft_s": self.p90_ttft_s,
             "p99_ttft_s": self.p99_ttft_s,
+            "host_hit_blocks": self.host_hit_blocks,
+            "region_hit_blocks": self.region_hit_blocks,
         }
 
 
 def simulate(requests: list[SimRequest], policy: PolicyConfig, config: SimConfig) -> SimResult:
     keep_events = config.replicas is not None
-    backends = [
-        SimBackend(
-            f"backend-{i}",
-            LRUBlockCache(config.kv_blocks_per_backend, keep_events),
-            config.prefill_tokens_per_s,
-            config.decode_tokens_per_s,
-        )
-        for i in range(config.num_backends)
-    ]
+    backends = _backends(config, keep_events)
     by_id = {b.id: b for b in backends}
     views: list[View]
     if config.replicas is None:
@@ -143,7 +160,7 @@ def simulate(requests: list[SimRequest], policy: PolicyConfig, config: SimConfig
     polls: Iterator[tuple[float, int]] = _poll_times(len(views), config.poll_interval_s) if keep_events else iter(())
     next_poll = next(polls, None)
     endings: list[tuple[float, int, int, str, RouteInfo]] = []  # (end, seq, replica, backend, info)
-    hit_blocks = 0
+    hit_blocks = host_hits = region_hits = 0
     ttfts = []
     for r in requests:
         now = r.arrival_s
@@ -167,12 +184,14 @@ def simulate(requests: list[SimRequest], policy: PolicyConfig, config: SimConfig
         choice = router.select(candidates(view, r, now, config.block_size), info)
         assert choice is not None  # every simulated backend is healthy
         backend = by_id[choice.id]
-        cached_blocks = backend.cache.cached_prefix_blocks(r.block_hashes)  # the truth, whatever the view
-        hit_blocks += cached_blocks
-        uncached = r.num_prompt_tokens - min(cached_blocks * config.block_size, r.num_prompt_tokens)
-        backend.cache.insert(r.block_hashes, now)
+        hits = backend.lookup(r.block_hashes)  # the truth, whatever the view
+        hit_blocks, host_hits, region_hits = hit_blocks + hits.blocks, host_hits + hits.host, region_hits + hits.region
+        pool_tokens, host_tokens, region_tokens = hits.tokens(config.block_size, r.num_prompt_tokens)
+        uncached = r.num_prompt_tokens - pool_tokens - host_tokens - region_tokens
+        backend.store(r.block_hashes, hits, now)
         view.record(backend, r)
-        ttfts.append(backend.admit(now, uncached, r.num_output_tokens, owner=replica))
+        fetch_s = backend.fetch_seconds(host_tokens, region_tokens)
+        ttfts.append(backend.admit(now, uncached, r.num_output_tokens, owner=replica, fetch_s=fetch_s))
         heapq.heappush(endings, (backend.finish_time(), r.index, replica, backend.id, info))
         view.sessions[r.session_id] = backend.id
     ceiling, total = ceiling_hits(requests)
@@ -190,8 +209,40 @@ def simulate(requests: list[SimRequest], policy: PolicyConfig, config: SimConfig
         avg_in_flight_tokens=tuple(b.in_flight_token_seconds / duration for b in backends),
         requests_per_backend=tuple(b.num_requests for b in backends),
         mean_ttft_s=sum(ttfts) / len(ttfts) if ttfts else 0.0,
-        p99_ttft_s=ttfts[min(len(ttfts) - 1, int(0.99 * len(ttfts)))] if ttfts else 0.0,
+        p99_ttft_s=_percentile(ttfts, 0.99),
+        p90_ttft_s=_percentile(ttfts, 0.9),
+        host_hit_blocks=host_hits,
+        region_hit_blocks=region_hits,
     )
+
+
+def _backends(config: SimConfig, keep_events: bool) -> list[SimBackend]:
+    """The backends, each with its pool over its own host tier, all sharing one regional pool."""
+    region = LRUBlockCache(config.region_pool_blocks, keep_events) if config.region_pool_blocks else None
+    backends = []
+    for i in range(config.num_backends):
+        host = (
+            LRUBlockCache(config.host_tier_blocks_per_backend, keep_events)
+            if config.host_tier_blocks_per_backend
+            else None
+        )
+        pool = LRUBlockCache(config.kv_blocks_per_backend, keep_events, evict_to=host)
+        backends.append(
+            SimBackend(
+                f"backend-{i}",
+                pool,
+                config.prefill_tokens_per_s,
+                config.decode_tokens_per_s,
+                region=region,
+                host_copy_tokens_per_s=config.host_copy_tokens_per_s,
+                region_fetch_tokens_per_s=config.region_fetch_tokens_per_s,
+            )
+        )
+    return backends
+
+
+def _percentile(ordered: list[float], q: float) -> float:
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
 
 
 def _poll_times(num_replicas: int, interval_s: float) -> Iterator[tuple[float, int]]:

@@ -97,3 +97,37 @@ def test_replicas_see_less_than_one_exact_gateway() -> None:
     )
     assert many.replicas == 16 and sum(many.requests_per_backend) == len(requests)
     assert many.hit_blocks <= exact.hit_blocks == exact.ceiling_blocks
+
+
+def test_without_tiers_the_published_figures_hold(real_results: dict[str, SimResult]) -> None:
+    """The defaults (no host tier, no regional pool) replay as before tiers existed (BENCHMARKS.md)."""
+    published = {"round_robin": (0.298, 1.04, 7.66), "prefix_threshold": (0.937, 0.39, 3.17), "cache_aware": (0.990, 0.35, 3.12)}
+    for name, (share, mean_ttft, p99_ttft) in published.items():
+        r = real_results[name]
+        assert (round(r.share_of_ceiling, 3), round(r.mean_ttft_s, 2), round(r.p99_ttft_s, 2)) == (share, mean_ttft, p99_ttft)
+        assert r.host_hit_blocks == r.region_hit_blocks == 0
+
+
+@pytest.mark.parametrize("replicas", [None, 4])
+def test_a_regional_pool_lets_round_robin_reach_the_ceiling(replicas: int | None) -> None:
+    requests = conversations(num_sessions=7, num_turns=4)  # 7 sessions x 8 blocks at most: 56 distinct
+    small = SimConfig(num_backends=4, kv_blocks_per_backend=8, replicas=replicas)
+    pooled = SimConfig(num_backends=4, kv_blocks_per_backend=8, region_pool_blocks=64, replicas=replicas)
+    without, with_pool = (simulate(requests, PolicyConfig("round_robin"), c) for c in (small, pooled))
+    assert without.hit_blocks < 0.5 * without.ceiling_blocks
+    assert with_pool.hit_blocks == with_pool.ceiling_blocks and with_pool.region_hit_blocks > 0
+    assert with_pool.mean_ttft_s < without.mean_ttft_s  # a fetch is cheaper than a prefill
+
+
+def test_a_host_tier_keeps_what_a_small_pool_evicts() -> None:
+    requests = conversations(num_sessions=7, num_turns=4)
+    small = SimConfig(num_backends=4, kv_blocks_per_backend=4)
+    tiered = SimConfig(num_backends=4, kv_blocks_per_backend=4, host_tier_blocks_per_backend=32)
+    without, with_host = (simulate(requests, PolicyConfig("cache_aware"), c) for c in (small, tiered))
+    assert with_host.hit_blocks == with_host.ceiling_blocks > without.hit_blocks
+    assert with_host.host_hit_blocks > 0 and with_host.region_hit_blocks == 0
+
+
+def test_tier_sizes_must_not_be_negative() -> None:
+    with pytest.raises(ValueError, match="region_pool_blocks"):
+        SimConfig(region_pool_blocks=-1)

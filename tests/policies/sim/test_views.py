@@ -30,3 +30,20 @@ def test_a_replica_sees_others_blocks_and_load_only_after_it_polls_and_its_own_a
     theirs.poll(1.5)
     [fresh] = candidates(theirs, a, 1.5, 512)
     assert fresh.cached_prefix_tokens == 0
+
+
+def test_a_replica_learns_where_blocks_live_from_each_tier_s_events() -> None:
+    region = LRUBlockCache(8, keep_events=True)
+    pool = LRUBlockCache(2, keep_events=True, evict_to=LRUBlockCache(4, keep_events=True))
+    backend = SimBackend("b0", pool, prefill_tokens_per_s=1000, decode_tokens_per_s=10, region=region)
+    other = SimBackend("b1", LRUBlockCache(2, keep_events=True), 1000, 10, region=region)
+    a, b = prepare([TraceRequest(0, 1536, 10, (1, 2, 3)), TraceRequest(100, 1024, 10, (7, 8))])
+    view = ReplicaView([backend, other], 0)
+    backend.store(a.block_hashes, backend.lookup(a.block_hashes), 0.0)  # another replica's request
+    backend.store(b.block_hashes, backend.lookup(b.block_hashes), 0.1)  # a's blocks go to the host tier
+    [unknown, _] = candidates(view, a, 0.2, 512)
+    assert unknown.reusable_prefix_tokens == 0
+    view.poll(0.2)
+    mine, theirs = candidates(view, a, 0.2, 512)
+    assert (mine.cached_prefix_tokens, mine.host_tier_tokens, mine.region_pool_tokens) == (0, 1536, 0)
+    assert (theirs.cached_prefix_tokens, theirs.host_tier_tokens, theirs.region_pool_tokens) == (0, 0, 1536)
