@@ -7,6 +7,7 @@ is pure (`policies.sim`) and calls the real policies through `policies.factory`.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import sys
@@ -15,7 +16,8 @@ from pathlib import Path
 from policies.errors import PolicyError
 from policies.factory import PolicyConfig, policy_names
 from policies.sim.replay import SimConfig, SimResult, simulate
-from policies.sim.report import markdown_table
+from policies.sim.report import markdown_table, tier_table
+from policies.sim.tiers import parse_size
 from policies.sim.trace import SimRequest, TraceError, TraceRequest, num_distinct_blocks, prepare
 
 
@@ -41,18 +43,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--limit", type=int, default=None, help="replay only the first N requests")
     parser.add_argument("--block-size", type=int, default=512, help="tokens per trace hash id (default 512)")
-    parser.add_argument(
-        "--prefill-tokens-per-s",
-        type=float,
-        default=defaults.prefill_tokens_per_s,
-        help=f"prefill speed of one backend (default {defaults.prefill_tokens_per_s:g})",
-    )
-    parser.add_argument(
-        "--decode-tokens-per-s",
-        type=float,
-        default=defaults.decode_tokens_per_s,
-        help=f"decode speed of one request (default {defaults.decode_tokens_per_s:g})",
-    )
+    _add_rate(parser, "--prefill-tokens-per-s", defaults.prefill_tokens_per_s, "prefill speed of one backend")
+    _add_rate(parser, "--decode-tokens-per-s", defaults.decode_tokens_per_s, "decode speed of one request")
     parser.add_argument(
         "--replicas",
         type=int,
@@ -66,7 +58,38 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=defaults.poll_interval_s,
         help=f"with --replicas: how often each replica reads KV events and loads (default {defaults.poll_interval_s:g})",
     )
+    _add_tier_arguments(parser, defaults)
     parser.add_argument("--json", type=Path, default=None, metavar="FILE", help="also write results as JSON")
+
+
+def _add_tier_arguments(parser: argparse.ArgumentParser, defaults: SimConfig) -> None:
+    parser.add_argument(
+        "--host-tier-blocks",
+        default="0",
+        metavar="SIZE",
+        help="a host-memory tier under each backend's KV pool, taking its evictions: blocks, or Kx the pool "
+        "(e.g. 2x; default 0: none)",
+    )
+    parser.add_argument(
+        "--region-pool-blocks",
+        default="0",
+        metavar="SIZE",
+        help="a regional pool shared by the backends: blocks, or Kx one backend's pool (e.g. 32x; default 0: none)",
+    )
+    parser.add_argument(
+        "--tiers",
+        choices=["on", "off", "compare"],
+        default="on",
+        help="on: replay with the tiers given (default); off: without them; compare: both, then a table of the two",
+    )
+    _add_rate(parser, "--host-copy-tokens-per-s", defaults.host_copy_tokens_per_s,
+              "copying KV back from a host tier, as policies/sim/tiers.py derives it")
+    _add_rate(parser, "--region-fetch-tokens-per-s", defaults.region_fetch_tokens_per_s,
+              "fetching KV from the regional pool, the same way")
+
+
+def _add_rate(parser: argparse.ArgumentParser, flag: str, default: float, what: str) -> None:
+    parser.add_argument(flag, type=float, default=default, help=f"{what} (default {default:g})")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -82,9 +105,16 @@ def run(args: argparse.Namespace) -> int:
             decode_tokens_per_s=args.decode_tokens_per_s,
             replicas=args.replicas,
             poll_interval_s=args.poll_interval_s,
+            host_tier_blocks_per_backend=0 if args.tiers == "off" else parse_size(args.host_tier_blocks, num_blocks),
+            region_pool_blocks=0 if args.tiers == "off" else parse_size(args.region_pool_blocks, num_blocks),
+            host_copy_tokens_per_s=args.host_copy_tokens_per_s,
+            region_fetch_tokens_per_s=args.region_fetch_tokens_per_s,
         )
         names = policy_names() if args.policy == "all" else [args.policy]
-        results = [simulate(requests, PolicyConfig(name, params.get(name, {})), config) for name in names]
+        policies = [PolicyConfig(name, params.get(name, {})) for name in names]
+        results = [simulate(requests, policy, config) for policy in policies]
+        untiered = dataclasses.replace(config, host_tier_blocks_per_backend=0, region_pool_blocks=0)
+        baseline = [simulate(requests, policy, untiered) for policy in policies] if args.tiers == "compare" else []
     except (OSError, ValueError) as exc:  # PolicyError and TraceError are ValueErrors
         print(f"edgerun simulate: {exc}", file=sys.stderr)
         return 2
@@ -92,12 +122,20 @@ def run(args: argparse.Namespace) -> int:
         f"trace {args.trace}: {len(requests)} requests; {config.num_backends} backends x "
         f"{config.kv_blocks_per_backend} KV blocks of {config.block_size} tokens; prefill "
         f"{config.prefill_tokens_per_s:g} tok/s per backend, decode {config.decode_tokens_per_s:g} tok/s per request; "
-        + ("one gateway, exact view\n" if config.replicas is None else
-           f"{config.replicas} gateway replicas polling every {config.poll_interval_s:g} s\n")
+        + ("one gateway, exact view" if config.replicas is None else
+           f"{config.replicas} gateway replicas polling every {config.poll_interval_s:g} s")
+        + (f"; tiers: host {config.host_tier_blocks_per_backend} blocks per backend "
+           f"({config.host_copy_tokens_per_s:g} tok/s), regional pool {config.region_pool_blocks} blocks "
+           f"({config.region_fetch_tokens_per_s:g} tok/s)" if config.has_tiers else "")
+        + "\n"
     )
     print(markdown_table(results))
+    if baseline:
+        rows = [([r.policy], [b, r]) for b, r in zip(baseline, results, strict=True)]
+        print("\nWithout and with the tiers:\n")
+        print(tier_table(["policy"], ["no tiers", "tiers"], rows))
     if args.json is not None:
-        args.json.write_text(json.dumps(as_json(args, config, results), indent=2) + "\n")
+        args.json.write_text(json.dumps(as_json(args, config, results, baseline), indent=2) + "\n")
     return 0
 
 
@@ -125,8 +163,10 @@ def parse_params(items: list[str]) -> dict[str, dict[str, str]]:
     return params
 
 
-def as_json(args: argparse.Namespace, config: SimConfig, results: list[SimResult]) -> dict[str, object]:
-    return {
+def as_json(
+    args: argparse.Namespace, config: SimConfig, results: list[SimResult], baseline: list[SimResult]
+) -> dict[str, object]:
+    data: dict[str, object] = {
         "trace": str(args.trace),
         "config": {
             "num_backends": config.num_backends,
@@ -136,6 +176,13 @@ def as_json(args: argparse.Namespace, config: SimConfig, results: list[SimResult
             "decode_tokens_per_s": config.decode_tokens_per_s,
             "replicas": config.replicas,
             "poll_interval_s": config.poll_interval_s,
+            "host_tier_blocks_per_backend": config.host_tier_blocks_per_backend,
+            "region_pool_blocks": config.region_pool_blocks,
+            "host_copy_tokens_per_s": config.host_copy_tokens_per_s,
+            "region_fetch_tokens_per_s": config.region_fetch_tokens_per_s,
         },
         "results": [r.as_dict() for r in results],
     }
+    if baseline:
+        data["results_without_tiers"] = [r.as_dict() for r in baseline]
+    return data

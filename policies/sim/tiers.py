@@ -71,3 +71,14 @@ def _run(block_hashes: tuple[int, ...], start: int, tier: Container[int] | None)
         while end < len(block_hashes) and block_hashes[end] in tier:
             end += 1
     return end
+
+
+def parse_size(text: str, pool_blocks: int) -> int:
+    """A tier's size in blocks from `N` (blocks) or `Kx` (K times one backend's KV pool); 0 is none."""
+    try:
+        size = round(float(text[:-1]) * pool_blocks) if text.endswith("x") else int(text)
+    except ValueError:
+        size = -1
+    if size < 0:
+        raise ValueError(f"tier size {text!r}: give a number of blocks (e.g. 4096) or a multiple of the pool (e.g. 4x)")
+    return size

@@ -53,3 +53,24 @@ def test_bad_inputs_exit_2_with_a_message(tmp_path: Path, capsys: pytest.Capture
     assert main(["simulate", "--trace", str(bad), "--limit", "1", "--param", "cache_aware.nope=1"]) == 2
     assert "no parameter 'nope'" in capsys.readouterr().err
     assert main(["simulate", "--trace", str(bad), "--limit", "1", "--param", "oops"]) == 2
+
+
+def test_tiers_compared_with_sizes_relative_to_the_pool(
+    trace_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "tiers.json"
+    argv = ["simulate", "--trace", str(trace_path), "--limit", "300", "--policy", "round_robin"]
+    argv += ["--kv-blocks-per-backend", "100", "--host-tier-blocks", "2x", "--region-pool-blocks", "9000"]
+    assert main([*argv, "--tiers", "compare", "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "tiers: host 200 blocks per backend (200000 tok/s), regional pool 9000 blocks (90000 tok/s)" in printed
+    assert "| policy | % of ceiling: no tiers / tiers |" in printed
+    data = json.loads(out.read_text())
+    assert data["config"]["host_tier_blocks_per_backend"] == 200 and data["config"]["region_pool_blocks"] == 9000
+    [without], [with_tiers] = data["results_without_tiers"], data["results"]
+    assert with_tiers["share_of_ceiling"] == 1.0 > without["share_of_ceiling"]  # the pool holds the whole slice
+    assert with_tiers["region_hit_blocks"] > 0 and without["region_hit_blocks"] == 0
+    assert main([*argv, "--tiers", "off"]) == 0
+    assert "tiers:" not in capsys.readouterr().out
+    assert main([*argv[:-1], "lots"]) == 2
+    assert "tier size 'lots'" in capsys.readouterr().err

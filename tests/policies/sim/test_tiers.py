@@ -6,7 +6,7 @@ import pytest
 
 from policies.sim.backend import SimBackend
 from policies.sim.kv_cache import LRUBlockCache
-from policies.sim.tiers import TierHits, tier_hits
+from policies.sim.tiers import TierHits, parse_size, tier_hits
 
 
 def test_blocks_evicted_from_the_pool_go_to_the_host_tier_which_is_bounded() -> None:
@@ -69,3 +69,10 @@ def test_copies_and_fetches_wait_in_the_prefill_queue_and_count_as_load() -> Non
     assert b.in_flight(0.5) == (500, 10)
     assert b.admit(0.0, 1000, 0) == pytest.approx(2.0)  # queued behind the fetch and the prefill
     assert b.num_prefilled_tokens == 1500  # work is what was computed
+
+
+def test_tier_sizes_are_blocks_or_multiples_of_the_pool() -> None:
+    assert [parse_size(text, 745) for text in ("4096", "0", "2x", "0.5x")] == [4096, 0, 1490, 372]
+    for bad in ("-1", "x", "2y", "-2x"):
+        with pytest.raises(ValueError, match="a multiple of the pool"):
+            parse_size(bad, 745)
