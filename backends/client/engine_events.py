@@ -21,9 +21,10 @@ before its events became field maps) and tagged field maps (`{"type": "BlockStor
 `BlockStoredWithMetadata` shares the `BlockStored` tag and appends a map `{"cache_salt": ...}` as
 its last element: that salt applies to every block of the event.
 
-Anything this module does not understand (an unknown tag, a field of the wrong type) is
-counted and skipped, never guessed at: an engine's odd event must cost an index entry, not a
-wrong one.
+Anything this module does not understand (an unknown tag, a field of the wrong type, a token id
+outside int32, which the prefix chain cannot hash) is counted and skipped, never guessed at: an
+engine's odd event must cost an index entry, not a wrong one, and never the subscription (a payload
+that is no msgpack batch at all raises `BadEventPayload`, whatever msgpack raised).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from typing import Any
 import msgpack
 
 EngineHash = int | bytes  # as the engine sent it; only ever compared, never interpreted
+MAX_TOKEN_ID = 2**31 - 1  # contracts/prefix_hash.py packs token ids as int32
 
 # Positions of BlockStored's fields in the array encoding (after the tag at 0), in the order both
 # engines declare them: the later ones are absent from older versions.
@@ -103,7 +105,9 @@ def decode_batch(payload: bytes) -> EventBatch:
     """One message's payload -> its events (those not understood are counted in `num_skipped`)."""
     try:
         batch = msgpack.unpackb(payload, raw=False, strict_map_key=False)
-    except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
+    # ValueError: malformed, truncated, extra bytes, too deep, not UTF-8; TypeError: a map keyed by an
+    # array or a map; UnpackException: the rest of msgpack's own
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:
         raise BadEventPayload(f"not a msgpack event batch: {exc}") from exc
     if isinstance(batch, dict):
         batch = [batch.get("ts"), batch.get("events"), batch.get("data_parallel_rank", batch.get("attn_dp_rank"))]
@@ -133,9 +137,9 @@ def _event(raw: Any) -> EngineEvent | None:
         return AllBlocksCleared()
     if tag == "BlockRemoved":
         hashes = _hashes(fields.get("block_hashes"))
-        if hashes is None:
+        if hashes is None or not _is_place(fields):
             return None
-        return BlocksRemoved(hashes, _str(fields.get("medium")), _int(fields.get("group_idx")))
+        return BlocksRemoved(hashes, fields.get("medium"), fields.get("group_idx"))
     if tag == "BlockStored":
         return _stored(fields, metadata)
     return None
@@ -155,8 +159,10 @@ def _stored(fields: dict[str, Any], metadata: Any) -> BlocksStored | None:
     block_size = fields.get("block_size")
     if hashes is None or not (parent is None or _is_hash(parent)) or not isinstance(block_size, int) or block_size < 1:
         return None
-    if not isinstance(tokens, list) or not all(_is_int(t) for t in tokens):
+    if not isinstance(tokens, list) or not all(_is_int(t) and 0 <= t <= MAX_TOKEN_ID for t in tokens):
         return None  # e.g. SGLang's EAGLE pages, whose "tokens" are pairs
+    if not _is_place(fields):
+        return None
     extra = fields.get("extra_keys")
     extra_keys: tuple[tuple[Any, ...] | None, ...] | None = None
     if isinstance(extra, list):
@@ -170,8 +176,8 @@ def _stored(fields: dict[str, Any], metadata: Any) -> BlocksStored | None:
         extra_keys=extra_keys,
         cache_salt=salt if isinstance(salt, str) and salt else None,
         has_lora=fields.get("lora_id") is not None or fields.get("lora_name") is not None,
-        medium=_str(fields.get("medium")),
-        group_idx=_int(fields.get("group_idx")),
+        medium=fields.get("medium"),
+        group_idx=fields.get("group_idx"),
     )
 
 
@@ -189,9 +195,8 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _int(value: Any) -> int | None:
-    return value if _is_int(value) else None
-
-
-def _str(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
+def _is_place(fields: dict[str, Any]) -> bool:
+    """Whether the event's cache tier and KV cache group, where sent, are of their types (a string, an
+    integer): read otherwise, they would stand for the GPU's cache and group 0."""
+    medium, group = fields.get("medium"), fields.get("group_idx")
+    return (medium is None or isinstance(medium, str)) and (group is None or _is_int(group))

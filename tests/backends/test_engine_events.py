@@ -81,7 +81,28 @@ def test_image_keys_make_a_block_foreign() -> None:
     assert event.has_foreign_keys(0) and event.salt_of_block(0) is None and not event.has_foreign_keys(1)
 
 
-@pytest.mark.parametrize("payload", [b"\xc1", msgpack.packb({"no": "batch"}), msgpack.packb([1.0, "x"])])
+def test_fields_of_the_wrong_type_or_range_skip_their_event() -> None:
+    """A token id outside int32 (the prefix chain packs them as int32) raised in the index and ended
+    the subscription; a medium or cache group of another type was read as the GPU's, group 0."""
+    events = [
+        {"type": "BlockStored", "block_hashes": [1], "token_ids": [2**31], "block_size": 1},
+        {"type": "BlockStored", "block_hashes": [2], "token_ids": [-1], "block_size": 1},
+        {"type": "BlockStored", "block_hashes": [3], "token_ids": [7], "block_size": 1, "medium": 5},
+        {"type": "BlockStored", "block_hashes": [4], "token_ids": [7], "block_size": 1, "group_idx": "0"},
+        {"type": "BlockRemoved", "block_hashes": [5], "medium": ["GPU"]},
+        {"type": "BlockStored", "block_hashes": [6], "token_ids": [2**31 - 1], "block_size": 1, "medium": "GPU"},
+    ]
+    batch = decode_batch(msgpack.packb([0.0, events]))
+    assert batch.num_skipped == 5
+    (kept,) = batch.events
+    assert isinstance(kept, BlocksStored) and kept.token_ids == (2**31 - 1,)
+
+
+@pytest.mark.parametrize("payload", [
+    b"\xc1", msgpack.packb({"no": "batch"}), msgpack.packb([1.0, "x"]),
+    b"\x92\x00\x91\x81\x90\x00",  # a map keyed by an array: msgpack raised TypeError, past the subscriber
+    b"\x92\x00\x91\xa2\xff\xfe",  # a string that is not UTF-8
+])
 def test_a_payload_that_is_no_batch_raises(payload: bytes) -> None:
     with pytest.raises(BadEventPayload):
         decode_batch(payload)
