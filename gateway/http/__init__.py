@@ -10,7 +10,7 @@
     api_admin.py        `/admin/v1/...` tenants and keys, behind the admin token
     api_billing.py      `GET /admin/v1/billing/export`
     admin.py            tenants and keys: the service behind the admin API and `edgerun tenants|keys`
-    admin_guard.py      the admin token check (constant time, failures throttled per listener), every admin route
+    admin_guard.py      the admin token check of every admin route (constant time; failures throttled by surface)
     body.py             reading a JSON body within a size bound
     strict_json.py      JSON parsed strictly
     render.py           a `Generation` -> Workers AI or OpenAI responses, streamed or whole

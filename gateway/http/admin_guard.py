@@ -1,15 +1,22 @@
 """Who may use the admin surface: the admin token, as `Authorization: Bearer <token>` only,
-compared in constant time, with failed attempts throttled per client address and listener.
+compared in constant time, with failed attempts throttled per client address, listener and surface.
 
 A client address that presents a wrong token `max_failures` times within `window_s` is refused
 (429, code 971, `Retry-After`) until its oldest failure leaves the window, even when it then
-presents the right token: a guesser learns nothing more while throttled. Each listener keeps its
-own table (`listener`: "public" or "admin", gateway/http/listeners.py): wrong tokens sent to the
-public listener (the `x-edgerun-explain` header) never throttle the admin listener, where an
-operator behind the same address (a proxy, `edgerun dev` on loopback) must still get in. Each table
-is bounded (`max_clients`, oldest first out), so a flood of addresses costs a fixed amount of
-memory. Each replica throttles on its own; with the admin token at least 32 characters
-(settings), guessing is hopeless anyway, and the throttle keeps the logs and the CPU quiet.
+presents the right token: a guesser learns nothing more while throttled.
+
+Failures are kept apart where a tenant could otherwise lock the operator out. Each listener keeps
+its own tables (`listener`: "public" or "admin", gateway/http/listeners.py), and within a listener
+each surface has its own (`Surface`): the admin API ("admin"), the dashboard's login, which takes
+tenants' keys too ("dashboard"), and the admin extras on inference routes, the `x-edgerun-explain`
+header ("explain"). Failures on the admin API throttle every surface of that listener (a guesser
+refused there cannot go on through the others); failures on the dashboard or in the explain header
+throttle only that surface. So wrong explain headers or mistyped dashboard keys from a tenant
+behind the operator's address (a proxy, `edgerun dev` on loopback) never refuse the operator's
+admin token, with an admin listener or without one. Each table is bounded (`max_clients`, oldest
+first out), so a flood of addresses costs a fixed amount of memory. Each replica throttles on its
+own; with the admin token at least 32 characters (settings), guessing is hopeless anyway, and the
+throttle keeps the logs and the CPU quiet.
 """
 
 from __future__ import annotations
@@ -19,10 +26,12 @@ import math
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
+from typing import Literal
 
 from gateway.errors import AuthenticationFailed, GatewayError
 
 MIN_ADMIN_TOKEN_CHARS = 32
+Surface = Literal["admin", "dashboard", "explain"]  # where a token was presented (module doc)
 
 
 class AdminThrottled(GatewayError):
@@ -49,7 +58,8 @@ def token_matches(expected: str | None, presented: str | None) -> bool:
 
 
 class AdminGuard:
-    """The admin token check plus the throttle of failures per address, one table per listener (one per process)."""
+    """The admin token check plus the throttle of failures per address, one table per listener and
+    surface (one per process)."""
 
     def __init__(
         self,
@@ -65,30 +75,39 @@ class AdminGuard:
         self.window_s = window_s
         self.max_clients = max_clients
         self._clock = clock
-        self._failures: dict[str, OrderedDict[str, deque[float]]] = {}  # listener -> address -> failure times
+        # (listener, surface) -> address -> failure times
+        self._failures: dict[tuple[str, Surface], OrderedDict[str, deque[float]]] = {}
 
-    def check(self, authorization: str | None, client: str | None, listener: str) -> None:
+    def check(self, authorization: str | None, client: str | None, listener: str, surface: Surface = "admin") -> None:
         """Pass, or raise AdminThrottled (429) / AuthenticationFailed (401, counted as a failure)."""
-        self._refuse_if_throttled(client or "", listener)
+        self._refuse_if_throttled(client or "", listener, surface)
         if not token_matches(self.token, presented_bearer(authorization)):
-            self.record_failure(client or "", listener)
+            self.record_failure(client or "", listener, surface)
             raise AuthenticationFailed("Authentication error: the admin API needs 'Authorization: Bearer <admin token>'")
 
     def matches(self, presented: str | None, client: str | None, listener: str) -> bool:
         """For optional admin extras on public routes (x-edgerun-explain): True only for the right
-        token from an address that is not throttled; a wrong one counts as a failure."""
+        token from an address that is not throttled; a wrong one counts as a failure (of "explain")."""
         if not presented:
             return False
-        if self.retry_after_s(client or "", listener) is not None:
+        if self.retry_after_s(client or "", listener, "explain") is not None:
             return False
         if token_matches(self.token, presented):
             return True
-        self.record_failure(client or "", listener)
+        self.record_failure(client or "", listener, "explain")
         return False
 
-    def retry_after_s(self, client: str, listener: str) -> float | None:
-        """Seconds until `client` may try again on `listener`, or None when it is not throttled."""
-        table = self._failures.get(listener)
+    def retry_after_s(self, client: str, listener: str, surface: Surface = "admin") -> float | None:
+        """Seconds until `client` may try `surface` of `listener` again, or None when it is not
+        throttled there (the admin API's failures throttle every surface: module doc)."""
+        waits = [self._wait(client, (listener, surface))]
+        if surface != "admin":
+            waits.append(self._wait(client, (listener, "admin")))
+        found = [wait for wait in waits if wait is not None]
+        return max(found) if found else None
+
+    def _wait(self, client: str, where: tuple[str, Surface]) -> float | None:
+        table = self._failures.get(where)
         failures = table.get(client) if table is not None else None
         if table is None or failures is None:
             return None
@@ -100,8 +119,8 @@ class AdminGuard:
             return None
         return max(failures[0] + self.window_s - self._clock(), 0.001)
 
-    def _refuse_if_throttled(self, client: str, listener: str) -> None:
-        wait = self.retry_after_s(client, listener)
+    def _refuse_if_throttled(self, client: str, listener: str, surface: Surface) -> None:
+        wait = self.retry_after_s(client, listener, surface)
         if wait is not None:
             raise AdminThrottled(
                 f"Please wait and consider throttling your request speed: too many failed admin attempts "
@@ -109,10 +128,11 @@ class AdminGuard:
                 retry_after_s=wait,
             )
 
-    def record_failure(self, client: str, listener: str) -> None:
-        """Count one failed admin attempt from `client` on `listener` (also for callers that check tokens themselves)."""
+    def record_failure(self, client: str, listener: str, surface: Surface = "admin") -> None:
+        """Count one failed admin attempt from `client` on `surface` of `listener` (also for callers
+        that check tokens themselves)."""
         now = self._clock()
-        table = self._failures.setdefault(listener, OrderedDict())
+        table = self._failures.setdefault((listener, surface), OrderedDict())
         failures = table.pop(client, None) or deque()
         self._expire(failures, now)
         failures.append(now)

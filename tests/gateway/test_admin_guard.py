@@ -1,4 +1,4 @@
-"""The admin token check: Bearer only, constant-time, failures throttled per address and listener; a long token."""
+"""The admin token check: Bearer only, constant-time, failures throttled per address, listener and surface; a long token."""
 
 from __future__ import annotations
 
@@ -60,12 +60,27 @@ def test_failures_on_the_public_listener_never_throttle_the_admin_listener() -> 
         guard.check(f"Bearer {TOKEN}", "127.0.0.1", "admin")
 
 
+def test_a_tenants_failures_never_throttle_the_admin_api_on_one_listener_either() -> None:
+    """Without an admin listener everything is on the public one: ten wrong explain headers or
+    mistyped dashboard keys from a tenant behind the operator's address (a proxy) refused the
+    operator's admin token there for a minute."""
+    guard = AdminGuard(TOKEN, max_failures=3, window_s=60, clock=Clock())
+    for _ in range(10):
+        assert not guard.matches("wrong", "10.0.0.9", "public")
+        with pytest.raises((AuthenticationFailed, AdminThrottled)):  # 401 three times, then 429
+            guard.check("Bearer a-mistyped-key", "10.0.0.9", "public", "dashboard")
+    assert not guard.matches(TOKEN, "10.0.0.9", "public")  # each surface throttles its own guessers
+    with pytest.raises(AdminThrottled):
+        guard.check(f"Bearer {TOKEN}", "10.0.0.9", "public", "dashboard")
+    guard.check(f"Bearer {TOKEN}", "10.0.0.9", "public")  # the operator gets in
+
+
 def test_the_table_of_failing_addresses_is_bounded() -> None:
     guard = AdminGuard(TOKEN, max_failures=1, max_clients=100, clock=Clock())
     for i in range(1000):
         with pytest.raises(AuthenticationFailed):
             guard.check("Bearer wrong", f"10.0.{i // 256}.{i % 256}", "public")
-    assert len(guard._failures["public"]) == 100
+    assert len(guard._failures[("public", "admin")]) == 100
 
 
 def test_no_configured_token_refuses_everything() -> None:

@@ -65,12 +65,14 @@ async def dashboard_scope(request: Request) -> Scope:
     client = request.client.host if request.client is not None else ""
     admin_here = accepts_admin_token(request)  # with a separate admin listener, only there
     if admin_here and token_matches(g.admin_guard.token, presented):
-        g.admin_guard.check(f"Bearer {presented}", client, listener_of(request.scope))  # 429 while throttled
+        # 429 while this address is throttled on the dashboard or the admin API
+        g.admin_guard.check(f"Bearer {presented}", client, listener_of(request.scope), "dashboard")
         return Scope(tenant_id=None, is_admin=True)
     key = await g.store.lookup_key(presented)
     if key is None:
         if admin_here:
-            g.admin_guard.record_failure(client, listener_of(request.scope))  # a wrong admin token, as far as we know
+            # a wrong admin token, as far as we know (or a tenant's mistyped key: never the admin API's throttle)
+            g.admin_guard.record_failure(client, listener_of(request.scope), "dashboard")
         raise AuthenticationFailed("Authentication error: the token is neither the admin token nor a live API key")
     await g.auth.admit_key_request(key)  # 429 once the key's requests per minute are used up
     return Scope(tenant_id=key.tenant_id, is_admin=False)
