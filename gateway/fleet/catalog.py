@@ -107,8 +107,12 @@ class BackendSpec(BaseModel):
     @field_validator("kv_events", "kv_events_replay")
     @classmethod
     def _zmq_endpoint(cls, value: str | None) -> str | None:
-        if value is not None and (not value.startswith(("tcp://", "ipc://")) or value in ("tcp://", "ipc://")):
-            raise ValueError(f"{value!r}: give the publisher's ZMQ endpoint, e.g. tcp://10.0.0.5:5557")
+        # checked here: ZMQ refuses a malformed endpoint only when the stream connects, in the background
+        if value is not None and not (_is_tcp_endpoint(value) or (value.startswith("ipc://") and value != "ipc://")):
+            raise ValueError(
+                f"{value!r}: give the publisher's ZMQ endpoint, tcp://HOST:PORT (e.g. tcp://10.0.0.5:5557, a port "
+                "from 1 to 65535) or ipc:///path"
+            )
         return value
 
     @model_validator(mode="after")
@@ -116,8 +120,9 @@ class BackendSpec(BaseModel):
         server = kind_of(self.kind)
         if self.kv_events is not None and server.kv_events != "zmq":
             raise ValueError(f"backend {self.id!r}: kv_events is for kind vllm or sglang, not {self.kind!r}")
-        if self.kv_events_replay is not None and self.kv_events is None:
-            raise ValueError(f"backend {self.id!r}: kv_events_replay needs kv_events")
+        for name, value in (("kv_events_replay", self.kv_events_replay), ("kv_events_bind", self.kv_events_bind or None)):
+            if value is not None and self.kv_events is None:
+                raise ValueError(f"backend {self.id!r}: {name} needs kv_events (the engine's publisher endpoint)")
         for name, value in (("kv_events", None if self.kv_events_bind else self.kv_events), ("kv_events_replay", self.kv_events_replay)):
             if value is not None and "*" in value:
                 raise ValueError(
@@ -141,6 +146,13 @@ class BackendSpec(BaseModel):
         if self.kv_events is None:
             return None
         return EventSource(self.kv_events, self.kv_events_replay, self.kv_events_topic, bind=self.kv_events_bind)
+
+
+def _is_tcp_endpoint(value: str) -> bool:
+    """`tcp://HOST:PORT`: a host (a name, an address, [an IPv6 address], or * to bind), a port from 1 to 65535."""
+    host, _, port = value.removeprefix("tcp://").rpartition(":")
+    is_host = bool(host) and not any(c.isspace() or c == "/" for c in host)
+    return value.startswith("tcp://") and is_host and port.isascii() and port.isdigit() and 1 <= int(port) <= 65535
 
 
 def default_models() -> list[ModelSpec]:

@@ -86,6 +86,11 @@ def test_a_backend_whose_kv_events_the_gateway_binds_refuses_several_workers() -
         ({"kind": "vllm", "kv_events": "tcp://*:5557"}, "the engine itself binds"),
         ({"kind": "vllm", "kv_events": "http://10.0.0.5:5557"}, "ZMQ endpoint"),
         ({"kind": "sglang", "kv_events_replay": "tcp://10.0.0.5:5558"}, "needs kv_events"),
+        # ZMQ refuses these only when the stream connects: a traceback a second, for ever
+        ({"kind": "vllm", "kv_events": "tcp://10.0.0.5"}, "tcp://HOST:PORT"),
+        ({"kind": "vllm", "kv_events": "tcp://10.0.0.5:kv"}, "tcp://HOST:PORT"),
+        ({"kind": "vllm", "kv_events": "tcp://10.0.0.5:5557", "kv_events_replay": "tcp://10.0.0.5:70000"}, "tcp://HOST:PORT"),
+        ({"kind": "vllm", "kv_events_bind": True}, "kv_events_bind needs kv_events"),
     ],
 )
 def test_backend_kind_settings_are_checked_with_the_fix(fields: dict[str, str], message: str) -> None:
