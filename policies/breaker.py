@@ -9,13 +9,15 @@ Three states, as in Envoy's outlier detection and the classic circuit breaker:
   row lasts `ejection_s * 2**(n-1)`, capped at `max_ejection_s`, so a flapping backend is kept out
   longer each time it fails again.
 - half_open: the ejection has run out and a probe (the gateway's health check) passed: the backend
-  takes traffic again on trial, one request at a time (`begin_trial`: a second one while the first
-  is under way goes elsewhere, until the first ends or `trial_timeout_s` passes). Its next
-  completed request closes the breaker (and forgets the ejections); its next failure that is the
-  backend's own opens it again, for the next, longer ejection. A trial request that ends saying
-  nothing about the backend (its client left before any token, a 429, a 4xx, one tenant's failed
-  answer) gives the trial back at once (`end_trial`), so that another request can be the trial.
-  A failed probe while open re-opens it the same way.
+  takes traffic again on trial, one request at a time until it answers (`begin_trial`: a second
+  one while the first waits for its first byte goes elsewhere, until the first gets it or ends, or
+  `trial_timeout_s` passes). Its next completed request closes the breaker (and forgets the
+  ejections); its next failure that is the backend's own opens it again, for the next, longer
+  ejection, whichever request it comes from. A trial request whose backend answered its first
+  byte, or that ends saying nothing about the backend (its client left before any token, a 429, a
+  4xx, one tenant's failed answer), gives the trial back at once (`end_trial`), so that another
+  request can be the trial: a long stream does not hold the backend for everyone else. A failed
+  probe while open re-opens it the same way.
 
 Whose failure it is. A backend must not be ejected because of what one tenant sends: a request
 whose content makes the backend fail (a schema its grammar library chokes on, say) would
@@ -118,8 +120,9 @@ def begin_trial(breaker: Breaker, config: BreakerConfig, now: float, holder: str
 
 
 def end_trial(breaker: Breaker, holder: str) -> Breaker:
-    """`holder`'s request ended saying nothing about the backend: if it was the trial, the trial
-    is free again (a no-op for anyone else, and once a success or failure has moved the breaker)."""
+    """`holder`'s request got its first byte, or ended saying nothing about the backend: if it was the
+    trial, the trial is free again (a no-op for anyone else, and once a success or failure has moved
+    the breaker)."""
     if breaker.status != "half_open" or breaker.trial_since is None or breaker.trial_holder != holder:
         return breaker
     return replace(breaker, trial_since=None, trial_holder=None)

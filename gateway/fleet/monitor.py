@@ -116,7 +116,8 @@ class BackendMonitor:
         return self.outliers.may_try(endpoint.id, holder)
 
     def end_trials(self, holder: str) -> None:
-        """Request `holder` is over: a trial it still holds is free again (`gateway.fleet.outliers`)."""
+        """A trial request `holder` holds is free again: the request got its first byte, or it is over
+        without a verdict (`gateway.fleet.outliers`)."""
         self.outliers.end_trials(holder)
 
     def record_success(self, backend_id: str) -> None:

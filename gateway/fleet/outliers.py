@@ -8,7 +8,7 @@ failed answer (a 5xx, an error event, a malformed stream: the backend read the r
 content may be the cause) counts once per tenant and never alone, so one tenant's requests cannot
 eject a backend (the rule in policies/breaker.py). A 429 or another 4xx is ignored: a busy
 backend is healthy, a bad request is the client's. A request that ends saying nothing about its
-backend gives back the trial it may hold (`end_trials`). The health loop reports each probe
+backend, or whose backend has answered its first byte, gives back the trial it may hold (`end_trials`). The health loop reports each probe
 (`record_probe`): after an ejection has run out, a passed probe lets the backend back on trial, a
 failed one ejects it again for twice as long. `admits` is what routing asks (through
 `BackendMonitor.is_healthy`). `retry_after_s` says when the first ejected backend may be back,
@@ -40,10 +40,10 @@ def counts_against_backend(exc: BackendError) -> bool:
     return isinstance(exc, BackendUnavailable | BackendTimeout | BackendStreamBroken)
 
 
-def is_failed_answer(exc: BackendError) -> bool:
-    """Whether the backend read the request and answered it badly (a 5xx, an error event): a failure
-    the request's content may have caused, so it says little about the backend on its own."""
-    return counts_against_backend(exc) and exc.answered
+def is_connection_failure(exc: BackendError) -> bool:
+    """Whether the backend could not be reached or talked to (refused, reset, timed out): its own
+    failure, whoever sent the request. A 429 is not one (a busy backend is healthy), nor a 4xx."""
+    return counts_against_backend(exc) and not exc.answered
 
 
 class OutlierDetector:
@@ -86,8 +86,9 @@ class OutlierDetector:
             self.breakers[exc.endpoint_id] = end_trial(breaker, holder)
 
     def end_trials(self, holder: str) -> None:
-        """Request `holder` is over: a trial it still holds (it ended saying nothing about the
-        backend: cancelled before any token, refused, overloaded) is free for another request."""
+        """A trial request `holder` still holds is free for another request: its backend answered its
+        first byte, or it ended saying nothing about the backend (cancelled before any token, refused,
+        overloaded)."""
         for backend_id, breaker in self.breakers.items():
             if breaker.trial_holder == holder:
                 self.breakers[backend_id] = end_trial(breaker, holder)

@@ -53,7 +53,7 @@ from gateway.errors import (
 )
 from gateway.fleet.catalog import Catalog, ModelSpec
 from gateway.fleet.monitor import BackendMonitor
-from gateway.fleet.outliers import is_failed_answer
+from gateway.fleet.outliers import is_connection_failure
 from gateway.metrics import GatewayMetrics
 from gateway.pipeline.auth import Authenticator
 from gateway.pipeline.concurrency import TenantSlots
@@ -383,6 +383,9 @@ class Generator:
                 log.warning("no backend answered", error=exc.message, request_id=ctx.request_id)
                 raise backend_error_to_gateway(exc, reject_if_busy=inp.reject_if_busy) from exc
             raise
+        # The backend answered its first event: as a trial this request has done its part, so a backend
+        # on trial may take the next request now rather than after this whole stream (policies/breaker.py)
+        self.monitor.end_trials(ctx.request_id)
         for other in attempt.flights:  # a disaggregated request's other step is over
             if other is not flight:
                 await self.router.finished(other, success=True)
@@ -391,10 +394,8 @@ class Generator:
         generation = Generation(metered, flight, endpoint, chunks, tokenizer, max_tokens, holds, watch)
         try:
             for failed in attempt.failed:  # the endpoints the client failed over, as it reported them
-                # one request may cause a failed answer; a busy backend (429) is not down
-                if failed.endpoint_id is not None and not is_failed_answer(failed) and not isinstance(
-                    failed, BackendOverloaded
-                ):
+                # not a failed answer (one request may cause those) nor a 429 (a busy backend is healthy)
+                if failed.endpoint_id is not None and is_connection_failure(failed):
                     self.monitor.mark_unhealthy(failed.endpoint_id, "failed before its first byte")
             await self.router.started(flight, endpoint)
         except StoreUnavailable as exc:  # bookkeeping only: the answer is on its way, let it through
