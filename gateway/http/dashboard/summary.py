@@ -43,8 +43,8 @@ class Window:
             raise ValueError("'to' must be after 'from'")
         if not self.bucket_s > 0:
             raise ValueError("bucket must be a positive number of seconds")
-        if self.num_buckets > MAX_BUCKETS:
-            raise ValueError(f"{self.num_buckets} buckets is more than {MAX_BUCKETS}: choose a larger bucket")
+        if not (self.end - self.start) / self.bucket_s <= MAX_BUCKETS:  # inf too (a tiny bucket), unlike num_buckets
+            raise ValueError(f"a bucket of {self.bucket_s:g}s makes more than {MAX_BUCKETS} buckets: choose a larger one")
 
     @classmethod
     def auto(cls, start: float, end: float, bucket_s: float | None = None) -> Window:
