@@ -78,13 +78,13 @@ class EventSubscriber:
         on_reset: Callable[[str], Awaitable[None]],
     ) -> None:
         sub = self._context.socket(zmq.SUB)
-        sub.setsockopt(zmq.LINGER, 0)
-        sub.setsockopt(zmq.SUBSCRIBE, self.source.topic.encode())
-        if self.source.bind:
-            sub.bind(self.source.endpoint)
-        else:
-            sub.connect(self.source.endpoint)
-        try:
+        try:  # closed however it ends, a failed bind (the address taken) too: not left to the garbage collector
+            sub.setsockopt(zmq.LINGER, 0)
+            sub.setsockopt(zmq.SUBSCRIBE, self.source.topic.encode())
+            if self.source.bind:
+                sub.bind(self.source.endpoint)
+            else:
+                sub.connect(self.source.endpoint)
             while True:
                 frames = await sub.recv_multipart()
                 if len(frames) != 3:

@@ -279,3 +279,19 @@ async def test_the_subscriber_binds_when_the_engine_connects(context: zmq.asynci
     finally:
         pub.close(linger=0)
         await stop(task)
+
+
+async def test_a_subscription_that_cannot_bind_raises_and_leaves_no_socket(context: zmq.asyncio.Context) -> None:
+    """Its socket was opened before the bind and closed only after it: each retry of a bind that fails
+    (the address taken) left one more socket, with its descriptors, to the garbage collector."""
+    taken = context.socket(zmq.PUB)
+    taken.setsockopt(zmq.LINGER, 0)
+    port = taken.bind_to_random_port("tcp://127.0.0.1")
+    try:
+        subscriber, seen = EventSubscriber(EventSource(f"tcp://127.0.0.1:{port}", bind=True), context), Seen()
+        for _ in range(3):
+            with pytest.raises(zmq.ZMQError):
+                await subscriber.run(seen.on_batch, seen.on_reset)
+        assert len(context._sockets) == 1  # the one holding the address
+    finally:
+        taken.close(linger=0)
