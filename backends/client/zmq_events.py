@@ -13,9 +13,9 @@ mark and delivers nothing sent before it connected, so `EventSubscriber` checks 
   when one is configured (a ROUTER: send the first missing seq as 8 big-endian bytes; it answers
   with every buffered message from there, `topic, seq, payload` from vLLM or `seq, payload` from
   SGLang, then an end marker whose seq is -1), and handed on in order before the message that
-  showed the gap. Without a replay socket, or when it no longer holds the first missing message
-  or does not answer in time, the stream cannot be trusted: `on_reset` is called and the stream
-  starts afresh from the message that showed the gap;
+  showed the gap. Without a replay socket, or when it cannot be reached, no longer holds the first
+  missing message or does not answer in time, the stream cannot be trusted: `on_reset` is called
+  and the stream starts afresh from the message that showed the gap;
 - a seq lower than expected: the publisher restarted (its counter starts at 0 again, and its
   cache is empty): `on_reset`, then the message.
 
@@ -133,14 +133,14 @@ class EventSubscriber:
 
     async def _replay(self, first: int, stop: int) -> list[bytes] | None:
         """The payloads of seq `first` .. `stop - 1` from the replay socket, or None when it cannot
-        give them all (none configured, no answer in time, or `first` no longer buffered)."""
+        give them all (none configured, none reachable, no answer in time, or `first` no longer buffered)."""
         if self.source.replay_endpoint is None:
             return None
         dealer = self._context.socket(zmq.DEALER)
-        dealer.setsockopt(zmq.LINGER, 0)
-        dealer.connect(self.source.replay_endpoint)
         found: dict[int, bytes] = {}
         try:
+            dealer.setsockopt(zmq.LINGER, 0)
+            dealer.connect(self.source.replay_endpoint)
             async with asyncio.timeout(REPLAY_TIMEOUT_S):
                 await dealer.send_multipart([b"", first.to_bytes(8, "big")])
                 while True:
@@ -156,6 +156,9 @@ class EventSubscriber:
                         found[seq] = frames[-1]
         except TimeoutError:
             log.warning("kv event replay timed out", endpoint=self.source.replay_endpoint, first=first)
+            return None
+        except zmq.ZMQError as exc:  # e.g. an endpoint ZMQ refuses: the gap is lost, not the stream
+            log.warning("kv event replay failed", endpoint=self.source.replay_endpoint, first=first, error=str(exc))
             return None
         finally:
             dealer.close(linger=0)

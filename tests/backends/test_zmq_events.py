@@ -295,3 +295,26 @@ async def test_a_subscription_that_cannot_bind_raises_and_leaves_no_socket(conte
         assert len(context._sockets) == 1  # the one holding the address
     finally:
         taken.close(linger=0)
+
+
+async def test_a_replay_socket_that_cannot_be_reached_resets_and_the_stream_goes_on(
+    context: zmq.asyncio.Context, publishers: list[Publisher]
+) -> None:
+    """ZMQ's refusal of the replay endpoint raised out of the subscription, which then lost every
+    message until it was resubscribed."""
+    publisher = open_publisher(context, publishers)
+    source = EventSource(publisher.endpoint, "tcp://127.0.0.1", topic="kv")  # no port: ZMQ refuses it
+    subscriber, seen = EventSubscriber(source, context), Seen()
+    task = asyncio.create_task(subscriber.run(seen.on_batch, seen.on_reset))
+    try:
+        await publisher.wait_subscribed()
+        await publisher.send(0)
+        await seen.until(1)
+        await publisher.send(1, live=False)
+        await publisher.send(2)
+        await publisher.send(3)
+        await seen.until(3)
+        assert seen.batches == [0, 2, 3] and len(seen.resets) == 1 and not task.done()
+        assert len(context._sockets) == 3  # the publisher's two and the subscription's: no replay socket left
+    finally:
+        await stop(task)
