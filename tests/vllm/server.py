@@ -95,8 +95,10 @@ def vllm_command(python: Path, checkpoint: Path, port: int, api_key: str, kv_eve
     ]  # fmt: skip
 
 
-def start_vllm(name: str, checkpoint: Path, api_key: str) -> VllmProcess:
-    """Spawn a vLLM server (not yet ready: call `wait_ready`)."""
+def start_vllm(name: str, checkpoint: Path, api_key: str, *, dev_mode: bool = False) -> VllmProcess:
+    """Spawn a vLLM server (not yet ready: call `wait_ready`). `dev_mode`: its development routes
+    too (`VLLM_SERVER_DEV_MODE`), among them `POST /reset_prefix_cache`, which empties its prefix
+    cache and publishes `AllBlocksCleared`."""
     port = free_port()
     # vLLM binds its publisher on an ipc:// endpoint (on a tcp:// one naming a host it would connect
     # out instead): any number of gateways may subscribe, and nothing listens beyond this machine.
@@ -109,6 +111,7 @@ def start_vllm(name: str, checkpoint: Path, api_key: str) -> VllmProcess:
         "VLLM_NO_USAGE_STATS": "1",
         "DO_NOT_TRACK": "1",
         "HF_HUB_OFFLINE": "1",  # everything is local; nothing may be fetched
+        "VLLM_SERVER_DEV_MODE": "1" if dev_mode else "0",
     }
     argv = vllm_command(vllm_python(), checkpoint, port, api_key, kv_events, replay)
     return VllmProcess.launch(
@@ -118,9 +121,9 @@ def start_vllm(name: str, checkpoint: Path, api_key: str) -> VllmProcess:
 
 
 @contextlib.contextmanager
-def running_vllm(name: str, checkpoint: Path, api_key: str) -> Iterator[VllmProcess]:
+def running_vllm(name: str, checkpoint: Path, api_key: str, *, dev_mode: bool = False) -> Iterator[VllmProcess]:
     """A ready vLLM server, stopped at the end; one that does not come up is skipped or failed (`cannot_start`)."""
-    server = start_vllm(name, checkpoint, api_key)
+    server = start_vllm(name, checkpoint, api_key, dev_mode=dev_mode)
     try:
         try:
             server.wait_ready("/health", READY_TIMEOUT_S)

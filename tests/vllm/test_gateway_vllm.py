@@ -215,9 +215,9 @@ def test_streamed_cached_tokens_match_the_ledger(vllm_gateway: InProcessGateway,
     assert record.cached_tokens == usage["prompt_tokens_details"]["cached_tokens"]
 
 
-def indexed_tokens(gw: InProcessGateway, tenant_id: str, text: str) -> int:
+def indexed_tokens(gw: InProcessGateway, tenant_id: str, text: str, backend_id: str = VLLM_BACKEND_ID) -> int:
     """How many leading tokens of the raw prompt `text` the gateway's prefix index places on the vLLM
-    backend for `tenant_id` (fed by vLLM's KV events, re-hashed under the tenant's salt)."""
+    backend `backend_id` for `tenant_id` (fed by vLLM's KV events, re-hashed under the tenant's salt)."""
     services = gw.services
     model = services.catalog.get(VLLM_MODEL_ID)
 
@@ -225,7 +225,7 @@ def indexed_tokens(gw: InProcessGateway, tenant_id: str, text: str) -> int:
         tokenizer = await services.generator.tokenizer(model)
         salt = await services.generator.router.salts.salt(tenant_id)
         hashes = block_hashes(tokenizer.encode_text(text, is_raw=True), model.block_size, salt)
-        return (await services.store.match_prefix(hashes)).get(VLLM_BACKEND_ID, 0) * model.block_size
+        return (await services.store.match_prefix(hashes)).get(backend_id, 0) * model.block_size
 
     return gw.call(lookup())
 
