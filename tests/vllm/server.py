@@ -1,40 +1,31 @@
-"""A real vLLM server on loopback: vLLM's CPU build from `.venv-vllm` (the Makefile installs it in a
-venv of its own) serving the shipped SmolLM2, exported once as a Hugging Face checkpoint
-(`edgerun export-hf`, engines/builtin/loader/export.py).
-
-It is started as README's "Backends" section says, plus what a small CPU box needs: `--enforce-eager`
-(no torch.compile warm-up: about half the start time on 2 cores), a 4,096-token context and 1 GiB
-of KV cache (`VLLM_CPU_KVCACHE_SPACE`), one OpenMP thread without core binding (vLLM binds every
-server to core 0 by default, which would stack two of them on one core), and no usage reports.
+"""A real vLLM server for the tests: started by benchmarks/vllm_server.py (its command line and why),
+from `.venv-vllm` or `EDGERUN_TEST_VLLM_PYTHON`, serving the shipped SmolLM2 exported once as a
+Hugging Face checkpoint (`edgerun export-hf`, engines/builtin/loader/export.py). A vLLM that is
+missing or does not start skips the test, or fails it under CI=true.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import tempfile
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
-from cli.processes import ROOT, ChildProcess, ProcessError, free_port
+from benchmarks.vllm_server import BLOCK_SIZE, MAX_MODEL_LEN, SERVED_MODEL, VENV_PYTHON, VllmProcess, start_vllm
+from cli.processes import ProcessError
 from engines.builtin.config import EngineConfig
 from engines.builtin.loader.export import export_hf
 
 VLLM_PYTHON_ENV = "EDGERUN_TEST_VLLM_PYTHON"  # another vLLM install's python, instead of .venv-vllm's
-SERVED_MODEL = "smollm2"  # `--served-model-name`: the gateway's `backend_model`
-MAX_MODEL_LEN = 4096
-BLOCK_SIZE = 32  # KV block: vLLM's CPU attention takes multiples of 32; its default there, 128, would leave short prompts uncached
+__all__ = ["BLOCK_SIZE", "MAX_MODEL_LEN", "SERVED_MODEL", "VllmProcess", "exported_smollm2", "running_vllm"]
 READY_TIMEOUT_S = 420.0  # about 1 minute on 2 idle cores; more while other tests run beside it
 
 
 def vllm_python() -> Path:
     """The python of the vLLM install. Missing: the test is skipped, or fails under CI=true."""
-    python = Path(os.environ.get(VLLM_PYTHON_ENV) or ROOT / ".venv-vllm" / "bin" / "python")
+    python = Path(os.environ.get(VLLM_PYTHON_ENV) or VENV_PYTHON)
     if not python.exists():
         cannot_start(f"no vLLM at {python}: `make test` installs it (or set {VLLM_PYTHON_ENV})")
     return python
@@ -52,78 +43,10 @@ def exported_smollm2() -> Path:
     return export_hf(EngineConfig(model="smollm2"))
 
 
-@dataclass
-class VllmProcess(ChildProcess):
-    """`python -m vllm.entrypoints.openai.api_server ...`; `kv_events_endpoint` is its ZMQ publisher
-    (which it binds), `replay_endpoint` its replay socket."""
-
-    api_key: str = ""
-    kv_events_endpoint: str = ""
-    replay_endpoint: str = ""
-
-    def spec(self, backend_id: str, models: Sequence[str], region: str = "local") -> dict[str, object]:
-        """A gateway `[[backends]]` entry for this server, its KV events included."""
-        return {
-            "id": backend_id, "base_url": self.url, "region": region, "models": list(models), "kind": "vllm",
-            "kv_events": self.kv_events_endpoint, "kv_events_replay": self.replay_endpoint,
-        }  # fmt: skip
-
-    def metric(self, name: str) -> float:
-        """A `vllm:*` Prometheus sample of its `/metrics`, summed over its labels."""
-        text = httpx.get(f"{self.url}/metrics", timeout=10).text
-        samples = (line.rpartition(" ") for line in text.splitlines())
-        return sum(float(value) for series, _, value in samples if series.split("{", 1)[0] == name)
-
-
-def vllm_command(python: Path, checkpoint: Path, port: int, api_key: str, kv_events: str, replay: str) -> list[str]:
-    """The README's command line (see its "Backends" section), sized for a small CPU box."""
-    events = {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": kv_events, "replay_endpoint": replay}
-    return [
-        str(python), "-m", "vllm.entrypoints.openai.api_server",
-        "--model", str(checkpoint), "--served-model-name", SERVED_MODEL,
-        "--host", "127.0.0.1", "--port", str(port),
-        "--api-key", api_key,
-        "--dtype", "float32",
-        "--enable-prefix-caching",
-        "--enable-prompt-tokens-details",
-        "--kv-events-config", json.dumps(events),
-        "--block-size", str(BLOCK_SIZE),
-        "--max-model-len", str(MAX_MODEL_LEN),
-        "--enforce-eager",
-        "--enable-log-requests",  # its log names each request (by the gateway's x-request-id) and each abort
-        "--disable-uvicorn-access-log",
-    ]  # fmt: skip
-
-
-def start_vllm(name: str, checkpoint: Path, api_key: str, *, dev_mode: bool = False) -> VllmProcess:
-    """Spawn a vLLM server (not yet ready: call `wait_ready`). `dev_mode`: its development routes
-    too (`VLLM_SERVER_DEV_MODE`), among them `POST /reset_prefix_cache`, which empties its prefix
-    cache and publishes `AllBlocksCleared`."""
-    port = free_port()
-    # vLLM binds its publisher on an ipc:// endpoint (on a tcp:// one naming a host it would connect
-    # out instead): any number of gateways may subscribe, and nothing listens beyond this machine.
-    # Its replay socket binds either way.
-    kv_events = f"ipc://{tempfile.gettempdir()}/edgerun-vllm-{port}-kv-events"
-    replay = f"tcp://127.0.0.1:{free_port()}"
-    env = {
-        "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB: about 23,000 tokens of SmolLM2 in float32
-        "VLLM_CPU_OMP_THREADS_BIND": "nobind",
-        "VLLM_NO_USAGE_STATS": "1",
-        "DO_NOT_TRACK": "1",
-        "HF_HUB_OFFLINE": "1",  # everything is local; nothing may be fetched
-        "VLLM_SERVER_DEV_MODE": "1" if dev_mode else "0",
-    }
-    argv = vllm_command(vllm_python(), checkpoint, port, api_key, kv_events, replay)
-    return VllmProcess.launch(
-        name, argv, port, env=env, threads=1, own_group=True,  # `kill` takes its engine processes too
-        api_key=api_key, kv_events_endpoint=kv_events, replay_endpoint=replay,
-    )
-
-
 @contextlib.contextmanager
 def running_vllm(name: str, checkpoint: Path, api_key: str, *, dev_mode: bool = False) -> Iterator[VllmProcess]:
     """A ready vLLM server, stopped at the end; one that does not come up is skipped or failed (`cannot_start`)."""
-    server = start_vllm(name, checkpoint, api_key, dev_mode=dev_mode)
+    server = start_vllm(vllm_python(), name, checkpoint, api_key, dev_mode=dev_mode)
     try:
         try:
             server.wait_ready("/health", READY_TIMEOUT_S)
