@@ -14,7 +14,7 @@ streamed, greedy), with fresh tenants per run (caches are salted by tenant, so t
 sharing the servers never hit each other's entries) and the same sessions (seeded).
 
 Prints one markdown table (TTFT percentiles, cached-token ratio, ...; the rows are
-`<engine> <policy>`) and the goal of issue 30: the cached-token ratio of cache_aware on vLLM within
+`<engine>-<policy>`) and the goal of issue 30: the cached-token ratio of cache_aware on vLLM within
 5 points of cache_aware on our own backends. vLLM caches whole 32-token blocks (its CPU build's
 block size here), ours 16-token blocks, so a few points of difference are block granularity.
 Writes results.md, results.json and requests.jsonl to --out.
@@ -113,7 +113,7 @@ def goal(summaries: Sequence[LevelSummary]) -> list[str]:
     lines = []
     for load in dict.fromkeys(s.load for s in summaries):
         ratios = {s.policy: s.cached_token_ratio for s in summaries if s.load == load}
-        vllm, ours = ratios.get("vllm cache_aware"), ratios.get("edgerun cache_aware")
+        vllm, ours = ratios.get("vllm-cache_aware"), ratios.get("edgerun-cache_aware")
         if vllm is None or ours is None:
             continue
         gap = 100 * (ours - vllm)
@@ -142,7 +142,7 @@ def run(args: argparse.Namespace) -> BenchResult:
         servers = running.enter_context(vllm_servers(args.vllm_python, checkpoint, out / "processes"))
         gateways: dict[str, tuple[str, str]] = {}
         for policy in config.policies:
-            gateways[f"vllm {policy}"] = running.enter_context(
+            gateways[f"vllm-{policy}"] = running.enter_context(
                 vllm_gateway(policy, servers, checkpoint, out / "processes" / f"vllm-{policy}")
             )
         for policy in config.policies:
@@ -150,7 +150,7 @@ def run(args: argparse.Namespace) -> BenchResult:
             stack_config = StackConfig(num_backends=2, policy=policy, workdir=out / "processes" / f"edgerun-{policy}")
             stack = running.enter_context(running_stack(stack_config))
             warm_up(stack)
-            gateways[f"edgerun {policy}"] = (stack.url, stack.admin_token)
+            gateways[f"edgerun-{policy}"] = (stack.url, stack.admin_token)
         asyncio.run(run_levels(gateways, replace(config, policies=tuple(gateways)), [], result, print))
     return result
 

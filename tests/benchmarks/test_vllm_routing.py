@@ -49,8 +49,8 @@ def summary(policy: str, cached: int) -> LevelSummary:
 
 
 def test_the_goal_compares_cache_aware_on_vllm_with_ours() -> None:
-    met = goal([summary("vllm cache_aware", 800), summary("vllm round_robin", 100), summary("edgerun cache_aware", 840)])
+    met = goal([summary("vllm-cache_aware", 800), summary("vllm-round_robin", 100), summary("edgerun-cache_aware", 840)])
     assert met == ["concurrency 2: cached-token ratio, cache_aware: vLLM 80.0% vs our backends 84.0% "
                    "(+4.0 points; goal within 5) -> MET"]  # fmt: skip
-    missed = goal([summary("vllm cache_aware", 700), summary("edgerun cache_aware", 840)])
+    missed = goal([summary("vllm-cache_aware", 700), summary("edgerun-cache_aware", 840)])
     assert missed[0].endswith("(+14.0 points; goal within 5) -> NOT MET")
