@@ -74,7 +74,7 @@ def vllm_gateway_toml(workdir: Path, servers: dict[str, VllmProcess], checkpoint
 @contextlib.contextmanager
 def vllm_servers(python: Path, checkpoint: Path, workdir: Path) -> Iterator[dict[str, VllmProcess]]:
     """Two ready vLLM servers, each warmed up by one tiny request; stopped at the end."""
-    api_key = secrets.token_urlsafe(24)
+    api_key = secrets.token_hex(24)  # hex: a key starting with "-" would read as a flag to vLLM
     workdir.mkdir(parents=True, exist_ok=True)
     with contextlib.ExitStack() as cleanup:
         servers: dict[str, VllmProcess] = {}
