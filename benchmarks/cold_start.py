@@ -34,7 +34,7 @@ import cli.backend, backends.server.serve
 mark("cli + server imports (before torch)")
 import torch
 mark("import torch")
-from engines.builtin.async_engine import AsyncEngine
+from engines.builtin.engine.async_engine import AsyncEngine
 from backends.settings import BackendSettings
 settings = BackendSettings()
 mark("engine imports + settings")
@@ -77,7 +77,7 @@ def one_start(args: argparse.Namespace) -> tuple[float, float]:
 def import_costs(args: argparse.Namespace, top: int = 8) -> list[tuple[str, float]]:
     """The costliest top-level packages under `-X importtime` of the backend's modules: seconds each,
     cumulative (a package's own line, which includes what it imports first, e.g. torch's numpy)."""
-    code = "import cli.backend, backends.server.serve, engines.builtin.async_engine"
+    code = "import cli.backend, backends.server.serve, engines.builtin.engine.async_engine"
     env = child_env({}, keep_edgerun=True, threads=args.threads)
     out = subprocess.run([sys.executable, "-X", "importtime", "-c", code], cwd=ROOT, env=env,
                          capture_output=True, text=True, check=True).stderr

@@ -26,8 +26,8 @@ import torch
 from benchmarks.machine import machine
 from engines.base import GenerationRequest
 from engines.builtin.config import EngineConfig
-from engines.builtin.llm_engine import LLMEngine
-from engines.builtin.model_runner import ModelRunner
+from engines.builtin.engine.llm_engine import LLMEngine
+from engines.builtin.runner.model_runner import ModelRunner
 from engines.sampling_params import SamplingParams
 
 PROMPT_TOKENS = 32  # per decode stream

@@ -20,7 +20,7 @@ import time
 import torch
 
 from engines.builtin.config import EngineConfig
-from engines.builtin.model_runner import ForwardItem, ModelRunner
+from engines.builtin.runner.model_runner import ForwardItem, ModelRunner
 
 SHORT = [30, 45, 60, 80]
 

@@ -265,7 +265,7 @@ async def transfer_only(transport: str, num_tokens: int = 1000, repeats: int = 2
     from backends.kv_transfer.opaque import OpaqueState
     from backends.kv_transfer.tcp import TcpExporter
     from engines.base import KVPin
-    from engines.builtin.attention import allocate_kv_caches
+    from engines.builtin.runner.attention import allocate_kv_caches
 
     num_blocks = -(-num_tokens // 16)
     src = KVLayout.of(allocate_kv_caches(30, 256, 16, 3, 64, torch.float32, torch.device("cpu")), "smollm2")

@@ -28,11 +28,11 @@ from pathlib import Path
 from benchmarks.engine_baselines import HFBaseline, LlamaCppBaseline, llama_cpp_available
 from benchmarks.engine_report import machine_info, percentile, render
 from engines.base import GenerationRequest
-from engines.builtin.async_engine import AsyncEngine
 from engines.builtin.config import EngineConfig
-from engines.builtin.llm_engine import LLMEngine
+from engines.builtin.engine.async_engine import AsyncEngine
+from engines.builtin.engine.llm_engine import LLMEngine
 from engines.builtin.loader import smollm2_gguf_path
-from engines.builtin.model_runner import ModelRunner
+from engines.builtin.runner.model_runner import ModelRunner
 from engines.sampling_params import SamplingParams
 
 TOPICS = [

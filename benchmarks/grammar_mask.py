@@ -28,7 +28,7 @@ import torch
 from benchmarks.interleave import interleave
 from engines.builtin.loader import smollm2_gguf_path
 from engines.builtin.loader.gguf import read_gguf_tokenizer
-from engines.builtin.tokenizer import Tokenizer
+from engines.builtin.text.tokenizer import Tokenizer
 
 SCHEMAS: dict[str, tuple[dict[str, Any], Any]] = {
     "flat": (

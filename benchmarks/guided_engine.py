@@ -22,8 +22,8 @@ from typing import Any
 from benchmarks.interleave import interleave
 from engines.base import GenerationRequest
 from engines.builtin.config import EngineConfig
-from engines.builtin.llm_engine import LLMEngine
-from engines.builtin.model_runner import ModelRunner
+from engines.builtin.engine.llm_engine import LLMEngine
+from engines.builtin.runner.model_runner import ModelRunner
 from engines.guided import Guide
 from engines.sampling_params import SamplingParams
 

@@ -3,7 +3,7 @@
     python -m benchmarks.quant_decode --weight-dtype float16 auto --batch 1 16 --rounds 3 --threads 1
 
 A format followed by "-unfused" (e.g. `auto-unfused`) is that format with the fused decode step off
-(engines/builtin/fused_decode.py): model.py's torch ops for every step, to measure what fusing gains.
+(engines/builtin/runner/fused_decode.py): model.py's torch ops for every step, to measure what fusing gains.
 
 One runner per `--weight-dtype` in this process; each round runs `benchmarks.runner.measure_decode`
 (random-token context, greedy steps) on every runner in turn, so all see the same machine. Reports
@@ -22,7 +22,7 @@ import torch
 from benchmarks.machine import machine
 from benchmarks.runner import measure_decode
 from engines.builtin.config import EngineConfig
-from engines.builtin.model_runner import ModelRunner
+from engines.builtin.runner.model_runner import ModelRunner
 
 
 def main() -> None:

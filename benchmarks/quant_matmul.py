@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from benchmarks.machine import machine
-from engines.builtin.quant import GROUP, dequantize_q4_1, int4_scale_zeros
+from engines.builtin.runner.quant import GROUP, dequantize_q4_1, int4_scale_zeros
 
 D, FFN, QKV, V, LAYERS = 576, 1536, 960, 49152, 30
 LAYER_SHAPES = [(QKV, D), (D, D), (2 * FFN, D), (D, FFN)]  # qkv, o, gate_up, down: [out, in]

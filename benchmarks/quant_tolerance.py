@@ -28,7 +28,7 @@ from torch import Tensor
 
 from benchmarks.machine import machine
 from engines.builtin.config import EngineConfig
-from engines.builtin.model_runner import ForwardItem, ModelRunner
+from engines.builtin.runner.model_runner import ForwardItem, ModelRunner
 
 PROMPTS_FILE = Path(__file__).with_name("speculative_prompts.json")
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from engines.builtin.config import EngineConfig
-from engines.builtin.model_runner import ForwardItem, ModelRunner
+from engines.builtin.runner.model_runner import ForwardItem, ModelRunner
 
 
 @dataclass(slots=True)
@@ -115,7 +115,7 @@ def measure_hf_decode(context_len: int, num_new: int = 32) -> DecodeResult:
 def measure_cold_start(model: str = "smollm2", dtype: str = "float32", num_kv_blocks: int = 512) -> float:
     """Seconds from a fresh interpreter's start to a loaded runner (imports included)."""
     code = (
-        "from engines.builtin.config import EngineConfig; from engines.builtin.model_runner import ModelRunner; "
+        "from engines.builtin.config import EngineConfig; from engines.builtin.runner.model_runner import ModelRunner; "
         f"ModelRunner(EngineConfig(model={model!r}, dtype={dtype!r}, num_kv_blocks={num_kv_blocks}))"
     )
     start = time.perf_counter()

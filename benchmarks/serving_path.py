@@ -126,9 +126,9 @@ async def main(args: argparse.Namespace) -> int:
 
     torch.set_num_threads(args.threads)
     from backends.settings import BackendSettings
-    from engines.builtin.async_engine import AsyncEngine
-    from engines.builtin.llm_engine import LLMEngine
-    from engines.builtin.model_runner import ModelRunner
+    from engines.builtin.engine.async_engine import AsyncEngine
+    from engines.builtin.engine.llm_engine import LLMEngine
+    from engines.builtin.runner.model_runner import ModelRunner
 
     children = {"http": start_backend(args, None)}
     if args.baseline is not None:

@@ -34,9 +34,9 @@ from pathlib import Path
 from benchmarks.machine import machine
 from engines.base import GenerationRequest
 from engines.builtin.config import EngineConfig
-from engines.builtin.fused_decode import FusedDecode
-from engines.builtin.llm_engine import LLMEngine
-from engines.builtin.model_runner import ForwardItem, ModelRunner
+from engines.builtin.engine.llm_engine import LLMEngine
+from engines.builtin.runner.fused_decode import FusedDecode
+from engines.builtin.runner.model_runner import ForwardItem, ModelRunner
 from engines.builtin.speculative.factory import build_proposer
 from engines.builtin.speculative.proposer import Proposer
 from engines.sampling_params import SamplingParams

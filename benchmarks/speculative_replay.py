@@ -37,7 +37,7 @@ def answers(model: str, max_tokens: int, cache: Path) -> dict[str, tuple[list[in
         return {k: (p, a) for k, (p, a) in json.loads(cache.read_text()).items()}
     from engines.base import GenerationRequest
     from engines.builtin.config import EngineConfig
-    from engines.builtin.llm_engine import LLMEngine
+    from engines.builtin.engine.llm_engine import LLMEngine
     from engines.sampling_params import SamplingParams
 
     engine = LLMEngine(EngineConfig(model=model, num_kv_blocks=2048, max_num_seqs=16))
@@ -195,7 +195,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"n-gram {args.prompt_lookup_min}..{args.prompt_lookup_max}; ", end="")
     else:
         from engines.builtin.config import EngineConfig
-        from engines.builtin.model_runner import ModelRunner
+        from engines.builtin.runner.model_runner import ModelRunner
 
         runner = ModelRunner(EngineConfig(model=args.model, num_kv_blocks=16))  # the engine's default weights
         drafters = dict(eagle3_drafters(args.speculative_model, runner, data, args.draft_cost))

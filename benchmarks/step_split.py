@@ -6,7 +6,7 @@
 One `LLMEngine` (fast mode unless `--set` says otherwise) runs rounds of `--streams` random-token
 prompts generating exactly `--max-tokens` tokens each (greedy, ignore_eos, a fresh cache salt per
 round, so every prefill is cold), the engine loop called directly. Rounds alternate between the
-runner's step workers (engines/builtin/step_split.py) and none (every step one forward pass with
+runner's step workers (engines/builtin/runner/step_split.py) and none (every step one forward pass with
 `--threads` torch threads). Reported per side: median aggregate tok/s (all tokens over the round's
 wall time), median process CPU s per round, and each round's tok/s; plus the load average.
 """
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from engines.omp import may_bound_omp_spinning
 
 if TYPE_CHECKING:
-    from engines.builtin.llm_engine import LLMEngine
+    from engines.builtin.engine.llm_engine import LLMEngine
 
 
 def one_round(engine: LLMEngine, prompts: list[list[int]], max_tokens: int, salt: str) -> tuple[float, float]:
@@ -52,7 +52,7 @@ def main(argv: list[str]) -> int:
     may_bound_omp_spinning()  # before torch loads, as the backend does
     from benchmarks.engine import engine_options
     from engines.builtin.config import EngineConfig
-    from engines.builtin.llm_engine import LLMEngine
+    from engines.builtin.engine.llm_engine import LLMEngine
 
     config = EngineConfig(num_threads=args.threads, max_num_seqs=max(args.streams, 1),
                           **engine_options(args.set))  # type: ignore[arg-type]

@@ -25,7 +25,7 @@ import torch
 
 from benchmarks.machine import machine
 from engines.builtin.config import EngineConfig
-from engines.builtin.model_runner import ForwardItem, ModelRunner
+from engines.builtin.runner.model_runner import ForwardItem, ModelRunner
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

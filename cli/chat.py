@@ -29,7 +29,7 @@ class ChatSession:
 
     def __init__(self, config: EngineConfig, sampling: SamplingParams, system: str | None = None) -> None:
         may_bound_omp_spinning()  # as the backend does
-        from engines.builtin.async_engine import AsyncEngine
+        from engines.builtin.engine.async_engine import AsyncEngine
 
         self.sampling = sampling
         self.messages: list[dict[str, str]] = [{"role": "system", "content": system}] if system else []

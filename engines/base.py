@@ -3,7 +3,7 @@
 A backend server hosts exactly one `Engine`. It submits requests with `generate()`, which is an
 async iterator of `GenerationOutput` deltas; breaking out of the iteration (or calling `abort`)
 cancels the request and frees its KV blocks at once. The built-in PyTorch engine
-(`engines.builtin.async_engine.AsyncEngine`) and the TensorRT-LLM in-process adapter
+(`engines.builtin.engine.async_engine.AsyncEngine`) and the TensorRT-LLM in-process adapter
 (`engines.tensorrt_llm.adapter`) both implement it.
 """
 

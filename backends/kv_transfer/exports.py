@@ -1,6 +1,6 @@
 """The prefill side's pinned KV, as the event loop sees it: which pins exist and for how long.
 
-The engine holds the block references (engines/builtin/kv_pins.py); this registry decides when
+The engine holds the block references (engines/builtin/engine/kv_pins.py); this registry decides when
 to give them back. A pull `lease`s the pin (so the TTL cannot take it while bytes flow), then
 `finish`es it: a completed pull releases it, a broken one leaves it for another decode backend to
 pull. Pins nobody pulled within `ttl_s` are released by `expire` (run by the backend's lifespan)

@@ -93,7 +93,7 @@ async def _may_start_kv(state: BackendState, engine: Engine) -> None:
     """KV transfer for disaggregated serving: the built-in engine on CPU only."""
     if state.settings.engine_kind != "builtin":
         return
-    from engines.builtin.async_engine import AsyncEngine
+    from engines.builtin.engine.async_engine import AsyncEngine
 
     if not isinstance(engine, AsyncEngine) or engine.engine.runner.device.type != "cpu":
         return

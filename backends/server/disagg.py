@@ -36,7 +36,7 @@ from engines.base import GenerationOutput, GenerationRequest
 from engines.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
-    from engines.builtin.kv_handoff import ImportPlan  # imports torch: only backends hosting our engine load it
+    from engines.builtin.engine.kv_handoff import ImportPlan  # imports torch: only backends hosting our engine load it
 
 PENDING_FINISH_REASON = "not_finished"  # trtllm-serve's: the generation step has work left
 

@@ -10,7 +10,7 @@ from engines.omp import may_bound_omp_spinning, on_own_thread
 def build_engine(settings: BackendSettings) -> Engine:
     """Load the configured engine (slow: loads the model). Call it off the event loop."""
     if settings.engine_kind == "builtin":
-        from engines.builtin.async_engine import AsyncEngine
+        from engines.builtin.engine.async_engine import AsyncEngine
 
         return AsyncEngine(settings.engine)
     from engines.tensorrt_llm.adapter import TrtllmEngine

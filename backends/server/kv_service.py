@@ -23,8 +23,8 @@ from backends.kv_transfer.tcp import TcpExporter
 from backends.server.metrics import BackendMetrics
 from backends.settings import BackendSettings
 from engines.base import KVPin
-from engines.builtin.async_engine import AsyncEngine
-from engines.builtin.kv_handoff import ImportPlan
+from engines.builtin.engine.async_engine import AsyncEngine
+from engines.builtin.engine.kv_handoff import ImportPlan
 
 log = logging.getLogger("edgerun.backend.kv")
 

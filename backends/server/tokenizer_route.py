@@ -23,7 +23,7 @@ from contracts.tokenizer import TOKENIZER_PATH, TokenizerPayload
 
 def tokenizer_payload(model: str, engine: Any) -> TokenizerPayload:
     """The payload for an engine whose tokenizer wraps a `tokenizers.Tokenizer` as `.backend`
-    (engines.builtin.tokenizer.Tokenizer)."""
+    (engines.builtin.text.tokenizer.Tokenizer)."""
     tokenizer = engine.tokenizer
     inner = getattr(tokenizer, "backend", None)
     if not isinstance(inner, tokenizers.Tokenizer):

@@ -27,7 +27,7 @@ class EngineConfig:
     max_waiting: int = 256  # queued requests beyond which submit refuses (EngineOverloaded)
     seed: int = 0  # for random weights
     # "fast" (the default) may use lower-precision arithmetic chosen per batch shape, within the
-    # tolerance BENCHMARKS.md states (engines/builtin/quant.py); "deterministic" is the exact model:
+    # tolerance BENCHMARKS.md states (engines/builtin/runner/quant.py); "deterministic" is the exact model:
     # float32 weights exactly as loaded and float32 arithmetic, the same kernels at every batch size
     # (what the parity and "same output alone and batched" tests run).
     mode: str = "fast"
@@ -46,7 +46,7 @@ class EngineConfig:
     # is steadier when other busy processes share the cores: a parallel op waits for its slowest thread.
     num_threads: int | None = None
     # CPU: a step of several sequences runs as this many parts at once, each on a worker thread with
-    # one torch thread (no OpenMP barrier per op: engines/builtin/step_split.py); a step whose tokens
+    # one torch thread (no OpenMP barrier per op: engines/builtin/runner/step_split.py); a step whose tokens
     # do not split evenly (one long prefill chunk) runs whole with num_threads. None: torch's thread
     # count; 1: every step runs whole.
     step_workers: int | None = None
@@ -139,8 +139,8 @@ def fp16_gemm_available() -> bool:
 
 
 def block_kernels_available() -> bool:
-    """edgerun's own Q4_1 / Q8_0 kernels (x86 AVX2; built once, see engines/builtin/kernels)."""
-    from engines.builtin import kernels
+    """edgerun's own Q4_1 / Q8_0 kernels (x86 AVX2; built once, see engines/builtin/runner/kernels)."""
+    from engines.builtin.runner import kernels
 
     return kernels.load()
 

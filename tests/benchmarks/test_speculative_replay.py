@@ -7,7 +7,7 @@ import torch
 
 from benchmarks.speculative_replay import NgramDrafter, StepCost, eagle3_drafters, mean_accepted, policy_for, replay
 from engines.builtin.config import EngineConfig
-from engines.builtin.model_runner import ModelRunner
+from engines.builtin.runner.model_runner import ModelRunner
 from engines.builtin.speculative.eagle3 import load_proposer
 from engines.builtin.speculative.eagle3.checkpoint import save_head
 from engines.builtin.speculative.eagle3.dataset import Conversation

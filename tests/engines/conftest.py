@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from engines.builtin.config import EngineConfig
-from engines.builtin.model_runner import ModelRunner
+from engines.builtin.runner.model_runner import ModelRunner
 
 NUM_KV_BLOCKS = 512  # x 16 tokens
 

@@ -9,10 +9,10 @@ from collections.abc import Callable
 import pytest
 
 from engines.base import GenerationOutput, GenerationRequest
-from engines.builtin.async_engine import AsyncEngine
 from engines.builtin.config import EngineConfig
-from engines.builtin.llm_engine import LLMEngine
-from engines.builtin.model_runner import ModelRunner
+from engines.builtin.engine.async_engine import AsyncEngine
+from engines.builtin.engine.llm_engine import LLMEngine
+from engines.builtin.runner.model_runner import ModelRunner
 from engines.errors import EngineStopped, InvalidRequest
 from engines.sampling_params import SamplingParams
 

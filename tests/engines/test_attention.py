@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from engines.builtin.attention import PrefillChunk, prefill_attention
+from engines.builtin.runner.attention import PrefillChunk, prefill_attention
 
 H, KH, HD, BLOCK = 6, 2, 16, 4
 

@@ -1,4 +1,4 @@
-"""edgerun's own Q4_1 / Q8_0 kernels (engines/builtin/kernels) and the layers that use them (block_linear.py).
+"""edgerun's own Q4_1 / Q8_0 kernels (engines/builtin/runner/kernels) and the layers that use them (block_linear.py).
 
 On an x86 CPU with AVX2 the kernels must build and load: these tests fail, not skip, when they do not (the
 Makefile's install step builds them). Only a CPU without AVX2 skips them, saying so.
@@ -13,10 +13,10 @@ import sys
 import pytest
 import torch
 
-from engines.builtin import kernels
-from engines.builtin.block_linear import BlockLinear, pack_q4_1
-from engines.builtin.quant import GROUP, dequantize_q8_0, may_quantize_q8_0, q4_1_blocks, q8_0_blocks
-from engines.builtin.weights import Fp16Linear
+from engines.builtin.runner import kernels
+from engines.builtin.runner.linear import BlockLinear, pack_q4_1
+from engines.builtin.runner.quant import GROUP, dequantize_q8_0, may_quantize_q8_0, q4_1_blocks, q8_0_blocks
+from engines.builtin.runner.weights import Fp16Linear
 from tests.engines.test_quant import random_q4_1_weight
 
 needs_avx2 = pytest.mark.skipif(not kernels.cpu_has_avx2(), reason="edgerun's kernels need x86 AVX2, FMA and F16C; this CPU lacks them")
@@ -129,7 +129,7 @@ def test_layers_run_the_kernel_for_short_inputs_and_the_wide_path_above() -> Non
 
 def test_the_engine_falls_back_to_torch_ops_when_the_kernels_are_off() -> None:
     code = ("import logging; logging.basicConfig(level=logging.INFO, format='%(message)s')\n"
-            "from engines.builtin import kernels\nfrom engines.builtin.config import EngineConfig\n"
+            "from engines.builtin.runner import kernels\nfrom engines.builtin.config import EngineConfig\n"
             "print(kernels.load(), EngineConfig().linear_format)")
     env = {**os.environ, kernels.DISABLE_ENV: "off"}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120, check=True)
@@ -139,7 +139,7 @@ def test_the_engine_falls_back_to_torch_ops_when_the_kernels_are_off() -> None:
 
 def test_asking_for_q4_1_without_the_kernels_says_how_to_fix_it(monkeypatch: pytest.MonkeyPatch) -> None:
     from engines.builtin.config import EngineConfig
-    from engines.builtin.model_runner import ModelRunner
+    from engines.builtin.runner.model_runner import ModelRunner
 
     monkeypatch.setattr(kernels, "load", lambda: False)
     with pytest.raises(RuntimeError, match="weight_dtype='auto'"):
@@ -148,7 +148,7 @@ def test_asking_for_q4_1_without_the_kernels_says_how_to_fix_it(monkeypatch: pyt
 
 @needs_avx2
 def test_q4_1_packing_round_trips_through_the_cache_tensors() -> None:
-    from engines.builtin.weights import LayerWeights, LlamaWeights
+    from engines.builtin.runner.weights import LayerWeights, LlamaWeights
 
     def weights() -> LlamaWeights:
         layer = LayerWeights(torch.ones(64), random_q4_1_weight(96, 64, seed=1), random_q4_1_weight(64, 64, seed=2),

@@ -10,8 +10,8 @@ import subprocess
 import sys
 
 from contracts.prefix_hash import block_hash, chain_hashes, salt_root
-from engines.builtin.block_manager import BlockManager
-from engines.builtin.sequence import Sequence
+from engines.builtin.engine.block_manager import BlockManager
+from engines.builtin.engine.sequence import Sequence
 from engines.sampling_params import SamplingParams
 
 BS = 4

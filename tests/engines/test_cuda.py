@@ -17,12 +17,12 @@ import torch
 
 from engines.base import GenerationOutput, GenerationRequest
 from engines.builtin.config import EngineConfig
-from engines.builtin.kv_handoff import finish_import, reserve_import
-from engines.builtin.llm_engine import LLMEngine
-from engines.builtin.model_runner import ForwardItem, ModelRunner
+from engines.builtin.engine.kv_handoff import finish_import, reserve_import
+from engines.builtin.engine.llm_engine import LLMEngine
+from engines.builtin.runner.model_runner import ForwardItem, ModelRunner
+from engines.builtin.runner.weights import LayerWeights, LlamaWeights
 from engines.builtin.speculative.eagle3.checkpoint import save_head
 from engines.builtin.speculative.factory import build_proposer
-from engines.builtin.weights import LayerWeights, LlamaWeights
 from engines.sampling_params import SamplingParams
 from tests.engines.eagle3.conftest import random_head_for
 

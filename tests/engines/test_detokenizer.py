@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from engines.base import Tokenizer
-from engines.builtin.detokenizer import IncrementalDetokenizer, StopStringMatcher, TextStream
-from engines.builtin.model_runner import ModelRunner
+from engines.builtin.runner.model_runner import ModelRunner
+from engines.builtin.text.detokenizer import IncrementalDetokenizer, StopStringMatcher, TextStream
 
 TEXT = "Caf\u00e9 na\u00efve \u2014 \U0001f600\U0001f680 \u65e5\u672c\u8a9e done."
 

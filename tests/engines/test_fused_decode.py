@@ -1,4 +1,4 @@
-"""The fused decode step (engines/builtin/fused_decode.py, kernels/decode_step.cpp) against model.py's torch path
+"""The fused decode step (engines/builtin/runner/fused_decode.py, kernels/decode_step.cpp) against model.py's torch path
 with the same q4_1 weights: logits, the k/v it writes, aux hidden states and long greedy runs agree, for decode
 rows and for speculative verify rows (k + 1 tokens of one sequence, causal within the row)."""
 
@@ -12,12 +12,12 @@ import pytest
 import torch
 
 from engines.base import GenerationRequest
-from engines.builtin import kernels
 from engines.builtin.config import EngineConfig
-from engines.builtin.fused_decode import FusedDecode
-from engines.builtin.llm_engine import LLMEngine
-from engines.builtin.model_runner import ForwardItem, ModelRunner, RunOutput
-from engines.builtin.quant import dequantize_q4_1, dequantize_q8_0, q4_1_blocks, q8_0_blocks
+from engines.builtin.engine.llm_engine import LLMEngine
+from engines.builtin.runner import kernels
+from engines.builtin.runner.fused_decode import FusedDecode
+from engines.builtin.runner.model_runner import ForwardItem, ModelRunner, RunOutput
+from engines.builtin.runner.quant import dequantize_q4_1, dequantize_q8_0, q4_1_blocks, q8_0_blocks
 from engines.builtin.speculative.eagle3.checkpoint import save_head
 from engines.builtin.speculative.eagle3.features import target_features
 from engines.builtin.speculative.factory import build_proposer

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from engines.base import GenerationRequest
 from engines.builtin.grammar.mask import allocate_bitmask, apply_bitmask, unpack_bitmask
-from engines.builtin.model_runner import ModelRunner
+from engines.builtin.runner.model_runner import ModelRunner
 from engines.errors import InvalidRequest
 from engines.guided import Guide
 from engines.sampling_params import SamplingParams

@@ -9,10 +9,10 @@ import pytest
 
 from engines.base import GenerationRequest
 from engines.builtin.config import EngineConfig
-from engines.builtin.kv_handoff import finish_import, reserve_import
-from engines.builtin.llm_engine import LLMEngine
-from engines.builtin.model_runner import ModelRunner
-from engines.builtin.sequence import SequenceStatus
+from engines.builtin.engine.kv_handoff import finish_import, reserve_import
+from engines.builtin.engine.llm_engine import LLMEngine
+from engines.builtin.engine.sequence import SequenceStatus
+from engines.builtin.runner.model_runner import ModelRunner
 from engines.errors import InvalidRequest
 from engines.guided import Guide
 from engines.sampling_params import SamplingParams

@@ -10,8 +10,8 @@ import pytest
 
 from engines.base import GenerationOutput, GenerationRequest
 from engines.builtin.config import EngineConfig
-from engines.builtin.llm_engine import LLMEngine
-from engines.builtin.model_runner import ModelRunner
+from engines.builtin.engine.llm_engine import LLMEngine
+from engines.builtin.runner.model_runner import ModelRunner
 from engines.errors import EngineOverloaded, InvalidRequest
 from engines.sampling_params import SamplingParams
 

@@ -18,10 +18,10 @@ from engines.builtin.config import EngineConfig
 from engines.builtin.loader import cache, load_model
 from engines.builtin.loader import gguf as gguf_loader
 from engines.builtin.loader.random import PRESETS, random_weights, runtime_shapes
-from engines.builtin.model_config import ModelConfig
-from engines.builtin.model_runner import ForwardItem, ModelRunner
-from engines.builtin.tokenizer import byte_alphabet, byte_level
-from engines.builtin.weights import interleave_rope_rows, runtime_to_hf
+from engines.builtin.runner.model_config import ModelConfig
+from engines.builtin.runner.model_runner import ForwardItem, ModelRunner
+from engines.builtin.runner.weights import interleave_rope_rows, runtime_to_hf
+from engines.builtin.text.tokenizer import byte_alphabet, byte_level
 
 TINY = PRESETS["tiny"]
 PROMPT = list(range(1, 45))

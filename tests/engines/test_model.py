@@ -12,8 +12,8 @@ import torch
 from engines.builtin.config import EngineConfig
 from engines.builtin.loader import smollm2_gguf_path
 from engines.builtin.loader.random import PRESETS, random_weights
-from engines.builtin.model_runner import ForwardItem, ModelRunner
-from engines.builtin.weights import Fp16Linear, hf_to_runtime, runtime_to_hf
+from engines.builtin.runner.model_runner import ForwardItem, ModelRunner
+from engines.builtin.runner.weights import Fp16Linear, hf_to_runtime, runtime_to_hf
 
 PROMPTS = [
     "What is the capital of France?",

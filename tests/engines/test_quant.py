@@ -1,4 +1,4 @@
-"""The 4-bit weight path (engines/builtin/quant.py) and the fast mode's stated tolerance."""
+"""The 4-bit weight path (engines/builtin/runner/quant.py) and the fast mode's stated tolerance."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from engines.builtin.block_linear import BlockLinear
 from engines.builtin.config import int4_matmul_available
-from engines.builtin.kernels import cpu_has_avx2
 from engines.builtin.loader import cache
-from engines.builtin.model_runner import ModelRunner
-from engines.builtin.quant import (
+from engines.builtin.runner.kernels import cpu_has_avx2
+from engines.builtin.runner.linear import BlockLinear
+from engines.builtin.runner.model_runner import ModelRunner
+from engines.builtin.runner.quant import (
     GROUP,
     Int4Linear,
     Int8Linear,
@@ -22,7 +22,7 @@ from engines.builtin.quant import (
     may_quantize_q4_1,
     q4_1_blocks,
 )
-from engines.builtin.weights import Fp16Linear
+from engines.builtin.runner.weights import Fp16Linear
 
 # The fast mode's tolerance against the exact model (BENCHMARKS.md, "Fast mode"): teacher-forced greedy
 # top-1 agreement and the largest absolute logit error over every step of the prompts below.

@@ -15,8 +15,8 @@ import torch
 
 from engines.base import GenerationRequest
 from engines.builtin.config import EngineConfig
-from engines.builtin.llm_engine import LLMEngine
-from engines.builtin.model_runner import ModelRunner
+from engines.builtin.engine.llm_engine import LLMEngine
+from engines.builtin.runner.model_runner import ModelRunner
 from engines.builtin.speculative import rejection
 from engines.builtin.speculative.proposer import DraftInput
 from engines.builtin.speculative.rejection import accept_greedy, accept_sampled, residual_distribution

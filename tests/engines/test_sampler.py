@@ -6,7 +6,8 @@ import math
 
 import torch
 
-from engines.builtin.sampler import (
+from engines.builtin.engine.sequence import Sequence
+from engines.builtin.runner.sampler import (
     Sampler,
     apply_frequency_presence,
     apply_repetition_penalty,
@@ -14,7 +15,6 @@ from engines.builtin.sampler import (
     apply_top_p,
     greedy_ids,
 )
-from engines.builtin.sequence import Sequence
 from engines.sampling_params import SamplingParams
 
 V = 50

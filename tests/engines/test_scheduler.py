@@ -6,10 +6,10 @@ computed, append a made-up token to each sequence that reached its end.
 
 from __future__ import annotations
 
-from engines.builtin.block_manager import BlockManager
 from engines.builtin.config import EngineConfig
-from engines.builtin.scheduler import ScheduledChunk, Scheduler
-from engines.builtin.sequence import Sequence, SequenceStatus
+from engines.builtin.engine.block_manager import BlockManager
+from engines.builtin.engine.scheduler import ScheduledChunk, Scheduler
+from engines.builtin.engine.sequence import Sequence, SequenceStatus
 from engines.sampling_params import SamplingParams
 
 

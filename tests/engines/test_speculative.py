@@ -13,8 +13,8 @@ import pytest
 from contracts.prefix_hash import chain_hashes
 from engines.base import GenerationOutput, GenerationRequest
 from engines.builtin.config import EngineConfig
-from engines.builtin.llm_engine import LLMEngine
-from engines.builtin.model_runner import ModelRunner
+from engines.builtin.engine.llm_engine import LLMEngine
+from engines.builtin.runner.model_runner import ModelRunner
 from engines.builtin.speculative.draft_policy import StepCosts
 from engines.builtin.speculative.proposer import DraftInput
 from engines.builtin.speculative.speculator import PRIOR_VERIFY_COST

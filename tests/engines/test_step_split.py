@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from engines.builtin.config import EngineConfig
-from engines.builtin.model_runner import ForwardItem, ModelRunner
-from engines.builtin.step_split import StepWorkers, plan_parts
+from engines.builtin.runner.model_runner import ForwardItem, ModelRunner
+from engines.builtin.runner.step_split import StepWorkers, plan_parts
 
 
 def test_parts_balance_tokens_and_keep_item_order() -> None:

@@ -1,10 +1,10 @@
-"""The fused step's thread count policy (engines/builtin/thread_choice.py), fed step times directly."""
+"""The fused step's thread count policy (engines/builtin/runner/thread_choice.py), fed step times directly."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from engines.builtin.thread_choice import ThreadChoice, ThreadChoices
+from engines.builtin.runner.thread_choice import ThreadChoice, ThreadChoices
 
 
 def run_steps(choice: ThreadChoice, ms_per_step: dict[int, float], num_steps: int) -> list[int]:

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from engines.builtin.loader import smollm2_gguf_path
-from engines.builtin.model_runner import ModelRunner
-from engines.builtin.tokenizer import Tokenizer, byte_level
+from engines.builtin.runner.model_runner import ModelRunner
+from engines.builtin.text.tokenizer import Tokenizer, byte_level
 
 TEXTS = [
     "Hello world",

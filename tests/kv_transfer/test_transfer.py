@@ -24,10 +24,10 @@ from backends.kv_transfer.layout import KVLayout
 from backends.kv_transfer.opaque import OpaqueState
 from backends.kv_transfer.tcp import TcpExporter
 from engines.base import GenerationOutput, GenerationRequest, KVPin
-from engines.builtin.async_engine import AsyncEngine
 from engines.builtin.config import EngineConfig
-from engines.builtin.kv_handoff import ImportPlan
-from engines.builtin.model_runner import ModelRunner
+from engines.builtin.engine.async_engine import AsyncEngine
+from engines.builtin.engine.kv_handoff import ImportPlan
+from engines.builtin.runner.model_runner import ModelRunner
 from engines.sampling_params import SamplingParams
 
 SECRET = b"kv-test-secret-0123456789abcdef"

@@ -27,7 +27,7 @@ import pytest
 from cli.processes import ChildProcess, free_port
 from contracts.usage import Usage
 from engines.builtin.config import EngineConfig
-from engines.builtin.model_runner import ForwardItem, ModelRunner
+from engines.builtin.runner.model_runner import ForwardItem, ModelRunner
 from gateway.billing.prices import default_prices
 from gateway.store.models import UsageRecord
 from policies.prefix import block_hashes

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import llguidance
 import torch
 
-from engines.builtin.tokenizer import Tokenizer
+from engines.builtin.text.tokenizer import Tokenizer
 from engines.errors import InvalidRequest
 from engines.guided import Guide, closed_objects
 

@@ -24,9 +24,9 @@ from torch import Tensor
 from engines.builtin.config import EngineConfig
 from engines.builtin.loader import cache, random
 from engines.builtin.loader import safetensors as safetensors_loader
-from engines.builtin.model_config import ModelConfig
-from engines.builtin.tokenizer import Tokenizer, byte_level
-from engines.builtin.weights import hf_to_runtime
+from engines.builtin.runner.model_config import ModelConfig
+from engines.builtin.runner.weights import hf_to_runtime
+from engines.builtin.text.tokenizer import Tokenizer, byte_level
 
 logger = logging.getLogger(__name__)
 

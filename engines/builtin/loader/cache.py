@@ -25,8 +25,8 @@ from pathlib import Path
 from safetensors.torch import load_file, save_file
 from torch import Tensor
 
-from engines.builtin.model_config import ModelConfig
-from engines.builtin.tokenizer import Tokenizer
+from engines.builtin.runner.model_config import ModelConfig
+from engines.builtin.text.tokenizer import Tokenizer
 
 FORMAT_VERSION = 1
 

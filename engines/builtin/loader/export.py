@@ -23,7 +23,7 @@ from safetensors.torch import save_file
 
 from engines.builtin.config import EngineConfig
 from engines.builtin.loader import LoadedModel, cache, load_model, smollm2_gguf_path
-from engines.builtin.weights import runtime_to_hf
+from engines.builtin.runner.weights import runtime_to_hf
 
 CONFIG_FILE = "config.json"  # written last: its presence marks a complete checkpoint
 

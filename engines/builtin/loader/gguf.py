@@ -18,9 +18,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from engines.builtin.model_config import ModelConfig
-from engines.builtin.tokenizer import Tokenizer, build_byte_level_bpe
-from engines.builtin.weights import deinterleave_rope_rows
+from engines.builtin.runner.model_config import ModelConfig
+from engines.builtin.runner.weights import deinterleave_rope_rows
+from engines.builtin.text.tokenizer import Tokenizer, build_byte_level_bpe
 
 SUPPORTED_ARCHITECTURES = {"llama", "mistral", "granite"}  # same tensors and maths as Llama here
 

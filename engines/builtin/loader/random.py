@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from engines.builtin.model_config import ModelConfig, llama3_freq_factors
+from engines.builtin.runner.model_config import ModelConfig, llama3_freq_factors
 
 LLAMA3_SCALING_1B = {
     "rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,

@@ -9,8 +9,8 @@ from typing import Any
 from safetensors.torch import load_file
 from torch import Tensor
 
-from engines.builtin.model_config import ModelConfig
-from engines.builtin.tokenizer import Tokenizer
+from engines.builtin.runner.model_config import ModelConfig
+from engines.builtin.text.tokenizer import Tokenizer
 
 SUPPORTED_MODEL_TYPES = {"llama", "mistral"}
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from engines.builtin.config import EngineConfig
-from engines.builtin.model_runner import ModelRunner
+from engines.builtin.runner.model_runner import ModelRunner
 from engines.builtin.speculative.ngram import NgramProposer
 from engines.builtin.speculative.proposer import Proposer
 

@@ -20,10 +20,10 @@ import time
 from torch import Tensor
 
 from engines.builtin.config import EngineConfig
-from engines.builtin.model_runner import ForwardItem
-from engines.builtin.sampler import Sampler, greedy_ids, has_penalty
-from engines.builtin.scheduler import ScheduledChunk
-from engines.builtin.sequence import Sequence, SequenceStatus
+from engines.builtin.engine.scheduler import ScheduledChunk
+from engines.builtin.engine.sequence import Sequence, SequenceStatus
+from engines.builtin.runner.model_runner import ForwardItem
+from engines.builtin.runner.sampler import Sampler, greedy_ids, has_penalty
 from engines.builtin.speculative.draft_policy import DraftPolicy, StepCosts
 from engines.builtin.speculative.proposer import DraftInput, Proposer
 from engines.builtin.speculative.rejection import accept_greedy, accept_sampled

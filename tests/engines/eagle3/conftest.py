@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engines.builtin.model_config import ModelConfig
+from engines.builtin.runner.model_config import ModelConfig
 from engines.builtin.speculative.eagle3.config import Eagle3Config
 from engines.builtin.speculative.eagle3.model import Eagle3Head
 

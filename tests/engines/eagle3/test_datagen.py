@@ -4,7 +4,7 @@ import torch
 from safetensors.torch import load_file
 
 from engines.builtin.config import EngineConfig
-from engines.builtin.llm_engine import LLMEngine
+from engines.builtin.engine.llm_engine import LLMEngine
 from engines.builtin.speculative.eagle3.datagen import DataGenConfig, generate_data
 from engines.builtin.speculative.eagle3.dataset import read_conversations
 from engines.builtin.speculative.eagle3.features import target_logits

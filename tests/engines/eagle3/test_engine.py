@@ -3,8 +3,8 @@
 
 from engines.base import GenerationRequest
 from engines.builtin.config import EngineConfig
-from engines.builtin.llm_engine import LLMEngine
-from engines.builtin.model_runner import ModelRunner
+from engines.builtin.engine.llm_engine import LLMEngine
+from engines.builtin.runner.model_runner import ModelRunner
 from engines.builtin.speculative.eagle3.checkpoint import save_head
 from engines.builtin.speculative.factory import build_proposer
 from engines.sampling_params import SamplingParams

@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from engines.builtin.config import fp16_gemm_available
-from engines.builtin.model_config import ModelConfig
+from engines.builtin.runner.model_config import ModelConfig
 from engines.builtin.speculative.eagle3.checkpoint import HeadFormatError, load_head
 from engines.builtin.speculative.eagle3.proposer import Eagle3Proposer
 

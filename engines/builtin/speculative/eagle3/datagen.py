@@ -25,7 +25,7 @@ from safetensors.torch import save_file
 
 from engines.base import GenerationRequest
 from engines.builtin.config import EngineConfig
-from engines.builtin.llm_engine import LLMEngine
+from engines.builtin.engine.llm_engine import LLMEngine
 from engines.builtin.speculative.eagle3.features import target_features
 from engines.builtin.speculative.eagle3.prompts import Prompt
 from engines.sampling_params import SamplingParams

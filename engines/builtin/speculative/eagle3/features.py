@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from engines.builtin.model import (
+from engines.builtin.runner.model import (
     apply_rope_,
     linear,
     mlp_block,
@@ -21,8 +21,8 @@ from engines.builtin.model import (
     rope_freqs_cis,
     rope_inv_freq,
 )
-from engines.builtin.model_config import ModelConfig
-from engines.builtin.weights import LayerWeights, LlamaWeights
+from engines.builtin.runner.model_config import ModelConfig
+from engines.builtin.runner.weights import LayerWeights, LlamaWeights
 
 
 def dense_attention_block(x: Tensor, layer: LayerWeights, freqs_cis: Tensor, config: ModelConfig) -> Tensor:

@@ -24,10 +24,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from engines.builtin.attention import attention_backends
+from engines.builtin.runner.attention import attention_backends
+from engines.builtin.runner.weights import Fp16Linear
 from engines.builtin.speculative.eagle3.model import Eagle3Head
 from engines.builtin.speculative.proposer import DraftInput
-from engines.builtin.weights import Fp16Linear
 
 
 @dataclass(slots=True)

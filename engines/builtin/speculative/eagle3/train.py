@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from engines.builtin.model_config import ModelConfig
+from engines.builtin.runner.model_config import ModelConfig
 from engines.builtin.speculative.eagle3.config import Eagle3Config
 from engines.builtin.speculative.eagle3.dataset import Conversation, collate, draft_vocab, pack, token_counts
 from engines.builtin.speculative.eagle3.model import Eagle3Head

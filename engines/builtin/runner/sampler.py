@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from engines.builtin.engine.sequence import Sequence
 from engines.builtin.grammar.mask import allocate_bitmask, apply_bitmask
-from engines.builtin.sequence import Sequence
 
 
 def apply_repetition_penalty(logits: torch.Tensor, seen: torch.Tensor, penalty: torch.Tensor) -> torch.Tensor:

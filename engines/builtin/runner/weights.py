@@ -20,11 +20,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from engines.builtin import kernels
-from engines.builtin.block_linear import BlockLinear
 from engines.builtin.config import int4_matmul_available
-from engines.builtin.model_config import ModelConfig
-from engines.builtin.quant import Int4Linear, may_quantize_q4_1, may_quantize_q8_0
+from engines.builtin.runner import kernels
+from engines.builtin.runner.linear import BlockLinear
+from engines.builtin.runner.model_config import ModelConfig
+from engines.builtin.runner.quant import Int4Linear, may_quantize_q4_1, may_quantize_q8_0
 
 
 @dataclass(slots=True, eq=False)

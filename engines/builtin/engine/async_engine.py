@@ -22,9 +22,9 @@ from typing import Any
 
 from engines.base import EngineStats, GenerationOutput, GenerationRequest, KVCacheEvent
 from engines.builtin.config import EngineConfig
-from engines.builtin.kv_handoff import ImportPlan, finish_import, reserve_import
-from engines.builtin.llm_engine import LLMEngine
-from engines.builtin.model_runner import ModelRunner
+from engines.builtin.engine.kv_handoff import ImportPlan, finish_import, reserve_import
+from engines.builtin.engine.llm_engine import LLMEngine
+from engines.builtin.runner.model_runner import ModelRunner
 from engines.errors import EngineError, EngineStopped, InvalidRequest
 
 log = logging.getLogger(__name__)

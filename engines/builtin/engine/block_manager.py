@@ -15,8 +15,8 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass
 
 from contracts.prefix_hash import block_hash, salt_root
-from engines.builtin.kv_events import KVEventLog
-from engines.builtin.sequence import Sequence
+from engines.builtin.engine.kv_events import KVEventLog
+from engines.builtin.engine.sequence import Sequence
 
 
 @dataclass(slots=True)

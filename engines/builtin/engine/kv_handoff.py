@@ -18,8 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engines.base import GenerationOutput, GenerationRequest
-from engines.builtin.llm_engine import LLMEngine
-from engines.builtin.sequence import SequenceStatus
+from engines.builtin.engine.llm_engine import LLMEngine
+from engines.builtin.engine.sequence import SequenceStatus
 from engines.errors import EngineOverloaded, InvalidRequest
 
 

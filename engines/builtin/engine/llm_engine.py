@@ -6,20 +6,20 @@ Not thread-safe: one thread owns it (`AsyncEngine` runs it in its worker thread)
 from __future__ import annotations
 
 from engines.base import EngineStats, FinishReason, GenerationOutput, GenerationRequest, KVCacheEvent
-from engines.builtin.block_manager import BlockManager
 from engines.builtin.config import EngineConfig
-from engines.builtin.detokenizer import TextStream
+from engines.builtin.engine.block_manager import BlockManager
+from engines.builtin.engine.kv_events import KVEventLog
+from engines.builtin.engine.kv_pins import KVPins
+from engines.builtin.engine.scheduler import ScheduledChunk, Scheduler
+from engines.builtin.engine.sequence import Sequence
 from engines.builtin.grammar.cache import GrammarCache
 from engines.builtin.grammar.llguidance_backend import LLGuidanceBackend
-from engines.builtin.kv_events import KVEventLog
-from engines.builtin.kv_pins import KVPins
-from engines.builtin.model_runner import ForwardItem, ModelRunner
-from engines.builtin.sampler import Sampler
-from engines.builtin.scheduler import ScheduledChunk, Scheduler
-from engines.builtin.sequence import Sequence
+from engines.builtin.runner.model_runner import ForwardItem, ModelRunner
+from engines.builtin.runner.sampler import Sampler
 from engines.builtin.speculative.factory import build_proposer
 from engines.builtin.speculative.proposer import Proposer
 from engines.builtin.speculative.speculator import Speculator
+from engines.builtin.text.detokenizer import TextStream
 from engines.errors import EngineOverloaded, InvalidRequest
 
 

@@ -19,22 +19,22 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from engines.builtin.attention import (
+from engines.builtin.config import EngineConfig
+from engines.builtin.loader import cache, load_model
+from engines.builtin.runner.attention import (
     AttentionMetadata,
     DecodeGroup,
     PrefillChunk,
     allocate_kv_caches,
     attention_backends,
 )
-from engines.builtin.config import EngineConfig
-from engines.builtin.fused_decode import FusedDecode
-from engines.builtin.loader import cache, load_model
-from engines.builtin.model import forward, rope_freqs_cis, rope_inv_freq
-from engines.builtin.model_config import ModelConfig
-from engines.builtin.step_split import StepWorkers, plan_parts
-from engines.builtin.thread_choice import ThreadChoices
-from engines.builtin.tokenizer import Tokenizer
-from engines.builtin.weights import LlamaWeights
+from engines.builtin.runner.fused_decode import FusedDecode
+from engines.builtin.runner.model import forward, rope_freqs_cis, rope_inv_freq
+from engines.builtin.runner.model_config import ModelConfig
+from engines.builtin.runner.step_split import StepWorkers, plan_parts
+from engines.builtin.runner.thread_choice import ThreadChoices
+from engines.builtin.runner.weights import LlamaWeights
+from engines.builtin.text.tokenizer import Tokenizer
 
 logger = logging.getLogger(__name__)
 

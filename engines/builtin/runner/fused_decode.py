@@ -1,4 +1,4 @@
-"""A decode step of a few rows in one C++ call (engines/builtin/kernels/decode_step.cpp), for the q4_1 format.
+"""A decode step of a few rows in one C++ call (engines/builtin/runner/kernels/decode_step.cpp), for the q4_1 format.
 
 At one row a step of model.py's forward pass is ~20 torch ops per layer, each costing more in dispatch than
 in arithmetic. When every decoder weight is Q4_1 and the head Q8_0 (BlockLinear, edgerun's kernels) and the
@@ -23,9 +23,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from engines.builtin.block_linear import BlockLinear
-from engines.builtin.model_config import ModelConfig
-from engines.builtin.weights import LlamaWeights
+from engines.builtin.runner.linear import BlockLinear
+from engines.builtin.runner.model_config import ModelConfig
+from engines.builtin.runner.weights import LlamaWeights
 
 
 @dataclass(slots=True, eq=False)

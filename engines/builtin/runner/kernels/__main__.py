@@ -1,9 +1,9 @@
-"""Build (or find) the kernels now: `python -m engines.builtin.kernels` (the Makefile's install step)."""
+"""Build (or find) the kernels now: `python -m engines.builtin.runner.kernels` (the Makefile's install step)."""
 
 import logging
 import sys
 
-from engines.builtin.kernels import build_dir, load
+from engines.builtin.runner.kernels import build_dir, load
 
 logging.basicConfig(level=logging.INFO, format="%(message)s")
 ok = load()

@@ -14,8 +14,8 @@ from __future__ import annotations
 import secrets
 
 from engines.base import KVPin
-from engines.builtin.block_manager import BlockManager
-from engines.builtin.sequence import Sequence
+from engines.builtin.engine.block_manager import BlockManager
+from engines.builtin.engine.sequence import Sequence
 
 
 class KVPins:

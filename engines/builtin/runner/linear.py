@@ -1,4 +1,4 @@
-"""Linear layers on the GGUF's own block formats through edgerun's AVX2 kernels (engines/builtin/kernels).
+"""Linear layers on the GGUF's own block formats through edgerun's AVX2 kernels (engines/builtin/runner/kernels).
 
 A decode step reads every weight once, so at batch 1 its speed is the bytes read per token. These hold
 SmolLM2's weights as the file stores them: the decoder's Q4_1 (per block of 32 weights: float16 d and m,
@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from engines.builtin.quant import GROUP, Int4Linear
+from engines.builtin.runner.quant import GROUP, Int4Linear
 
 if TYPE_CHECKING:
-    from engines.builtin.weights import Fp16Linear
+    from engines.builtin.runner.weights import Fp16Linear
 
 
 def pack_q4_1(codes: Tensor, d: Tensor, m: Tensor) -> tuple[Tensor, Tensor]:

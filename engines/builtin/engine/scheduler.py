@@ -21,9 +21,9 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from engines.base import FinishReason
-from engines.builtin.block_manager import BlockManager
 from engines.builtin.config import EngineConfig
-from engines.builtin.sequence import Sequence, SequenceStatus
+from engines.builtin.engine.block_manager import BlockManager
+from engines.builtin.engine.sequence import Sequence, SequenceStatus
 
 
 @dataclass(slots=True)

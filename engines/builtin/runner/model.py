@@ -10,9 +10,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from engines.builtin.attention import AttentionMetadata, paged_attention, write_kv
-from engines.builtin.model_config import ModelConfig
-from engines.builtin.weights import LayerWeights, Linear, LlamaWeights
+from engines.builtin.runner.attention import AttentionMetadata, paged_attention, write_kv
+from engines.builtin.runner.model_config import ModelConfig
+from engines.builtin.runner.weights import LayerWeights, Linear, LlamaWeights
 
 
 def rope_inv_freq(config: ModelConfig, device: torch.device) -> Tensor:

@@ -3,7 +3,7 @@ block_gemv.cpp (`torch.ops.edgerun.q4_1_linear`, `q8_0_linear`: Q4_1 and Q8_0 ma
 AVX2) and decode_step.cpp (`torch.ops.edgerun.decode_step`: a whole decode step of a few rows in one call).
 
 The build is cached under ~/.cache/edgerun/kernels/<hash of the sources, torch version and flags>, so
-a machine compiles it once (the Makefile's install step does: `python -m engines.builtin.kernels`);
+a machine compiles it once (the Makefile's install step does: `python -m engines.builtin.runner.kernels`);
 later processes only load the shared library. Where the CPU lacks AVX2/FMA/F16C, the compiler is
 missing, the build fails, or EDGERUN_KERNELS=off, `load()` returns False after one log line and the
 engine keeps torch's own ops.
