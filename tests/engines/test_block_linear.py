@@ -14,9 +14,8 @@ import pytest
 import torch
 
 from engines.builtin.runner import kernels
-from engines.builtin.runner.linear import BlockLinear, pack_q4_1
+from engines.builtin.runner.linear import BlockLinear, Fp16Linear, pack_q4_1
 from engines.builtin.runner.quant import GROUP, dequantize_q8_0, may_quantize_q8_0, q4_1_blocks, q8_0_blocks
-from engines.builtin.runner.weights import Fp16Linear
 from tests.engines.test_quant import random_q4_1_weight
 
 needs_avx2 = pytest.mark.skipif(not kernels.cpu_has_avx2(), reason="edgerun's kernels need x86 AVX2, FMA and F16C; this CPU lacks them")

@@ -12,8 +12,9 @@ import torch
 from engines.builtin.config import EngineConfig
 from engines.builtin.loader import smollm2_gguf_path
 from engines.builtin.loader.random import PRESETS, random_weights
+from engines.builtin.runner.linear import Fp16Linear
 from engines.builtin.runner.model_runner import ForwardItem, ModelRunner
-from engines.builtin.runner.weights import Fp16Linear, hf_to_runtime, runtime_to_hf
+from engines.builtin.runner.weights import hf_to_runtime, runtime_to_hf
 
 PROMPTS = [
     "What is the capital of France?",

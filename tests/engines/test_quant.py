@@ -10,19 +10,16 @@ import torch
 from engines.builtin.config import int4_matmul_available
 from engines.builtin.loader import cache
 from engines.builtin.runner.kernels import cpu_has_avx2
-from engines.builtin.runner.linear import BlockLinear
+from engines.builtin.runner.linear import BlockLinear, Fp16Linear, Int4Linear
 from engines.builtin.runner.model_runner import ModelRunner
 from engines.builtin.runner.quant import (
     GROUP,
-    Int4Linear,
-    Int8Linear,
     dequantize_q4_1,
     int4_scale_zeros,
     is_exact_q4_1,
     may_quantize_q4_1,
     q4_1_blocks,
 )
-from engines.builtin.runner.weights import Fp16Linear
 
 # The fast mode's tolerance against the exact model (BENCHMARKS.md, "Fast mode"): teacher-forced greedy
 # top-1 agreement and the largest absolute logit error over every step of the prompts below.
@@ -67,24 +64,15 @@ def test_the_int4_op_reproduces_q4_1_weights_exactly_with_float32_scales() -> No
 def test_int4_linear_matches_the_dequantised_weight_on_both_paths(rows: int) -> None:
     w = random_q4_1_weight(192, 256, seed=rows)
     x = torch.randn(rows, 256)
-    out = Int4Linear.from_weight(w)(x)
+    out = Int4Linear.from_blocks(*q4_1_blocks(w))(x)
     exact = x @ w.t()
     assert out.dtype == torch.float32 and out.shape == (rows, 192)
     assert (out - exact).abs().max() <= 0.02 * exact.abs().max()  # bfloat16 inputs and scales
 
 
-def test_int8_linear_is_close_to_the_weight() -> None:
-    w = torch.randn(64, 96)
-    x = torch.randn(5, 96)
-    layer = Int8Linear.from_weight(w)
-    for rows in (2, Int8Linear.DENSE_FROM_ROWS):
-        xr = x.repeat(rows, 1)[:rows]
-        assert (layer(xr) - xr @ w.t()).abs().max() <= 0.03 * (xr @ w.t()).abs().max()
-
-
 def test_derived_tensors_round_trip_through_the_cache_entry(tmp_path: Path) -> None:
     assert cache.read_derived(tmp_path, "int4") is None
-    tensors = Int4Linear.from_weight(random_q4_1_weight(32, 64)).to_tensors()
+    tensors = Int4Linear.from_blocks(*q4_1_blocks(random_q4_1_weight(32, 64))).to_tensors()
     cache.write_derived(tmp_path, "int4", {f"layers.0.qkv.{k}": v for k, v in tensors.items()})
     back = cache.read_derived(tmp_path, "int4")
     assert back is not None and torch.equal(back["layers.0.qkv.packed"], tensors["packed"])

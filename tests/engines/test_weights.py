@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 
-from engines.builtin.runner.weights import Fp16Linear
+from engines.builtin.runner.linear import Fp16Linear
 
 pytestmark = pytest.mark.skipif("fbgemm" not in torch.backends.quantized.supported_engines, reason="needs fbgemm")
 

@@ -1,33 +1,132 @@
-"""Linear layers on the GGUF's own block formats through edgerun's AVX2 kernels (engines/builtin/runner/kernels).
+"""The linear layers' weight kinds, each a callable x [T, in] float32 -> [T, out] float32.
 
-A decode step reads every weight once, so at batch 1 its speed is the bytes read per token. These hold
-SmolLM2's weights as the file stores them: the decoder's Q4_1 (per block of 32 weights: float16 d and m,
-4-bit codes, w = d * q + m; 0.625 bytes per weight) and the tied head's Q8_0 (float16 d, int8 codes,
-w = d * q; 1.06 bytes per weight), against float16's 2. The kernels quantise each activation row to int16
-per block of 32 and do integer dot products (block_gemv.cpp): the weights are the file's, exactly; the
-activations carry int16's rounding (2^-16 of the block's max |x|: below float16's rounding of weights).
-With int8 activations instead, SmolLM2's max logit error against the exact model was 1.9 (over the
-stated 1.5); with int16 in the decoder and int8 in the head 0.49, int16 in both 0.35 (what remains comes
-from the bfloat16 prefill on an AVX-512 CPU), against 1.19 for torch's int4 path (BENCHMARKS.md).
+    Tensor        a plain weight: `F.linear` (the exact model; CUDA)
+    Fp16Linear    float16 weights through fbgemm's float16 GEMM (the "float16" format)
+    Int4Linear    Q4_1 weights through torch's CPU int4 op, bfloat16 activations ("int4", AVX-512)
+    BlockLinear   the GGUF's own Q4_1 / Q8_0 blocks through edgerun's AVX2 kernels ("q4_1")
 
-The kernel is for short inputs (decode steps, a few rows); from `kernel_max_rows + 1` rows the layer
-hands the input to `wide`, the same weight as the fast mode held it before: Int4Linear where torch's int4
-op is fast (AVX-512), else Fp16Linear (fbgemm's float16 GEMM, then float32 for tall inputs), where
-arithmetic rather than reading weights sets the pace.
+Decoding reads every weight once per token, so at batch 1 a step's speed is the bytes it reads; every
+kind but the plain one holds a packed form for short inputs (decode steps) and hands tall ones (prefill,
+many streams), where arithmetic rather than reading weights sets the pace, to a dense path. Which kind
+each weight takes is `LlamaWeights.pack`'s choice (weights.py); the block formats' maths is quant.py's.
+
+BlockLinear holds SmolLM2's weights as the file stores them: the decoder's Q4_1 (per block of 32 weights:
+float16 d and m, 4-bit codes, w = d * q + m; 0.625 bytes per weight) and the tied head's Q8_0 (float16 d,
+int8 codes, w = d * q; 1.06 bytes per weight), against float16's 2. The kernels quantise each activation
+row to int16 per block of 32 and do integer dot products (kernels/block_gemv.cpp): the weights are the
+file's, exactly; the activations carry int16's rounding (2^-16 of the block's max |x|: below float16's
+rounding of weights). With int8 activations instead, SmolLM2's max logit error against the exact model
+was 1.9 (over the stated 1.5); with int16 in the decoder and int8 in the head 0.49, int16 in both 0.35
+(what remains comes from the bfloat16 prefill on an AVX-512 CPU), against 1.19 for torch's int4 path
+(BENCHMARKS.md). The kernel is for short inputs (decode steps, a few rows); from `kernel_max_rows + 1`
+rows the layer hands the input to `wide`, the same weight as the fast mode held it before: Int4Linear
+where torch's int4 op is fast (AVX-512), else Fp16Linear.
+
+Int4Linear runs Q4_1 through torch's CPU int4 weight-only matmul (`_weight_int4pack_mm_for_cpu`, group
+size 32), vectorised for bfloat16 activations only (float32 runs a scalar loop ~30x slower), so its
+scales and inputs are bfloat16: that is why it is the fast mode, not the exact one (quant.py has the
+conversion, BENCHMARKS.md the error).
 """
 
 from __future__ import annotations
 
+import warnings
+from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
-from engines.builtin.runner.quant import GROUP, Int4Linear
+from engines.builtin.runner.quant import GROUP, dequantize_q4_1, int4_scale_zeros
 
-if TYPE_CHECKING:
-    from engines.builtin.runner.weights import Fp16Linear
+
+@dataclass(slots=True, eq=False)
+class Fp16Linear:
+    """A [out, in] weight rounded to float16, for CPU matmuls with float32 activations.
+
+    Decoding reads every weight once per token, so on a CPU it runs at memory bandwidth (SmolLM2-135M:
+    540 MB of float32 per token). fbgemm's float16 GEMM keeps the weight packed as float16 and widens
+    it to float32 in registers, so a decode step reads half the bytes while activations and sums stay
+    float32: the only change from the float32 model is the weights' rounding (relative 2^-11).
+
+    fbgemm's kernel is slower than float32 BLAS on tall inputs (a prefill chunk: ~1.7x at 512 rows),
+    where the arithmetic, not the weight reads, sets the pace. Those run through a float32 copy of
+    the same rounded values, so both paths compute with one set of weights and differ only in the
+    order of float32 sums. The copy costs memory (1.5x the float32 model in all): speed first here.
+
+    It calls the ATen fbgemm ops (a few microseconds per call) rather than torch.ops.quantized's
+    (~25 us: boxed custom-class dispatch). torch marks them deprecated; torch is pinned in pyproject.
+    """
+
+    packed: tuple[Tensor, ...]  # opaque fbgemm handles: the float16 weight, PACK_ROWS output rows each
+    dense: Tensor  # [out, in] float32, the same float16 values
+    biases: tuple[Tensor, ...]  # [rows of each handle] zeros: the fbgemm op takes one
+
+    DENSE_FROM_ROWS = 96  # inputs with at least this many rows use the float32 copy
+    # Packing is slow scalar work (SmolLM2's [49152, 576] head: 0.5 s on one core, most of the packing
+    # at start-up), so a big weight is packed in row chunks on several threads; each output column
+    # is still one dot product over the whole input, so the results are the same.
+    PACK_ROWS = 12288
+
+    @classmethod
+    def from_weight(cls, weight: Tensor, pool: Executor | None = None) -> Fp16Linear:
+        """Round and pack `weight` [out, in]; its row chunks are packed on `pool` when one is given."""
+        if "fbgemm" not in torch.backends.quantized.supported_engines:
+            raise RuntimeError("weight_dtype='float16' needs a torch build with fbgemm (x86 CPU)")
+        dense = weight.to(torch.float16).float()
+        chunks = torch.split(dense, cls.PACK_ROWS)
+        with warnings.catch_warnings():  # the deprecation notice, once per process
+            warnings.simplefilter("ignore", UserWarning)
+            packed = tuple((pool.map if pool is not None else map)(torch.fbgemm_pack_gemm_matrix_fp16, chunks))
+            out = cls(packed, dense, tuple(torch.zeros(chunk.shape[0]) for chunk in chunks))
+            out(torch.zeros(1, weight.shape[1]))
+        return out
+
+    def __call__(self, x: Tensor) -> Tensor:
+        # x: [T, in] float32 -> [T, out] float32
+        if x.shape[0] >= self.DENSE_FROM_ROWS:
+            return F.linear(x, self.dense)
+        x = x.contiguous()
+        outs = [torch.fbgemm_linear_fp16_weight(x, packed, bias) for packed, bias in zip(self.packed, self.biases)]
+        return outs[0] if len(outs) == 1 else torch.cat(outs, dim=1)
+
+
+@dataclass(slots=True, eq=False)
+class Int4Linear:
+    """A Q4_1 [out, in] weight: packed 4-bit codes for short inputs, a dense bfloat16 copy for tall ones."""
+
+    packed: Tensor  # [out, in / 2] uint8, the op's own layout
+    scale_zeros: Tensor  # [in / 32, out, 2] bfloat16
+    dense: Tensor  # [out, in] bfloat16, the dequantised weight
+    dense_from_rows: int
+
+    # from this many rows a dense bfloat16 GEMM; below, the packed op. At 16 decode rows the packed op
+    # measured 1.04x float16's step time and dense bfloat16 1.18x (benchmarks/quant_decode.py), at 64
+    # rows dense bfloat16 0.73x (benchmarks/quant_matmul.py)
+    DENSE_FROM_ROWS = 64
+
+    @classmethod
+    def from_blocks(cls, codes: Tensor, d: Tensor, m: Tensor) -> Int4Linear:
+        packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes, 2)
+        dense = dequantize_q4_1(codes, d, m).to(torch.bfloat16)
+        return cls(packed, int4_scale_zeros(d, m, torch.bfloat16), dense, cls.DENSE_FROM_ROWS)
+
+    @classmethod
+    def from_tensors(cls, tensors: dict[str, Tensor], weight: Tensor) -> Int4Linear:
+        """From `to_tensors()`'s output (saved in the model cache) and the dequantised float weight."""
+        return cls(tensors["packed"], tensors["scale_zeros"], weight.to(torch.bfloat16), cls.DENSE_FROM_ROWS)
+
+    def to_tensors(self) -> dict[str, Tensor]:
+        return {"packed": self.packed, "scale_zeros": self.scale_zeros}
+
+    def __call__(self, x: Tensor) -> Tensor:
+        # x: [T, in] float32 -> [T, out] float32, through bfloat16
+        xb = x.to(torch.bfloat16)
+        if x.shape[0] >= self.dense_from_rows:
+            return F.linear(xb, self.dense).float()
+        out: Tensor = torch.ops.aten._weight_int4pack_mm_for_cpu(xb.contiguous(), self.packed, GROUP, self.scale_zeros)
+        return out.float()  # (torch.ops is untyped: `out` is annotated so the result stays a Tensor)
 
 
 def pack_q4_1(codes: Tensor, d: Tensor, m: Tensor) -> tuple[Tensor, Tensor]:
@@ -80,3 +179,6 @@ class BlockLinear:
         op = torch.ops.edgerun.q4_1_linear if self.format == "q4_1" else torch.ops.edgerun.q8_0_linear
         out: Tensor = op(x, self.codes, self.scales)  # torch.ops is untyped
         return out
+
+
+Linear = Tensor | Fp16Linear | Int4Linear | BlockLinear

@@ -11,8 +11,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from engines.builtin.runner.attention import AttentionMetadata, paged_attention, write_kv
+from engines.builtin.runner.linear import Linear
 from engines.builtin.runner.model_config import ModelConfig
-from engines.builtin.runner.weights import LayerWeights, Linear, LlamaWeights
+from engines.builtin.runner.weights import LayerWeights, LlamaWeights
 
 
 def rope_inv_freq(config: ModelConfig, device: torch.device) -> Tensor:

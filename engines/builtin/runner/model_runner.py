@@ -135,7 +135,6 @@ class ModelRunner:
         # 1 or all threads per fused step, by the times of steps of its size
         self.fused_threads = ThreadChoices(torch.get_num_threads(), FusedDecode.MAX_ROWS)
         self.max_model_len = min(config.max_model_len or mc.max_position_embeddings, mc.max_position_embeddings)
-        self.max_group_padding = MAX_GROUP_PADDING  # benchmarks/decode_groups.py sets it huge for the old single group
         num_workers = config.step_workers if config.step_workers is not None else torch.get_num_threads()
         self.step_workers = StepWorkers(num_workers) if self.device.type == "cpu" and num_workers > 1 else None
 
@@ -159,22 +158,40 @@ class ModelRunner:
         """Run the new tokens of every item; return logits [sum of num_logits, vocab] float32."""
         return self.run(items).logits
 
-    def run(self, items: list[ForwardItem], aux_layers: tuple[int, ...] = ()) -> RunOutput:
+    def run(self, items: list[ForwardItem], aux_layers: tuple[int, ...] = (), may_split: bool = True) -> RunOutput:
         """`execute`, plus the outputs of decoder layers `aux_layers` (0-based) at every new token.
 
-        On the CPU a step of several items may run as parts at once on one-thread workers (step_split.py)."""
-        workers = self.step_workers
-        parts = None if workers is None else plan_parts([len(item.token_ids) for item in items], workers.num_workers)
-        if workers is None or parts is None:
-            return self.run_together(items, aux_layers)
-        outputs = workers.map(lambda part: self.run_together([items[i] for i in part], aux_layers), parts)
-        return merge_outputs(parts, outputs, [item.num_logits for item in items])
-
-    def run_together(self, items: list[ForwardItem], aux_layers: tuple[int, ...] = ()) -> RunOutput:
-        """`run` as one forward pass on the calling thread."""
+        Every step takes one of three paths, chosen here and nowhere else:
+            split    on the CPU with step workers, a step whose items divide into parts of about equal size
+                     (step_split.plan_parts) runs its parts at once on one-thread workers; each part then
+                     takes one of the two paths below for itself (`may_split=False`)
+            fused    a step of a few decodes and verify rows over weights in the q4_1 format: one call of
+                     edgerun's C++ decode step (fused_decode.py), on 1 or all threads (thread_choice.py)
+            forward  everything else: model.py's forward pass over the batch `prepare_batch` packs
+        """
+        parts = self.split_parts(items) if may_split else None
+        if parts is not None:
+            return self.run_split(parts, items, aux_layers)
         fused = self.fused_for(items)
         if fused is not None:
             return self.run_fused(fused, items, aux_layers)
+        return self.run_forward(items, aux_layers)
+
+    def split_parts(self, items: list[ForwardItem]) -> list[list[int]] | None:
+        """The items' indices by part when this step runs split (step_split.py), else None."""
+        workers = self.step_workers
+        return None if workers is None else plan_parts([len(item.token_ids) for item in items], workers.num_workers)
+
+    def run_split(self, parts: list[list[int]], items: list[ForwardItem], aux_layers: tuple[int, ...]) -> RunOutput:
+        assert self.step_workers is not None, "split_parts plans parts only where step workers exist"
+
+        def run_part(part: list[int]) -> RunOutput:
+            return self.run([items[i] for i in part], aux_layers, may_split=False)
+
+        return merge_outputs(parts, self.step_workers.map(run_part, parts), [item.num_logits for item in items])
+
+    def run_forward(self, items: list[ForwardItem], aux_layers: tuple[int, ...]) -> RunOutput:
+        """`run` as model.py's forward pass on the calling thread."""
         with torch.inference_mode(), attention_backends(self.device):
             batch = self.prepare_batch(items)
             freqs_cis = rope_freqs_cis(batch.positions, self.inv_freq)
@@ -271,7 +288,7 @@ class ModelRunner:
         for end in range(1, len(items) + 1):
             if end < len(items):
                 longest, following = items[end - 1].start_pos + 1, items[end].start_pos + 1
-                if (end - start) * (following - longest) <= self.max_group_padding:
+                if (end - start) * (following - longest) <= MAX_GROUP_PADDING:
                     continue
             groups.append(self.prepare_decode_group(start, items[start:end]))
             start = end

@@ -12,73 +12,17 @@ Every loader produces Hugging Face names and layout first; `hf_to_runtime` turns
 
 from __future__ import annotations
 
-import warnings
-from concurrent.futures import Executor, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from engines.builtin.config import int4_matmul_available
 from engines.builtin.runner import kernels
-from engines.builtin.runner.linear import BlockLinear
+from engines.builtin.runner.linear import BlockLinear, Fp16Linear, Int4Linear, Linear
 from engines.builtin.runner.model_config import ModelConfig
-from engines.builtin.runner.quant import Int4Linear, may_quantize_q4_1, may_quantize_q8_0
-
-
-@dataclass(slots=True, eq=False)
-class Fp16Linear:
-    """A [out, in] weight rounded to float16, for CPU matmuls with float32 activations.
-
-    Decoding reads every weight once per token, so on a CPU it runs at memory bandwidth (SmolLM2-135M:
-    540 MB of float32 per token). fbgemm's float16 GEMM keeps the weight packed as float16 and widens
-    it to float32 in registers, so a decode step reads half the bytes while activations and sums stay
-    float32: the only change from the float32 model is the weights' rounding (relative 2^-11).
-
-    fbgemm's kernel is slower than float32 BLAS on tall inputs (a prefill chunk: ~1.7x at 512 rows),
-    where the arithmetic, not the weight reads, sets the pace. Those run through a float32 copy of
-    the same rounded values, so both paths compute with one set of weights and differ only in the
-    order of float32 sums. The copy costs memory (1.5x the float32 model in all): speed first here.
-
-    It calls the ATen fbgemm ops (a few microseconds per call) rather than torch.ops.quantized's
-    (~25 us: boxed custom-class dispatch). torch marks them deprecated; torch is pinned in pyproject.
-    """
-
-    packed: tuple[Tensor, ...]  # opaque fbgemm handles: the float16 weight, PACK_ROWS output rows each
-    dense: Tensor  # [out, in] float32, the same float16 values
-    biases: tuple[Tensor, ...]  # [rows of each handle] zeros: the fbgemm op takes one
-
-    DENSE_FROM_ROWS = 96  # inputs with at least this many rows use the float32 copy
-    # Packing is slow scalar work (SmolLM2's [49152, 576] head: 0.5 s on one core, most of the packing
-    # at start-up), so a big weight is packed in row chunks on several threads; each output column
-    # is still one dot product over the whole input, so the results are the same.
-    PACK_ROWS = 12288
-
-    @classmethod
-    def from_weight(cls, weight: Tensor, pool: Executor | None = None) -> Fp16Linear:
-        """Round and pack `weight` [out, in]; its row chunks are packed on `pool` when one is given."""
-        if "fbgemm" not in torch.backends.quantized.supported_engines:
-            raise RuntimeError("weight_dtype='float16' needs a torch build with fbgemm (x86 CPU)")
-        dense = weight.to(torch.float16).float()
-        chunks = torch.split(dense, cls.PACK_ROWS)
-        with warnings.catch_warnings():  # the deprecation notice, once per process
-            warnings.simplefilter("ignore", UserWarning)
-            packed = tuple((pool.map if pool is not None else map)(torch.fbgemm_pack_gemm_matrix_fp16, chunks))
-            out = cls(packed, dense, tuple(torch.zeros(chunk.shape[0]) for chunk in chunks))
-            out(torch.zeros(1, weight.shape[1]))
-        return out
-
-    def __call__(self, x: Tensor) -> Tensor:
-        # x: [T, in] float32 -> [T, out] float32
-        if x.shape[0] >= self.DENSE_FROM_ROWS:
-            return F.linear(x, self.dense)
-        x = x.contiguous()
-        outs = [torch.fbgemm_linear_fp16_weight(x, packed, bias) for packed, bias in zip(self.packed, self.biases)]
-        return outs[0] if len(outs) == 1 else torch.cat(outs, dim=1)
-
-
-Linear = Tensor | Fp16Linear | Int4Linear | BlockLinear
+from engines.builtin.runner.quant import may_quantize_q4_1, may_quantize_q8_0
 
 
 @dataclass(slots=True)

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from engines.builtin.runner.attention import attention_backends
-from engines.builtin.runner.weights import Fp16Linear
+from engines.builtin.runner.linear import Fp16Linear
 from engines.builtin.speculative.eagle3.model import Eagle3Head
 from engines.builtin.speculative.proposer import DraftInput
 
