@@ -21,9 +21,9 @@ from pathlib import Path
 import torch
 
 from engines.builtin.speculative.eagle3.config import default_aux_layers
-from engines.builtin.speculative.eagle3.datagen import DataGenConfig, data_engine, generate_data
-from engines.builtin.speculative.eagle3.dataset import read_conversations
-from engines.builtin.speculative.eagle3.prompts import build_prompts, split
+from training.eagle3.datagen import DataGenConfig, data_engine, generate_data
+from training.eagle3.dataset import read_conversations
+from training.eagle3.prompts import build_prompts, split
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -153,7 +153,7 @@ def leading_matches(drafts: list[int], truth: list[int]) -> int:
 def eagle3_drafters(head: Path, runner: Any, data: dict[str, tuple[list[int], list[int]]], draft_cost: float) -> dict[str, Eagle3Drafter]:
     """One drafter per answer: the head in `head` over the hidden states of `runner`'s (a ModelRunner) target."""
     from engines.builtin.speculative.eagle3 import load_proposer
-    from engines.builtin.speculative.eagle3.features import target_features
+    from training.eagle3.features import target_features
 
     proposer = load_proposer(head, runner.model_config, runner.device, runner.dtype, embed=runner.weights.embed,
                              fp16_weights=runner.config.linear_format is not None)  # as the engine loads it

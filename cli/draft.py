@@ -3,7 +3,7 @@
     edgerun draft train [--out DIR]    self-distillation data (cached, resumable) + training-time-test training
     edgerun draft eval  [--head DIR]   mean accepted length at k = 1..4 on held-out prompts
 
-The work lives in engines/builtin/speculative/eagle3/pipeline.py; this module only parses.
+The work lives in training/eagle3/pipeline.py; this module only parses.
 """
 
 from __future__ import annotations
@@ -45,8 +45,8 @@ def logging_options(args: argparse.Namespace) -> dict[str, object]:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from engines.builtin.speculative.eagle3 import pipeline
-    from engines.builtin.speculative.eagle3.train import TrainConfig
+    from training.eagle3 import pipeline
+    from training.eagle3.train import TrainConfig
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -10,11 +10,11 @@ from engines.builtin.config import EngineConfig
 from engines.builtin.runner.model_runner import ModelRunner
 from engines.builtin.speculative.eagle3 import load_proposer
 from engines.builtin.speculative.eagle3.checkpoint import save_head
-from engines.builtin.speculative.eagle3.dataset import Conversation
-from engines.builtin.speculative.eagle3.evaluate import acceptance
-from engines.builtin.speculative.eagle3.features import target_features
 from engines.builtin.speculative.proposer import DraftInput
 from tests.engines.eagle3.conftest import random_head_for
+from training.eagle3.dataset import Conversation
+from training.eagle3.evaluate import acceptance
+from training.eagle3.features import target_features
 
 
 @dataclass

@@ -1,10 +1,10 @@
 import torch
 
-from engines.builtin.speculative.eagle3.dataset import Conversation, collate
 from engines.builtin.speculative.eagle3.proposer import Eagle3Proposer
-from engines.builtin.speculative.eagle3.ttt import unrolled_loss
 from engines.builtin.speculative.proposer import DraftInput
 from tests.engines.eagle3.conftest import DRAFT_VOCAB, HIDDEN, VOCAB, random_head
+from training.eagle3.dataset import Conversation, collate
+from training.eagle3.ttt import unrolled_loss
 
 N = 24
 TOKENS = torch.randint(0, VOCAB, (N + 1,), generator=torch.Generator().manual_seed(1)).tolist()

@@ -1,6 +1,12 @@
-"""EAGLE-3 draft heads: the model, its checkpoint format, the proposer, and training here.
+"""EAGLE-3 draft heads as the engine serves them: the model, its checkpoint format, the proposer.
+
+    config.py       the head's shape and config.json, as SGLang and TensorRT-LLM read it
+    model.py        the head's forward pass (Hugging Face names and layout)
+    checkpoint.py   reading and writing head directories (config.json + model.safetensors)
+    proposer.py     chain drafts from a head, with its own KV cache per sequence
 
 `load_proposer(path, target_config, device, dtype, embed)` is what the engine's proposer factory calls.
+Training a head is the top-level `training.eagle3` package's (`edgerun draft`).
 """
 
 from __future__ import annotations

@@ -20,11 +20,11 @@ from engines.builtin.loader import load_model
 from engines.builtin.speculative.eagle3 import load_proposer
 from engines.builtin.speculative.eagle3.checkpoint import save_head
 from engines.builtin.speculative.eagle3.config import Eagle3Config, default_aux_layers
-from engines.builtin.speculative.eagle3.datagen import DataGenConfig, data_engine, generate_data
-from engines.builtin.speculative.eagle3.dataset import read_conversations
-from engines.builtin.speculative.eagle3.evaluate import acceptance
-from engines.builtin.speculative.eagle3.prompts import build_prompts, split
-from engines.builtin.speculative.eagle3.train import TargetParts, TrainConfig, train_head
+from training.eagle3.datagen import DataGenConfig, data_engine, generate_data
+from training.eagle3.dataset import read_conversations
+from training.eagle3.evaluate import acceptance
+from training.eagle3.prompts import build_prompts, split
+from training.eagle3.train import TargetParts, TrainConfig, train_head
 
 DEFAULT_OUT = Path.home() / ".cache" / "edgerun" / "eagle3" / "smollm2"
 

@@ -20,9 +20,9 @@ from torch import Tensor
 
 from engines.builtin.runner.model_config import ModelConfig
 from engines.builtin.speculative.eagle3.config import Eagle3Config
-from engines.builtin.speculative.eagle3.dataset import Conversation, collate, draft_vocab, pack, token_counts
 from engines.builtin.speculative.eagle3.model import Eagle3Head
-from engines.builtin.speculative.eagle3.ttt import target_probs, unrolled_loss
+from training.eagle3.dataset import Conversation, collate, draft_vocab, pack, token_counts
+from training.eagle3.ttt import target_probs, unrolled_loss
 
 logger = logging.getLogger(__name__)
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engines.builtin.speculative.eagle3.dataset import Conversation
 from engines.builtin.speculative.eagle3.proposer import Eagle3Proposer
 from engines.builtin.speculative.proposer import DraftInput
+from training.eagle3.dataset import Conversation
 
 
 @dataclass(slots=True)

@@ -11,7 +11,7 @@ import json
 import random
 from dataclasses import dataclass
 
-from engines.builtin.speculative.eagle3 import prompt_seeds as seeds
+from training.eagle3 import prompt_seeds as seeds
 
 EVAL_EVERY = 20
 

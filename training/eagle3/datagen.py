@@ -26,9 +26,9 @@ from safetensors.torch import save_file
 from engines.base import GenerationRequest
 from engines.builtin.config import EngineConfig
 from engines.builtin.engine.llm_engine import LLMEngine
-from engines.builtin.speculative.eagle3.features import target_features
-from engines.builtin.speculative.eagle3.prompts import Prompt
 from engines.sampling_params import SamplingParams
+from training.eagle3.features import target_features
+from training.eagle3.prompts import Prompt
 
 logger = logging.getLogger(__name__)
 

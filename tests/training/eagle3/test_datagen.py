@@ -5,10 +5,10 @@ from safetensors.torch import load_file
 
 from engines.builtin.config import EngineConfig
 from engines.builtin.engine.llm_engine import LLMEngine
-from engines.builtin.speculative.eagle3.datagen import DataGenConfig, generate_data
-from engines.builtin.speculative.eagle3.dataset import read_conversations
-from engines.builtin.speculative.eagle3.features import target_logits
-from engines.builtin.speculative.eagle3.prompts import build_prompts, split
+from training.eagle3.datagen import DataGenConfig, generate_data
+from training.eagle3.dataset import read_conversations
+from training.eagle3.features import target_logits
+from training.eagle3.prompts import build_prompts, split
 
 
 def test_shards_hold_greedy_answers_and_the_hidden_states_that_made_them(tmp_path):

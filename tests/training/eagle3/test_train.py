@@ -2,11 +2,11 @@ import torch
 
 from engines.builtin.loader.random import random_weights
 from engines.builtin.runner.weights import LlamaWeights
-from engines.builtin.speculative.eagle3.dataset import Conversation, collate, draft_vocab, pack, token_counts
-from engines.builtin.speculative.eagle3.features import target_features
-from engines.builtin.speculative.eagle3.train import TargetParts, TrainConfig, initial_head, train_head
-from engines.builtin.speculative.eagle3.ttt import target_probs, unrolled_loss
 from tests.engines.eagle3.conftest import TINY_TARGET, VOCAB
+from training.eagle3.dataset import Conversation, collate, draft_vocab, pack, token_counts
+from training.eagle3.features import target_features
+from training.eagle3.train import TargetParts, TrainConfig, initial_head, train_head
+from training.eagle3.ttt import target_probs, unrolled_loss
 
 AUX = (0, 1, 2)
 

@@ -24,8 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from engines.builtin.speculative.eagle3.dataset import Batch
 from engines.builtin.speculative.eagle3.model import Eagle3Head
+from training.eagle3.dataset import Batch
 
 
 @dataclass(slots=True)

@@ -1,0 +1,4 @@
+"""Training what the serving engine loads, apart from it: nothing here is imported while serving.
+
+    eagle3/   EAGLE-3 draft heads for the built-in engine's target model, driven by `edgerun draft`
+"""
