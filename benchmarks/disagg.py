@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 import os
 import random
@@ -38,7 +39,6 @@ from pathlib import Path
 
 import httpx
 
-from backends.kv_transfer.channel import mooncake_installed
 from benchmarks.interleave import interleave
 from benchmarks.machine import machine
 from cli.processes import ChildProcess
@@ -314,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kv-transport", choices=["tcp", "mooncake"], default="tcp", help="the backends' KV transport")
     parser.add_argument("--transfer-only", action="store_true", help="only time the KV transports, in this process")
     args = parser.parse_args(argv)
-    transports = ["tcp"] + (["mooncake"] if mooncake_installed() else [])
+    transports = ["tcp"] + (["mooncake"] if importlib.util.find_spec("mooncake") is not None else [])
     transfer = {t: asyncio.run(transfer_only(t)) for t in transports}
     transfer_lines = [f"KV transport alone (two SmolLM2-shaped caches in one process, 1,000 tokens = "
                       f"{KV_BYTES_PER_TOKEN * 1000 / 1e6:.1f} MB, median of 20):"]

@@ -27,8 +27,8 @@ import torch
 
 from benchmarks.interleave import interleave
 from engines.builtin.loader import smollm2_gguf_path
-from engines.builtin.loader.gguf import read_gguf_tokenizer
 from engines.builtin.text.tokenizer import Tokenizer
+from tests.engines.fixtures_model import read_gguf_tokenizer
 
 SCHEMAS: dict[str, tuple[dict[str, Any], Any]] = {
     "flat": (

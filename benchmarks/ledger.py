@@ -34,13 +34,14 @@ from benchmarks.stub_backend import MODEL_ID, PROMPT
 from cli.processes import ChildProcess
 from contracts.usage import Usage
 from gateway.billing.metering import MeteredRequest, Metering
-from gateway.context import Principal, RequestContext
+from gateway.context import Principal
 from gateway.fleet.catalog import ModelSpec
 from gateway.metrics import GatewayMetrics
 from gateway.settings import GatewaySettings
 from gateway.store import Store, open_store
 from gateway.store.models import UsageRecord
 from policies.pricing import PriceTable
+from tests.gateway.fixtures_context import context_now
 
 PRICE = {"version": "bench", "input": "0.027", "cached_input": "0.0045", "output": "0.201"}
 
@@ -87,7 +88,7 @@ async def metering_per_request(store: Store, n: int) -> tuple[float, float]:
     model = ModelSpec(id=MODEL_ID, backend_model=MODEL_ID)
     wall, cpu = time.perf_counter(), time.process_time()
     for _ in range(n):
-        request = MeteredRequest(RequestContext.arriving_now(uuid.uuid4().hex, principal, model), 40)
+        request = MeteredRequest(context_now(uuid.uuid4().hex, principal, model), 40)
         await metering.reserve(request, max_tokens=8)
         await metering.settle(request, Usage(40, 8, 16), status="ok", backend_id="stub", region="local")
     return (time.perf_counter() - wall) / n * 1000, (time.process_time() - cpu) / n * 1000

@@ -10,7 +10,6 @@ reservation and timings).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,18 +39,6 @@ class RequestContext:
     arrived_at: float  # time.time() at arrival: the ledger record's start and the budget month
     metadata: Mapping[str, Any] = field(default_factory=dict)  # cf-aig-metadata (+ client_request_id)
 
-    @classmethod
-    def arriving_now(
-        cls,
-        request_id: str,
-        principal: Principal,
-        model: ModelSpec,
-        session_id: str | None = None,
-        metadata: Mapping[str, Any] | None = None,
-    ) -> RequestContext:
-        """A context stamped with the current time (for callers without an HTTP arrival time)."""
-        return cls(request_id, principal, model, session_id, time.perf_counter(), time.time(), metadata or {})
-
     @property
     def tenant_id(self) -> str:
         return self.principal.tenant.id
@@ -59,7 +46,3 @@ class RequestContext:
     @property
     def model_id(self) -> str:
         return self.model.id
-
-    def log_fields(self) -> dict[str, str]:
-        """What every log line about this request names."""
-        return {"request_id": self.request_id, "tenant": self.tenant_id, "model": self.model.id}

@@ -8,8 +8,6 @@ be split anywhere between two reads (a UTF-8 character too: lines are decoded wh
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator
-
 
 class SSEDecoder:
     """Feed it body bytes as they arrive; it returns the data of each event they complete."""
@@ -79,13 +77,3 @@ class SSEDecoder:
         if field == "data":
             self._data.append(value[1:] if value.startswith(" ") else value)
         return None
-
-
-async def iter_sse_data(chunks: AsyncIterator[bytes]) -> AsyncGenerator[str, None]:
-    """Yield the data of each event in a body read as `chunks`."""
-    decoder = SSEDecoder()
-    async for chunk in chunks:
-        for data in decoder.feed(chunk):
-            yield data
-    for data in decoder.end():
-        yield data

@@ -119,10 +119,3 @@ def build_channel(transport: str, layout: KVLayout, secret: bytes, host: str) ->
     if transport == "mooncake":
         return MooncakeChannel(layout, secret, host)
     return TcpChannel(layout, secret)
-
-
-def mooncake_installed() -> bool:
-    """Whether the optional package is installed (importing it may still fail: missing libraries)."""
-    import importlib.util
-
-    return importlib.util.find_spec("mooncake") is not None

@@ -55,14 +55,6 @@ class KVEventFeed:
         self._cursors: dict[str | None, _Cursor] = {}
         self.num_dropped = 0
 
-    @property
-    def num_kept(self) -> int:
-        return len(self._events)
-
-    @property
-    def num_consumers(self) -> int:
-        return len(self._cursors)
-
     def read(self, consumer: str | None, incoming: list[KVCacheEvent]) -> list[KVCacheEvent]:
         """Add `incoming` (just drained from the engine), then return what `consumer` has not read."""
         if consumer is not None and not _CONSUMER_ID.fullmatch(consumer):

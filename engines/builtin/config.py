@@ -126,11 +126,6 @@ class EngineConfig:
             return None
         return "int4-all" if self.weight_dtype == "int4" else self.weight_dtype
 
-    @property
-    def fp16_linear_weights(self) -> bool:
-        """Whether linear weights are held as float16 for fbgemm (the "float16" format)."""
-        return self.linear_format == "float16"
-
 
 def fp16_gemm_available() -> bool:
     import torch  # here, not at the top: reading settings must not pay for importing torch

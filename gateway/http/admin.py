@@ -10,8 +10,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from gateway.errors import AuthenticationFailed, GatewayError, InvalidInput
-from gateway.http.admin_guard import presented_bearer, token_matches
+from gateway.errors import GatewayError, InvalidInput
 from gateway.store.base import Store
 from gateway.store.errors import Conflict, InvalidArgument, NotFound
 from gateway.store.models import ApiKey, Tenant
@@ -50,13 +49,6 @@ def key_json(key: ApiKey) -> dict[str, Any]:
         "created_at": key.created_at,
         "revoked_at": key.revoked_at,
     }
-
-
-def check_admin_token(expected: str | None, authorization: str | None) -> None:
-    """Constant-time check of `Authorization: Bearer <admin token>` (that header only); no token
-    configured: refuse all. Not throttled: HTTP handlers use `AdminGuard` (gateway/http/admin_guard.py)."""
-    if not token_matches(expected, presented_bearer(authorization)):
-        raise AuthenticationFailed("Authentication error: the admin API needs 'Authorization: Bearer <admin token>'")
 
 
 class AdminService:

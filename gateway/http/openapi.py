@@ -11,7 +11,6 @@ schemathesis run against a live gateway checks the document against the gateway'
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -308,11 +307,6 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
     ),
     ("/dashboard/api/tenants", "get"): _operation("Tenants the caller may see (admin token: all)"),
 }
-
-
-def openapi_path(starlette_path: str) -> str:
-    """Starlette's `{model:path}` as OpenAPI's `{model}`."""
-    return re.sub(r"\{(\w+):\w+\}", r"{\1}", starlette_path)
 
 
 def openapi_document(title: str = "edgerun gateway", version: str = "1") -> dict[str, Any]:

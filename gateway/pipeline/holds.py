@@ -81,10 +81,6 @@ class Holds:
         assert self.outcome is None, f"{name} taken after {self.request_id} was settled"
         self._holds.append((name, release, final))
 
-    @property
-    def is_settled(self) -> bool:
-        return self.outcome is not None
-
     async def settle(self, outcome: Outcome) -> bool:
         """Release every hold with `outcome`; False (and nothing done) when already settled."""
         if self.outcome is not None:

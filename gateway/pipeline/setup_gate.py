@@ -26,10 +26,6 @@ class SetupGate:
     def __init__(self, concurrency: int) -> None:
         self._places = asyncio.Semaphore(concurrency)
 
-    @property
-    def is_full(self) -> bool:
-        return self._places.locked()
-
     def enter(self, *, may_wait: bool = True) -> Place:
         """`async with gate.enter() as place:` ... `place.leave()` once the setup is done; with
         `may_wait=False`, entering raises OutOfCapacity (`gateway.errors.busy`) instead of waiting."""

@@ -33,7 +33,7 @@ def test_one_consumer_does_not_take_events_from_another() -> None:
     assert ids(feed.read("gw-1", [stored(2)])) == [2]
     assert ids(feed.read("gw-2", [])) == [2]
     assert ids(feed.read("gw-1", [])) == [] and ids(feed.read("gw-2", [])) == []
-    assert feed.num_kept == 0  # everyone has read everything: nothing is held
+    assert feed.read("late", []) == []  # everyone has read everything: nothing is held for a newcomer
 
 
 def test_a_plain_poll_is_a_consumer_of_its_own() -> None:
@@ -56,9 +56,10 @@ def test_the_ring_is_bounded_and_counts_drops() -> None:
     feed = KVEventFeed(capacity=3, max_consumers=4, consumer_ttl_s=60)
     feed.read("gw-1", [])
     assert ids(feed.read("gw-2", [stored(i) for i in range(5)])) == [2, 3, 4]
-    assert feed.num_dropped == 2 and feed.num_kept == 3  # gw-1 has not read them yet
+    assert feed.num_dropped == 2
+    assert ids(feed.read("late", [])) == [2, 3, 4]  # kept: gw-1 has not read them yet
     assert ids(feed.read("gw-1", [])) == [2, 3, 4]
-    assert feed.num_kept == 0
+    assert feed.read("later", []) == []  # read by all: not kept
 
 
 def test_silent_and_surplus_consumers_are_forgotten() -> None:
@@ -68,11 +69,12 @@ def test_silent_and_surplus_consumers_are_forgotten() -> None:
     feed.read("gw-2", [stored(0)])
     clock.now = 11.0  # gw-1 went away: it no longer holds events back
     feed.read("gw-2", [])
-    assert feed.num_kept == 0 and feed.num_consumers == 1
-    feed.read("gw-3", [stored(1)])
+    assert feed.read("gw-1", []) == []  # back as a new consumer: event 0 was not kept for it
     clock.now = 12.0
-    feed.read("gw-4", [])  # a third consumer: the least recently seen (gw-2) is dropped
-    assert feed.num_consumers == 2
+    assert ids(feed.read("gw-2", [stored(1)])) == [1]  # gw-1 (last seen at 11) has not read event 1
+    clock.now = 13.0
+    assert ids(feed.read("gw-3", [])) == [1]  # a third consumer: the least recently seen (gw-1) is forgotten
+    assert feed.read("gw-1", []) == []  # so event 1 was no longer kept for it
 
 
 def test_consumer_ids_are_checked() -> None:

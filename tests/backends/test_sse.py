@@ -1,8 +1,8 @@
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 
-from backends.client.sse import SSEDecoder, iter_sse_data
+from backends.client.sse import SSEDecoder
 from backends.client.types import CompletionChunk
 from contracts.usage import Usage
 
@@ -10,6 +10,16 @@ from contracts.usage import Usage
 async def pieces(*items: bytes) -> AsyncIterator[bytes]:
     for item in items:
         yield item
+
+
+async def iter_sse_data(chunks: AsyncIterator[bytes]) -> AsyncGenerator[str, None]:
+    # the data of each event in a body read as `chunks`, as the client's reader feeds the decoder
+    decoder = SSEDecoder()
+    async for chunk in chunks:
+        for data in decoder.feed(chunk):
+            yield data
+    for data in decoder.end():
+        yield data
 
 
 async def test_events_comments_and_multiline_data() -> None:

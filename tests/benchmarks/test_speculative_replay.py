@@ -9,11 +9,11 @@ from benchmarks.speculative_replay import NgramDrafter, StepCost, eagle3_drafter
 from engines.builtin.config import EngineConfig
 from engines.builtin.runner.model_runner import ModelRunner
 from engines.builtin.speculative.eagle3 import load_proposer
-from engines.builtin.speculative.eagle3.checkpoint import save_head
 from engines.builtin.speculative.proposer import DraftInput
 from tests.engines.eagle3.conftest import random_head_for
 from training.eagle3.dataset import Conversation
 from training.eagle3.evaluate import acceptance
+from training.eagle3.export import save_head
 from training.eagle3.features import target_features
 
 

@@ -27,7 +27,7 @@ def smollm2_fast_runner() -> ModelRunner:
     as fast as float32 and batch-invariant up to float32 summation order, so the engine tests that
     compare batched with solo runs use it."""
     runner = ModelRunner(EngineConfig(model="smollm2", num_kv_blocks=NUM_KV_BLOCKS, weight_dtype="float16"))
-    assert runner.config.fp16_linear_weights
+    assert runner.config.linear_format == "float16"
     return runner
 
 

@@ -116,13 +116,13 @@ def test_unreferenced_cached_blocks_are_evicted_lru_only_when_needed() -> None:
     bm.allocate(old)
     compute_all(bm, old)
     bm.deallocate(old)
-    assert bm.num_cached_blocks == 2
+    assert len(bm.hash_to_block) == 2
     assert bm.num_free_blocks == 6  # evictable blocks count as free
     bm.events.drain()
     # Needs 5 blocks: the 4 never-hashed blocks first, then one cached block is evicted.
     big = make_seq("big", range(100, 120))
     bm.allocate(big)
-    assert bm.num_cached_blocks == 1
+    assert len(bm.hash_to_block) == 1
     removed = [e for e in bm.events.drain() if e.kind == "removed"]
     assert len(removed) == 1
     # The tail of the old chain went first, so its head can still be hit.

@@ -21,10 +21,10 @@ from engines.builtin.engine.kv_handoff import finish_import, reserve_import
 from engines.builtin.engine.llm_engine import LLMEngine
 from engines.builtin.runner.model_runner import ForwardItem, ModelRunner
 from engines.builtin.runner.weights import LayerWeights, LlamaWeights
-from engines.builtin.speculative.eagle3.checkpoint import save_head
 from engines.builtin.speculative.factory import build_proposer
 from engines.sampling_params import SamplingParams
 from tests.engines.eagle3.conftest import random_head_for
+from training.eagle3.export import save_head
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (CI has no GPU)")
 

@@ -18,11 +18,11 @@ from engines.builtin.runner import kernels
 from engines.builtin.runner.fused_decode import FusedDecode
 from engines.builtin.runner.model_runner import ForwardItem, ModelRunner, RunOutput
 from engines.builtin.runner.quant import dequantize_q4_1, dequantize_q8_0, q4_1_blocks, q8_0_blocks
-from engines.builtin.speculative.eagle3.checkpoint import save_head
 from engines.builtin.speculative.factory import build_proposer
 from engines.builtin.speculative.proposer import DraftInput
 from engines.sampling_params import SamplingParams
 from tests.engines.eagle3.conftest import random_head_for
+from training.eagle3.export import save_head
 from training.eagle3.features import target_features
 
 pytestmark = pytest.mark.skipif(not kernels.cpu_has_avx2(), reason="edgerun's kernels need x86 AVX2, FMA and F16C")

@@ -91,7 +91,7 @@ def test_kv_events_and_lru_eviction(smollm2_fast_runner: ModelRunner) -> None:
     events = engine.drain_kv_events()
     stored = [h for e in events if e.kind == "stored" for h in e.block_hashes]
     assert len(stored) == num_stored
-    assert engine.block_manager.num_cached_blocks == num_stored
+    assert len(engine.block_manager.hash_to_block) == num_stored
     assert engine.stats().num_kv_blocks_free == num_blocks  # cached but unreferenced counts as free
     run(engine, greedy("b", second, max_tokens=8))
     removed = [h for e in engine.drain_kv_events() if e.kind == "removed" for h in e.block_hashes]

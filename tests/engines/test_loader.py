@@ -22,6 +22,7 @@ from engines.builtin.runner.model_config import ModelConfig
 from engines.builtin.runner.model_runner import ForwardItem, ModelRunner
 from engines.builtin.runner.weights import interleave_rope_rows, runtime_to_hf
 from engines.builtin.text.tokenizer import byte_alphabet, byte_level
+from tests.engines.fixtures_model import num_params
 
 TINY = PRESETS["tiny"]
 PROMPT = list(range(1, 45))
@@ -163,9 +164,9 @@ def test_random_presets_have_their_shapes(
     config = PRESETS[preset]
     shape = (config.num_layers, config.hidden_size, config.num_heads, config.num_kv_heads, config.vocab_size)
     assert shape == (layers, hidden, heads, kv_heads, vocab)
-    assert config.num_params / 1e9 == pytest.approx(billions, rel=0.01)
+    assert num_params(config) / 1e9 == pytest.approx(billions, rel=0.01)
     shapes = runtime_shapes(config)
-    assert sum(math_prod(s) for s in shapes.values()) == config.num_params
+    assert sum(math_prod(s) for s in shapes.values()) == num_params(config)
     assert shapes["layers.0.qkv"] == ((heads + 2 * kv_heads) * config.head_dim, hidden)
 
 
@@ -179,7 +180,7 @@ def math_prod(shape: tuple[int, ...]) -> int:
 def test_smollm2_preset_matches_the_real_model(smollm2_runner: ModelRunner) -> None:
     real = smollm2_runner.model_config
     preset = PRESETS["smollm2"]
-    assert real.num_params == preset.num_params == 134_515_008  # the GGUF's parameter count
+    assert num_params(real) == num_params(preset) == 134_515_008  # the GGUF's parameter count
     for field in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "intermediate_size", "vocab_size", "rope_theta"):
         assert getattr(real, field) == getattr(preset, field), field
     assert smollm2_runner.model_name == "Smollm2 135M 8k Lc100K Mix1 Ep2"

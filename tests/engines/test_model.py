@@ -252,8 +252,8 @@ def test_weight_dtype_is_validated() -> None:
         EngineConfig(mode="exact")
     assert EngineConfig(mode="deterministic").linear_format is None  # float32 exactly as loaded
     assert EngineConfig(device="cuda", dtype="bfloat16").linear_format is None  # packed formats are CPU ops
-    assert not EngineConfig(device="cuda", dtype="bfloat16").fp16_linear_weights  # "auto" resolves to the dtype
-    assert not EngineConfig(weight_dtype="float32").fp16_linear_weights
+    assert EngineConfig(device="cuda", dtype="bfloat16").linear_format != "float16"  # "auto" resolves to the dtype
+    assert EngineConfig(weight_dtype="float32").linear_format != "float16"
     with pytest.raises(ValueError, match="num_threads"):
         EngineConfig(num_threads=0)
 

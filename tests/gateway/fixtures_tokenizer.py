@@ -33,7 +33,7 @@ def small_tokenizer_json() -> str:
 def smollm2_tokenizer() -> Tokenizer:
     """The real SmolLM2 tokenizer, read from its GGUF once per test session (it takes seconds)."""
     from engines.builtin.loader import smollm2_gguf_path
-    from engines.builtin.loader.gguf import read_gguf_tokenizer
+    from tests.engines.fixtures_model import read_gguf_tokenizer
 
     return read_gguf_tokenizer(smollm2_gguf_path()).backend
 

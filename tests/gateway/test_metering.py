@@ -12,7 +12,6 @@ import pytest
 
 from contracts.usage import Usage
 from gateway.billing.metering import UNPRICED, MeteredRequest, Metering
-from gateway.context import RequestContext
 from gateway.errors import BudgetExhausted
 from gateway.fleet.catalog import ModelSpec
 from gateway.metrics import GatewayMetrics
@@ -23,6 +22,7 @@ from gateway.store import Store, open_store
 from gateway.store.embedded import EmbeddedStore
 from gateway.store.models import BudgetDecision
 from policies.pricing import PriceTable
+from tests.gateway.fixtures_context import context_now
 
 MODEL = ModelSpec(id="m", backend_model="m")
 PRICES = PriceTable.from_config({"m": {"version": "v1", "input": "0.60", "cached_input": "0.10", "output": "3"}})
@@ -32,7 +32,7 @@ async def request_for(store: Store, budget: int | None = None) -> MeteredRequest
     await store.create_tenant("A", ["acc"], tenant_id="ta", monthly_budget_micro=budget)
     _, secret = await store.create_key("ta")
     principal = await Authenticator(store).authenticate(f"Bearer {secret}", "acc")
-    return MeteredRequest(RequestContext.arriving_now("req-1", principal, MODEL, "s1"), prompt_tokens=1000)
+    return MeteredRequest(context_now("req-1", principal, MODEL, "s1"), prompt_tokens=1000)
 
 
 async def test_one_record_priced_with_the_cached_discount(store: Store) -> None:
@@ -67,7 +67,7 @@ async def test_budget_is_reserved_for_the_worst_case_then_settled(store: Store) 
     assert await store.budget_spent("ta", month) == 900
     await metering.settle(request, Usage(1000, 10, 800), status="ok", backend_id="b", region=None)
     assert await store.budget_spent("ta", month) == 230
-    second = MeteredRequest(RequestContext.arriving_now("req-2", request.ctx.principal, MODEL), prompt_tokens=1000)
+    second = MeteredRequest(context_now("req-2", request.ctx.principal, MODEL), prompt_tokens=1000)
     with pytest.raises(BudgetExhausted) as caught:
         await metering.reserve(second, max_tokens=300)  # 600 + 900 = 1500 > 1000 - 230
     assert (caught.value.status, caught.value.code) == (429, 3036)
@@ -81,14 +81,14 @@ async def test_an_exhausted_budget_refuses_even_a_request_costing_under_half_a_m
     cheap = PriceTable.from_config({"m": {"version": "v1", "input": "0.10", "output": "0.30"}})  # 0.1 and 0.3 per token
     metering = Metering(store, cheap, GatewayMetrics())
     month = time.strftime("%Y-%m", time.gmtime(request.ctx.arrived_at))
-    tiny = MeteredRequest(RequestContext.arriving_now("req-tiny", request.ctx.principal, MODEL), prompt_tokens=1)
+    tiny = MeteredRequest(context_now("req-tiny", request.ctx.principal, MODEL), prompt_tokens=1)
     await metering.reserve(tiny, max_tokens=1)  # 0.4 -> 1: the whole budget
     assert tiny.reservation is not None and tiny.reservation.amount_micro == 1
     await metering.settle(tiny, Usage(1, 1), status="ok", backend_id="b", region=None)
     record = await store.get_usage("req-tiny")
     assert record is not None and record.cost_micro == 1
     assert await store.budget_spent("ta", month) == 1
-    after = MeteredRequest(RequestContext.arriving_now("req-after", request.ctx.principal, MODEL), prompt_tokens=1)
+    after = MeteredRequest(context_now("req-after", request.ctx.principal, MODEL), prompt_tokens=1)
     with pytest.raises(BudgetExhausted):
         await metering.reserve(after, max_tokens=1)
     assert await store.budget_spent("ta", month) == 1

@@ -3,6 +3,8 @@ routed, and the documented bodies name exactly the fields the parsers take."""
 
 from __future__ import annotations
 
+import re
+
 import schemathesis
 
 from gateway.http.app import routes
@@ -12,9 +14,13 @@ from gateway.http.openapi import (
     OPENAI_RESPONSES_BODY,
     OPERATIONS,
     openapi_document,
-    openapi_path,
 )
 from gateway.pipeline.request_fields import OPENAI_CHAT, OPENAI_COMPLETIONS, OPENAI_RESPONSES, Treatment
+
+
+def openapi_path(starlette_path: str) -> str:
+    """Starlette's `{model:path}` as OpenAPI's `{model}`."""
+    return re.sub(r"\{(\w+):\w+\}", r"{\1}", starlette_path)
 
 
 def routed() -> set[tuple[str, str]]:

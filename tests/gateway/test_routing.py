@@ -20,6 +20,7 @@ from gateway.store.models import ApiKey, Tenant
 from policies.factory import build_policy
 from policies.prefix import block_hashes
 from policies.regions import RegionPreference
+from tests.gateway.fixtures_context import context_now
 
 MODEL = ModelSpec(id="@cf/test/m", backend_model="m", block_size=4)
 ENDPOINTS = [
@@ -45,7 +46,7 @@ async def router(store: Store) -> AsyncIterator[Router]:
 def context(tenant: str, session: str | None) -> RequestContext:
     key = ApiKey("k1", tenant, "edg_x", None, None, None, time.time())
     principal = Principal(key, Tenant(tenant, tenant, ("acc",), None, None, time.time()), "acc")
-    return RequestContext.arriving_now("r", principal, MODEL, session)
+    return context_now("r", principal, MODEL, session)
 
 
 async def route(router: Router, tenant: str = "t1", session: str | None = None, prompt: list[int] = PROMPT):  # noqa: ANN201

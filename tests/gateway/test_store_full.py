@@ -13,7 +13,7 @@ from starlette.testclient import TestClient
 from contracts.usage import Usage
 from gateway.billing.metering import MeteredRequest, Metering
 from gateway.billing.spool import LedgerSpool
-from gateway.context import Principal, RequestContext
+from gateway.context import Principal
 from gateway.fleet.catalog import DEFAULT_MODEL_ID, ModelSpec
 from gateway.http.app import create_app
 from gateway.metrics import GatewayMetrics
@@ -21,6 +21,7 @@ from gateway.settings import GatewaySettings
 from gateway.store import StoreUnavailable
 from gateway.store.redis_store import RedisStore
 from policies.pricing import PriceTable
+from tests.gateway.fixtures_context import context_now
 from tests.gateway.redis_server import EPHEMERAL, start_redis
 
 PREFIX = "edgerun-full:"
@@ -87,7 +88,7 @@ async def test_usage_records_go_to_the_spool_while_redis_is_full(small_redis: st
         spool = LedgerSpool(tmp_path / "spool.jsonl")
         metering = Metering(store, PriceTable.from_config({}), GatewayMetrics(), spool)
         model = ModelSpec(id=DEFAULT_MODEL_ID, backend_model=DEFAULT_MODEL_ID)
-        ctx = RequestContext.arriving_now("req-full", Principal(key, tenant, "acc"), model)
+        ctx = context_now("req-full", Principal(key, tenant, "acc"), model)
         request = MeteredRequest(ctx, prompt_tokens=5)
         with pytest.raises(StoreUnavailable, match="full"):
             await store.check_and_consume("key_x", 1, None, 0)

@@ -9,6 +9,7 @@ the real model goes through the same code in tests/gateway/test_disagg.py.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ import pytest
 import pytest_asyncio
 import torch
 
-from backends.kv_transfer.channel import KVChannel, MooncakeChannel, TcpChannel, mooncake_installed
+from backends.kv_transfer.channel import KVChannel, MooncakeChannel, TcpChannel
 from backends.kv_transfer.errors import FingerprintMismatch, PinNotFound, TransferRefused
 from backends.kv_transfer.exports import KVExports
 from backends.kv_transfer.layout import KVLayout
@@ -33,7 +34,7 @@ from engines.sampling_params import SamplingParams
 SECRET = b"kv-test-secret-0123456789abcdef"
 CONFIG = EngineConfig(model="random:tiny", num_kv_blocks=64, weight_dtype="float32", max_num_batched_tokens=32)
 # Installed (make installs it): tested, and a broken install fails. Absent: skipped, except under CI=true.
-MOONCAKE_SKIP = not mooncake_installed() and os.environ.get("CI") != "true"
+MOONCAKE_SKIP = importlib.util.find_spec("mooncake") is None and os.environ.get("CI") != "true"
 TRANSPORTS = ["tcp", pytest.param("mooncake", marks=pytest.mark.skipif(
     MOONCAKE_SKIP, reason="mooncake-transfer-engine-non-cuda is not installed (pip install -e '.[kv]', with the "
     "Debian packages libibverbs1 librdmacm1 libnuma1 liburing2: see the Makefile)"))]

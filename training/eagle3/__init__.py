@@ -9,8 +9,9 @@
     ttt.py            the training-time-test loss: drafts unrolled over several steps
     train.py          the training loop (AdamW, warm-up and cosine decay, resumable state)
     evaluate.py       mean accepted length at k = 1..max_k drafts
+    export.py         a trained head written as the directory the engine loads
 
-The head's model, checkpoint format and proposer are the serving engine's
+The head's model, its loader and its proposer are the serving engine's
 (engines/builtin/speculative/eagle3/): a trained head is a directory that
 `--speculative-model DIR` loads.
 """

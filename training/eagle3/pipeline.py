@@ -18,11 +18,11 @@ from typing import TypedDict
 from engines.builtin.config import EngineConfig
 from engines.builtin.loader import load_model
 from engines.builtin.speculative.eagle3 import load_proposer
-from engines.builtin.speculative.eagle3.checkpoint import save_head
 from engines.builtin.speculative.eagle3.config import Eagle3Config, default_aux_layers
 from training.eagle3.datagen import DataGenConfig, data_engine, generate_data
 from training.eagle3.dataset import read_conversations
 from training.eagle3.evaluate import acceptance
+from training.eagle3.export import save_head
 from training.eagle3.prompts import build_prompts, split
 from training.eagle3.train import TargetParts, TrainConfig, train_head
 

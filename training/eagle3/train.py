@@ -22,6 +22,7 @@ from engines.builtin.runner.model_config import ModelConfig
 from engines.builtin.speculative.eagle3.config import Eagle3Config
 from engines.builtin.speculative.eagle3.model import Eagle3Head
 from training.eagle3.dataset import Conversation, collate, draft_vocab, pack, token_counts
+from training.eagle3.export import set_vocab
 from training.eagle3.ttt import target_probs, unrolled_loss
 
 logger = logging.getLogger(__name__)
@@ -66,7 +67,7 @@ def new_head(target: TargetParts, aux_layers: tuple[int, ...], vocab: Tensor, se
         max_position_embeddings=t.max_position_embeddings,
     )
     head = Eagle3Head(config, target.embed)
-    head.set_vocab(vocab)
+    set_vocab(head, vocab)
     with torch.no_grad():
         head.fc.weight.normal_(0.0, 1.0 / (math.sqrt(config.fc_in_features) * aux_rms))
         head.lm_head.weight.copy_(target.lm_head[vocab])

@@ -45,10 +45,6 @@ class BlockManager:
         """Blocks that can be handed out now: never-used/freed ones plus evictable cached ones."""
         return len(self.free_block_ids) + len(self.evictable)
 
-    @property
-    def num_cached_blocks(self) -> int:
-        return len(self.hash_to_block)
-
     def num_blocks_for(self, num_tokens: int) -> int:
         return -(-num_tokens // self.block_size)
 

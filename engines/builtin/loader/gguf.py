@@ -174,9 +174,3 @@ def read_gguf(path: Path) -> tuple[ModelConfig, dict[str, Tensor], Tokenizer, st
     tokenizer = read_tokenizer(reader, config)
     name = typed_field(reader, "general.name", str) or path.stem
     return config, weights, tokenizer, name
-
-
-def read_gguf_tokenizer(path: Path) -> Tokenizer:
-    """The tokenizer of a GGUF file alone (no weights read): for tools that need only the vocabulary."""
-    reader = gguf.GGUFReader(path)
-    return read_tokenizer(reader, read_config(reader, {t.name for t in reader.tensors}))

@@ -36,13 +36,6 @@ class ModelConfig:
         if self.rope_freq_factors is not None and len(self.rope_freq_factors) != self.head_dim // 2:
             raise ValueError("rope_freq_factors must have head_dim / 2 entries")
 
-    @property
-    def num_params(self) -> int:
-        d, hd, i = self.hidden_size, self.head_dim, self.intermediate_size
-        per_layer = d * hd * (2 * self.num_heads + 2 * self.num_kv_heads) + 3 * d * i + 2 * d
-        head = 0 if self.tie_word_embeddings else self.vocab_size * d
-        return self.num_layers * per_layer + self.vocab_size * d + head + d
-
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -191,11 +191,6 @@ class UsageSummary:
             self.ttft.add(record.ttft_s)
         if record.itl_s is not None:
             self.itl.add(record.itl_s)
-
-    def add_all(self, records: Iterable[tuple[UsageRecord, int | None]]) -> UsageSummary:
-        for record, saved in records:
-            self.add(record, saved)
-        return self
 
     def to_json(self, live: Live | None = None, *, tenant: str | None, is_admin: bool) -> dict[str, Any]:
         live = live or Live()

@@ -8,6 +8,7 @@ import torch
 from engines.builtin.runner.model_config import ModelConfig
 from engines.builtin.speculative.eagle3.config import Eagle3Config
 from engines.builtin.speculative.eagle3.model import Eagle3Head
+from training.eagle3.export import set_vocab
 
 VOCAB, HIDDEN = 96, 32
 DRAFT_VOCAB = torch.arange(0, VOCAB, 3)  # 32 draft tokens: every third target id
@@ -29,7 +30,7 @@ def random_head(seed: int = 0) -> Eagle3Head:
     with torch.no_grad():
         for p in head.parameters():
             p.normal_(0, 0.3)
-    head.set_vocab(DRAFT_VOCAB)
+    set_vocab(head, DRAFT_VOCAB)
     return head.eval()
 
 
@@ -45,5 +46,5 @@ def random_head_for(runner) -> Eagle3Head:
     head = Eagle3Head(Eagle3Config(hidden_size=t.hidden_size, num_heads=t.num_heads, num_kv_heads=t.num_kv_heads,
                                    head_dim=t.head_dim, intermediate_size=t.intermediate_size, vocab_size=t.vocab_size,
                                    draft_vocab_size=128, aux_layers=(0, 1, 1)), runner.weights.embed)
-    head.set_vocab(torch.arange(0, 256, 2))
+    set_vocab(head, torch.arange(0, 256, 2))
     return head

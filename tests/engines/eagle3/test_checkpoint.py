@@ -5,9 +5,10 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from engines.builtin.speculative.eagle3 import HeadFormatError, load_proposer
-from engines.builtin.speculative.eagle3.checkpoint import WEIGHTS_FILE, load_head, save_head
+from engines.builtin.speculative.eagle3.checkpoint import WEIGHTS_FILE, load_head
 from engines.builtin.speculative.proposer import DraftInput
 from tests.engines.eagle3.conftest import DRAFT_VOCAB, HIDDEN, TINY_TARGET, VOCAB
+from training.eagle3.export import save_head
 
 PUBLISHED_NAMES = {
     "fc.weight", "norm.weight", "lm_head.weight", "d2t", "t2d",

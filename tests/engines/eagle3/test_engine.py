@@ -5,10 +5,10 @@ from engines.base import GenerationRequest
 from engines.builtin.config import EngineConfig
 from engines.builtin.engine.llm_engine import LLMEngine
 from engines.builtin.runner.model_runner import ModelRunner
-from engines.builtin.speculative.eagle3.checkpoint import save_head
 from engines.builtin.speculative.factory import build_proposer
 from engines.sampling_params import SamplingParams
 from tests.engines.eagle3.conftest import random_head_for
+from training.eagle3.export import save_head
 
 PROMPTS = {"a": list(range(3, 40)), "b": list(range(50, 70)) * 2, "c": [7, 8, 9, 10] * 5}
 

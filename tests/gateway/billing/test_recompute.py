@@ -9,13 +9,13 @@ from contracts.usage import Usage
 from gateway.billing.metering import MeteredRequest, Metering
 from gateway.billing.prices import PriceHistory
 from gateway.billing.recompute import recompute
-from gateway.context import RequestContext
 from gateway.fleet.catalog import ModelSpec
 from gateway.metrics import GatewayMetrics
 from gateway.pipeline.auth import Authenticator
 from gateway.store import Store
 from gateway.store.models import UsageStatus
 from policies.pricing import PriceTable
+from tests.gateway.fixtures_context import context_now
 
 V1 = {"m": {"version": "v1", "input": "0.60", "cached_input": "0.10", "output": "3"}}
 V2 = {"m": {"version": "v2", "input": "1.20", "output": "6"}}  # no cached rate: cached billed as input
@@ -35,7 +35,7 @@ async def bill(store: Store, prices: dict, prefix: str) -> None:
     principal = await Authenticator(store).authenticate(f"Bearer {secret}", "acc")
     metering = Metering(store, PriceTable.from_config(prices), GatewayMetrics())
     for i, (status, usage) in enumerate(CASES):
-        ctx = RequestContext.arriving_now(f"{prefix}-{i}", principal, ModelSpec(id="m", backend_model="m"))
+        ctx = context_now(f"{prefix}-{i}", principal, ModelSpec(id="m", backend_model="m"))
         request = MeteredRequest(ctx, usage.prompt_tokens)
         await metering.settle(request, usage, status=status, backend_id="b", region="r")
 

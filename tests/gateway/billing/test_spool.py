@@ -14,13 +14,14 @@ from cli.processes import free_port
 from contracts.usage import Usage
 from gateway.billing.metering import MeteredRequest, Metering, Reservation
 from gateway.billing.spool import LedgerSpool, replay_forever
-from gateway.context import Principal, RequestContext
+from gateway.context import Principal
 from gateway.fleet.catalog import ModelSpec
 from gateway.metrics import GatewayMetrics
 from gateway.settings import GatewaySettings
 from gateway.store import Store, StoreUnavailable, open_store
 from gateway.store.models import ApiKey, Tenant, UsageRecord
 from policies.pricing import PriceTable
+from tests.gateway.fixtures_context import context_now
 
 PRICES = PriceTable.from_config({"m": {"version": "v1", "input": "0.60", "cached_input": "0.10", "output": "3"}})
 
@@ -110,7 +111,7 @@ async def test_metering_spools_when_the_ledger_is_down_and_never_raises_on_the_b
     tenant = Tenant("ta", "A", ("acc",), None, None, time.time())
     key = ApiKey("k1", "ta", "edg_x", None, None, None, time.time())
     model = ModelSpec(id="m", backend_model="m")
-    request = MeteredRequest(RequestContext.arriving_now("req-1", Principal(key, tenant, "acc"), model, "s1"), 1000)
+    request = MeteredRequest(context_now("req-1", Principal(key, tenant, "acc"), model, "s1"), 1000)
     request.reservation = Reservation(time.strftime("%Y-%m"), 900)  # reserved before Redis went away
     spool = LedgerSpool(tmp_path / "spool.jsonl")
     metrics = GatewayMetrics()

@@ -2,7 +2,7 @@
 
     config.py       the head's shape and config.json, as SGLang and TensorRT-LLM read it
     model.py        the head's forward pass (Hugging Face names and layout)
-    checkpoint.py   reading and writing head directories (config.json + model.safetensors)
+    checkpoint.py   reading head directories (config.json + model.safetensors)
     proposer.py     chain drafts from a head, with its own KV cache per sequence
 
 `load_proposer(path, target_config, device, dtype, embed)` is what the engine's proposer factory calls.

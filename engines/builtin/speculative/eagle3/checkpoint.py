@@ -1,11 +1,11 @@
-"""Read and write EAGLE-3 head directories: config.json + model.safetensors, as published.
+"""Read EAGLE-3 head directories: config.json + model.safetensors, as published (training/eagle3/export.py writes them).
 
 Weight names (SGLang's llama_eagle3.py and TensorRT-LLM load these; some files prefix them with
 "model."): fc.weight [D, 3*D_target]; midlayer.{input_layernorm,hidden_norm,post_attention_layernorm}.weight;
 midlayer.self_attn.{q,k,v}_proj.weight [*, 2*D], o_proj; midlayer.mlp.{gate,up,down}_proj.weight;
 norm.weight; lm_head.weight [draft_vocab, D]; d2t [draft_vocab] int64 (target id = draft id + d2t);
 t2d [vocab] bool. An optional embed_tokens.weight [vocab, D] is used when no target embedding is
-given; heads saved here carry one (float16), so a loader that passes no embedding still works.
+given; heads edgerun trains carry one (float16).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 from torch import Tensor
 
 from engines.builtin.speculative.eagle3.config import Eagle3Config
@@ -25,15 +25,6 @@ WEIGHTS_FILE = "model.safetensors"
 
 class HeadFormatError(ValueError):
     """The directory is not an EAGLE-3 head this loader understands; the message says what is off."""
-
-
-def save_head(head: Eagle3Head, directory: Path) -> None:
-    directory.mkdir(parents=True, exist_ok=True)
-    state = {name: t.detach().contiguous().cpu() for name, t in head.state_dict().items()}
-    if head.embed is not None:
-        state["embed_tokens.weight"] = head.embed.detach().to(device="cpu", dtype=torch.float16).contiguous()
-    save_file(state, str(directory / WEIGHTS_FILE), metadata={"format": "pt"})
-    (directory / "config.json").write_text(json.dumps(head.config.to_hf(), indent=2) + "\n")
 
 
 def read_weights(directory: Path) -> dict[str, Tensor]:

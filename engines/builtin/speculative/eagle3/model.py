@@ -122,12 +122,6 @@ class Eagle3Head(nn.Module):
     def to_target(self, draft_ids: Tensor) -> Tensor:
         return draft_ids + self.d2t[draft_ids]
 
-    def set_vocab(self, draft_to_target: Tensor) -> None:
-        """draft_to_target [draft_vocab] sorted target ids -> d2t offsets and the t2d mask."""
-        ids = draft_to_target.long()
-        self.d2t.copy_(ids - torch.arange(len(ids)))
-        self.t2d.zero_()
-        self.t2d[ids] = True
 
 
 def rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
