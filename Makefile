@@ -59,7 +59,7 @@ test: $(STAMP) $(VLLM_STAMP)
 	$(BIN)/python -m pytest
 
 bench: $(STAMP)
-	$(BIN)/python -m benchmarks.engine
+	$(BIN)/python -m benchmarks.engine.compare
 
 # Locust, headless and bounded, against a backend and a gateway it starts (reports/locust/).
 .PHONY: loadtest

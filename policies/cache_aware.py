@@ -32,7 +32,7 @@ units; decode_weight = 1 (tokens are tokens, as in a token-aware balancer); eps 
 usual bounded-load slack; sticky_margin = 0.25 (a quarter of the prompt: the index is trusted
 unless the difference it reports is small); host_tier_cost = 0.1 and region_pool_cost = 0.2 (a
 PCIe copy and a 100 Gb/s fetch of a block's KV against prefilling it on one GPU:
-policies/sim/tiers.py states the rates). `edgerun simulate` and benchmarks/routing.py replay
+policies/sim/tiers.py states the rates). `edgerun simulate` and benchmarks/routing/simulator.py replay
 traces to check them.
 
 State: the in-flight tokens per session key, added when a request is chosen and released by

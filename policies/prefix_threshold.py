@@ -12,7 +12,7 @@ its region's pool would supply count as cached at the share of a prefill they sa
 ranks first, then its host tier, then the regional pool.
 
 It is kept as the yardstick every routing benchmark compares against (`edgerun simulate`,
-benchmarks/routing.py), and can be chosen like any other policy. SGLang counts requests in its
+benchmarks/routing/simulator.py), and can be chosen like any other policy. SGLang counts requests in its
 balance check (64 by default); we count tokens, so the absolute threshold is 64 requests of one
 512-token block each.
 """

@@ -10,5 +10,5 @@
     api.py         GET /admin/v1/billing/export
 
 `edgerun billing export` (cli/billing.py) is the command-line face of `export.py`;
-benchmarks/ledger.py measures ledger write throughput and metering cost per request.
+benchmarks/store/ledger.py measures ledger write throughput and metering cost per request.
 """

@@ -21,9 +21,9 @@ import httpx
 import openai
 import pytest
 
-from benchmarks.workers import command_lines, gateway_pids, store_host_pid
 from cli.processes import ROOT, child_env, free_port
 from gateway.fleet.catalog import DEFAULT_MODEL_ID, EMBEDDING_MODEL_ID
+from tests.process_tree import command_lines, gateway_pids, store_host_pid
 
 pytestmark = pytest.mark.slow
 

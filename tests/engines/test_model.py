@@ -256,11 +256,3 @@ def test_weight_dtype_is_validated() -> None:
     assert EngineConfig(weight_dtype="float32").linear_format != "float16"
     with pytest.raises(ValueError, match="num_threads"):
         EngineConfig(num_threads=0)
-
-
-def test_runner_bench_measures_decode(tiny_runner: ModelRunner) -> None:
-    from benchmarks.runner import measure_decode
-
-    result = measure_decode(tiny_runner, batch_size=3, context_len=20, num_steps=4, first_block=480)
-    assert len(result.step_seconds) == 4 and result.tokens_per_s > 0
-    assert "batch=3 context=20" in result.summary("tiny")

@@ -20,6 +20,7 @@ from engines.builtin.runner.quant import (
     may_quantize_q4_1,
     q4_1_blocks,
 )
+from tests.engines.tolerance import compare, load_prompts
 
 # The fast mode's tolerance against the exact model (BENCHMARKS.md, "Fast mode"): teacher-forced greedy
 # top-1 agreement and the largest absolute logit error over every step of the prompts below.
@@ -103,8 +104,6 @@ def test_smollm2_fast_mode_runs_its_own_4_bit_weights_where_the_cpu_has_the_op(s
 @pytest.mark.parametrize("rows", [1, 16])
 def test_fast_mode_stays_within_its_stated_tolerance(smollm2_runner: ModelRunner, smollm2_default_runner: ModelRunner,
                                                      rows: int) -> None:
-    from benchmarks.quant_tolerance import compare, load_prompts
-
     prompts = (load_prompts(smollm2_runner) * 2)[:rows] if rows > 1 else load_prompts(smollm2_runner)[:2]
     result = compare(smollm2_runner, smollm2_default_runner, prompts, num_tokens=12, rows=rows)
     assert result.top1 >= MIN_TOP1_AGREEMENT, result.summary()

@@ -264,9 +264,9 @@ def gateway(backend_pair: list[BackendProcess], tmp_path_factory: pytest.TempPat
 
 @pytest.fixture(scope="session")
 def stub_backend() -> Iterator[ChildProcess]:
-    """benchmarks/stub_backend.py (64 chunks an answer) for the tests where the model adds nothing:
+    """tests/gateway/stub_backend.py (64 chunks an answer) for the tests where the model adds nothing:
     faults between gateway and backend, fuzzing the gateway's API."""
-    from benchmarks import stub_backend as stub
+    from tests.gateway import stub_backend as stub
 
     port = free_port()
     child = ChildProcess.launch("stub backend", stub.command(port, num_chunks=64), port)
@@ -283,7 +283,7 @@ SLOW_STUB_CHUNKS, SLOW_STUB_DELAY_MS = 40, 100  # 4-second streams
 @pytest.fixture(scope="session")
 def slow_stub_backend() -> Iterator[ChildProcess]:
     """The stub backend with 40 chunks 100 ms apart (4-second streams): shutdown, deadlines, overload."""
-    from benchmarks import stub_backend as stub
+    from tests.gateway import stub_backend as stub
 
     port = free_port()
     child = ChildProcess.launch("slow stub backend", stub.command(port, SLOW_STUB_CHUNKS, SLOW_STUB_DELAY_MS), port)

@@ -1,5 +1,5 @@
-"""A bad network between the gateway and a backend (benchmarks/fault_proxy.py), through real
-processes on loopback: the stub backend (benchmarks/stub_backend.py: the model adds nothing here)
+"""A bad network between the gateway and a backend (tests/gateway/fault_proxy.py), through real
+processes on loopback: the stub backend (tests/gateway/stub_backend.py: the model adds nothing here)
 reached directly as `steady` (a far region: the failover target) and through the fault proxy as
 `flaky` (the gateway's own region: always tried first).
 
@@ -21,9 +21,9 @@ from typing import Any
 import httpx
 import pytest
 
-from benchmarks import stub_backend
-from benchmarks.fault_proxy import HEALTHY, Faults, ProxyThread, running_proxy
 from cli.processes import ChildProcess
+from tests.gateway import stub_backend
+from tests.gateway.fault_proxy import HEALTHY, Faults, ProxyThread, running_proxy
 from tests.gateway.fixtures_e2e import InProcessGateway, gateway_settings
 
 pytestmark = pytest.mark.slow

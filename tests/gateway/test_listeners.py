@@ -173,7 +173,7 @@ def test_wrong_explain_headers_on_the_public_listener_do_not_lock_the_operator_o
 ) -> None:
     """One failure table for both listeners, keyed by address: a tenant's wrong x-edgerun-explain
     headers made the admin listener answer 429 to the right admin token for a minute."""
-    from benchmarks import stub_backend as stub
+    from tests.gateway import stub_backend as stub
 
     backends = [{"id": "stub", "base_url": stub_backend.url, "region": "local", "models": [stub.MODEL_ID]}]
     settings = gateway_settings(

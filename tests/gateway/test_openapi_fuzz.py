@@ -16,10 +16,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from schemathesis import GenerationMode
 
-from benchmarks.stub_backend import MODEL_ID as STUB_MODEL
 from cli.processes import ChildProcess
 from gateway.http.openapi import OPERATIONS
 from tests.gateway.fixtures_e2e import ADMIN_TOKEN, InProcessGateway, gateway_settings
+from tests.gateway.stub_backend import MODEL_ID as STUB_MODEL
 
 pytestmark = pytest.mark.slow
 

@@ -14,9 +14,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from benchmarks.stub_backend import MODEL_ID as STUB_MODEL
 from cli.processes import ChildProcess
 from tests.gateway.fixtures_e2e import InProcessGateway, gateway_settings
+from tests.gateway.stub_backend import MODEL_ID as STUB_MODEL
 
 pytestmark = pytest.mark.slow
 

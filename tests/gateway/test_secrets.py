@@ -15,10 +15,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from benchmarks.stub_backend import MODEL_ID as STUB_MODEL
 from cli.processes import ChildProcess, free_port
 from tests.gateway.fixtures_e2e import start_gateway_process
 from tests.gateway.redis_server import EPHEMERAL, start_redis
+from tests.gateway.stub_backend import MODEL_ID as STUB_MODEL
 
 pytestmark = pytest.mark.slow
 

@@ -32,12 +32,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from benchmarks import stub_backend
-from benchmarks.workers import command_lines, gateway_pids
 from cli.processes import ChildProcess, ProcessError
 from gateway.settings import GatewaySettings
 from gateway.store import open_store
+from tests.gateway import stub_backend
 from tests.gateway.redis_server import delete_prefix, new_prefix
+from tests.process_tree import command_lines, gateway_pids
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]

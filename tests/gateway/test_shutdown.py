@@ -16,11 +16,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from benchmarks import stub_backend
 from cli.processes import ChildProcess
 from gateway.settings import GatewaySettings
 from gateway.store import open_store
 from gateway.store.models import UsageRecord
+from tests.gateway import stub_backend
 from tests.gateway.fixtures_e2e import GatewayProcess, start_gateway_process
 
 pytestmark = pytest.mark.slow

@@ -22,10 +22,10 @@ import httpx
 import pytest
 import redis
 
-from benchmarks.stub_backend import MODEL_ID as STUB_MODEL
 from cli.processes import ChildProcess
 from tests.gateway.fixtures_e2e import InProcessGateway, gateway_settings
 from tests.gateway.redis_server import EPHEMERAL, redis_binary, start_redis
+from tests.gateway.stub_backend import MODEL_ID as STUB_MODEL
 
 pytestmark = pytest.mark.slow
 

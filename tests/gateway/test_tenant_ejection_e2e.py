@@ -19,9 +19,9 @@ from typing import Any
 import httpx
 import pytest
 
-from benchmarks import stub_backend
 from cli.processes import ChildProcess, free_port
 from gateway.fleet.catalog import DEFAULT_MODEL_ID
+from tests.gateway import stub_backend
 from tests.gateway.fixtures_e2e import BackendProcess, InProcessGateway, gateway_settings
 
 pytestmark = pytest.mark.slow

@@ -20,11 +20,11 @@ import msgpack
 import pytest
 import zmq
 
-from benchmarks.stub_backend import MODEL_ID
 from cli.processes import ChildProcess, free_port
 from policies.prefix import block_hashes
 from tests.gateway import vllm_stub
 from tests.gateway.fixtures_e2e import ADMIN_TOKEN, InProcessGateway, gateway_settings
+from tests.gateway.stub_backend import MODEL_ID
 
 pytestmark = pytest.mark.slow
 

@@ -23,7 +23,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
-from benchmarks.stub_backend import CHATML, stub_tokenizer_json
+from tests.gateway.stub_backend import CHATML, stub_tokenizer_json
 
 
 def _event(obj: dict[str, Any]) -> bytes:

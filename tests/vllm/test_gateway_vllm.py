@@ -287,10 +287,10 @@ def test_a_client_that_leaves_mid_stream_stops_the_generation_on_vllm(
 @pytest.fixture
 def vllm_link(vllm_server: VllmProcess) -> Iterator[ChildProcess]:
     """The session's vLLM reached through a TCP forwarder running as a process of its own
-    (benchmarks/fault_proxy.py), for a test that kills it: to the gateway that is vLLM dying mid-stream
+    (tests/gateway/fault_proxy.py), for a test that kills it: to the gateway that is vLLM dying mid-stream
     (its connection drops), without a second vLLM start (about 1 to 1.5 minutes on 2 cores)."""
     port = free_port()
-    argv = [sys.executable, "-m", "benchmarks.fault_proxy", "--listen-port", str(port), "--upstream", f"127.0.0.1:{vllm_server.port}"]
+    argv = [sys.executable, "-m", "tests.gateway.fault_proxy", "--listen-port", str(port), "--upstream", f"127.0.0.1:{vllm_server.port}"]
     link = ChildProcess.launch("vllm link", argv, port)
     try:
         link.wait_ready("/health", timeout_s=30)

@@ -1,7 +1,7 @@
 """Guided decoding for the built-in engine: a sequence with a `Guide` samples only tokens its grammar allows.
 
     backend.py              the Matcher / GrammarBackend seam
-    llguidance_backend.py   the library we use (benchmarks/grammar_mask.py says why)
+    llguidance_backend.py   the library we use (benchmarks/engine/grammar_mask.py says why)
     cache.py                compiled grammars by guide, LRU, thread-safe
     mask.py                 applying a packed bitmask to logits
 

@@ -48,7 +48,7 @@ class FusedDecode:
     MAX_ROWS = 4
     # ... and up to this many new tokens a step with verify rows (1 + the engine's default 8 drafts), whose torch path
     # runs each as a causal chunk (`wide` from 3 tokens: torch's int4 op on AVX-512). Each more row costs the kernels
-    # its arithmetic again. SmolLM2, context 150 (benchmarks/verify_cost.py, BENCHMARKS.md "Speculative
+    # its arithmetic again. SmolLM2, context 150 (benchmarks/speculative/verify_cost.py, BENCHMARKS.md "Speculative
     # decoding"), 1 thread, CPU ms per step fused / torch: 1 + 1 18.1 / 25.2, 1 + 2 23.0 / 28.3,
     # 1 + 4 38.0 / 38.9, 1 + 6 46.2 / 44.9, 1 + 8 63.7 / 54.6 (1.17x); 2 threads on a busy machine (load 4.8), wall
     # ms: 1 + 4 39.2 / 333.7, 1 + 8 80.8 / 358.1: the torch path's ~1,000 barriers a step stall, while the fused

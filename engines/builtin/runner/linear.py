@@ -102,8 +102,8 @@ class Int4Linear:
     dense_from_rows: int
 
     # from this many rows a dense bfloat16 GEMM; below, the packed op. At 16 decode rows the packed op
-    # measured 1.04x float16's step time and dense bfloat16 1.18x (benchmarks/quant_decode.py), at 64
-    # rows dense bfloat16 0.73x (benchmarks/quant_matmul.py)
+    # measured 1.04x float16's step time and dense bfloat16 1.18x (benchmarks/engine/quant_decode.py), at 64
+    # rows dense bfloat16 0.73x (benchmarks/engine/quant_matmul.py)
     DENSE_FROM_ROWS = 64
 
     @classmethod
@@ -153,7 +153,7 @@ class BlockLinear:
     wide: Fp16Linear | Int4Linear
     kernel_max_rows: int
 
-    # up to this many rows the kernel; above, `wide`. SmolLM2 decode, one thread (benchmarks/quant_decode.py):
+    # up to this many rows the kernel; above, `wide`. SmolLM2 decode, one thread (benchmarks/engine/quant_decode.py):
     # CPU per step 0.62x float16's at 1 row, 1.14x at 4
     KERNEL_MAX_ROWS = 2
 

@@ -15,7 +15,7 @@ zero = m + 8d (`int4_scale_zeros`): with float32 scales that reproduces d * q + 
 8d are exact, so both sides are one rounding of the same real number). The op is vectorised for bfloat16
 only, so scale and zero are held in bfloat16 too: the weights it sees differ from the file's by
 bfloat16's rounding of d and m (relative 2^-9). The thresholds where each layer turns to its dense path
-come from `benchmarks/quant_matmul.py` and `benchmarks/quant_decode.py` on this CPU.
+come from `benchmarks/engine/quant_matmul.py` and `benchmarks/engine/quant_decode.py` on this CPU.
 """
 
 from __future__ import annotations

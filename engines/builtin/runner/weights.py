@@ -60,7 +60,7 @@ class LlamaWeights:
         weights go through Int4Linear on an AVX-512 CPU and Fp16Linear elsewhere, the head through
         Fp16Linear), the others as Fp16Linear. "int4": each decoder weight that is Q4_1 already
         (`quant.may_quantize_q4_1`) as Int4Linear, the others and the lm_head as Fp16Linear (on an AVX-512
-        CPU float16 read SmolLM2's Q8_0 head faster than torch's per-row int8 op: benchmarks/quant_matmul.py).
+        CPU float16 read SmolLM2's Q8_0 head faster than torch's per-row int8 op: benchmarks/engine/quant_matmul.py).
         "int4-all": every decoder weight quantised to 4 bits.
 
         Finding and packing the 4-bit blocks takes seconds, so `cache` may hand back what an earlier call
