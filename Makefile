@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed
 VLLM_VENV  ?= .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 
-.PHONY: run test bench clean
+.PHONY: run test test-fast bench clean
 
 $(STAMP): pyproject.toml Makefile
 	# redis-server: the Redis store's tests start their own servers (a full one, the shipped ACL set-up).
@@ -57,6 +57,10 @@ test: $(STAMP) $(VLLM_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/python -m pytest
+
+# The fast lane: every test that starts no process and loads no real model (pytest --fast: tests/conftest.py).
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest --fast
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.engine.compare

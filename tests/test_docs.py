@@ -105,6 +105,7 @@ def test_the_command_finder_reads_code_blocks_and_wrapped_spans() -> None:
     assert sections("# T\n## A\nx\n## B\ny\n") == {"A": "\nx\n", "B": "\ny\n"}
 
 
+@pytest.mark.process
 def test_every_section_cited_by_name_exists() -> None:
     headings = {
         name: re.findall(r"^#{2,3} (.+)$", (ROOT / f"{name}.md").read_text(), re.MULTILINE)

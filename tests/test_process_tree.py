@@ -7,7 +7,11 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tests.process_tree import gateway_pids
+
+pytestmark = pytest.mark.process
 
 
 def test_gateway_pids_are_the_children_or_the_process_itself() -> None:

@@ -10,6 +10,8 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 # Written so that this file does not match itself.
 OUTSIDE = re.compile(r"\.\.[/\\]shared\b|/work" + r"/shared\b")
@@ -26,6 +28,7 @@ def tracked_files() -> list[Path]:
     return [p for p in ROOT.rglob("*") if p.is_file() and not SKIP_DIRS.intersection(p.relative_to(ROOT).parts)]
 
 
+@pytest.mark.process
 def test_no_tracked_file_reaches_outside_the_repository() -> None:
     offenders = []
     for path in tracked_files():

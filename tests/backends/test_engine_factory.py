@@ -72,6 +72,7 @@ async def test_embedding_backend_loads_its_encoder_on_a_thread_that_exits() -> N
     ({"GOMP_SPINCOUNT": "300000"}, "300000"),  # the operator's choice stands
     ({"OMP_WAIT_POLICY": "passive"}, None),
 ])
+@pytest.mark.process
 def test_omp_spinning_is_bounded_before_torch_loads(env: dict[str, str], expected: str | None) -> None:
     code = ("import os; from engines.omp import may_bound_omp_spinning; "
             "may_bound_omp_spinning(); import torch; print(os.environ.get('GOMP_SPINCOUNT'))")

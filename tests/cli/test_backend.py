@@ -67,6 +67,7 @@ def test_bad_flag_values_are_refused() -> None:
         build_settings(parse("--block-size", "12"))
 
 
+@pytest.mark.process
 def test_a_model_that_cannot_load_exits_non_zero(tmp_path: Path) -> None:
     from cli.processes import ROOT, free_port
 

@@ -10,6 +10,8 @@ import pytest
 
 from cli.processes import ChildProcess, ProcessError, free_port
 
+pytestmark = pytest.mark.process
+
 
 def test_a_child_is_ready_once_it_answers_and_stop_removes_its_log() -> None:
     port = free_port()

@@ -25,6 +25,8 @@ from cli.workers import Supervisor
 from gateway.store.host.process import is_served
 from gateway.store.settings import StoreSettings
 
+pytestmark = pytest.mark.process
+
 EVENTS = """
 import os, sys
 def note(line):

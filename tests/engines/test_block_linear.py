@@ -126,6 +126,7 @@ def test_layers_run_the_kernel_for_short_inputs_and_the_wide_path_above() -> Non
         assert (linear(short) - short @ weight.t()).abs().max() <= 0.02 * (short @ weight.t()).abs().max()
 
 
+@pytest.mark.process
 def test_the_engine_falls_back_to_torch_ops_when_the_kernels_are_off() -> None:
     code = ("import logging; logging.basicConfig(level=logging.INFO, format='%(message)s')\n"
             "from engines.builtin.runner import kernels\nfrom engines.builtin.config import EngineConfig\n"

@@ -9,6 +9,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from contracts.prefix_hash import block_hash, chain_hashes, salt_root
 from engines.builtin.engine.block_manager import BlockManager
 from engines.builtin.engine.sequence import Sequence
@@ -27,6 +29,7 @@ def compute_all(bm: BlockManager, seq: Sequence) -> None:
     bm.commit_computed(seq)
 
 
+@pytest.mark.process
 def test_hashes_are_stable_across_processes_and_salted() -> None:
     tokens = list(range(10))
     here = chain_hashes(tokens, BS, "tenant-a")

@@ -19,6 +19,8 @@ from engines.embedding.encoder import SentenceEncoder
 from engines.embedding.fair_queue import QueueLimits
 from engines.embedding.package import minilm_dir
 
+pytestmark = pytest.mark.slow  # the real all-MiniLM-L6-v2 encoder, and transformers' BERT beside it
+
 T = TypeVar("T")
 ROOMY = QueueLimits(max_tokens=100_000, max_tenant_tokens=100_000, budget_tokens=4096)
 SMALL_PASSES = QueueLimits(max_tokens=100_000, max_tenant_tokens=100_000, budget_tokens=64)

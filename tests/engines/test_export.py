@@ -62,6 +62,7 @@ def test_transformers_reads_the_exported_smollm2_tokenizer_and_config_as_ours() 
     assert json.loads((directory / "tokenizer_config.json").read_text())["model_max_length"] == 8192
 
 
+@pytest.mark.process
 def test_the_cli_prints_the_directory_or_says_what_is_wrong(tmp_path: Path) -> None:
     def export(*args: str) -> subprocess.CompletedProcess[str]:
         command = [sys.executable, "-m", "cli", "export-hf", "--cache-dir", str(tmp_path), *args]

@@ -19,6 +19,8 @@ import pytest
 
 from tests.gateway.fixtures_e2e import BackendProcess, InProcessGateway, gateway_settings, start_backend
 
+pytestmark = pytest.mark.process
+
 PROMPTS = [
     "Hi",  # a few template tokens: one partial block
     "List three colours.",

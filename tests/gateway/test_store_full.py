@@ -24,6 +24,8 @@ from policies.pricing import PriceTable
 from tests.gateway.fixtures_context import context_now
 from tests.gateway.redis_server import EPHEMERAL, start_redis
 
+pytestmark = pytest.mark.process
+
 PREFIX = "edgerun-full:"
 
 

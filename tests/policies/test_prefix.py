@@ -66,6 +66,7 @@ def test_hashes_are_signed_64_bit() -> None:
     assert any(h < 0 for h in hashes) and any(h > 0 for h in hashes)
 
 
+@pytest.mark.process
 def test_stable_across_processes_and_hash_seeds() -> None:
     code = "from policies.prefix import block_hashes; print(block_hashes(list(range(64)), 16, 'acme'))"
     root = Path(__file__).resolve().parents[2]

@@ -23,6 +23,7 @@ def test_importing_the_adapter_does_not_import_tensorrt_llm() -> None:
 
 
 @pytest.mark.skipif(importlib.util.find_spec("tensorrt_llm") is not None, reason="tensorrt_llm is installed")
+@pytest.mark.process
 def test_in_process_backend_without_tensorrt_llm_exits_with_the_hint() -> None:
     from cli.processes import ROOT, free_port
 

@@ -49,6 +49,7 @@ def test_launch_writes_options_and_execs_trtllm_serve(tmp_path: Path) -> None:
     assert options["cache_transceiver_config"]["backend"] == "DEFAULT"
 
 
+@pytest.mark.process
 def test_cli_exits_non_zero_with_a_clear_message(tmp_path: Path) -> None:
     env = {**os.environ, "PATH": str(tmp_path), "HOME": str(tmp_path)}  # nothing on PATH
     result = subprocess.run(

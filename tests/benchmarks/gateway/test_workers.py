@@ -4,6 +4,7 @@ processes on one port (SO_REUSEPORT)."""
 from __future__ import annotations
 
 import httpx
+import pytest
 
 from benchmarks.gateway.workers import shares, start_stubs
 
@@ -15,6 +16,7 @@ def test_clients_are_shared_evenly_over_the_client_processes() -> None:
     assert sum(shares(257, 7)) == 257
 
 
+@pytest.mark.process
 def test_several_stubs_share_one_port() -> None:
     stubs = start_stubs(2, 2)
     try:

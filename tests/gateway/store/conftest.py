@@ -20,7 +20,7 @@ from gateway.store.host.server import StoreHost
 OpenStore = Callable[..., Store]
 
 
-@pytest.fixture(params=["embedded", "shared", "redis", "hosted"])
+@pytest.fixture(params=["embedded", "shared", pytest.param("redis", marks=pytest.mark.process), "hosted"])  # redis: may start a server
 def kind(request: pytest.FixtureRequest) -> str:
     return request.param
 

@@ -18,6 +18,8 @@ from gateway.store.redis_store import RedisStore
 from tests.gateway.redis_server import start_redis
 from tests.gateway.store.test_ledger import T0, collect, record
 
+pytestmark = pytest.mark.process
+
 INFRA = ROOT / "infra"
 
 

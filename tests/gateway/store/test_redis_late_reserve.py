@@ -20,6 +20,8 @@ from gateway.store.settings import StoreSettings
 from tests.gateway.redis_server import EPHEMERAL, start_redis
 from tests.gateway.test_store_pause import debug_command_option
 
+pytestmark = pytest.mark.process
+
 MONTH = "2026-11"
 
 
