@@ -12,6 +12,10 @@
     simulate.py  `edgerun simulate`: replay a trace through the routing policies
     draft.py     `edgerun draft train|eval`: an EAGLE-3 draft head for the built-in engine
     processes.py child processes on loopback: start, wait until ready, stop (also for tests and tools)
+    export_hf.py    `edgerun export-hf`: a built-in engine model written as a Hugging Face checkpoint
+    workers.py      `edgerun serve --workers N`: N gateway processes on one port, kept by a supervisor
+    store_host.py   the store host process of `serve --workers N`
+    parent_death.py children that end with the supervisor that started them
 
 The commands are a face over the parts (gateway, backends, engines, policies): they parse flags,
 build settings and call a service; nothing in those parts imports this package.

@@ -17,6 +17,16 @@ The body is sent as given (plus `stream` and `stream_options` asking for `includ
 server (`Endpoint.shape`, `backends.client.kinds`): a plain OpenAI server gets no `cache_salt`, a
 server that does not take `return_token_ids` does not get it. vLLM's and SGLang's KV events come
 over ZMQ (`zmq_events.EventSubscriber`, decoded by `engine_events`), not through this client.
+
+    client.py           `BackendClient`: streams with failover, the one seam to every backend
+    http.py             the HTTP/1.1 connection pool under it
+    http_connection.py  one keep-alive connection, its responses parsed with httptools
+    sse.py              server-sent events decoded from the response body
+    types.py            `Endpoint`, `CompletionChunk` and the other plain data the client returns
+    errors.py           the error tree (`BackendError` and its subclasses), drawn once
+    kinds/              the kinds of backend server, one module each
+    zmq_events.py       a subscriber to vLLM's and SGLang's ZMQ KV event streams
+    engine_events.py    those events decoded into the gateway's KV events
 """
 
 from __future__ import annotations

@@ -8,4 +8,12 @@
     metrics.py    Prometheus series (per-app registry)   kv_events.py  TensorRT-LLM event JSON
     auth.py       the bearer check on every route but GET /health   kv_feed.py  one cursor per event reader
     serve.py      uvicorn with a graceful drain on SIGTERM
+state.py      everything one backend app owns: settings, engine, admission, metrics
+errors.py     the backend's HTTP errors, all in OpenAI's shape, and their handlers
+engine_factory.py  which engine a backend hosts, imported lazily
+tokenizer_route.py `GET /edgerun/v1/tokenizer`: the engine's tokenizer, for the gateway
+disagg.py     trtllm-serve's context_only / generation_only steps
+kv_service.py exporting and importing pinned KV blocks, with their metrics
+embedding_app.py      a backend hosting a sentence encoder (`--engine embedding`)
+embedding_metrics.py  its Prometheus metrics, read from its batcher at scrape time
 """

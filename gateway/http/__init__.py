@@ -17,5 +17,10 @@
     responses.py        a `Generation` -> an OpenAI Responses API `response` or its stream of events
     sse.py              server-sent event framing for both dialects
     envelopes.py        the JSON bodies the gateway answers with
+settings.py         the `[http]` section: listeners, admin API, metrics, bodies, drain
+client_headers.py   the client's headers the ledger keeps (`x-session-affinity`, `cf-aig-metadata`)
+coalesced_writes.py writes to one client in one turn of the event loop sent as one
+drain.py            graceful shutdown's first phase: drain what is in flight, refuse new requests
+openapi.py          the OpenAPI 3.1 document at `GET /openapi.json`
     dashboard/          the usage dashboard: a page at /dashboard over a small JSON API
 """

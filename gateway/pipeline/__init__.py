@@ -17,4 +17,8 @@ No module here imports Starlette; they import downwards only (fleet, billing, st
     request_fields.py   which fields each API accepts, ignores or refuses
     embedding_input.py  embedding request bodies -> plain data
     model_schema.py     the input/output JSON schemas that model search returns
+    setup_gate.py       a bound on how many requests do their CPU-bound setup at once
+    structured.py       JSON mode: a client's `response_format` in the form every backend takes
+    tools.py            function calling: tools into the prompt and a grammar, the answer into tool calls
+    settings.py         the `[routing]` and `[limits]` sections
 """

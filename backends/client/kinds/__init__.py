@@ -1,5 +1,13 @@
 """The kinds of backend server the gateway speaks to, one module each; adding one is a module
-with its `BackendKind` plus its line in `KINDS`."""
+with its `BackendKind` plus its line in `KINDS`.
+
+    base.py     `BackendKind`: what a kind decides (body shape, routes, what it reports)
+    edgerun.py  edgerun's own backend
+    openai.py   a plain OpenAI-compatible server
+    vllm.py     vLLM
+    sglang.py   SGLang
+    trtllm.py   trtllm-serve
+"""
 
 from __future__ import annotations
 

@@ -9,6 +9,12 @@
 
 Weights come back in runtime layout (model.hf_to_runtime); random ones already on the configured
 device and dtype, the others on the CPU as stored, for the model runner to place.
+
+    gguf.py         a Llama-family GGUF: hyperparameters, dequantised weights, tokenizer
+    safetensors.py  a Hugging Face checkpoint directory
+    random.py       seeded random Llamas of known shapes (the presets)
+    cache.py        the converted-model cache: a GGUF parsed and dequantised once
+    export.py       a model written back as a Hugging Face checkpoint (`edgerun export-hf`)
 """
 
 from __future__ import annotations

@@ -2,6 +2,11 @@
 
 `dashboard_routes()` gives the routes to mount on a listener; `api.dashboard_scope` is the one
 auth check (admin token: every tenant; a tenant's API key: its own).
+
+    page.py     the page and its static files, served from the package
+    api.py      the JSON API: thin handlers over `summary`, scoped by `dashboard_scope`
+    summary.py  ledger records (and a few live figures) folded into one summary
+    limits.py   how many usage queries one tenant may run at once in this process
 """
 
 from __future__ import annotations
