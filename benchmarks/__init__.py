@@ -7,7 +7,7 @@
                    weight formats served, cold start, embeddings
     gateway/       what the gateway adds: overhead, its threads, open streams, workers, the dashboard,
                    the load generator and the SGLang router to compare with
-    routing/       routing policies over the evaluation traces, through the simulator
+    routing/       routing policies: over the evaluation traces in the simulator, and on real vLLM backends
     disagg/        disaggregated prefill/decode, and what importing KV costs a decode backend's streams
     speculative/   speculative decoding on vs off, draft policies replayed, verify cost, EAGLE-3 data
     store/         ledger writes and keys, the store calls of one streamed request

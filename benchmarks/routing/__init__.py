@@ -1,5 +1,6 @@
-"""Routing policies, measured offline through the simulator (policies/sim).
+"""Routing policies: offline through the simulator (policies/sim), and on real engines.
 
-    simulator.py  every evaluation trace x routing policy x gateway replica count
-    kv_tiers.py   each trace x policy without KV tiers, with a host tier, and with a regional pool too
+    simulator.py      every evaluation trace x routing policy x gateway replica count
+    kv_tiers.py       each trace x policy without KV tiers, with a host tier, and with a regional pool too
+    vllm_backends.py  two real vLLM backends behind the gateway: cache-aware (their KV events) vs round-robin
 """

@@ -1,4 +1,4 @@
-"""A real vLLM server for the tests: started by benchmarks/vllm_server.py (its command line and why),
+"""A real vLLM server for the tests: started by tests/vllm/process.py (its command line and why),
 from `.venv-vllm` or `EDGERUN_TEST_VLLM_PYTHON`, serving the shipped SmolLM2 exported once as a
 Hugging Face checkpoint (`edgerun export-hf`, engines/builtin/loader/export.py). A vLLM that is
 missing or does not start skips the test, or fails it under CI=true.
@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.vllm_server import BLOCK_SIZE, MAX_MODEL_LEN, SERVED_MODEL, VENV_PYTHON, VllmProcess, start_vllm
 from cli.processes import ProcessError
 from engines.builtin.config import EngineConfig
 from engines.builtin.loader.export import export_hf
+from tests.vllm.process import BLOCK_SIZE, MAX_MODEL_LEN, SERVED_MODEL, VENV_PYTHON, VllmProcess, start_vllm
 
 VLLM_PYTHON_ENV = "EDGERUN_TEST_VLLM_PYTHON"  # another vLLM install's python, instead of .venv-vllm's
 __all__ = ["BLOCK_SIZE", "MAX_MODEL_LEN", "SERVED_MODEL", "VllmProcess", "exported_smollm2", "running_vllm"]

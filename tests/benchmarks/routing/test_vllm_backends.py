@@ -1,4 +1,4 @@
-"""benchmarks/vllm_routing.py: the gateway config it writes for the vLLM servers is one the gateway
+"""benchmarks/routing/vllm_backends.py: the gateway config it writes for the vLLM servers is one the gateway
 accepts (a vLLM-served model, two `kind = "vllm"` backends with their KV events), and the goal
 line reads the right rows. The run itself needs vLLM (tests/vllm run it for real)."""
 
@@ -9,11 +9,13 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from benchmarks.vllm_routing import goal, vllm_gateway_toml
-from benchmarks.vllm_server import VllmProcess
+import pytest
+
+from benchmarks.routing.vllm_backends import goal, vllm_gateway_toml
 from gateway.settings import GatewaySettings
 from loadtests.bench.metrics import LevelSummary, Percentiles
 from loadtests.workers_ai import MODEL_ID
+from tests.vllm.process import VllmProcess
 
 
 def server(port: int) -> VllmProcess:
@@ -24,6 +26,7 @@ def server(port: int) -> VllmProcess:
                        kv_events_endpoint=f"ipc:///tmp/x-{port}", replay_endpoint=f"tcp://127.0.0.1:{port + 1}")  # fmt: skip
 
 
+@pytest.mark.process  # VllmProcess wraps a real (if trivial) child process
 def test_the_gateway_config_has_the_vllm_model_and_both_backends_with_their_events(tmp_path: Path) -> None:
     servers = {"vllm-a": server(9001), "vllm-b": server(9003)}
     text = vllm_gateway_toml(tmp_path, servers, tmp_path / "ckpt", "t" * 32)

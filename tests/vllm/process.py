@@ -1,4 +1,4 @@
-"""A real vLLM server on loopback, as the tests (tests/vllm) and benchmarks/vllm_routing.py start it:
+"""A real vLLM server on loopback, as the tests (tests/vllm) and benchmarks/routing/vllm_backends.py start it:
 vLLM's CPU build (the Makefile installs it in `.venv-vllm`, a venv of its own) serving the shipped
 SmolLM2, exported once as a Hugging Face checkpoint (`edgerun export-hf`).
 

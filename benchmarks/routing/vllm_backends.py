@@ -1,10 +1,10 @@
 """Routing on real engines: two vLLM backends behind the gateway, cache-aware (fed by vLLM's ZMQ
 KV events) against round-robin, and the same agent load on two of our own backends.
 
-    python -m benchmarks.vllm_routing [--policies cache_aware,round_robin] [--sessions 6] [--turns 4-6]
+    python -m benchmarks.routing.vllm_backends [--policies cache_aware,round_robin] [--sessions 6] [--turns 4-6]
         [--max-tokens 16] [--load concurrency:2] [--vllm-python .venv-vllm/bin/python] [--out reports/vllm_routing]
 
-Starts two vLLM servers (benchmarks/vllm_server.py: vLLM's CPU build serving the shipped SmolLM2,
+Starts two vLLM servers (tests/vllm/process.py: vLLM's CPU build serving the shipped SmolLM2,
 KV events on ZMQ, `--enable-prompt-tokens-details`), then for each policy one `edgerun serve` in
 front of both (`kind = "vllm"`, `kv_events`, the routing policy as `EDGERUN_ROUTING_POLICY`), and
 for each policy a stack of two built-in backends and a gateway (loadtests/stack.py). Every gateway
@@ -35,7 +35,6 @@ from pathlib import Path
 
 import httpx
 
-from benchmarks.vllm_server import MAX_MODEL_LEN, SERVED_MODEL, VENV_PYTHON, VllmProcess, start_vllm
 from cli.processes import ChildProcess
 from engines.builtin.config import EngineConfig
 from engines.builtin.loader.export import export_hf
@@ -46,6 +45,7 @@ from loadtests.bench.suite import BenchConfig, BenchResult, run_levels, warm_up
 from loadtests.conversations import parse_range
 from loadtests.stack import STOP_TIMEOUT_S, StackConfig, gateway_toml, running_stack, spawn
 from loadtests.workers_ai import MODEL_ID
+from tests.vllm.process import MAX_MODEL_LEN, SERVED_MODEL, VENV_PYTHON, VllmProcess, start_vllm
 
 VLLM_READY_S = 600.0  # one start is 1-2 minutes on 2 loaded cores; two start side by side
 GOAL_POINTS = 5.0  # issue 30: vLLM's cached-token ratio within 5 points of our own backends'
@@ -156,7 +156,7 @@ def run(args: argparse.Namespace) -> BenchResult:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.vllm_routing", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.routing.vllm_backends", description=__doc__.splitlines()[0])
     parser.add_argument("--policies", default="cache_aware,round_robin")
     parser.add_argument("--sessions", type=int, default=6, help="agent sessions per run (default 6)")
     parser.add_argument("--turns", default="4-6", help="turns per agent session, MIN-MAX (default 4-6)")
@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: no vLLM at {args.vllm_python}: `make` installs it in .venv-vllm (or pass --vllm-python)", file=sys.stderr)
         return 2
     result = run(args)
-    command = "python -m benchmarks.vllm_routing " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = "python -m benchmarks.routing.vllm_backends " + " ".join(sys.argv[1:] if argv is None else argv)
     lines = goal(result.summaries)
     write_reports(args.out, result.summaries, result.records, slo=BenchConfig().slo, command=command.strip(),
                   config=vars(args) | {"out": str(args.out), "vllm_python": str(args.vllm_python)},
