@@ -32,8 +32,11 @@ def _texts(value: Any, name: str) -> tuple[str, ...]:
 
 def parse_workers_ai_embedding(body: dict[str, Any]) -> tuple[str, ...]:
     """`POST /ai/run/{model}` for a text-embeddings model."""
-    body = accepted_fields(body, WORKERS_AI_EMBEDDINGS, "a Workers AI text-embeddings request", EMBEDDINGS_REFUSED)
-    return _texts(body.get("text"), "text")
+    fields = accepted_fields(body, WORKERS_AI_EMBEDDINGS, "a Workers AI text-embeddings request", EMBEDDINGS_REFUSED)
+    if fields.get("text") is None and ("prompt" in body or "messages" in body):
+        raise InvalidInput("text is missing: an embedding model embeds text (prompt and messages are text-generation "
+                           "inputs)", param="text")
+    return _texts(fields.get("text"), "text")
 
 
 def parse_openai_embedding(body: dict[str, Any]) -> tuple[tuple[str, ...], EncodingFormat]:
