@@ -14,7 +14,6 @@
     processes.py child processes on loopback: start, wait until ready, stop (also for tests and tools)
     export_hf.py    `edgerun export-hf`: a built-in engine model written as a Hugging Face checkpoint
     workers.py      `edgerun serve --workers N`: N gateway processes on one port, kept by a supervisor
-    store_host.py   the store host process of `serve --workers N`
     parent_death.py children that end with the supervisor that started them
 
 The commands are a face over the parts (gateway, backends, engines, policies): they parse flags,

@@ -9,7 +9,7 @@
 
 With `--gateway URL` the command goes through a running gateway's admin API (admin token from
 `--admin-token` or EDGERUN_ADMIN_TOKEN). Without it the command opens the configured store
-itself: Redis (every replica sees the change at once), or the SQLite file of the embedded store,
+itself: Redis (every replica sees the change at once), or the SQLite file of the local store,
 whose running gateway takes the change in within `sqlite_refresh_s` (0.5 s).
 Output is JSON; a new key's secret is printed once and never again.
 """
@@ -74,7 +74,7 @@ async def _via_store(args: argparse.Namespace, settings: GatewaySettings) -> Any
 
     store = open_store(settings.store)
     try:
-        admin = AdminService(store)
+        admin = AdminService(store.tenancy)
         match (args.command, args.action):
             case ("tenants", "create"):
                 return await admin.create_tenant(

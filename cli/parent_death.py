@@ -1,11 +1,10 @@
 """Children that end with the supervisor that started them, however it ends.
 
 A supervisor killed with SIGKILL (or by the OOM killer) runs no handler: its workers would go on
-serving the port, and a new `edgerun serve` on that port would join them (SO_REUSEPORT) beside a
-second store host on the same SQLite file. On Linux each child asks the kernel for SIGTERM when
-its parent dies (`prctl(PR_SET_PDEATHSIG)`, kept across exec), so it stops as on any SIGTERM: a
-worker drains its streams, the host closes the store. Records a worker settles after the host went
-go to the ledger spool, as in any store outage. Elsewhere nothing is asked (None).
+serving the port, and a new `edgerun serve` on that port would join them (SO_REUSEPORT). On Linux
+each child asks the kernel for SIGTERM when its parent dies (`prctl(PR_SET_PDEATHSIG)`, kept across
+exec), so it stops as on any SIGTERM: a worker drains its streams and closes the store. Elsewhere
+nothing is asked (None).
 
 The signal comes when the thread that started the child ends, so children are started from the
 supervisor's main thread (as `Supervisor.run` does).

@@ -10,13 +10,12 @@ import sys
 
 import structlog
 
-from cli.store_host import StoreHost, needs_store_host
 from cli.workers import Supervisor
 from gateway.http.app import create_app
 from gateway.http.descriptors import raise_open_file_limit
 from gateway.http.listeners import Listeners, listener_configs
 from gateway.settings import GatewaySettings
-from gateway.store.host.file_claim import FileInUse, claim
+from gateway.store.local.file_claim import FileInUse, claim
 
 log = structlog.get_logger("edgerun.serve")
 
@@ -98,8 +97,7 @@ def worker_argv(args: argparse.Namespace, index: int) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     if settings.http.workers > 1 and settings.http.worker_index is None:
-        host = StoreHost.create(settings.http.port) if needs_store_host(settings.store) else None
-        return Supervisor(settings.http.workers, lambda index: worker_argv(args, index), host=host).run()
+        return Supervisor(settings.http.workers, lambda index: worker_argv(args, index)).run()
     try:
         claimed = claim_store_file(settings)
     except FileInUse as exc:
@@ -114,14 +112,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def claim_store_file(settings: GatewaySettings, command: str = "edgerun serve") -> int | None:
-    """A lone serve that keeps the one-process store (the store a host would keep: not Redis, not
-    a host's worker, not the file's shared mode) claims its SQLite file as a host does, until it
-    has stopped serving: the lock's descriptor, or None where nothing is claimed
-    (gateway/store/host/file_claim.py). FileInUse if a host or another lone serve has it. A serve
-    in the file's shared mode claims it shared: beside other such serves, never beside a lone one.
-    `edgerun dev` serving in its own process claims the same way (`command` names it)."""
+    """A serve on the local store claims its SQLite file until it has stopped serving: the lock's
+    descriptor, or None where nothing is claimed (Redis; gateway/store/local/file_claim.py). One that
+    keeps the one-process store claims it alone (FileInUse if another serve has it); one in the
+    file's shared mode (a `--workers N` worker, or `sqlite_shared`) claims it shared: beside other
+    such serves, never beside a lone one. `edgerun dev` serving in its own process claims the same
+    way (`command` names it)."""
     store = settings.store
-    if store.redis_url is not None or store.store_socket is not None:
-        return None  # the state is kept elsewhere: Redis, or a host's memory
+    if store.redis_url is not None:
+        return None  # the state is kept in Redis
     holder = f"{command} on port {settings.http.port}" + (", shared mode" if store.sqlite_shared else "")
     return claim(store.sqlite_path, holder, shared=store.sqlite_shared)

@@ -9,7 +9,8 @@ composition root that builds the parts from `settings.py`; `http/app.py` wires t
                  routing, disaggregation, the backend stream (generation.py, embedding.py)
     fleet/       the backends: the model catalog, health/load/KV-event monitoring, the prefix index
     billing/     metering (budget before, the ledger record after), prices, exports, the spool
-    store/       the Store interface, embedded (memory + SQLite) and Redis implementations
+    store/       the shared state, one contract per concern (tenancy, admission, routing state,
+                 ledger), each local (memory + SQLite) or on Redis
 
     context.py   who a request is for (the authenticated principal)
     errors.py    the errors the gateway answers with (Workers AI code, HTTP status, OpenAI type)

@@ -16,6 +16,7 @@ import structlog
 from backends.client import BackendClient
 from gateway.billing.metering import Metering
 from gateway.billing.retention import archive_forever
+from gateway.billing.savings import record_savings
 from gateway.billing.spool import LedgerSpool, replay_forever, spool_path
 from gateway.errors import GatewayError
 from gateway.fleet.catalog import EMBEDDING_TASK, Catalog
@@ -35,10 +36,11 @@ from gateway.pipeline.offload import Offload
 from gateway.pipeline.routing import Router
 from gateway.pipeline.setup_gate import SetupGate
 from gateway.pipeline.tenant_salt import TenantSalts
+from gateway.pipeline.ticket import Admitter
 from gateway.pipeline.tokenization import TokenizerRegistry
 from gateway.settings import GatewaySettings
-from gateway.store.base import Store
-from gateway.store.redis_store import default_replica_id
+from gateway.store.factory import Store
+from gateway.store.lease import default_replica_id
 from policies.breaker import BreakerConfig
 from policies.factory import PolicyConfig, build_policy
 from policies.pricing import PriceTable
@@ -84,7 +86,7 @@ class Services:
         if store is None:
             from gateway.store import open_store
 
-            store = open_store(settings.store)
+            store = open_store(settings.store, record_savings(settings.billing))
         owns_client = client is None
         backend_key = fleet.backend_api_key
         client = client or BackendClient(
@@ -98,12 +100,12 @@ class Services:
         monitor = BackendMonitor(
             catalog.all_endpoints(),
             client,
-            store,
+            store.routing,
             metrics,
             MonitorIntervals(
                 fleet.health_interval_s, fleet.load_interval_s, fleet.kv_events_interval_s, fleet.health_fall
             ),
-            kv_sink=KVEventIndexer(store, block_size=block_sizes.pop()) if len(block_sizes) == 1 else None,
+            kv_sink=KVEventIndexer(store.routing, block_size=block_sizes.pop()) if len(block_sizes) == 1 else None,
             kv_consumer=settings.store.replica_id or default_replica_id(),
             outliers=OutlierDetector(
                 [e.id for e in catalog.all_endpoints()],
@@ -120,22 +122,21 @@ class Services:
         spool = spool_path(settings.billing, settings.store)
         metering = Metering(store, prices, metrics, LedgerSpool(spool) if spool is not None else None)
         salt_secret = routing.cache_salt_secret
-        salts = TenantSalts(store, salt_secret.get_secret_value() if salt_secret is not None else None)
-        router = Router(store, policy, regions, monitor, metrics, salts)
+        salts = TenantSalts(store.tenancy, salt_secret.get_secret_value() if salt_secret is not None else None)
+        router = Router(store.routing, policy, regions, monitor, metrics, salts)
         tokenizers = TokenizerRegistry(limits.tokenizer_cache_dir, client)
-        slots = TenantSlots(store, limits.tenant_max_concurrent_requests)
+        admitter = Admitter(store.admission, metering, TenantSlots(limits.tenant_max_concurrent_requests))
         disagg = Disaggregator(router, client, monitor, metrics, settings.disagg.disagg_max_local_prefill_length)
         offload = Offload(limits.offload_threads, limits.offload_max_pending)
         generator = Generator(
             catalog,
             tokenizers,
-            auth,
             metering,
             router,
             monitor,
             client,
             metrics,
-            slots,
+            admitter,
             disagg,
             offload,
             SetupGate(limits.setup_concurrency),
@@ -150,15 +151,15 @@ class Services:
             monitor,
             auth,
             generator,
-            Embedder(catalog, auth, metering, monitor, client, slots, salts, limits.embedding_max_input_tokens),
-            AdminService(store),
+            Embedder(catalog, admitter, metering, monitor, client, salts, limits.embedding_max_input_tokens),
+            AdminService(store.tenancy),
             AdminGuard(
                 http.admin_token.get_secret_value() if http.admin_token is not None else None,
                 max_failures=http.admin_max_failures,
                 window_s=http.admin_failure_window_s,
             ),
             offload,
-            EngineEventStreams(catalog, store, metrics),
+            EngineEventStreams(catalog, store.routing, metrics),
             owns_store,
             owns_client,
         )
@@ -172,10 +173,10 @@ class Services:
         spool = self.generator.metering.spool
         if spool is not None:  # replays records spooled while the ledger was down, now and periodically
             interval = self.settings.billing.ledger_spool_replay_interval_s
-            self._tasks.append(asyncio.create_task(replay_forever(spool, self.store, interval), name="ledger-replay"))
+            self._tasks.append(asyncio.create_task(replay_forever(spool, self.store.ledger, interval), name="ledger-replay"))
         s = self.settings.store
         if s.redis_url and s.ledger_archive_path:  # bounds the ledger's memory in Redis
-            archiving = archive_forever(self.store, s.ledger_retention_s, s.ledger_archive_interval_s)
+            archiving = archive_forever(self.store.ledger, s.ledger_retention_s, s.ledger_archive_interval_s)
             self._tasks.append(asyncio.create_task(archiving, name="ledger-archive"))
 
     async def warm_tokenizers(self) -> None:
@@ -200,6 +201,6 @@ class Services:
         self.offload.close()
         if self.owns_client:
             await self.client.aclose()
-        await self.generator.metering.aclose()  # reservations of callers that left, given back before the store closes
+        await self.generator.admitter.aclose()  # admits of callers that left, given back before the store closes
         if self.owns_store:
             await self.store.aclose()

@@ -75,9 +75,8 @@ class GatewaySettings(TomlSettings):
         workers, store = self.http.workers, self.store
         if workers > 1 and store.redis_url is None and store.sqlite_path == ":memory:":
             raise ValueError(
-                f"workers={workers} share the embedded store's SQLite file (through a store host, or in "
-                "its shared mode): give a file (EDGERUN_SQLITE_PATH), not ':memory:', or point the "
-                "gateway at Redis (EDGERUN_REDIS_URL)"
+                f"workers={workers} share the local store's SQLite file (in its shared mode): give a file "
+                "(EDGERUN_SQLITE_PATH), not ':memory:', or point the gateway at Redis (EDGERUN_REDIS_URL)"
             )
         if workers > 1 and self.http.port == 0:
             raise ValueError("workers > 1 share one port: give a port (not 0)")
@@ -89,9 +88,9 @@ class GatewaySettings(TomlSettings):
                 "binds and every worker connects, and drop kv_events_bind"
             )
         is_worker = self.http.worker_index is not None
-        if is_worker and workers > 1 and store.redis_url is None and store.store_socket is None:
-            # a worker given no store host (cli/workers.py gives one unless sqlite_shared is chosen)
-            # shares the SQLite file; decided here, where both sections are known
+        if is_worker and workers > 1 and store.redis_url is None:
+            # the workers of `serve --workers N` without Redis share the SQLite file; decided here,
+            # where both sections are known
             object.__setattr__(self, "store", store.model_copy(update={"sqlite_shared": True}))
         return self
 

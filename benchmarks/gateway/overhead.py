@@ -7,7 +7,7 @@
 Starts, as separate processes on loopback, the stub backend (tests/gateway/stub_backend.py: answers
 at once, or with `--chunk-delay-ms` between its chunks as a model's decode steps space them, so that
 each chunk reaches the gateway in a read of its own; real tokenizer work for the gateway) and
-`edgerun serve` in front of it (embedded store, one tenant and key made through the admin API).
+`edgerun serve` in front of it (local store, one tenant and key made through the admin API).
 Then `concurrency` closed-loop clients (a lean raw HTTP/1.1 client, keep-alive) stream completions,
 straight to the stub and through the gateway's Workers AI route, interleaved in rounds. The table
 compares requests/s and latency percentiles (request sent -> last byte) and shows the gateway's CPU

@@ -10,7 +10,7 @@ arrivals at `--rate` requests/s stream completions through each gateway's Worker
 `--seconds`, and the CPU time of each of the gateway's threads is read from /proc before and after.
 Python 3.11 leaves the OS thread names alone, so threads are shown as "python:<index>" in the order of
 their ids: python:0 is the main thread (the event loop), python:1 the first started after it (the
-embedded store's SQLite worker), then the offload pool's as they start. What CPU one thread
+local store's SQLite worker), then the offload pool's as they start. What CPU one thread
 costs another (the GIL hand-offs between them) shows up as CPU of the thread that pays it, so a
 change that moves work between threads is judged by the total. The figures are per request, in ms.
 With several trees, a second table gives each round's CPU per request and, for every tree after the

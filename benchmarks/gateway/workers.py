@@ -1,16 +1,15 @@
 """Throughput and CPU per request of `edgerun serve --workers N` for several N, in one run.
 
-    python -m benchmarks.gateway.workers [--workers 1 2 4] [--stores hosted redis sqlite embedded] [--concurrency 50]
+    python -m benchmarks.gateway.workers [--workers 1 2 4] [--stores redis sqlite local] [--concurrency 50]
         [--duration 12] [--chunks 8] [--stub-procs 1] [--client-procs 1] [--baseline-tree PATH]
 
 Starts the stub backend (tests/gateway/stub_backend.py) and, for each store and N, `edgerun serve
---workers N` in front of it: `--stores hosted` (the store host that the supervisor starts, the
-default without Redis: gateway/store/host), `redis` (`--redis-url`, a fresh key prefix per
-gateway), `sqlite` (the embedded store's file shared by the workers, `sqlite_shared = true`,
-gateway/store/embedded_shared.py) and `embedded` (the one-process store, N=1 only: the baseline
-the shared modes cost against). N=1 uses the shared store too (for `hosted`, a host this script
-starts, as a lone gateway has no supervisor), so the rows of one store differ only in the number of
-processes. The host's CPU counts as the gateway's. `concurrency` closed-loop
+--workers N` in front of it: `redis` (`--redis-url`, a fresh key prefix per gateway; `--redis-url
+private` starts a redis-server of this script's on a Unix socket, nothing written to disk, and counts
+its CPU as the gateway's), `sqlite` (the local store's file shared by the workers, the default
+without Redis: gateway/store/local/shared.py) and `local` (the one-process store, N=1 only: the
+baseline the shared modes cost against). N=1 uses the shared store too (`sqlite_shared = true`), so
+the rows of one store differ only in the number of processes. `concurrency` closed-loop
 keep-alive clients (a lean raw HTTP/1.1 client, benchmarks/gateway/raw_load.py) stream completions; the
 kernel spreads their connections over the workers (SO_REUSEPORT). CPU is summed over every
 worker process. The rows alternate in `--rounds` rounds, each gateway started once and kept.
@@ -18,7 +17,7 @@ On a machine with many cores, `--stub-procs` stub processes share the stub's por
 `--client-procs` processes share the clients, so neither the stub nor the load generator is what
 saturates first; their CPU per request is reported beside the gateway's. `--baseline-tree` runs
 each row's gateway from another checkout too (rows marked "baseline"), in the same rounds: before/after
-(not the `hosted` rows: a checkout from before the host has none).
+.
 A row with errors lists them by HTTP status (or the client's exception) with the first answer of each.
 """
 
@@ -31,8 +30,11 @@ import multiprocessing
 import operator
 import os
 import shlex
+import shutil
+import subprocess
 import sys
 import tempfile
+import time
 import uuid
 from collections import Counter
 from concurrent.futures import Executor, ProcessPoolExecutor
@@ -43,11 +45,9 @@ from typing import Any
 from benchmarks.common import machine, process_cpu_s
 from benchmarks.gateway.raw_load import Phase, drive
 from cli.processes import ROOT, ChildProcess, free_port
-from cli.store_host import StoreHost
-from gateway.store.host.process import is_served
 from tests.gateway import stub_backend
 from tests.gateway.stub_backend import MODEL_ID, PROMPT, create_key, start_gateway
-from tests.process_tree import gateway_pids, store_host_pid
+from tests.process_tree import gateway_pids
 
 
 @dataclass
@@ -91,49 +91,49 @@ def shares(total: int, parts: int) -> list[int]:
 
 @dataclass
 class Gateway:
-    """One row's gateway, its tenant's key, and the store host this script started for it (hosted, N=1)."""
+    """One row's gateway, its tenant's key, and the private redis-server its CPU is counted with (if any)."""
 
     process: ChildProcess
     key: str
-    host: StoreHost | None = None
-    host_process: ChildProcess | None = None
+    redis_pid: int | None = None
 
     def pids(self) -> list[int]:
-        """Every process of the gateway: its workers and its store host."""
-        host = [self.host_process.process.pid] if self.host_process else []
-        return gateway_pids(self.process.process.pid) + host
-
-    def host_pid(self) -> int | None:
-        return self.host_process.process.pid if self.host_process else store_host_pid(self.process.process.pid)
+        """Every process of the gateway: its workers, and the private redis-server."""
+        return gateway_pids(self.process.process.pid) + ([self.redis_pid] if self.redis_pid else [])
 
     def stop(self) -> None:
-        self.process.stop(timeout_s=20)  # the gateway first: it settles its records through the host
-        if self.host_process is not None:
-            self.host_process.stop(timeout_s=20)
-        if self.host is not None:
-            self.host.remove()
+        self.process.stop(timeout_s=20)
 
 
-def start_host(workdir: Path) -> tuple[StoreHost, ChildProcess]:
-    """A store host on `workdir`'s SQLite file, ready, for a lone gateway."""
-    host = StoreHost.create(0)
-    env = {"EDGERUN_SQLITE_PATH": str(workdir / "gateway.sqlite3"), "EDGERUN_LOG_LEVEL": "warning"}
-    process = ChildProcess.launch("store-host", host.argv, 0, env=env)
-    process.wait_until_ready(lambda: is_served(str(host.socket_path)), 30)
-    return host, process
+def start_private_redis(workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """A redis-server on a Unix socket in `workdir` (nothing written to disk), as `serve --workers N`
+    could start for its workers; its URL."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise SystemExit("redis-server is not installed (`make install` installs it)")
+    workdir.mkdir(parents=True, exist_ok=True)
+    socket = workdir / "redis.sock"
+    server = subprocess.Popen([binary, "--port", "0", "--unixsocket", str(socket), "--unixsocketperm", "700",
+                               "--save", "", "--appendonly", "no", "--dir", str(workdir)], stdout=subprocess.DEVNULL)
+    deadline = time.monotonic() + 10
+    while not socket.exists():
+        if time.monotonic() > deadline or server.poll() is not None:
+            raise SystemExit("redis-server did not start")
+        time.sleep(0.02)
+    return server, f"unix://{socket}"
 
 
 @dataclass
 class Measured:
-    phase: Phase  # the clients' requests; cpu_s: the gateway's (all workers and the store host)
+    phase: Phase  # the clients' requests; cpu_s: the gateway's (all workers, and a private redis-server)
     stub_cpu_s: float = 0.0
     client_cpu_s: float = 0.0
-    host_cpu_s: float | None = None  # the store host's part of phase.cpu_s; None: no host
+    redis_cpu_s: float | None = None  # the private redis-server's part of phase.cpu_s; None: none
 
     def __add__(self, other: Measured) -> Measured:
-        host = None if self.host_cpu_s is None or other.host_cpu_s is None else self.host_cpu_s + other.host_cpu_s
+        redis = None if self.redis_cpu_s is None or other.redis_cpu_s is None else self.redis_cpu_s + other.redis_cpu_s
         return Measured(self.phase + other.phase, self.stub_cpu_s + other.stub_cpu_s,
-                        self.client_cpu_s + other.client_cpu_s, host)
+                        self.client_cpu_s + other.client_cpu_s, redis)
 
 
 async def measure(gateway: Gateway, args: argparse.Namespace, slice_s: float, load: Load) -> Measured:
@@ -141,8 +141,8 @@ async def measure(gateway: Gateway, args: argparse.Namespace, slice_s: float, lo
     body = {"prompt": PROMPT, "max_tokens": args.chunks, "stream": True}
     headers = {"authorization": f"Bearer {gateway.key}"}
     pids = gateway.pids()
-    host_pid = gateway.host_pid()
-    host_before = process_cpu_s(host_pid) if host_pid else 0.0
+    redis_pid = gateway.redis_pid
+    redis_before = process_cpu_s(redis_pid) if redis_pid else 0.0
     stub_pids = [stub.process.pid for stub in load.stubs]
     before = sum(process_cpu_s(pid) for pid in pids)
     stub_before = sum(process_cpu_s(pid) for pid in stub_pids)
@@ -162,14 +162,13 @@ async def measure(gateway: Gateway, args: argparse.Namespace, slice_s: float, lo
                       samples={k: v for part, _ in parts for k, v in part.samples.items()})
         client_cpu = sum(cpu for _, cpu in parts)
     phase.cpu_s = sum(process_cpu_s(pid) for pid in pids) - before
-    host_cpu = process_cpu_s(host_pid) - host_before if host_pid else None
-    return Measured(phase, sum(process_cpu_s(pid) for pid in stub_pids) - stub_before, client_cpu, host_cpu)
+    redis_cpu = process_cpu_s(redis_pid) - redis_before if redis_pid else None
+    return Measured(phase, sum(process_cpu_s(pid) for pid in stub_pids) - stub_before, client_cpu, redis_cpu)
 
 
 def store_env(store: str, redis_url: str) -> dict[str, str]:
     """The settings of each store measured: Redis (a fresh key prefix), the SQLite file shared by
-    the workers, or nothing: the supervisor's store host (hosted), or (one process only) the
-    embedded store's in-memory fast path."""
+    the workers, or nothing: (one process only) the local store's in-memory fast path."""
     if store == "redis":
         return {"EDGERUN_REDIS_URL": redis_url, "EDGERUN_KEY_PREFIX": f"edgerun-bench:{uuid.uuid4().hex[:8]}:"}
     return {"EDGERUN_SQLITE_SHARED": "true"} if store == "sqlite" else {}
@@ -178,14 +177,14 @@ def store_env(store: str, redis_url: str) -> dict[str, str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.gateway.workers", description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4])
-    parser.add_argument("--stores", nargs="+", choices=["hosted", "redis", "sqlite", "embedded"],
-                        default=["hosted", "redis", "sqlite"],
-                        help="shared stores measured at each N; embedded: the one-process store, at N=1 only")
+    parser.add_argument("--stores", nargs="+", choices=["redis", "sqlite", "local"], default=["redis", "sqlite"],
+                        help="shared stores measured at each N; local: the one-process store, at N=1 only")
     parser.add_argument("--concurrency", type=int, default=50)
     parser.add_argument("--duration", type=float, default=12.0, help="seconds per row in all")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--chunks", type=int, default=8)
-    parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
+    parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0",
+                        help="the Redis of the redis rows; 'private': a redis-server this script starts (its CPU counted)")
     parser.add_argument("--stub-procs", type=int, default=1, help="stub backend processes sharing its port")
     parser.add_argument("--client-procs", type=int, default=1,
                         help="load generator processes (1: the clients run in this process)")
@@ -196,30 +195,30 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--stub-procs must be >= 1 and --client-procs between 1 and --concurrency")
 
     trees = [("", ROOT)] + ([(" (baseline)", args.baseline_tree.resolve())] if args.baseline_tree else [])
-    rows = [(store, n, label, tree) for store in args.stores for n in args.workers if store != "embedded" or n == 1
-            for label, tree in trees if store != "hosted" or not label]
+    rows = [(store, n, label, tree) for store in args.stores for n in args.workers if store != "local" or n == 1
+            for label, tree in trees]
     pool = None
     if args.client_procs > 1:
         pool = ProcessPoolExecutor(args.client_procs, mp_context=multiprocessing.get_context("spawn"))
     load = Load(start_stubs(args.chunks, args.stub_procs), pool)
     gateways: dict[tuple[str, int], Gateway] = {}  # (store and tree, N) -> gateway
     workdir = Path(tempfile.mkdtemp(prefix="edgerun-workers-"))
+    private_redis: subprocess.Popen[bytes] | None = None
+    redis_url = args.redis_url
+    if args.redis_url == "private" and "redis" in args.stores:
+        private_redis, redis_url = start_private_redis(workdir / "redis")
     try:
         for store, n, label, tree in rows:
             # every client connects from 127.0.0.1: a listener's per-address connection cap (64) must hold them all,
             # or the connections past it are answered 503 and closed, and closed-loop clients spin on that
-            env = {**store_env(store, args.redis_url), "EDGERUN_MAX_CONNECTIONS_PER_CLIENT": str(args.concurrency)}
+            env = {**store_env(store, redis_url), "EDGERUN_MAX_CONNECTIONS_PER_CLIENT": str(args.concurrency)}
             row_dir = workdir / f"{store}-{n}{label.strip(' ()')}"
-            host, host_process = None, None
-            if store == "hosted" and n == 1:
-                row_dir.mkdir(parents=True)
-                host, host_process = start_host(row_dir)
-                env.update(host.env)
             process = start_gateway(load.stubs[0].port, row_dir, env, cwd=tree, args=["--workers", str(n)])
             # the tenant's in-flight limit (128 by default) above the clients: a 429 answers at once, and
             # closed-loop clients would spin on it instead of measuring served requests
             key = create_key(process.url, "bench", max_concurrent_requests=2 * args.concurrency)
-            gateways[(store + label, n)] = Gateway(process, key, host, host_process)
+            redis_pid = private_redis.pid if private_redis is not None and store == "redis" else None
+            gateways[(store + label, n)] = Gateway(process, key, redis_pid)
 
         async def run_all() -> dict[tuple[str, int], Measured]:
             pooled: dict[tuple[str, int], list[Measured]] = {row: [] for row in gateways}
@@ -238,6 +237,9 @@ def main(argv: list[str] | None = None) -> int:
             stub.stop(timeout_s=10)
         if pool is not None:
             pool.shutdown()
+        if private_redis is not None:
+            private_redis.terminate()
+            private_redis.wait(timeout=30)
 
     command = "python -m benchmarks.gateway.workers " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
     lines = [
@@ -247,8 +249,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.duration:g}s per row in {args.rounds} alternating rounds; {args.stub_procs} stub and "
         f"{args.client_procs} client process(es)",
         "",
-        "| store | workers | requests/s | p50 / p99 latency (ms) | gateway CPU per request (ms, all workers and the store host) "
-        "| of which the store host (ms) | stub / client CPU per request (ms) | errors |",
+        "| store | workers | requests/s | p50 / p99 latency (ms) | gateway CPU per request (ms, all workers and a "
+        "private redis-server) | of which redis-server (ms) | stub / client CPU per request (ms) | errors |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for (store, n), measured in results.items():
@@ -256,10 +258,10 @@ def main(argv: list[str] | None = None) -> int:
         num_requests = max(1, len(phase.latencies_s))
         cpu_ms, stub_ms, client_ms = (cpu / num_requests * 1000
                                       for cpu in (phase.cpu_s, measured.stub_cpu_s, measured.client_cpu_s))
-        host_ms = "-" if measured.host_cpu_s is None else f"{measured.host_cpu_s / num_requests * 1000:.2f}"
+        redis_ms = "-" if measured.redis_cpu_s is None else f"{measured.redis_cpu_s / num_requests * 1000:.2f}"
         lines.append(
             f"| {store} | {n} | {phase.rps:.0f} | {phase.pct(0.5):.1f} / {phase.pct(0.99):.1f} | {cpu_ms:.2f} "
-            f"| {host_ms} | {stub_ms:.2f} / {client_ms:.2f} | {phase.errors} |"
+            f"| {redis_ms} | {stub_ms:.2f} / {client_ms:.2f} | {phase.errors} |"
         )
     failed = [(store, n, measured.phase) for (store, n), measured in results.items() if measured.phase.errors]
     if failed:

@@ -34,6 +34,8 @@ from gateway.billing.metering import MeteredRequest, Metering
 from gateway.context import Principal
 from gateway.fleet.catalog import ModelSpec
 from gateway.metrics import GatewayMetrics
+from gateway.pipeline.concurrency import TenantSlots
+from gateway.pipeline.ticket import Admitter
 from gateway.settings import GatewaySettings
 from gateway.store import Store, open_store
 from gateway.store.models import UsageRecord
@@ -71,7 +73,7 @@ async def appends_per_s(store: Store, n: int, writers: int) -> float:
 
     async def writer() -> None:
         for record in queue:
-            assert await store.append_usage(record)
+            assert await store.ledger.append(record)
 
     start = time.perf_counter()
     await asyncio.gather(*(writer() for _ in range(writers)))
@@ -79,16 +81,18 @@ async def appends_per_s(store: Store, n: int, writers: int) -> float:
 
 
 async def metering_per_request(store: Store, n: int) -> tuple[float, float]:
-    tenant = await store.create_tenant("bench", ["bench-" + uuid.uuid4().hex[:8]], monthly_budget_micro=10**15)
-    key, _ = await store.create_key(tenant.id)
+    tenant = await store.tenancy.create_tenant("bench", ["bench-" + uuid.uuid4().hex[:8]], monthly_budget_micro=10**15)
+    key, _ = await store.tenancy.create_key(tenant.id)
     principal = Principal(key, tenant, tenant.account_ids[0])
     metering = Metering(store, PriceTable.from_config({MODEL_ID: PRICE}), GatewayMetrics())
+    admitter = Admitter(store.admission, metering, TenantSlots(None))
     model = ModelSpec(id=MODEL_ID, backend_model=MODEL_ID)
     wall, cpu = time.perf_counter(), time.process_time()
     for _ in range(n):
         request = MeteredRequest(context_now(uuid.uuid4().hex, principal, model), 40)
-        await metering.reserve(request, max_tokens=8)
-        await metering.settle(request, Usage(40, 8, 16), status="ok", backend_id="stub", region="local")
+        ticket = await admitter.admit(request, 48, 8)
+        await metering.settle(request, Usage(40, 8, 16), status="ok", backend_id="stub", region="local",
+                              release=ticket.release(48, None))
     return (time.perf_counter() - wall) / n * 1000, (time.process_time() - cpu) / n * 1000
 
 

@@ -2,7 +2,7 @@
 
     python -m benchmarks.store.ledger_keys [--records 1000000] [--inserts 5000] [--rounds 2]
 
-The embedded store's ledger (gateway/store/sqlite_db.py) is keyed by request id. For each kind of
+The local store's ledger (gateway/store/local/database.py) is keyed by request id. For each kind of
 id, a fresh SQLite file gets `--records` records in one transaction (ids of that kind, 1 ms apart),
 then `--inserts` more are committed one per transaction through `Database.insert_usages`, as a
 lone request's record is, and the CPU time of those commits is taken; the kinds alternate for
@@ -25,8 +25,8 @@ from pathlib import Path
 
 from benchmarks.common import machine
 from gateway.http.middleware import uuid7_hex
+from gateway.store.local.database import Database
 from gateway.store.models import UsageRecord
-from gateway.store.sqlite_db import Database
 
 T0 = 1_780_000_000.0
 RECORD = UsageRecord(
@@ -58,12 +58,12 @@ def cpu_us_per_insert(kind: Callable[[float], str], records: int, inserts: int) 
         db = Database(str(Path(workdir) / "ledger.sqlite3"))
         try:
             at = T0 - (records + 1) / 1000
-            db.insert_usages([record_at(kind, at + i / 1000) for i in range(records)])
+            db.insert_usages([record_at(kind, at + i / 1000) for i in range(records)], [0] * records)
             db.checkpoint()
             fresh = [record_at(kind, T0 + i / 1000) for i in range(inserts)]
             started = time.process_time()
             for record in fresh:
-                db.insert_usages([record])
+                db.insert_usages([record], [0])
             return (time.process_time() - started) * 1e6 / inserts
         finally:
             db.close()

@@ -33,7 +33,7 @@ from typing import BinaryIO
 from gateway.billing.formats import Columns, Format, Row, open_writer
 from gateway.billing.prices import PriceHistory
 from gateway.billing.recompute import reprice
-from gateway.store.base import Store
+from gateway.store.ledger import Ledger
 from gateway.store.models import UsageRecord, to_us
 from policies.pricing import format_micros
 
@@ -160,13 +160,13 @@ class Summary:
         return out
 
 
-async def export_rows(store: Store, query: ExportQuery, history: PriceHistory) -> AsyncIterator[Row]:
-    async for record in store.iter_usage(query.start, query.end, query.tenant_id):
+async def export_rows(ledger: Ledger, query: ExportQuery, history: PriceHistory) -> AsyncIterator[Row]:
+    async for record in ledger.iter_usage(query.start, query.end, query.tenant_id):
         yield record_row(record, history)
 
 
 async def write_export(
-    store: Store,
+    ledger: Ledger,
     query: ExportQuery,
     history: PriceHistory,
     fmt: Format,
@@ -177,7 +177,7 @@ async def write_export(
     `fmt`; returns the summary rows."""
     writer = open_writer(fmt, rows_out, ROWS) if rows_out is not None else None
     summary = Summary()
-    async for row in export_rows(store, query, history):
+    async for row in export_rows(ledger, query, history):
         summary.add(row)
         if writer is not None:
             writer.write(row)

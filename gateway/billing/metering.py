@@ -1,27 +1,27 @@
 """Metering: what a request may spend before it runs, and the one ledger record after it ran.
 
-Before routing, `reserve` prices the worst case (every prompt token uncached, all of
-max_tokens generated) and reserves it against the tenant's monthly budget (refused: 429 / 3036).
-After a request that reached a backend, `settle` builds a `UsageRecord` from the final usage
-(prompt, cached, completion tokens), prices it with `policies.pricing` (cached input at its
-discounted rate, integer micro-units), appends it to the ledger keyed by the request id (the
-store makes that exactly-once), and replaces the budget reservation with the real cost.
+Before routing, `reservation` prices the worst case (every prompt token uncached, all of
+max_tokens generated), which the request's admission reserves against the tenant's monthly budget
+(gateway/pipeline/ticket.py: refused, 429 / 3036). After a request that reached a backend, `settle`
+builds a `UsageRecord` from the final usage (prompt, cached, completion tokens), prices it with
+`policies.pricing` (cached input at its discounted rate, integer micro-units), and hands it to the
+store's `Admission.settle` together with the request's release (its reservation replaced by the
+real cost, and what else its ticket holds), in one call: the record is appended to the ledger keyed
+by the request id (the store makes that exactly-once) after the releases.
 
 A model without a configured price is metered at cost 0 with price version "unpriced" (the
 tokens are still recorded). Which tokens are billed for each status is `billing.rules`' one rule
-(a backend failure or refusal costs nothing). A record the ledger cannot take (the store is
-down) goes to the local spool (`billing.spool`) and is replayed later; a budget that cannot be
-settled is logged and left reserved (the tenant is never under-charged), never losing the record.
-A reservation whose caller left while it was in flight is given back once it lands; `aclose` (the
-app's lifespan, before the store closes) waits for those.
+(a backend failure or refusal costs nothing). A record the store cannot take (it is down) goes to
+the local spool (`billing.spool`) and is replayed later; what that call would have released is then
+left to the store's leases, and the reservation stays counted (the tenant is never under-charged),
+never losing the record.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
 
 import structlog
 
@@ -29,11 +29,11 @@ from contracts.usage import Usage
 from gateway.billing.rules import billable_usage
 from gateway.billing.spool import LedgerSpool
 from gateway.context import RequestContext
-from gateway.errors import BudgetExhausted
 from gateway.metrics import GatewayMetrics
-from gateway.store.base import Store
+from gateway.store.admission import Release
 from gateway.store.errors import InvalidArgument
-from gateway.store.models import BudgetDecision, UsageRecord, UsageStatus
+from gateway.store.factory import Store
+from gateway.store.models import UsageRecord, UsageStatus
 from policies.pricing import Price, PriceTable, cost_micros
 
 log = structlog.get_logger("edgerun.gateway.metering")
@@ -66,8 +66,6 @@ class Metering:
         self.prices = prices
         self.metrics = metrics
         self.spool = spool  # None: a ledger failure raises (nothing to keep the record in)
-        # reservations of callers that left, then their give-backs: kept alive here, awaited by `aclose`
-        self.giving_back: set[asyncio.Future[Any]] = set()
 
     def price(self, model_id: str) -> Price | None:
         return self.prices.prices.get(model_id)
@@ -78,49 +76,24 @@ class Metering:
             return 0, UNPRICED
         return cost_micros(usage, price), price.version
 
-    async def reserve(self, request: MeteredRequest, max_tokens: int) -> None:
-        """Reserve the worst-case cost against the tenant's monthly budget, or refuse the request."""
+    def reservation(self, request: MeteredRequest, max_tokens: int) -> Reservation | None:
+        """The worst-case cost to reserve against the tenant's monthly budget (None: nothing to reserve:
+        free and unlimited)."""
         worst = Usage(prompt_tokens=request.prompt_tokens, completion_tokens=max_tokens, cached_tokens=0)
         amount, _ = self.cost(request.ctx.model_id, worst)
-        tenant = request.ctx.principal.tenant
-        if amount == 0 and tenant.monthly_budget_micro is None:
-            return
-        month = time.strftime("%Y-%m", time.gmtime(request.ctx.arrived_at))
-        reserving = asyncio.ensure_future(
-            self.store.reserve_budget(tenant.id, month, amount, tenant.monthly_budget_micro)
-        )
-        try:
-            decision = await asyncio.shield(reserving)
-        except asyncio.CancelledError:
-            # The caller left (client gone, shutdown) while the reservation was in flight: the store
-            # still applies it, and nobody would settle it. Give it back once it lands.
-            self.giving_back.add(reserving)
-            reserving.add_done_callback(lambda done: self._give_back_late(done, tenant.id, month, amount))
-            raise
-        if not decision.allowed:
-            raise BudgetExhausted(
-                f"Account limited: the monthly budget of tenant {tenant.id} is used up "
-                f"({decision.spent_micro} of {tenant.monthly_budget_micro} micro-units spent)"
-            )
-        request.reservation = Reservation(month, amount)
+        if amount == 0 and request.ctx.principal.tenant.monthly_budget_micro is None:
+            return None
+        return Reservation(time.strftime("%Y-%m", time.gmtime(request.ctx.arrived_at)), amount)
 
-    async def settle(
-        self,
-        request: MeteredRequest,
-        usage: Usage,
-        *,
-        status: UsageStatus,
-        backend_id: str | None,
+    def record(
+        self, request: MeteredRequest, usage: Usage, *, status: UsageStatus, backend_id: str | None,
         region: str | None,
-    ) -> bool:
-        """Write the request's ledger record (once) and settle its budget reservation.
-
-        Returns False when a record with this request id already existed (nothing written twice).
-        """
+    ) -> UsageRecord:
+        """The request's ledger record, priced."""
         billable = billable_usage(status, usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens)
         ctx = request.ctx
         cost, version = self.cost(ctx.model_id, billable)
-        record = UsageRecord(
+        return UsageRecord(
             request_id=ctx.request_id,
             tenant_id=ctx.tenant_id,
             account_id=ctx.principal.account_id,
@@ -141,19 +114,26 @@ class Metering:
             ttft_s=request.ttft_s,
             itl_s=request.itl_s,
         )
-        written = await self._append(record)
-        reservation = request.reservation
-        if reservation is not None and not reservation.settled:
-            reservation.settled = True
-            try:
-                await self.store.settle_budget(ctx.tenant_id, reservation.month, reservation.amount_micro, cost)
-            except Exception as exc:  # the record is safe; the reservation stays counted (over, never under)
-                log.warning("settling the budget failed", request_id=ctx.request_id, error=repr(exc))
-        return written
 
-    async def _append(self, record: UsageRecord) -> bool:
+    async def settle(
+        self,
+        request: MeteredRequest,
+        usage: Usage,
+        *,
+        status: UsageStatus,
+        backend_id: str | None,
+        region: str | None,
+        release: Release | None = None,
+    ) -> bool:
+        """Write the request's ledger record (once) and settle its reservation, with `release` (what
+        else the request gives back; None: its budget only), in one store call.
+
+        Returns False when a record with this request id already existed (nothing written twice).
+        """
+        record = self.record(request, usage, status=status, backend_id=backend_id, region=region)
+        release = self._with_budget(request, release, record.cost_micro)
         try:
-            written = await self.store.append_usage(record)
+            written = await self.store.admission.settle(release, record)
         except InvalidArgument:
             raise
         except Exception:
@@ -166,46 +146,22 @@ class Metering:
         self.metrics.usage_records.labels("written" if written else "duplicate").inc()
         if not written:
             log.warning("usage record already in the ledger", request_id=record.request_id)
-        return written
+        return bool(written)
 
-    def _give_back_late(
-        self, reserving: asyncio.Future[BudgetDecision], tenant_id: str, month: str, amount: int
-    ) -> None:
-        self.giving_back.discard(reserving)  # its give-back, if any, joins the set in this same callback
-        if reserving.cancelled():
-            return
-        # The store may or may not have applied it: nothing to settle here (a hosted store that sees
-        # its answer come after the timeout gives it back itself; this path never does that twice).
-        if reserving.exception() is not None:
-            log.warning(
-                "a reservation whose caller left failed", tenant_id=tenant_id, error=repr(reserving.exception())
-            )
-            return
-        if not reserving.result().allowed:
-            return  # nothing was reserved
-        giving_back = asyncio.ensure_future(self.store.settle_budget(tenant_id, month, amount, 0))
-        self.giving_back.add(giving_back)
-        giving_back.add_done_callback(self._given_back)
+    async def release(self, request: MeteredRequest, release: Release | None = None) -> None:
+        """Give back a reservation (and `release`) for a request that never reached a backend: no record."""
+        release = self._with_budget(request, release, 0)
+        if release.month is not None or release.slot or release.tokens_delta or release.inflight is not None:
+            await self.store.admission.settle(release)
 
-    def _given_back(self, giving_back: asyncio.Future[int]) -> None:
-        self.giving_back.discard(giving_back)
-        if not giving_back.cancelled() and giving_back.exception() is not None:
-            log.warning("giving back a reservation failed", error=repr(giving_back.exception()))
-
-    async def aclose(self, timeout_s: float = 10.0) -> None:
-        """Wait (at most `timeout_s`) until the reservations of callers that left are given back: the
-        app's lifespan calls it before it closes the store, which would refuse the give-backs."""
-        deadline = asyncio.get_running_loop().time() + timeout_s
-        while self.giving_back:
-            left = deadline - asyncio.get_running_loop().time()
-            if left <= 0:
-                log.warning("reservations not given back at shutdown", count=len(self.giving_back))
-                return
-            await asyncio.wait(set(self.giving_back), timeout=left)
-
-    async def release(self, request: MeteredRequest) -> None:
-        """Give back a reservation for a request that never reached a backend."""
+    def _with_budget(self, request: MeteredRequest, release: Release | None, cost_micro: int) -> Release:
+        """`release` with the request's reservation replaced by `cost_micro`, once (a second settle of
+        the same request gives back nothing more)."""
+        ctx = request.ctx
+        release = release or Release(ctx.tenant_id, ctx.request_id)
         reservation = request.reservation
-        if reservation is not None and not reservation.settled:
-            reservation.settled = True
-            await self.store.settle_budget(request.ctx.tenant_id, reservation.month, reservation.amount_micro, 0)
+        if reservation is None or reservation.settled:
+            return release if release.month is None else replace(release, month=None)
+        reservation.settled = True
+        return replace(release, month=reservation.month, reserved_micro=reservation.amount_micro,
+                       cost_micro=cost_micro)

@@ -1,6 +1,6 @@
 """The ledger's retention task: moves old usage records out of Redis into the durable archive.
 
-Owned by the app's lifespan when `ledger_archive_path` is set (see `gateway.store.redis_ledger`):
+Owned by the app's lifespan when `ledger_archive_path` is set (see `gateway.store.redis.ledger`):
 every `ledger_archive_interval_s` it archives the records that ended more than
 `ledger_retention_s` ago. Failures are logged and retried next period; nothing is deleted from
 Redis before the archive has it.
@@ -13,16 +13,16 @@ import time
 
 import structlog
 
-from gateway.store.base import Store
+from gateway.store.ledger import Ledger
 
 log = structlog.get_logger("edgerun.gateway.billing.retention")
 
 
-async def archive_forever(store: Store, retention_s: float, interval_s: float) -> None:
+async def archive_forever(ledger: Ledger, retention_s: float, interval_s: float) -> None:
     """Archive now (start-up), then every `interval_s`; runs until cancelled."""
     while True:
         try:
-            moved = await store.archive_ledger(time.time() - retention_s)
+            moved = await ledger.archive(time.time() - retention_s)
         except Exception as exc:
             log.warning("archiving the ledger failed; retrying next period", error=str(exc))
         else:

@@ -1,7 +1,7 @@
 """The ledger spool: usage records the ledger could not take (Redis down), kept on local disk.
 
 `LedgerSpool.append` adds one JSON line to `PATH` (open, write, fsync, close, under an exclusive
-`flock` on `PATH.lock`). `replay(store)` moves them into the ledger:
+`flock` on `PATH.lock`). `replay(ledger)` moves them into the ledger:
 
 1. leftovers first: each `PATH.replay-*` file (a replay that stopped or crashed) is replayed;
 2. then, under the lock, `PATH` is renamed to a fresh `PATH.replay-<ns>-<pid>`: appenders open
@@ -35,8 +35,8 @@ from pathlib import Path
 import structlog
 
 from gateway.billing.settings import BillingSettings
-from gateway.store.base import Store
 from gateway.store.errors import InvalidArgument
+from gateway.store.ledger import Ledger
 from gateway.store.models import UsageRecord
 from gateway.store.settings import StoreSettings
 
@@ -117,33 +117,33 @@ class LedgerSpool:
         _fsync_dir(self.path.parent)
         return rotated
 
-    async def replay(self, store: Store) -> ReplayResult:
-        """Append every spooled record to `store`'s ledger; see the module docstring."""
+    async def replay(self, ledger: Ledger) -> ReplayResult:
+        """Append every spooled record to `ledger`; see the module docstring."""
         result = ReplayResult()
         async with self._replay_lock:
             for path in sorted(self.path.parent.glob(self.path.name + ".replay-*")):
-                if not await self._replay_file(path, store, result):
+                if not await self._replay_file(path, ledger, result):
                     return result
             rotated = await asyncio.to_thread(self._rotate)
-            if rotated is not None and not await self._replay_file(rotated, store, result):
+            if rotated is not None and not await self._replay_file(rotated, ledger, result):
                 return result
         result.complete = True
         return result
 
-    async def _replay_file(self, path: Path, store: Store, result: ReplayResult) -> bool:
+    async def _replay_file(self, path: Path, ledger: Ledger, result: ReplayResult) -> bool:
         try:
             f = open(path, "rb")  # read line by line: an outage's spool may be large
         except FileNotFoundError:
             return True  # another process finished it
         with f:
-            if not await self._replay_lines(f, path, store, result):
+            if not await self._replay_lines(f, path, ledger, result):
                 return False
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
         _fsync_dir(path.parent)
         return True
 
-    async def _replay_lines(self, lines: Iterable[bytes], path: Path, store: Store, result: ReplayResult) -> bool:
+    async def _replay_lines(self, lines: Iterable[bytes], path: Path, ledger: Ledger, result: ReplayResult) -> bool:
         for line in lines:
             line = line.rstrip(b"\n")
             if not line.strip():
@@ -155,7 +155,7 @@ class LedgerSpool:
                 result.corrupt += 1
                 continue
             try:
-                written = await store.append_usage(record)
+                written = await ledger.append(record)
             except Exception as exc:  # the store is still down: keep the file for the next try
                 log.warning("ledger replay stopped", file=str(path), error=str(exc))
                 return False
@@ -173,12 +173,12 @@ class LedgerSpool:
             os.fsync(f.fileno())
 
 
-async def replay_forever(spool: LedgerSpool, store: Store, interval_s: float) -> None:
+async def replay_forever(spool: LedgerSpool, ledger: Ledger, interval_s: float) -> None:
     """Replay now (start-up), then every `interval_s` while records are pending; runs until cancelled."""
     while True:
         if await asyncio.to_thread(spool.pending):
             try:
-                result = await spool.replay(store)
+                result = await spool.replay(ledger)
             except Exception:
                 log.exception("ledger replay failed")
             else:

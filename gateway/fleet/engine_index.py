@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 from backends.client.engine_events import AllBlocksCleared, BlocksRemoved, BlocksStored, EngineEvent, EngineHash
 from contracts.prefix_hash import block_hash, salt_root
-from gateway.store.base import Store
+from gateway.store.routing import RoutingState
 
 DEFAULT_MAX_BLOCKS = 200_000
 
@@ -74,8 +74,8 @@ class SkipCounts:
 class EngineBlockMap:
     """One backend's engine hashes -> our chain; `apply` each batch's events in order."""
 
-    def __init__(self, store: Store, backend_id: str, block_size: int, max_blocks: int = DEFAULT_MAX_BLOCKS) -> None:
-        self.store = store
+    def __init__(self, routing: RoutingState, backend_id: str, block_size: int, max_blocks: int = DEFAULT_MAX_BLOCKS) -> None:
+        self.routing = routing
         self.backend_id = backend_id
         self.block_size = block_size
         self.max_blocks = max_blocks
@@ -90,12 +90,12 @@ class EngineBlockMap:
             if isinstance(event, BlocksStored):
                 hashes = self._stored(event)
                 if hashes:
-                    await self.store.record_prefix(self.backend_id, hashes)
+                    await self.routing.record_prefix(self.backend_id, hashes)
             elif isinstance(event, BlocksRemoved):
                 if _is_ours(event.medium, event.group_idx):
                     hashes = [h for engine_hash in event.block_hashes for h in self._forget(engine_hash)]
                     if hashes:
-                        await self.store.remove_prefix(self.backend_id, hashes)
+                        await self.routing.remove_prefix(self.backend_id, hashes)
             elif isinstance(event, AllBlocksCleared):
                 await self.clear()
 
@@ -104,7 +104,7 @@ class EngineBlockMap:
         hashes = [h for links in self._links.values() for link in links.values() for h in link.hashes]
         self._links.clear()
         if hashes:
-            await self.store.remove_prefix(self.backend_id, hashes)
+            await self.routing.remove_prefix(self.backend_id, hashes)
 
     def _stored(self, event: BlocksStored) -> list[int]:
         """Our hashes for the blocks of `event` that can be placed for certain (in order, stopping

@@ -21,14 +21,14 @@ from __future__ import annotations
 from typing import Any
 
 from contracts.prefix_hash import block_hash
-from gateway.store.base import Store
+from gateway.store.routing import RoutingState
 
 _INT64 = (-(2**63), 2**63 - 1)  # what the index stores
 
 
 class KVEventIndexer:
-    def __init__(self, store: Store, block_size: int) -> None:
-        self.store = store
+    def __init__(self, routing: RoutingState, block_size: int) -> None:
+        self.routing = routing
         self.block_size = block_size
         self.num_skipped = 0
 
@@ -52,9 +52,9 @@ class KVEventIndexer:
                 runs.append((data["type"], hashes))
         for kind, hashes in runs:
             if kind == "stored":
-                await self.store.record_prefix(backend_id, hashes)
+                await self.routing.record_prefix(backend_id, hashes)
             else:
-                await self.store.remove_prefix(backend_id, hashes)
+                await self.routing.remove_prefix(backend_id, hashes)
 
     def _verified(self, data: dict[str, Any]) -> list[int]:
         """The stored blocks whose hashes follow our chain (stops at the first that does not);

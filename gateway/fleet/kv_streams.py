@@ -19,8 +19,8 @@ from backends.client.zmq_events import EventSubscriber, close_context, new_conte
 from gateway.fleet.catalog import BackendSpec, Catalog
 from gateway.fleet.engine_index import EngineBlockMap
 from gateway.metrics import GatewayMetrics
-from gateway.store.base import Store
 from gateway.store.errors import StoreError
+from gateway.store.routing import RoutingState
 
 log = structlog.get_logger("edgerun.gateway.kv_streams")
 
@@ -28,8 +28,8 @@ RETRY_S = 1.0  # after a stream failed for a reason other than cancellation
 
 
 class EngineEventStreams:
-    def __init__(self, catalog: Catalog, store: Store, metrics: GatewayMetrics) -> None:
-        self.store = store
+    def __init__(self, catalog: Catalog, routing: RoutingState, metrics: GatewayMetrics) -> None:
+        self.routing = routing
         self.metrics = metrics
         self.maps: dict[str, EngineBlockMap] = {}
         self._specs: list[BackendSpec] = []
@@ -40,7 +40,7 @@ class EngineEventStreams:
             if len(sizes) != 1:
                 log.warning("kv events ignored: the backend's models differ in block_size", backend=backend.id)
                 continue
-            self.maps[backend.id] = EngineBlockMap(store, backend.id, sizes.pop())
+            self.maps[backend.id] = EngineBlockMap(routing, backend.id, sizes.pop())
             self._specs.append(backend)
         self._tasks: list[asyncio.Task[None]] = []
         self._context = new_context() if self._specs else None

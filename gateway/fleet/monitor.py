@@ -33,8 +33,8 @@ from backends.client import BackendClient, BackendError, BackendRejected, Endpoi
 from gateway.fleet.cached_reports import CachedTokenReports
 from gateway.fleet.outliers import OutlierDetector
 from gateway.metrics import GatewayMetrics
-from gateway.store.base import Store
 from gateway.store.errors import StoreError
+from gateway.store.routing import RoutingState
 from policies.breaker import BreakerConfig
 
 log = structlog.get_logger("edgerun.gateway.monitor")
@@ -71,7 +71,7 @@ class BackendMonitor:
         self,
         endpoints: Iterable[Endpoint],
         client: BackendClient,
-        store: Store,
+        routing: RoutingState,
         metrics: GatewayMetrics,
         intervals: MonitorIntervals,
         kv_sink: KVEventSink | None = None,
@@ -85,7 +85,7 @@ class BackendMonitor:
             for e in endpoints
         }
         self.client = client
-        self.store = store
+        self.routing = routing
         self.metrics = metrics
         self.intervals = intervals
         self.kv_sink = kv_sink
@@ -159,7 +159,7 @@ class BackendMonitor:
                 return
             except (TypeError, ValueError):
                 return
-            await self.store.correct_inflight(state.endpoint.id, prefill, decode)
+            await self.routing.correct_inflight(state.endpoint.id, prefill, decode)
             self.metrics.backend_in_flight.labels(state.endpoint.id, "prefill").set(prefill)
             self.metrics.backend_in_flight.labels(state.endpoint.id, "decode").set(decode)
 

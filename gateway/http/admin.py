@@ -11,9 +11,9 @@ from contextlib import contextmanager
 from typing import Any
 
 from gateway.errors import GatewayError, InvalidInput
-from gateway.store.base import Store
 from gateway.store.errors import Conflict, InvalidArgument, NotFound
 from gateway.store.models import ApiKey, Tenant
+from gateway.store.tenancy import Tenancy
 
 
 class ResourceNotFound(GatewayError):
@@ -52,8 +52,8 @@ def key_json(key: ApiKey) -> dict[str, Any]:
 
 
 class AdminService:
-    def __init__(self, store: Store) -> None:
-        self.store = store
+    def __init__(self, tenancy: Tenancy) -> None:
+        self.tenancy = tenancy
 
     async def create_tenant(
         self,
@@ -66,7 +66,7 @@ class AdminService:
         max_concurrent_requests: int | None = None,
     ) -> dict[str, Any]:
         with _store_errors():
-            tenant = await self.store.create_tenant(
+            tenant = await self.tenancy.create_tenant(
                 name,
                 list(account_ids),
                 allowed_models=allowed_models,
@@ -77,7 +77,7 @@ class AdminService:
         return tenant_json(tenant)
 
     async def list_tenants(self) -> list[dict[str, Any]]:
-        return [tenant_json(t) for t in await self.store.list_tenants()]
+        return [tenant_json(t) for t in await self.tenancy.list_tenants()]
 
     async def create_key(
         self,
@@ -89,20 +89,20 @@ class AdminService:
     ) -> dict[str, Any]:
         """The new key and, under "secret", its secret: shown this once, stored only as a hash."""
         with _store_errors():
-            key, secret = await self.store.create_key(tenant_id, allowed_models=allowed_models, rpm=rpm, tpm=tpm)
+            key, secret = await self.tenancy.create_key(tenant_id, allowed_models=allowed_models, rpm=rpm, tpm=tpm)
         return {**key_json(key), "secret": secret}
 
     async def list_keys(self, tenant_id: str) -> list[dict[str, Any]]:
         with _store_errors():
-            if await self.store.get_tenant(tenant_id) is None:
+            if await self.tenancy.get_tenant(tenant_id) is None:
                 raise NotFound(f"no tenant {tenant_id!r}")
-            return [key_json(k) for k in await self.store.list_keys(tenant_id)]
+            return [key_json(k) for k in await self.tenancy.list_keys(tenant_id)]
 
     async def revoke_key(self, key_id: str) -> dict[str, Any]:
         with _store_errors():
-            if not await self.store.revoke_key(key_id):
+            if not await self.tenancy.revoke_key(key_id):
                 raise NotFound(f"no key {key_id!r}")
-            key = await self.store.get_key(key_id)
+            key = await self.tenancy.get_key(key_id)
         assert key is not None
         return key_json(key)
 

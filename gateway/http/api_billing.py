@@ -68,7 +68,7 @@ async def billing_export(request: Request) -> Response:
     out = cast(BinaryIO, tempfile.SpooledTemporaryFile(max_size=8 << 20))
     try:
         rows_out, summary_out = (out, None) if part == "rows" else (None, out)
-        await write_export(g.store, query, history, fmt, rows_out, summary_out)
+        await write_export(g.store.ledger, query, history, fmt, rows_out, summary_out)
     except InvalidArgument as exc:
         out.close()
         raise InvalidInput(str(exc), param="tenant") from exc

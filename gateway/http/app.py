@@ -33,7 +33,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.services import Services
 from gateway.settings import GatewaySettings
 from gateway.store import errors as store_errors
-from gateway.store.base import Store
+from gateway.store.factory import Store
 
 log = structlog.get_logger("edgerun.gateway.app")
 

@@ -15,8 +15,8 @@ class HttpSettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     # Gateway processes serving `port` together (`edgerun serve --workers N`, cli/workers.py), each
-    # binding it with SO_REUSEPORT. They share the store: Redis, else a store host the supervisor
-    # starts (`store_socket`), or with `sqlite_shared` the SQLite file in its shared mode.
+    # binding it with SO_REUSEPORT. They share the store: Redis, else the SQLite file in its shared
+    # mode (`sqlite_shared`, set for them).
     workers: int = Field(default=1, ge=1, le=256)
     # Set by the supervisor for each worker (0..workers-1); named in the `x-edgerun-worker` response
     # header. None: a lone gateway process.

@@ -4,9 +4,10 @@ No module here imports Starlette; they import downwards only (fleet, billing, st
 
     generation.py       one generation: auth, limits, routing, the backend stream, settled once
     embedding.py        one embedding request, the same steps without a stream
-    holds.py            what a request holds (slot, tokens, route, budget), released once by one settle
-    auth.py             API key -> tenant, account and model checks, rate limits
-    concurrency.py      per-tenant requests in flight
+    holds.py            what a request holds (its ticket, a disaggregated step's route), released once by one settle
+    ticket.py           a request's admission (slot, tpm, budget, in-flight tokens) in one store call, and its settle
+    auth.py             API key -> tenant, account and model checks, requests per minute
+    concurrency.py      per-tenant requests in flight: the limit, and the refusal
     tokenization.py     chat template + tokenizer per model, fetched once and cached
     chat_template.py    a model's Jinja chat template, rendered in a sandbox
     offload.py          CPU-heavy request work (large bodies, templates, tokenizing) off the event loop

@@ -3,8 +3,9 @@
 `Embedder.embed` bounds the input first: its tokens are counted as an upper bound (a WordPiece
 token covers at least one UTF-8 byte, and [CLS] and [SEP] are added: bytes + 2 per text), and a
 request over `max_input_tokens` (`embedding_max_input_tokens`) is refused with 413 before it
-costs anything. Then it takes one of the tenant's concurrency slots, admits that bound against the
-key's tokens-per-minute, reserves it against the budget, and sends the texts to the first healthy
+costs anything. Then it admits the request in one store call (gateway/pipeline/ticket.py): one of
+the tenant's concurrency slots, that bound against the key's tokens-per-minute and against the
+budget; and it sends the texts to the first healthy
 backend serving the model (`POST /v1/embeddings`, with the tenant's cache salt as `user`, which
 our embedding backends queue and share their passes by), trying the next one when a backend
 cannot be reached or its queue is full (all full: 429 / 3040).
@@ -39,11 +40,10 @@ from gateway.context import RequestContext
 from gateway.errors import RequestTooLarge
 from gateway.fleet.catalog import Catalog
 from gateway.fleet.monitor import BackendMonitor
-from gateway.pipeline.auth import Authenticator
-from gateway.pipeline.concurrency import TenantSlots
-from gateway.pipeline.generation import backend_error_to_gateway, ledger_record, reconcile_tokens
+from gateway.pipeline.generation import backend_error_to_gateway, settle_ticket
 from gateway.pipeline.holds import Holds, Outcome
 from gateway.pipeline.tenant_salt import TenantSalts
+from gateway.pipeline.ticket import Admitter
 from gateway.store.models import UsageStatus
 
 log = structlog.get_logger("edgerun.gateway.embedding")
@@ -79,20 +79,18 @@ class Embedder:
     def __init__(
         self,
         catalog: Catalog,
-        auth: Authenticator,
+        admitter: Admitter,
         metering: Metering,
         monitor: BackendMonitor,
         client: BackendClient,
-        slots: TenantSlots,
         salts: TenantSalts,
         max_input_tokens: int,
     ) -> None:
         self.catalog = catalog
-        self.auth = auth
+        self.admitter = admitter
         self.metering = metering
         self.monitor = monitor
         self.client = client
-        self.slots = slots
         self.salts = salts
         self.max_input_tokens = max_input_tokens
 
@@ -103,9 +101,6 @@ class Embedder:
         asked: list[Endpoint] = []  # the backends sent the request, in order
         outcome: Outcome | None = None
         try:
-            slot = await self.slots.acquire(ctx.principal.tenant, ctx.request_id)
-            if slot is not None:
-                holds.push("concurrency", lambda _: slot.release())
             embedded, outcome = await self._embed(ctx, texts, estimate, holds, asked)
             return embedded
         except BackendError as exc:
@@ -118,11 +113,9 @@ class Embedder:
         self, ctx: RequestContext, texts: tuple[str, ...], estimate: int, holds: Holds, asked: list[Endpoint]
     ) -> tuple[Embedded, Outcome]:
         model = ctx.model
-        await self.auth.admit_tokens(ctx.principal, estimate)
-        holds.push("tokens", reconcile_tokens(self.auth, ctx.principal, estimate))
         metered = MeteredRequest(ctx, prompt_tokens=estimate)
-        await self.metering.reserve(metered, 0)
-        holds.push("budget", ledger_record(self.metering, metered), final=True)  # the ledger record: written last
+        ticket = await self.admitter.admit(metered, estimate, 0)
+        holds.push("ticket", settle_ticket(self.metering, metered, ticket), final=True)  # the ledger record: last
         user = await self.salts.salt(ctx.tenant_id)  # the backend's queue shares its passes by tenant
         body = {"model": model.backend_model, "input": list(texts), "encoding_format": "float", "user": user}
         failures: list[BackendError] = []

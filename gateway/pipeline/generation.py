@@ -1,22 +1,22 @@
 """One text generation, from parsed input to a backend stream, with its accounting settled once.
 
-`Generator.start` runs the request path in order: take one of the tenant's concurrency slots
-(`gateway.pipeline.concurrency`), wait for a place in the setup gate (`gateway.pipeline.setup_gate`),
-tokenize once (chat template + tokenizer; large prompts on the offload pool), check the context
-length, admit against the key's tokens-per-minute limit (its request was counted against
-requests-per-minute on arrival, before the body was read), reserve budget, route, leave the gate,
-and open the
-backend stream with failover before the first byte. Anything that fails before the stream opens
-undoes what was counted and raises a `GatewayError`, so the client gets a proper status. A request
+`Generator.start` runs the request path in order: wait for a place in the setup gate
+(`gateway.pipeline.setup_gate`), tokenize once (chat template + tokenizer; large prompts on the
+offload pool), check the context length, route (one store read), admit (one store call: a
+concurrency slot, the key's tokens-per-minute, the budget reservation and the tokens in flight on
+the chosen backend, gateway/pipeline/ticket.py; its request was counted against requests-per-minute
+on arrival, before the body was read), leave the gate, and open the backend stream with failover
+before the first byte. Anything that fails before the stream opens gives back what was taken and
+raises a `GatewayError`, so the client gets a proper status. A request
 with `options.rejectIfBusy` waits for nothing: where it would wait (a place in the gate, a backend's
 queue) it is answered 429 / 3040 at once (`gateway.errors.busy`).
 
 The returned `Generation` yields text deltas as the backend sends them, a list per read of the
 backend's stream (the deltas that arrived together go on together). However it ends -
 completed, cancelled because the client went away (the backend request is closed at once, so
-the backend aborts it), or broken mid-stream - its `finally` releases the in-flight tokens,
-reconciles the key's token count and writes exactly one usage record: a cancelled stream is
-billed for the tokens generated so far, its cached prompt tokens at the cached rate (the backend
+the backend aborts it), or broken mid-stream - its `finally` settles the request in one store call: the slot and the in-flight
+tokens given back, the key's token count reconciled, the budget settled and exactly one usage
+record written: a cancelled stream is billed for the tokens generated so far, its cached prompt tokens at the cached rate (the backend
 client asks for the usage so far on every chunk: `continuous_usage_stats`).
 """
 
@@ -25,6 +25,7 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 
 import structlog
 
@@ -41,7 +42,7 @@ from backends.client import (
 )
 from contracts.usage import Usage
 from gateway.billing.metering import MeteredRequest, Metering
-from gateway.context import Principal, RequestContext
+from gateway.context import RequestContext
 from gateway.errors import (
     ConcurrencyLimited,
     GatewayError,
@@ -55,15 +56,15 @@ from gateway.fleet.catalog import Catalog, ModelSpec
 from gateway.fleet.monitor import BackendMonitor
 from gateway.fleet.outliers import is_connection_failure
 from gateway.metrics import GatewayMetrics
-from gateway.pipeline.auth import Authenticator
-from gateway.pipeline.concurrency import TenantSlots
 from gateway.pipeline.disagg import Attempt, Disaggregator, Pools
 from gateway.pipeline.holds import Holds, Outcome, Release, run_to_end
 from gateway.pipeline.offload import Offload
 from gateway.pipeline.routing import Flight, Router
 from gateway.pipeline.schemas import GenerationInput
 from gateway.pipeline.setup_gate import Place, SetupGate
+from gateway.pipeline.ticket import Admitter, Ticket
 from gateway.pipeline.tokenization import ModelTokenizer, TokenizerRegistry
+from gateway.store.admission import Inflight
 from gateway.store.errors import StoreUnavailable
 from gateway.store.models import UsageStatus
 
@@ -271,13 +272,12 @@ class Generator:
         self,
         catalog: Catalog,
         tokenizers: TokenizerRegistry,
-        auth: Authenticator,
         metering: Metering,
         router: Router,
         monitor: BackendMonitor,
         client: BackendClient,
         metrics: GatewayMetrics,
-        slots: TenantSlots,
+        admitter: Admitter,
         disagg: Disaggregator,
         offload: Offload | None = None,
         setup: SetupGate | None = None,
@@ -285,13 +285,12 @@ class Generator:
     ) -> None:
         self.catalog = catalog
         self.tokenizers = tokenizers
-        self.auth = auth
         self.metering = metering
         self.router = router
         self.monitor = monitor
         self.client = client
         self.metrics = metrics
-        self.slots = slots
+        self.admitter = admitter
         self.disagg = disagg
         self.offload = offload  # large prompts are templated and tokenized there, off the event loop
         self.setup = setup or SetupGate(32)  # requests in their CPU-bound setup at once (setup_gate.py)
@@ -301,20 +300,12 @@ class Generator:
         return await self.tokenizers.get(model, lambda: self.monitor.healthy_first(self.catalog.endpoints(model.id)))
 
     async def start(self, ctx: RequestContext, inp: GenerationInput) -> Generation:
-        """Admit the request within its tenant's concurrency (429 at once when full), then open its
-        stream. With `options.rejectIfBusy` nothing waits for capacity: a full tenant, setup gate or
-        backend connection cap, or every backend's running batch full, answers `busy()` at once.
-        Each hold is pushed onto `Holds` as it is taken; the generation settles them once it is
-        over, and a request that never opens settles what it took here."""
+        """Admit the request (429 when its tenant's slots, its key's tokens or its budget are used up),
+        then open its stream. With `options.rejectIfBusy` nothing waits for capacity: a full tenant,
+        setup gate or backend connection cap, or every backend's running batch full, answers `busy()`
+        at once. Each hold is pushed onto `Holds` as it is taken; the generation settles them once it
+        is over, and a request that never opens settles what it took here."""
         holds = Holds(ctx.request_id)
-        try:
-            slot = await self.slots.acquire(ctx.principal.tenant, ctx.request_id)
-        except ConcurrencyLimited as exc:
-            if inp.reject_if_busy:
-                raise busy(exc.retry_after_s) from exc
-            raise
-        if slot is not None:
-            holds.push("concurrency", lambda _: slot.release())
         holds.push("trial", self._end_trials(ctx.request_id))
         try:
             async with self.setup.enter(may_wait=not inp.reject_if_busy) as place:
@@ -337,8 +328,6 @@ class Generator:
                 param="max_tokens",
             )
         estimate = len(prompt_ids) + max_tokens
-        await self.auth.admit_tokens(ctx.principal, estimate)  # the request itself was counted on arrival
-        holds.push("tokens", reconcile_tokens(self.auth, ctx.principal, estimate))
         metered = MeteredRequest(ctx, prompt_tokens=len(prompt_ids))
         attempt = Attempt(reject_if_busy=inp.reject_if_busy)
         endpoints = self.catalog.endpoints(model.id)
@@ -346,9 +335,21 @@ class Generator:
         async def route(pool: list[Endpoint], num_output_tokens: int) -> Flight:
             return await self.router.route(ctx, pool, prompt_ids, num_output_tokens)
 
-        holds.push("budget", ledger_record(self.metering, metered), final=True)  # the ledger record: written last
+        pools = Pools.of(endpoints)
+        flight: Flight | None = None
+        if pools is None:  # the request's tokens in flight are counted with its admission
+            flight = await self.router.route(ctx, endpoints, prompt_ids, max_tokens, count=False)
+        try:  # the request itself was counted on arrival
+            ticket = await self.admitter.admit(metered, estimate, max_tokens, None if flight is None else flight.inflight)
+        except BaseException as exc:
+            if flight is not None:  # routed, never counted: the policy forgets it
+                await self.router.finish(flight, success=False)
+            if isinstance(exc, ConcurrencyLimited) and inp.reject_if_busy:
+                raise busy(exc.retry_after_s) from exc
+            raise
+        finish = None if flight is None else partial(self._finish_counted, flight)
+        holds.push("ticket", settle_ticket(self.metering, metered, ticket, finish), final=True)  # the record: last
         try:
-            await self.metering.reserve(metered, max_tokens)
             cache_salt = await self.router.salts.salt(ctx.tenant_id)
             body = {
                 "model": model.backend_model,
@@ -361,9 +362,7 @@ class Generator:
                 body["return_token_ids"] = True
             if inp.backend_response_format is not None:  # JSON mode or tool calls: the backend's grammar
                 body["response_format"] = inp.backend_response_format
-            pools = Pools.of(endpoints)
-            if pools is None:
-                flight = await route(endpoints, max_tokens)
+            if flight is not None:
                 attempt.flights.append(flight)
                 place.leave()  # the setup is done: waiting for the backend holds no place
                 endpoint, chunks = await self.client.stream_with_failover(
@@ -372,12 +371,14 @@ class Generator:
                     reject_if_busy=inp.reject_if_busy,
                 )
             else:
+                assert pools is not None
                 place.leave()
                 opened = await self.disagg.open(ctx, attempt, route, pools, body, max_tokens)
                 flight, endpoint, chunks = opened.flight, opened.endpoint, opened.chunks
         except BaseException as exc:
-            for tried in attempt.flights:
-                holds.push("route", self._finish_flight(tried))
+            if pools is not None:  # each disaggregated step's flight was counted by its route
+                for tried in attempt.flights:
+                    holds.push("route", self._finish_flight(tried))
             await holds.settle(_failure(exc, metered, attempt.flights))
             if isinstance(exc, BackendError):
                 log.warning("no backend answered", error=exc.message, request_id=ctx.request_id)
@@ -389,7 +390,8 @@ class Generator:
         for other in attempt.flights:  # a disaggregated request's other step is over
             if other is not flight:
                 await self.router.finished(other, success=True)
-        holds.push("route", self._finish_flight(flight))
+        if pools is not None:  # counted by its route: released by its own hold
+            holds.push("route", self._finish_flight(flight))
         watch = StreamWatch(self.metrics, self.monitor, self.may_count_first_token, self.deadline_s)
         generation = Generation(metered, flight, endpoint, chunks, tokenizer, max_tokens, holds, watch)
         try:
@@ -419,6 +421,9 @@ class Generator:
 
         return release
 
+    async def _finish_counted(self, flight: Flight, success: bool) -> Inflight | None:
+        return await self.router.finish(flight, success=success)
+
     def _finish_flight(self, flight: Flight) -> Release:
         async def release(outcome: Outcome) -> None:
             await self.router.finished(flight, success=outcome.status == "ok")
@@ -426,22 +431,26 @@ class Generator:
         return release
 
 
-def reconcile_tokens(auth: Authenticator, principal: Principal, estimate: int) -> Release:
-    async def release(outcome: Outcome) -> None:  # what was admitted vs what the backend used
-        await auth.reconcile(principal, estimate, outcome.usage.total_tokens if outcome.streamed else 0)
-
-    return release
+FinishFlight = Callable[[bool], Awaitable[Inflight | None]]  # (success) -> the tokens its flight still counts
 
 
-def ledger_record(metering: Metering, metered: MeteredRequest) -> Release:
+def settle_ticket(metering: Metering, metered: MeteredRequest, ticket: Ticket, finish: FinishFlight | None = None
+                  ) -> Release:
+    """The request's one settle: everything its ticket holds (with its flight's tokens still in flight,
+    `finish`, when its admission counted them) given back, and its ledger record written, in one store
+    call. A request that never reached a backend gives everything back without a record; one a
+    backend refused or failed on before its first byte is recorded at no cost (`billing.rules`)."""
+
     async def release(outcome: Outcome) -> None:
-        """The ledger record; a request that never reached a backend just gives its reservation back.
-        One a backend refused or failed on before its first byte is recorded at no cost (`billing.rules`)."""
+        left = None if finish is None else await finish(outcome.status == "ok")
+        tokens_used = outcome.usage.total_tokens if outcome.streamed else 0  # what the backend used vs the estimate
+        given_back = ticket.release(tokens_used, left)
         if outcome.backend_id is None:
-            await metering.release(metered)
+            await metering.release(metered, given_back)
         else:
             await metering.settle(
-                metered, outcome.usage, status=outcome.status, backend_id=outcome.backend_id, region=outcome.region
+                metered, outcome.usage, status=outcome.status, backend_id=outcome.backend_id, region=outcome.region,
+                release=given_back,
             )
 
     return release

@@ -2,10 +2,11 @@
 `settle` releases all of them exactly once, on every path (answered, client gone, backend
 failed before or after its first byte, failed over, refused during set-up).
 
-Holds are released in the order they were taken, except the `final` ones (the ledger record),
-which come last: whoever sees a request's record sees every other hold already released. A
-release that fails is logged and does not stop the others (a store outage must not leak a
-tenant's concurrency slot).
+Holds are released in the order they were taken, except the `final` ones (the request's ticket,
+given back in one store call with its ledger record: gateway/pipeline/ticket.py), which come last:
+whoever sees a request's record sees every other hold already released. A release that fails is
+logged and does not stop the others (a store outage leaves the slot and in-flight tokens to their
+lease, and the record to the spool).
 
 Settling runs to its end even when the task awaiting it is cancelled (`run_to_end`): a client
 that leaves, uvicorn cutting a request at shutdown, or `collect_or_cancel` all cancel with

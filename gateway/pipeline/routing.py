@@ -1,18 +1,21 @@
 """Routing: a prompt's tokens -> an ordered list of backends to try, and the bookkeeping around it.
 
 `Router.route` hashes the prompt into blocks salted with the tenant's cache salt
-(`gateway.pipeline.tenant_salt`, the same salt the backend gets as `cache_salt`; `policies.prefix`), asks the store
-which backends hold how many of those blocks, what is in flight to each and where the session
-went last, builds one `policies.base.Candidate` per backend serving the model, picks the region
-(`policies.regions`: own first, then by distance, unhealthy skipped) and lets the configured
-policy choose. The rest of that region (in the policy's order), then the other regions, follow
-as failover targets. Choosing counts the request's tokens in flight to the chosen backend at
-once, so concurrent requests on any replica see them.
+(`gateway.pipeline.tenant_salt`, the same salt the backend gets as `cache_salt`; `policies.prefix`), asks the
+store's routing state (one call) which backends hold how many of those blocks, what is in flight
+to each and where the session went last, builds one `policies.base.Candidate` per backend serving
+the model, picks the region (`policies.regions`: own first, then by distance, unhealthy skipped)
+and lets the configured policy choose. The rest of that region (in the policy's order), then the
+other regions, follow as failover targets. The request's tokens are counted in flight to the
+chosen backend at once, so concurrent requests on any replica see them: by the request's admission
+(`Flight.inflight`, gateway/pipeline/ticket.py), or here (`count=True`, the disaggregated flow's
+steps).
 
 `Flight` then tracks the request through its life: `started` (the backend that answered, which
-may differ after failover: counts move, the session is pinned and the prefix recorded there),
-`first_token` (its prefill is done: those tokens leave the count) and `finished` (the rest
-leaves). Each step is idempotent, so the counts are released exactly once.
+may differ after failover: counts move, the session is pinned and the prefix recorded there, one
+call), `first_token` (its prefill is done: those tokens leave the count) and `finished` (the rest
+leaves; `finish` hands what is left to the request's settle instead). Each step is idempotent, so
+the counts are released exactly once.
 
 Every decision is explainable: a debug log line "routing decision" lists each candidate's cached
 tokens, load and the policy's score (`Policy.score_of`, lower wins; None for policies without
@@ -25,9 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable
 from dataclasses import dataclass, field
-from typing import Any
 
 import structlog
 
@@ -37,7 +38,8 @@ from gateway.errors import OutOfCapacity
 from gateway.fleet.monitor import BackendMonitor
 from gateway.metrics import GatewayMetrics
 from gateway.pipeline.tenant_salt import TenantSalts
-from gateway.store.base import Store
+from gateway.store.admission import Inflight
+from gateway.store.routing import RoutingState
 from policies.base import Candidate, Policy, RouteInfo
 from policies.prefix import block_hashes
 from policies.regions import RegionPreference, choose_region
@@ -81,6 +83,11 @@ class Flight:
         return self.endpoints[0]
 
     @property
+    def inflight(self) -> Inflight:
+        """The tokens counted on the backend now."""
+        return Inflight(self.backend_id, self.prefill_tokens, self.decode_tokens)
+
+    @property
     def hashes(self) -> list[int]:
         """The prompt's tenant-salted block chain (the one the backend's KV events report)."""
         return list(self.info.block_hashes)
@@ -89,7 +96,7 @@ class Flight:
 class Router:
     def __init__(
         self,
-        store: Store,
+        routing: RoutingState,
         policy: Policy,
         regions: RegionPreference,
         monitor: BackendMonitor,
@@ -97,42 +104,34 @@ class Router:
         salts: TenantSalts,
     ) -> None:
         self.salts = salts
-        self.store = store
+        self.routing = routing
         self.policy = policy
         self.regions = regions
         self.monitor = monitor
         self.metrics = metrics
 
     async def route(
-        self, ctx: RequestContext, endpoints: list[Endpoint], prompt_ids: list[int], max_tokens: int
+        self, ctx: RequestContext, endpoints: list[Endpoint], prompt_ids: list[int], max_tokens: int,
+        *, count: bool = True,
     ) -> Flight:
-        """Choose backends for one request (among `endpoints`, e.g. one disaggregated pool) and count
-        its `max_tokens` and prompt tokens in flight on the first choice."""
+        """Choose backends for one request (among `endpoints`, e.g. one disaggregated pool); `count`: count
+        its `max_tokens` and prompt tokens in flight on the first choice now (else its admission does)."""
         tenant_id, session_id, model = ctx.tenant_id, ctx.session_id, ctx.model
         cache_salt = await self.salts.salt(tenant_id)
         hashes = block_hashes(prompt_ids, model.block_size, cache_salt)
-        # The lookups are independent: on Redis they run concurrently (one round trip of latency).
-        lookups: list[Awaitable[Any]] = [self.store.loads()]
-        if hashes:
-            lookups.append(self.store.match_prefix(hashes))
-        if session_id:
-            lookups.append(self.store.get_session(tenant_id, session_id))
-        found = await self._gather(lookups)
-        loads: dict[str, tuple[int, int]] = found[0]
-        matched: dict[str, int] = found[1] if hashes else {}
-        previous: str | None = found[-1] if session_id else None
+        view = await self.routing.lookup(hashes, tenant_id, session_id)
         candidates = [
             Candidate(
                 id=e.id,
                 region=e.region,
                 healthy=self.monitor.is_healthy(e.id),
-                in_flight_prefill_tokens=loads.get(e.id, (0, 0))[0],
-                in_flight_decode_tokens=loads.get(e.id, (0, 0))[1],
-                cached_prefix_tokens=min(len(prompt_ids), matched.get(e.id, 0) * model.block_size),
+                in_flight_prefill_tokens=view.loads.get(e.id, (0, 0))[0],
+                in_flight_decode_tokens=view.loads.get(e.id, (0, 0))[1],
+                cached_prefix_tokens=min(len(prompt_ids), view.matched.get(e.id, 0) * model.block_size),
             )
             for e in endpoints
         ]
-        info = route_info(ctx, hashes, len(prompt_ids), max_tokens, previous)
+        info = route_info(ctx, hashes, len(prompt_ids), max_tokens, view.previous_backend_id)
         ordered = self.order(candidates, info)
         if not ordered:  # every backend down or ejected: say when the first ejection runs out
             wait = self.monitor.outliers.retry_after_s(e.id for e in endpoints)
@@ -143,8 +142,6 @@ class Router:
         by_id = {e.id: e for e in endpoints}
         first = ordered[0]
         prefill = len(prompt_ids) - first.cached_prefix_tokens
-        await self.store.add_inflight(first.id, prefill, max_tokens)
-        self.metrics.routing_decisions.labels(self.policy.name, first.id).inc()
         flight = Flight(
             ctx=ctx,
             info=info,
@@ -156,16 +153,12 @@ class Router:
             prefill_tokens=prefill,
             decode_tokens=max_tokens,
         )
+        if count:
+            await self.routing.add_inflight(flight.inflight)
+        self.metrics.routing_decisions.labels(self.policy.name, first.id).inc()
         if log.is_enabled_for(logging.DEBUG):
             log.debug("routing decision", request_id=ctx.request_id, policy=self.policy.name, explanation=flight.explanation)
         return flight
-
-    async def _gather(self, awaitables: list[Awaitable[Any]]) -> list[Any]:
-        """asyncio.gather when the store waits on the network (Redis: one round trip of latency for
-        all); one by one, without a task each, when it answers from memory or there is one."""
-        if len(awaitables) > 1 and not self.store.answers_in_memory:
-            return list(await asyncio.gather(*awaitables))
-        return [await a for a in awaitables]
 
     def order(self, candidates: list[Candidate], info: RouteInfo) -> list[Candidate]:
         """Healthy candidates in try order: the policy's pick in the preferred region first, then the
@@ -185,21 +178,20 @@ class Router:
         return [pick, *rest]
 
     async def started(self, flight: Flight, endpoint: Endpoint) -> None:
-        """The backend `endpoint` sent its first chunk: pin the session and record the prefix there."""
+        """The backend `endpoint` sent its first chunk: pin the session and record the prefix there (and
+        move the counts there after a failover), in one call."""
         async with flight._lock:
             if flight.started:
                 return
             flight.started = True
+            moved = None
             if endpoint.id != flight.backend_id:  # failover: move the counts
                 self.metrics.failovers.labels(endpoint.id).inc()
-                await self.store.release_inflight(flight.backend_id, flight.prefill_tokens, flight.decode_tokens)
+                moved = flight.inflight if flight.prefill_tokens or flight.decode_tokens else None
                 flight.backend_id = endpoint.id
-                await self.store.add_inflight(endpoint.id, flight.prefill_tokens, flight.decode_tokens)
-        writes: list[Awaitable[Any]] = [self.store.record_prefix(endpoint.id, flight.hashes)] if flight.hashes else []
-        ctx = flight.ctx
-        if ctx.session_id:
-            writes.append(self.store.set_session(ctx.tenant_id, ctx.session_id, endpoint.id))
-        await self._gather(writes)
+            ctx = flight.ctx
+            if moved is not None or flight.hashes or ctx.session_id:
+                await self.routing.started(endpoint.id, flight.hashes, ctx.tenant_id, ctx.session_id, moved)
 
     async def first_token(self, flight: Flight) -> None:
         """Prefill is over: its tokens leave the backend's in-flight count."""
@@ -207,18 +199,25 @@ class Router:
             if flight.finished or flight.prefill_tokens == 0:
                 return
             prefill, flight.prefill_tokens = flight.prefill_tokens, 0
-            await self.store.release_inflight(flight.backend_id, prefill, 0)
+            await self.routing.release_inflight(Inflight(flight.backend_id, prefill, 0))
 
     async def finished(self, flight: Flight, *, success: bool) -> None:
         """The request is over (done, cancelled or failed): release what is still counted."""
+        left = await self.finish(flight, success=success)
+        if left is not None:
+            await self.routing.release_inflight(left)
+
+    async def finish(self, flight: Flight, *, success: bool) -> Inflight | None:
+        """The request is over: what is still counted, for the caller to release (None: nothing, or
+        finished already)."""
         async with flight._lock:
             if flight.finished:
-                return
+                return None
             flight.finished = True
-            prefill, decode = flight.prefill_tokens, flight.decode_tokens
+            left = flight.inflight if flight.prefill_tokens or flight.decode_tokens else None
             flight.prefill_tokens = flight.decode_tokens = 0
-            await self.store.release_inflight(flight.backend_id, prefill, decode)
         self.policy.on_complete(flight.backend_id, flight.info, success=success)
+        return left
 
 
 def route_info(

@@ -1,7 +1,7 @@
 """A bound on how many requests do their CPU-bound setup at once.
 
 Setting a request up (chat template, tokenizing, limit and budget checks, routing) is CPU work
-with no real wait in it (the embedded store answers without suspending), so a burst of requests
+with no real wait in it (the local store answers without suspending), so a burst of requests
 that arrive together would otherwise each run its whole setup in one turn of the event loop. A
 burst of 3,000 made one turn last seconds; timers armed in it (the backend connect timeout,
 2 s) then expired in the next turn, before the connections that had long been made were seen:

@@ -7,7 +7,7 @@ roots its own prefix chain (`policies.prefix`) in the same derived salt, so the 
 backends report in their KV events match the gateway's prefix index.
 
 The secret is `settings.cache_salt_secret` when set; otherwise one is generated on first use and
-kept in the shared store (`Store.get_or_create_secret`), so every replica and every restart agrees
+kept in the shared store (`Tenancy.get_or_create_secret`), so every replica and every restart agrees
 without configuration. It is loaded lazily (a store that is down at start-up only delays it) and
 never logged. Changing it moves every tenant to fresh salts: cached prefixes stop matching once,
 nothing else changes (SECURITY.md, rotation).
@@ -19,7 +19,7 @@ import asyncio
 import hmac
 import secrets
 
-from gateway.store.base import Store
+from gateway.store.tenancy import Tenancy
 
 SECRET_NAME = "cache-salt"
 
@@ -32,8 +32,8 @@ def derive_cache_salt(secret: bytes, tenant_id: str) -> str:
 class TenantSalts:
     """tenant id -> the `cache_salt` sent to backends and used to salt the prefix chain."""
 
-    def __init__(self, store: Store, configured: str | None = None) -> None:
-        self._store = store
+    def __init__(self, tenancy: Tenancy, configured: str | None = None) -> None:
+        self._tenancy = tenancy
         self._secret: bytes | None = configured.encode() if configured else None
         self._lock = asyncio.Lock()
         self._salts: dict[str, str] = {}  # derived once per tenant: the secret does not change in a process
@@ -48,7 +48,7 @@ class TenantSalts:
     async def _load(self) -> bytes:
         async with self._lock:
             if self._secret is None:
-                value = await self._store.get_or_create_secret(SECRET_NAME, secrets.token_hex(32))
+                value = await self._tenancy.get_or_create_secret(SECRET_NAME, secrets.token_hex(32))
                 self._secret = value.encode()
             return self._secret
 

@@ -1,50 +1,61 @@
-"""The gateway's shared state: tenants, keys, limits, budgets, sessions, prefix index, in-flight counts, ledger.
+"""The gateway's shared state, one small contract per concern, each with a local and a Redis backend.
 
-`open_store(settings)` returns a `Store` (see `base.py` for the contract); the data types are in
-`models.py` and the errors in `errors.py`.
+    tenancy.py    Tenancy: tenants, API keys (as hashes), revocation, server-side secrets
+    admission.py  Admission: rate windows, budgets, concurrency slots; a request's one admit and one settle
+    routing.py    RoutingState: sessions, the prefix index, in-flight tokens per backend
+    ledger.py     Ledger: usage records (exactly once per request id), ranges, hourly sums
+    factory.py    open_store(settings) -> Store (the four, from one backend)
+    local/        one machine: memory plus the SQLite file (and the file's shared mode for several processes)
+    redis/        several replicas on one Redis
+    models.py     the plain data the concerns keep (Tenant, ApiKey, UsageRecord, decisions)
+    errors.py     what the store raises (everything else is converted at its edge)
+    checks.py     argument checks shared by the backends, so both refuse the same inputs alike
+    limits.py     glue to `policies.limits` (sliding-window arithmetic)
+    lease.py      replica ids and the lease-renewal task
+    apikeys.py    API key secrets and their hashes
+    settings.py   the `[store]` settings section
 
-    base.py            the contract every gateway module codes against
-    models.py          what the store keeps: plain dataclasses
-    errors.py          the store's errors (sqlite3 and redis converted at its edge)
-    settings.py        the `[store]` section
-    factory.py         the store the settings ask for
-    checks.py          argument checks both stores share
-    apikeys.py         API key secrets, stored only as SHA-256 hashes
-    limits.py          glue to `policies.limits`
-    lease.py           a store's lease-renewal loop
-    embedded.py        one gateway process, no server (the default)
-    memory.py          the embedded store's in-memory tables
-    sqlite_db.py       its SQLite file: what survives a restart
-    serial_worker.py   one thread running its blocking SQLite calls in order
-    embedded_shared.py the embedded store shared by several processes on one machine
-    sqlite_shared.py   the counters they share through one SQLite file
-    host/              the store host: one process keeping the store for a machine's gateway workers
-    redis_store.py     several gateway replicas (`EDGERUN_REDIS_URL`)
-    redis_codec.py     its key names and hash encodings
-    redis_scripts.py   its Lua scripts, one per check-and-change
-    redis_pool.py      its bounded connection pool
-    redis_ledger.py    its ledger stream, time indexes and retention
-    redis_undo.py      taking back budget reservations whose outcome was never learnt
-    archive.py         the durable SQLite archive of its ledger
+A streamed request makes at most seven calls, each one round trip on Redis: `tenancy.authenticate`,
+`admission.check_and_consume` (requests per minute, on arrival), `routing.lookup`,
+`admission.admit`, `routing.started`, `routing.release_inflight` (its first token) and
+`admission.settle` (which appends its ledger record). Rules that hold for every backend:
+- every check-and-change is atomic across all replicas sharing the store (N replicas never allow
+  N x a limit or a budget);
+- every collection is bounded (size cap, TTL or both) except the ledger, which is the record of
+  money and is only ever appended to (Redis moves old records to a durable archive rather than
+  deleting them);
+- bad arguments raise `InvalidArgument` (a ValueError) naming the argument; an unreachable Redis
+  (or an unwritable SQLite file) raises `StoreUnavailable`; nothing else escapes.
 """
 
 from __future__ import annotations
 
-from gateway.store.base import Store
+from gateway.store.admission import Admission, Admitted, Claim, Inflight, Release
 from gateway.store.errors import Conflict, InvalidArgument, NotFound, StoreError, StoreUnavailable, TokensOverLimit
-from gateway.store.factory import open_store
-from gateway.store.models import ApiKey, BudgetDecision, LimitDecision, Tenant, UsageRecord
+from gateway.store.factory import Store, open_store
+from gateway.store.ledger import Ledger
+from gateway.store.models import ApiKey, LimitDecision, Tenant, UsageRecord
+from gateway.store.routing import RouteView, RoutingState
+from gateway.store.tenancy import Tenancy
 
 __all__ = [
+    "Admission",
+    "Admitted",
     "ApiKey",
-    "BudgetDecision",
+    "Claim",
     "Conflict",
+    "Inflight",
     "InvalidArgument",
+    "Ledger",
     "LimitDecision",
     "NotFound",
+    "Release",
+    "RouteView",
+    "RoutingState",
     "Store",
     "StoreError",
     "StoreUnavailable",
+    "Tenancy",
     "Tenant",
     "TokensOverLimit",
     "UsageRecord",

@@ -69,24 +69,8 @@ def check_models(value: Iterable[str] | None) -> frozenset[str] | None:
     return frozenset(value)
 
 
-def check_reservation(tenant_id: str, month: str, amount_micro: int, budget_micro: int | None) -> None:
-    """The arguments of `Store.reserve_budget`."""
-    check_id("tenant id", tenant_id)
-    check_month(month)
-    check_count("amount_micro", amount_micro)
-    check_count("budget_micro", budget_micro, allow_none=True)
-
-
-def check_settlement(tenant_id: str, month: str, reserved_micro: int, actual_micro: int) -> None:
-    """The arguments of `Store.settle_budget`."""
-    check_id("tenant id", tenant_id)
-    check_month(month)
-    check_count("reserved_micro", reserved_micro)
-    check_count("actual_micro", actual_micro)
-
-
 def check_tokens(backend_id: str, prefill_tokens: int, decode_tokens: int) -> None:
-    """The arguments of the in-flight token calls (`Store.add_inflight` and the others)."""
+    """In-flight tokens on a backend (`admission.Inflight`, `RoutingState.correct_inflight`)."""
     check_text("backend id", backend_id)
     check_count("prefill_tokens", prefill_tokens)
     check_count("decode_tokens", decode_tokens)

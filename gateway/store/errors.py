@@ -5,7 +5,7 @@
     │   └── TokensOverLimit                the request alone needs more than the key's tpm -> 413
     ├── Conflict                           tenant id or account id already taken -> 409
     ├── NotFound                           the tenant or key named does not exist -> 404
-    └── StoreUnavailable                   Redis or the store host unreachable or timing out -> 503
+    └── StoreUnavailable                   Redis unreachable or timing out, the SQLite file unwritable -> 503
         └── StoreFull                      Redis refuses writes: maxmemory reached (OOM) -> 503
 """
 
@@ -41,7 +41,7 @@ class NotFound(StoreError):
 
 
 class StoreUnavailable(StoreError):
-    """The shared store (Redis, or the store host) cannot be reached; the request may be retried later."""
+    """The shared store (Redis, or the SQLite file) cannot be reached; the request may be retried later."""
 
 
 class StoreFull(StoreUnavailable):

@@ -1,35 +1,50 @@
-"""Build the store the settings ask for."""
+"""`open_store`: one backend for each concern of the store, chosen from the settings.
+
+Redis when `settings.redis_url` is set (several replicas, on one machine or many); else the local
+store on `settings.sqlite_path`: memory plus the SQLite file for one process, the file's shared
+tables for several (`sqlite_shared`, which `serve --workers N` sets for its workers).
+"""
 
 from __future__ import annotations
 
-from gateway.store.base import Store
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from gateway.store.admission import Admission
+from gateway.store.ledger import Ledger, Savings, no_savings
+from gateway.store.routing import RoutingState
 from gateway.store.settings import StoreSettings
+from gateway.store.tenancy import Tenancy
 
 
-def open_store(settings: StoreSettings) -> Store:
-    """The first that applies:
-    - `RedisStore` when `settings.redis_url` is set;
-    - `HostedStore` when `settings.store_socket` is set: calls go to the store host on this machine
-      (gateway/store/host/), which keeps one `EmbeddedStore` for all the workers;
-    - on `settings.sqlite_path`, `SharedEmbeddedStore` when several processes serve from the file
-      (`sqlite_shared`: chosen, or a `--workers` worker given no host), `EmbeddedStore` otherwise.
+@dataclass(frozen=True, slots=True)
+class Store:
+    """The gateway's shared state, one part per concern (each part's module says what it keeps)."""
 
-    Call it inside the app's lifespan and `await store.aclose()` when it ends. Redis and the store
-    host are connected on first use, so a wrong URL or socket shows up as StoreUnavailable on the
-    first call.
+    tenancy: Tenancy
+    admission: Admission
+    routing: RoutingState
+    ledger: Ledger
+    _close: Callable[[], Awaitable[None]]
+
+    async def aclose(self) -> None:
+        """Release connections, files and background tasks (what was queued is written first); this
+        replica's slots and in-flight counts are dropped."""
+        await self._close()
+
+
+def open_store(settings: StoreSettings, savings: Savings = no_savings) -> Store:
+    """The store the settings ask for. `savings` prices what a ledger record's cached tokens saved,
+    for the ledger's hourly sums (gateway/billing/savings.py); a process that writes no records
+    (the CLI's tenant and key commands) may leave it out.
+
+    Call it inside the app's lifespan and `await store.aclose()` when it ends. Redis is connected on
+    first use, so a wrong URL shows up as StoreUnavailable on the first call.
     """
     if settings.redis_url:
-        from gateway.store.redis_store import RedisStore
+        from gateway.store.redis import open_redis
 
-        return RedisStore(settings)
-    if settings.store_socket:
-        from gateway.store.host.client import HostedStore
+        return open_redis(settings, savings)
+    from gateway.store.local import open_local
 
-        return HostedStore(settings)
-    if settings.sqlite_shared:
-        from gateway.store.embedded_shared import SharedEmbeddedStore
-
-        return SharedEmbeddedStore(settings)
-    from gateway.store.embedded import EmbeddedStore
-
-    return EmbeddedStore(settings)
+    return open_local(settings, savings)

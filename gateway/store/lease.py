@@ -1,14 +1,26 @@
-"""`LeaseTask`: a store's lease-renewal loop, started by the first lease taken and stopped once at close.
+"""Replicas and their leases: what names this process's counts, and the loop that keeps them alive.
 
-The Redis store and the shared SQLite store both hold a replica's in-flight counts under a lease that a
-background loop renews; each writes its own renewal, this owns the task around it.
+The Redis store and the shared SQLite store both hold a replica's slots and in-flight counts under
+a lease that a background loop renews (`LeaseTask`: started by the first lease taken, stopped once
+at close); each writes its own renewal. A replica that dies stops renewing, and its counts vanish
+within `inflight_lease_s`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import re
+import socket
 from collections.abc import Callable, Coroutine
+from secrets import token_hex
 from typing import Any
+
+
+def default_replica_id() -> str:
+    """host-pid-random: names this process's counts when `replica_id` is not set."""
+    host = re.sub(r"[^A-Za-z0-9_.\-]", "-", socket.gethostname())[:80] or "gateway"
+    return f"{host}-{os.getpid()}-{token_hex(3)}"
 
 
 class LeaseTask:

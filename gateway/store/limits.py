@@ -1,8 +1,8 @@
 """Glue between the stores and `policies.limits` (the sliding-window arithmetic).
 
 Both per-minute limits use the two-counter sliding window over 60 s windows, in integer
-milliseconds. The embedded store calls `policies.limits.sliding_window` directly; the Redis
-store runs the same arithmetic in Lua (`redis_scripts.SLIDING_WINDOW_LUA`, cross-checked
+milliseconds. The local store calls `policies.limits.sliding_window` directly; the Redis
+store runs the same arithmetic in Lua (`redis/scripts.py` `SLIDING_WINDOW_LUA`, cross-checked
 against the Python in the tests) so that one script both decides and counts.
 """
 

@@ -106,12 +106,6 @@ class LimitDecision:
     which: Literal["rpm", "tpm"] | None  # the limit that refused it
 
 
-@dataclass(slots=True, frozen=True)
-class BudgetDecision:
-    allowed: bool
-    spent_micro: int  # the month's spend after this decision (reservations included)
-
-
 @dataclass(slots=True)
 class UsageRecord:
     """One billed (or refused) request: the ledger's row, keyed by request_id."""

@@ -11,33 +11,29 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 class StoreSettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    # Redis URL for several gateway replicas; None keeps everything in this process + SQLite.
+    # Redis URL for several gateway replicas; None: the local store (this process's memory + the SQLite file).
     redis_url: str | None = None
     redis_timeout_s: float = Field(default=2.0, gt=0)  # connect and per-command socket timeout
     # Connections to Redis per gateway process; a command finding them all busy waits for one, up to
     # redis_timeout_s (then 503). Bounds what N processes x M machines open against Redis's maxclients.
     # A `?max_connections=` in redis_url wins over it (redis-py's query options win over arguments).
     redis_max_connections: int = Field(default=100, ge=1)
-    # SQLite file of the embedded store (tenants, key hashes, budgets, ledger); ":memory:" for tests.
+    # SQLite file of the local store (tenants, key hashes, budgets, ledger); ":memory:" for tests.
     sqlite_path: str = str(Path.home() / ".local" / "share" / "edgerun" / "gateway.sqlite3")
-    # The embedded store re-reads tenants and keys that another process (`edgerun keys revoke` on the
+    # The local store re-reads tenants and keys that another process (`edgerun keys revoke` on the
     # same file) committed, at most this long after the last check: the staleness of a CLI revocation.
     sqlite_refresh_s: float = Field(default=0.5, gt=0, le=1.0)
     # Keep limits, budgets, request slots, in-flight counts, sessions and the prefix index in the
     # SQLite file rather than in this process's memory, so several gateway processes on this machine
-    # can share them (gateway/store/embedded_shared.py): for several `edgerun serve` on one file.
-    # `edgerun serve --workers N` shares a store host instead (store_socket) unless this is set.
+    # can share them (gateway/store/local/shared.py): for several `edgerun serve` on one file; the
+    # workers of `edgerun serve --workers N` without Redis always do.
     sqlite_shared: bool = False
-    # Unix socket of this machine's store host (`python -m gateway.store.host --socket PATH`, which
-    # `edgerun serve --workers N` starts): the workers reach the one embedded store it keeps there
-    # (gateway/store/host/). Ignored when redis_url is set.
-    store_socket: str | None = None
     # How long a write to the SQLite file waits for another process's (then 503 / StoreUnavailable).
     sqlite_busy_timeout_s: float = Field(default=5.0, gt=0)
     key_prefix: str = Field(default="edgerun:", min_length=1)  # namespace of every Redis key
     replica_id: str | None = None  # names this replica's in-flight counters; None: host-pid-random
     session_ttl_s: float = Field(default=1800.0, gt=0)  # x-session-affinity -> backend stickiness
-    session_max_entries: int = Field(default=100_000, ge=1)  # embedded store's bound
+    session_max_entries: int = Field(default=100_000, ge=1)  # the local store's bound
     prefix_index_max_entries: int = Field(default=200_000, ge=1)  # block hashes kept
     prefix_index_ttl_s: float = Field(default=600.0, gt=0)  # a block not seen for this long is dropped
     inflight_lease_s: float = Field(default=15.0, gt=0)  # a crashed replica's counts vanish after this

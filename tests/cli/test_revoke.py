@@ -1,6 +1,6 @@
 """`edgerun keys revoke` on the SQLite file of a running `edgerun serve` reaches that gateway.
 
-The embedded store keeps tenants and keys in memory; another process (the CLI) writing the same
+The local store keeps tenants and keys in memory; another process (the CLI) writing the same
 file must be seen within the store's refresh period (`sqlite_refresh_s`), never silently ignored.
 """
 

@@ -1,9 +1,9 @@
-"""A lone `edgerun serve` on the one-process store claims its SQLite file while it serves, as a store
-host does (gateway/store/host/file_claim.py): two processes keeping that store on one file would each
-grant every limit and write the month's spend over the other's. Whichever starts first, the second
-(a host, `serve --workers 2`, or another lone serve) is refused with exit status 1 and says why;
-the claim ends with the process that held it. Real processes; the gateways serve the default
-fleet (no backend is reached)."""
+"""A lone `edgerun serve` on the one-process store claims its SQLite file while it serves
+(gateway/store/local/file_claim.py): two processes keeping that store on one file would each grant
+every limit and write the month's spend over the other's. Whichever starts first, the second
+(`serve --workers 2`, whose workers share the file, or another lone serve) is refused with exit
+status 1 and says why; the claim ends with the process that held it. Real processes; the gateways
+serve the default fleet (no backend is reached)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from cli.processes import ROOT, child_env, free_port
-from gateway.store.host.process import start_host
 from tests.gateway.fixtures_e2e import GatewayProcess, start_gateway_process
 
 pytestmark = pytest.mark.slow
@@ -49,28 +48,24 @@ def _refused(argv: list[str], env: dict[str, str]) -> str:
     return done.stdout + done.stderr
 
 
-def test_a_lone_serve_beside_a_host_is_refused(tmp_path: Path) -> None:
+def test_a_lone_serve_beside_serve_workers_is_refused(tmp_path: Path) -> None:
     env = _env(tmp_path)
-    socket_path = str(tmp_path / "run" / "store.sock")
-    host = start_host(socket_path, child_env(env, keep_edgerun=False, threads=None))
+    workers = start_gateway_process({**env, "EDGERUN_WORKERS": "2"})  # its workers share the file
     try:
+        workers.wait_ready()
         said = _refused([sys.executable, "-m", "cli", "serve", "--port", str(free_port())], env)
-        assert REFUSED in said and f"the store host on {socket_path}, pid {host.pid}" in said
+        assert REFUSED in said and f"edgerun serve on port {workers.port}, shared mode" in said
     finally:
-        host.terminate()
-        host.wait()
+        workers.stop()
 
 
-def test_a_host_beside_a_lone_serve_is_refused(tmp_path: Path) -> None:
+def test_serve_workers_beside_a_lone_serve_is_refused(tmp_path: Path) -> None:
     env = _env(tmp_path)
     gateway = _lone_serve(env)
     try:
-        socket_path = str(tmp_path / "run" / "store.sock")
-        said = _refused([sys.executable, "-m", "gateway.store.host", "--socket", socket_path], env)
-        assert REFUSED in said and f"edgerun serve on port {gateway.port}, pid {gateway.process.pid}" in said
-        # `serve --workers 2` starts such a host first: it stops there, with the host's status
+        # each worker is refused at its start: the supervisor stops there, with that status
         said = _refused([sys.executable, "-m", "cli", "serve", "--port", str(free_port()), "--workers", "2"], env)
-        assert REFUSED in said
+        assert REFUSED in said and f"edgerun serve on port {gateway.port}, pid {gateway.process.pid}" in said
         assert gateway.process.poll() is None  # the first serves on
     finally:
         gateway.stop()

@@ -29,6 +29,7 @@ import pytest
 import structlog
 
 from cli.processes import ChildProcess, free_port, threads_per_backend
+from gateway.billing.savings import record_savings
 from gateway.fleet.catalog import DEFAULT_MODEL_ID
 from gateway.http.app import create_app
 from gateway.http.listeners import Listeners, listener_configs
@@ -121,6 +122,7 @@ class InProcessGateway:
     port: int = field(default_factory=free_port)
     admin_port: int | None = None  # a free port when settings.admin_port is set
     store: Store | None = None
+    wrap_store: Callable[[Store], Store] | None = None  # e.g. a counting wrapper (tests/gateway/store/counting.py)
     _loop: asyncio.AbstractEventLoop | None = None
     _listeners: Listeners | None = None
     _thread: threading.Thread | None = None
@@ -149,7 +151,7 @@ class InProcessGateway:
         """The request's ledger record, waiting for it: records are written just after the response ends."""
         assert self.store is not None
         deadline = time.monotonic() + timeout_s
-        while (record := self.call(self.store.get_usage(request_id))) is None:
+        while (record := self.call(self.store.ledger.get(request_id))) is None:
             assert time.monotonic() < deadline, f"no ledger record for {request_id}"
             time.sleep(0.05)
         return record
@@ -164,7 +166,9 @@ class InProcessGateway:
             loop = asyncio.new_event_loop()
             self._loop = loop
             asyncio.set_event_loop(loop)
-            self.store = open_store(self.settings.store)
+            self.store = open_store(self.settings.store, record_savings(self.settings.billing))
+            if self.wrap_store is not None:
+                self.store = self.wrap_store(self.store)
             if self.settings.http.admin_port is not None and self.admin_port is None:
                 self.admin_port = free_port()
             app = self.app = create_app(self.settings, store=self.store)
@@ -199,9 +203,9 @@ class InProcessGateway:
         store = self.store
 
         async def make() -> str:
-            if await store.get_tenant(tenant_id) is None:
-                await store.create_tenant(tenant_id, [account_id], tenant_id=tenant_id)
-            _, secret = await store.create_key(tenant_id, **key_options)
+            if await store.tenancy.get_tenant(tenant_id) is None:
+                await store.tenancy.create_tenant(tenant_id, [account_id], tenant_id=tenant_id)
+            _, secret = await store.tenancy.create_key(tenant_id, **key_options)
             return secret
 
         return self.call(make())

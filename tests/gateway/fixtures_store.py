@@ -1,4 +1,4 @@
-"""An embedded store on a temporary SQLite file, for the gateway's service tests."""
+"""A local store on a temporary SQLite file, for the gateway's service tests."""
 
 from __future__ import annotations
 

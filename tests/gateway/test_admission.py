@@ -36,8 +36,8 @@ def test_a_stream_admitted_before_its_key_is_revoked_runs_to_its_end(gateway: In
     body = {"prompt": "Count from one to twenty:", "max_tokens": 16, "stream": True, "temperature": 0}
 
     async def revoke() -> None:
-        key = await store.lookup_key(secret)
-        assert key is not None and await store.revoke_key(key.id)
+        key = await store.tenancy.lookup_key(secret)
+        assert key is not None and await store.tenancy.revoke_key(key.id)
 
     with httpx.stream("POST", url, json=body, headers=headers, timeout=60) as stream:
         assert stream.status_code == 200
@@ -48,5 +48,5 @@ def test_a_stream_admitted_before_its_key_is_revoked_runs_to_its_end(gateway: In
         assert httpx.post(url, json={"prompt": "x", "max_tokens": 1}, headers=headers, timeout=30).status_code == 401
         rest = [line for line in lines if line.startswith("data: ")]
     assert first != "data: [DONE]" and rest[-1] == "data: [DONE]" and '"usage"' in rest[-2]
-    record = gateway.call(store.get_usage(request_id))
+    record = gateway.call(store.ledger.get(request_id))
     assert record is not None and record.status == "ok"

@@ -296,9 +296,9 @@ def test_a_revoked_key_is_refused_at_once(gateway: InProcessGateway) -> None:
     assert post(gateway, secret, {"prompt": "x", "max_tokens": 1}).status_code == 200
 
     async def revoke() -> None:
-        key = await store.lookup_key(secret)
+        key = await store.tenancy.lookup_key(secret)
         assert key is not None
-        await store.revoke_key(key.id)
+        await store.tenancy.revoke_key(key.id)
 
     gateway.call(revoke())
     response = post(gateway, secret, {"prompt": "x", "max_tokens": 1})
@@ -528,7 +528,7 @@ def test_a_whole_answer_whose_client_leaves_is_cancelled_and_billed_as_cancelled
 
 
 async def _records(store: Any, tenant: str, since: float) -> list[UsageRecord]:
-    return [r async for r in store.iter_usage(since - 1, time.time() + 60, tenant)]
+    return [r async for r in store.ledger.iter_usage(since - 1, time.time() + 60, tenant)]
 
 
 def test_metrics_and_healthz(gateway: InProcessGateway, keys: dict[str, str]) -> None:

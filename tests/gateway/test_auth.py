@@ -4,9 +4,28 @@ from __future__ import annotations
 
 import pytest
 
+from gateway.billing.metering import MeteredRequest, Metering
+from gateway.context import Principal
 from gateway.errors import AccountMismatch, AuthenticationFailed, ModelNotAllowed, RateLimited, RequestTooLarge
+from gateway.fleet.catalog import ModelSpec
+from gateway.metrics import GatewayMetrics
 from gateway.pipeline.auth import Authenticator, bearer_token
+from gateway.pipeline.concurrency import TenantSlots
+from gateway.pipeline.ticket import Admitter
 from gateway.store import Store
+from policies.pricing import PriceTable
+from tests.gateway.fixtures_context import context_now
+from tests.gateway.store.calls import reconcile_tokens
+
+
+async def admit(auth: Authenticator, principal: Principal, tokens: int) -> None:
+    """A request's two counts against its key's limits: its tokens with its admission (tpm,
+    gateway/pipeline/ticket.py), the request itself (rpm; on arrival in the gateway)."""
+    store = auth.store
+    admitter = Admitter(store.admission, Metering(store, PriceTable.from_config({}), GatewayMetrics()), TenantSlots(None))
+    ctx = context_now(f"req-{tokens}", principal, ModelSpec(id="m", backend_model="m"))
+    await admitter.admit(MeteredRequest(ctx, 0), tokens, 0)
+    await auth.admit_request(principal)
 
 
 def test_bearer_token_parsing() -> None:
@@ -18,8 +37,8 @@ def test_bearer_token_parsing() -> None:
 
 
 async def test_key_resolves_to_its_tenant_for_its_accounts(store: Store) -> None:
-    await store.create_tenant("A", ["acc-a", "acc-a2"], tenant_id="ta")
-    _, secret = await store.create_key("ta")
+    await store.tenancy.create_tenant("A", ["acc-a", "acc-a2"], tenant_id="ta")
+    _, secret = await store.tenancy.create_key("ta")
     auth = Authenticator(store)
     principal = await auth.authenticate(f"Bearer {secret}", "acc-a2")
     assert principal.tenant.id == "ta" and principal.account_id == "acc-a2"
@@ -36,19 +55,19 @@ async def test_missing_or_unknown_keys_are_401(store: Store, header: str | None)
 
 
 async def test_a_revoked_key_stops_at_once(store: Store) -> None:
-    await store.create_tenant("A", ["acc"], tenant_id="ta")
-    key, secret = await store.create_key("ta")
+    await store.tenancy.create_tenant("A", ["acc"], tenant_id="ta")
+    key, secret = await store.tenancy.create_key("ta")
     auth = Authenticator(store)
     await auth.authenticate(f"Bearer {secret}", "acc")
-    await store.revoke_key(key.id)
+    await store.tenancy.revoke_key(key.id)
     with pytest.raises(AuthenticationFailed):
         await auth.authenticate(f"Bearer {secret}", "acc")
 
 
 async def test_tenant_and_key_model_allow_lists(store: Store) -> None:
-    await store.create_tenant("A", ["acc"], tenant_id="ta", allowed_models=["m1", "m2"])
-    _, open_secret = await store.create_key("ta")
-    _, narrow_secret = await store.create_key("ta", allowed_models=["m1"])
+    await store.tenancy.create_tenant("A", ["acc"], tenant_id="ta", allowed_models=["m1", "m2"])
+    _, open_secret = await store.tenancy.create_key("ta")
+    _, narrow_secret = await store.tenancy.create_key("ta", allowed_models=["m1"])
     auth = Authenticator(store)
     wide = await auth.authenticate(f"Bearer {open_secret}", "acc")
     narrow = await auth.authenticate(f"Bearer {narrow_secret}", "acc")
@@ -61,18 +80,18 @@ async def test_tenant_and_key_model_allow_lists(store: Store) -> None:
 
 
 async def test_limits_refuse_with_retry_after(store: Store) -> None:
-    await store.create_tenant("A", ["acc"], tenant_id="ta")
-    _, secret = await store.create_key("ta", rpm=2, tpm=100)
+    await store.tenancy.create_tenant("A", ["acc"], tenant_id="ta")
+    _, secret = await store.tenancy.create_key("ta", rpm=2, tpm=100)
     auth = Authenticator(store)
     principal = await auth.authenticate(f"Bearer {secret}", "acc")
-    await auth.admit(principal, 10)
-    await auth.admit(principal, 10)
+    await admit(auth, principal, 10)
+    await admit(auth, principal, 10)
     with pytest.raises(RateLimited) as caught:
-        await auth.admit(principal, 10)
+        await admit(auth, principal, 10)
     assert caught.value.status == 429 and caught.value.code == 3040
     assert caught.value.retry_after_s is not None and 0 < caught.value.retry_after_s <= 120  # sliding window: < 2 min
     with pytest.raises(RequestTooLarge):  # more than the whole per-minute allowance: waiting never helps
-        await auth.admit(principal, 101)
+        await admit(auth, principal, 101)
 
 
 # ---- end to end: one key's limit holds across two gateway processes sharing Redis --------------
@@ -84,8 +103,8 @@ async def _limited_key(redis_url: str, prefix: str) -> str:
 
     shared = open_store(GatewaySettings(redis_url=redis_url, key_prefix=prefix).store)
     try:
-        await shared.create_tenant("Limited", ["acc-l"], tenant_id="tl")
-        _, secret = await shared.create_key("tl", rpm=3)
+        await shared.tenancy.create_tenant("Limited", ["acc-l"], tenant_id="tl")
+        _, secret = await shared.tenancy.create_key("tl", rpm=3)
         return secret
     finally:
         await shared.aclose()
@@ -148,27 +167,28 @@ async def test_two_replicas_with_skewed_clocks_share_one_window(
     redis_url: str, redis_prefix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from gateway.settings import GatewaySettings
-    from gateway.store.redis_store import RedisStore
+    from gateway.store.ledger import no_savings
+    from gateway.store.redis import open_redis
 
     clock = SkewedTime()
     monkeypatch.setattr("gateway.pipeline.auth.time", clock, raising=False)  # the gateway's clock, if it reads one
     settings = GatewaySettings(redis_url=redis_url, key_prefix=redis_prefix)
-    replicas = [RedisStore(settings.store, clock=clock.time) for _ in range(2)]  # and each replica's own
+    replicas = [open_redis(settings.store, no_savings, clock=clock.time) for _ in range(2)]  # and each replica's own
     try:
-        await replicas[0].create_tenant("Skew", ["acc-s"], tenant_id="ts")
-        _, secret = await replicas[0].create_key("ts", rpm=2, tpm=1000)
+        await replicas[0].tenancy.create_tenant("Skew", ["acc-s"], tenant_id="ts")
+        _, secret = await replicas[0].tenancy.create_key("ts", rpm=2, tpm=1000)
         auths = [Authenticator(r) for r in replicas]
         principal = await auths[0].authenticate(f"Bearer {secret}", "acc-s")
         clock.offset_s = +150.0  # replica 0 runs 2.5 minutes fast
-        await auths[0].admit(principal, 100)
-        await auths[0].admit(principal, 100)
+        await admit(auths[0], principal, 100)
+        await admit(auths[0], principal, 100)
         clock.offset_s = -150.0  # replica 1 as slow: on its own clock it would start a fresh window
         with pytest.raises(RateLimited):
-            await auths[1].admit(principal, 100)
-        await auths[1].reconcile(principal, 100, 500)  # counted in the same window too
+            await admit(auths[1], principal, 100)
+        await reconcile_tokens(replicas[1], principal.key.id, 100, 500)  # counted in the same window too
         clock.offset_s = +150.0
         with pytest.raises(RateLimited):
-            await auths[0].admit(principal, 1)
+            await admit(auths[0], principal, 1)
     finally:
         for r in replicas:
             await r.aclose()

@@ -113,7 +113,7 @@ def records(gateway: InProcessGateway, tenant: str) -> list[UsageRecord]:
     assert store is not None
 
     async def read() -> list[UsageRecord]:
-        return [r async for r in store.iter_usage(0, time.time() + 60, tenant)]
+        return [r async for r in store.ledger.iter_usage(0, time.time() + 60, tenant)]
 
     return gateway.call(read())
 
@@ -164,7 +164,7 @@ def test_the_gateway_limits_the_input_tokens_of_one_request(gateway: InProcessGa
     error = answer.json()["errors"][0]
     assert answer.status_code == 413 and error["code"] == 3006, answer.text
     assert f"limit of {limit}" in error["message"] and "embedding_max_input_tokens" in error["message"]
-    assert gateway.call(gateway.store.get_usage(answer.headers["cf-ray"])) is None  # type: ignore[union-attr]
+    assert gateway.call(gateway.store.ledger.get(answer.headers["cf-ray"])) is None  # type: ignore[union-attr]
 
 
 def auth(key: str) -> dict[str, str]:

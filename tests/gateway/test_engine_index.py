@@ -15,6 +15,7 @@ from gateway.fleet.engine_index import EngineBlockMap
 from gateway.pipeline.tenant_salt import derive_cache_salt
 from gateway.store import Store
 from policies.prefix import block_hashes
+from tests.gateway.store.calls import match_prefix
 
 BLOCK = 4  # the gateway's block size in these tests
 SECRET = b"test-secret-0123456789abcdef0123"
@@ -38,12 +39,12 @@ def vllm_stored(tokens: list[int], size: int, salt: str | None, parent: bytes | 
 
 
 async def matched(store: Store, tokens: list[int], salt: str) -> dict[str, int]:
-    return await store.match_prefix(block_hashes(tokens, BLOCK, salt))
+    return await match_prefix(store, block_hashes(tokens, BLOCK, salt))
 
 
 async def test_stored_blocks_match_the_tenants_own_requests_only(store: Store) -> None:
     prompt = list(range(100, 124))  # 6 of our blocks, 3 engine blocks of 8
-    index = EngineBlockMap(store, "vllm-a", BLOCK)
+    index = EngineBlockMap(store.routing, "vllm-a", BLOCK)
     await index.apply((vllm_stored(prompt, 8, SALT_A),))
     assert await matched(store, prompt, SALT_A) == {"vllm-a": 6}
     assert await matched(store, prompt, SALT_B) == {}
@@ -53,7 +54,7 @@ async def test_children_continue_their_parents_chain_and_removals_take_it_back(s
     prompt = list(range(100, 132))
     first = vllm_stored(prompt[:16], 8, SALT_A)
     child = vllm_stored(prompt[16:], 8, None, parent=first.block_hashes[-1])
-    index = EngineBlockMap(store, "vllm-a", BLOCK)
+    index = EngineBlockMap(store.routing, "vllm-a", BLOCK)
     await index.apply((first, child))
     assert await matched(store, prompt, SALT_A) == {"vllm-a": 8}
     await index.apply((BlocksRemoved((child.block_hashes[-1],), "GPU", 0),))
@@ -68,7 +69,7 @@ async def test_engine_blocks_smaller_than_ours_carry_their_tokens_over(store: St
     hashes = tuple(range(1, 11))
     salted = BlocksStored(hashes[:3], None, tuple(prompt[:3]), 1, cache_salt=SALT_A, medium="GPU")
     rest = BlocksStored(hashes[3:], hashes[2], tuple(prompt[3:]), 1, cache_salt=SALT_A, medium="GPU")
-    index = EngineBlockMap(store, "sglang-a", BLOCK)
+    index = EngineBlockMap(store.routing, "sglang-a", BLOCK)
     await index.apply((salted, rest))
     assert await matched(store, prompt, SALT_A) == {"sglang-a": 2}  # 10 tokens: two full blocks of 4
     await index.apply((BlocksRemoved((hashes[7],)),))  # the engine block that completed our second block
@@ -77,7 +78,7 @@ async def test_engine_blocks_smaller_than_ours_carry_their_tokens_over(store: St
 
 async def test_what_cannot_be_placed_is_skipped(store: Store) -> None:
     prompt = list(range(100, 116))
-    index = EngineBlockMap(store, "vllm-a", BLOCK)
+    index = EngineBlockMap(store.routing, "vllm-a", BLOCK)
     unsalted = vllm_stored(prompt, 8, None)  # not a gateway request
     orphan = vllm_stored(prompt, 8, None, parent=engine_hash("never seen"))
     offloaded = BlocksStored(vllm_stored(prompt, 8, SALT_A).block_hashes, None, tuple(prompt), 8,
@@ -95,7 +96,7 @@ async def test_a_parent_known_under_two_salts_is_not_guessed(store: Store) -> No
     b = BlocksStored((1,), None, tuple(prompt[:4]), 4, cache_salt=SALT_B)
     unnamed_child = BlocksStored((2,), 1, tuple(prompt[4:]), 4)
     named_child = BlocksStored((3,), 1, tuple(prompt[4:]), 4, cache_salt=SALT_B)
-    index = EngineBlockMap(store, "sglang-a", BLOCK)
+    index = EngineBlockMap(store.routing, "sglang-a", BLOCK)
     await index.apply((a, b, unnamed_child, named_child))
     assert await matched(store, prompt, SALT_A) == {"sglang-a": 1}
     assert await matched(store, prompt, SALT_B) == {"sglang-a": 2}
@@ -103,7 +104,7 @@ async def test_a_parent_known_under_two_salts_is_not_guessed(store: Store) -> No
 
 
 async def test_the_map_is_bounded(store: Store) -> None:
-    index = EngineBlockMap(store, "vllm-a", BLOCK, max_blocks=2)
+    index = EngineBlockMap(store.routing, "vllm-a", BLOCK, max_blocks=2)
     await index.apply((vllm_stored(list(range(100, 124)), 8, SALT_A),))
     assert len(index) == 2
 
@@ -122,7 +123,7 @@ async def test_no_request_scores_a_backend_on_another_tenants_blocks(
     """Whatever the engine cached for other tenants (any prompts, any engine block size), a request
     matches exactly as many blocks as the engine cached for its own tenant's prompts."""
     backend = f"vllm-{next(_examples)}"  # the store outlives one example: each gets its own backend
-    index = EngineBlockMap(store, backend, BLOCK)
+    index = EngineBlockMap(store.routing, backend, BLOCK)
     for tenant, tokens in cached:
         await index.apply((vllm_stored(tokens, engine_size, derive_cache_salt(SECRET, tenant)),))
     own = [tokens[: len(tokens) // engine_size * engine_size] for tenant, tokens in cached if tenant == asking]
@@ -142,7 +143,7 @@ async def test_a_real_vllms_events_index_each_tenants_prompt_under_its_own_salt(
     """vLLM 0.32.0's own messages (tests/backends/fixtures/kv_events): engine blocks of 32 tokens,
     ours of 4; the unsalted request's blocks stay out."""
     recorded = Path(__file__).parents[1] / "backends" / "fixtures" / "kv_events" / "vllm_0_32_recorded.msgpack"
-    index = EngineBlockMap(store, "vllm-a", BLOCK)
+    index = EngineBlockMap(store.routing, "vllm-a", BLOCK)
     for _, _, payload in msgpack.unpackb(recorded.read_bytes())["live"]:
         await index.apply(decode_batch(payload).events)
     prompt = list(range(1000, 1070))

@@ -65,7 +65,7 @@ def test_a_killed_backend_fails_over_before_the_first_byte(
     headers = {"authorization": f"Bearer {secret}"}
     assert gw.store is not None
     before = httpx.post(url, json={"prompt": "Hello", "max_tokens": 2}, headers=headers, timeout=60)
-    assert gw.call(gw.store.get_usage(before.headers["cf-ray"])).backend_id == "victim"
+    assert gw.call(gw.store.ledger.get(before.headers["cf-ray"])).backend_id == "victim"
 
     victim.kill()
     for stream in (True, False):
@@ -77,7 +77,7 @@ def test_a_killed_backend_fails_over_before_the_first_byte(
             assert '"errors"' not in response.text and response.text.endswith("data: [DONE]\n\n")
         else:
             assert response.json()["success"] is True
-        record = gw.call(gw.store.get_usage(response.headers["cf-ray"]))
+        record = gw.call(gw.store.ledger.get(response.headers["cf-ray"]))
         assert record is not None and record.backend_id == "b1" and record.status == "ok"
     metrics = httpx.get(f"{gw.url}/metrics", timeout=10).text
     assert 'edgerun_gateway_failovers_total{backend="b1"} 1.0' in metrics  # the second request skipped the victim

@@ -8,6 +8,7 @@ from gateway.fleet.kv_index import KVEventIndexer
 from gateway.pipeline.tenant_salt import derive_cache_salt
 from gateway.store import Store
 from policies.prefix import block_hashes
+from tests.gateway.store.calls import match_prefix
 
 BLOCK = 4
 
@@ -29,12 +30,12 @@ async def test_stored_chains_are_recorded_and_removals_applied(store: Store) -> 
     tokens = list(range(100, 112))  # three full blocks
     hashes = engine_chain(tokens, BLOCK, "tenant-a")
     blocks = [tokens[i : i + BLOCK] for i in range(0, 12, BLOCK)]
-    indexer = KVEventIndexer(store, block_size=BLOCK)
+    indexer = KVEventIndexer(store.routing, block_size=BLOCK)
     await indexer.apply("b1", [stored_event(0, salt_root("tenant-a"), hashes[:2], blocks[:2])])
     await indexer.apply("b1", [stored_event(1, hashes[1], hashes[2:], blocks[2:])])
-    assert await store.match_prefix(hashes) == {"b1": 3}
+    assert await match_prefix(store, hashes) == {"b1": 3}
     await indexer.apply("b1", [{"event_id": 2, "data": {"type": "removed", "block_hashes": [hashes[2]]}}])
-    assert await store.match_prefix(hashes) == {"b1": 2}
+    assert await match_prefix(store, hashes) == {"b1": 2}
     assert indexer.num_skipped == 0
 
 
@@ -44,16 +45,16 @@ async def test_hash_only_events_are_recorded_as_reported(store: Store) -> None:
     tokens = list(range(100, 112))
     hashes = engine_chain(tokens, BLOCK, salt)
     assert hashes == block_hashes(tokens, BLOCK, salt)  # the gateway's chain with the derived salt
-    indexer = KVEventIndexer(store, block_size=BLOCK)
+    indexer = KVEventIndexer(store.routing, block_size=BLOCK)
     await indexer.apply("b1", [stored_event(0, salt_root(salt), hashes, [[], [], []])])
-    assert await store.match_prefix(hashes) == {"b1": 3}
+    assert await match_prefix(store, hashes) == {"b1": 3}
     assert indexer.num_skipped == 0
 
 
 async def test_foreign_hashes_and_wrong_block_sizes_are_skipped(store: Store) -> None:
-    indexer = KVEventIndexer(store, block_size=BLOCK)
+    indexer = KVEventIndexer(store.routing, block_size=BLOCK)
     await indexer.apply("b1", [stored_event(0, 12345, [999, 1000], [[1, 2, 3, 4], [5, 6, 7, 8]])])  # another scheme
     good = engine_chain([1, 2, 3], 3, "t")
     await indexer.apply("b1", [stored_event(1, salt_root("t"), good, [[1, 2, 3]])])  # a 3-token block
     assert indexer.num_skipped == 2
-    assert await store.match_prefix([999]) == {} and await store.match_prefix(good) == {}
+    assert await match_prefix(store, [999]) == {} and await match_prefix(store, good) == {}

@@ -6,7 +6,7 @@ from __future__ import annotations
 from backends.client import Endpoint
 from gateway.fleet.monitor import BackendMonitor, MonitorIntervals
 from gateway.metrics import GatewayMetrics
-from gateway.store.base import Store
+from gateway.store import Store
 
 BACKEND = Endpoint("b1", "http://127.0.0.1:1", "local")
 
@@ -23,7 +23,7 @@ class ScriptedHealth:
 
 async def test_three_failed_checks_in_a_row_mark_a_backend_down(store: Store) -> None:
     client = ScriptedHealth(False, False, True, False, False, False, True)
-    monitor = BackendMonitor([BACKEND], client, store, GatewayMetrics(), MonitorIntervals(health_fall=3))  # type: ignore[arg-type]
+    monitor = BackendMonitor([BACKEND], client, store.routing, GatewayMetrics(), MonitorIntervals(health_fall=3))  # type: ignore[arg-type]
     seen = []
     for _ in range(7):
         await monitor.check_health()
@@ -33,7 +33,7 @@ async def test_three_failed_checks_in_a_row_mark_a_backend_down(store: Store) ->
 
 
 async def test_a_request_that_cannot_reach_the_backend_marks_it_down_at_once(store: Store) -> None:
-    monitor = BackendMonitor([BACKEND], ScriptedHealth(True), store, GatewayMetrics(), MonitorIntervals())  # type: ignore[arg-type]
+    monitor = BackendMonitor([BACKEND], ScriptedHealth(True), store.routing, GatewayMetrics(), MonitorIntervals())  # type: ignore[arg-type]
     monitor.mark_unhealthy("b1", "connection refused")
     assert not monitor.is_healthy("b1")
     await monitor.check_health()

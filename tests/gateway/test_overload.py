@@ -29,8 +29,8 @@ def capped(backend_pair: list[BackendProcess], tmp_path_factory: pytest.TempPath
 
 def key(gw: InProcessGateway, tenant: str, max_concurrent: int | None = None) -> str:
     assert gw.store is not None
-    gw.call(gw.store.create_tenant(tenant, [f"acc-{tenant}"], tenant_id=tenant, max_concurrent_requests=max_concurrent))
-    _, secret = gw.call(gw.store.create_key(tenant))
+    gw.call(gw.store.tenancy.create_tenant(tenant, [f"acc-{tenant}"], tenant_id=tenant, max_concurrent_requests=max_concurrent))
+    _, secret = gw.call(gw.store.tenancy.create_key(tenant))
     return secret
 
 
@@ -60,7 +60,7 @@ def refused_at_once(gw: InProcessGateway, tenant: str, secret: str, message: str
 def no_record(gw: InProcessGateway, request_id: str) -> bool:
     assert gw.store is not None
     time.sleep(0.3)  # a record would be written as the request ends
-    return gw.call(gw.store.get_usage(request_id)) is None
+    return gw.call(gw.store.ledger.get(request_id)) is None
 
 
 def test_a_tenant_at_its_concurrency_limit_is_refused_and_others_are_not(capped: InProcessGateway) -> None:

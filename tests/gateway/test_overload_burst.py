@@ -64,7 +64,7 @@ def test_a_burst_past_capacity_is_refused_at_once_and_what_fits_is_served(capped
     for _, _, request_id, _ in served:
         assert capped.ledger_record(request_id).status == "ok"
     assert capped.store is not None
-    assert all(capped.call(capped.store.get_usage(request_id)) is None for _, _, request_id, _ in refused)
+    assert all(capped.call(capped.store.ledger.get(request_id)) is None for _, _, request_id, _ in refused)
     print(f"burst: {BURST} requests at once, cap {CAP}: {len(served)} served in >= {stream_s:.2f} s, "
           f"{len(refused)} refused 429 with Retry-After, p50/max refusal {refusal_s[len(refusal_s) // 2]:.3f}/"
           f"{refusal_s[-1]:.3f} s, 0 timeouts, 0 records for the refused")

@@ -84,7 +84,7 @@ def test_every_backend_at_its_running_batch_answers_busy_at_once_where_others_wa
             started = time.perf_counter()
             answer = post(gateway, "acc-busy", secret, BUSY)
             assert_busy_at_once(answer, started)
-            assert gateway.call(gateway.store.get_usage(answer.headers["cf-ray"])) is None  # nothing billed
+            assert gateway.call(gateway.store.ledger.get(answer.headers["cf-ray"])) is None  # nothing billed
             with pytest.raises(openai.RateLimitError) as caught:  # /ai/v1: options at the top level
                 oai.completions.create(model=TINY, prompt="hi", max_tokens=2, extra_body=BUSY)
             assert caught.value.body == {"message": BUSY_MESSAGE, "type": "rate_limit_error", "param": None,
@@ -106,10 +106,10 @@ def test_every_backend_at_its_running_batch_answers_busy_at_once_where_others_wa
 
 def test_a_tenant_at_its_concurrency_limit_answers_busy_at_once(gateway: InProcessGateway) -> None:
     assert gateway.store is not None
-    gateway.call(gateway.store.create_tenant("t-one", ["acc-one"], tenant_id="t-one", max_concurrent_requests=1))
+    gateway.call(gateway.store.tenancy.create_tenant("t-one", ["acc-one"], tenant_id="t-one", max_concurrent_requests=1))
     secret = gateway.new_key("t-one", "acc-one")
     with holding_the_seat(gateway, "acc-one", secret):
         started = time.perf_counter()
         answer = post(gateway, "acc-one", secret, {"messages": None, **BUSY})
         assert_busy_at_once(answer, started)
-        assert gateway.call(gateway.store.get_usage(answer.headers["cf-ray"])) is None  # refused before any backend
+        assert gateway.call(gateway.store.ledger.get(answer.headers["cf-ray"])) is None  # refused before any backend

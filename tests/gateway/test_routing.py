@@ -21,6 +21,7 @@ from policies.factory import build_policy
 from policies.prefix import block_hashes
 from policies.regions import RegionPreference
 from tests.gateway.fixtures_context import context_now
+from tests.gateway.store.calls import get_session, match_prefix
 
 MODEL = ModelSpec(id="@cf/test/m", backend_model="m", block_size=4)
 ENDPOINTS = [
@@ -37,9 +38,9 @@ T1_SALT = derive_cache_salt(SALT_SECRET.encode(), "t1")
 async def router(store: Store) -> AsyncIterator[Router]:
     client = BackendClient()
     metrics = GatewayMetrics()
-    monitor = BackendMonitor(ENDPOINTS, client, store, metrics, MonitorIntervals())
-    salts = TenantSalts(store, SALT_SECRET)
-    yield Router(store, build_policy("cache_aware"), RegionPreference("near", ("far",)), monitor, metrics, salts)
+    monitor = BackendMonitor(ENDPOINTS, client, store.routing, metrics, MonitorIntervals())
+    salts = TenantSalts(store.tenancy, SALT_SECRET)
+    yield Router(store.routing, build_policy("cache_aware"), RegionPreference("near", ("far",)), monitor, metrics, salts)
     await client.aclose()
 
 
@@ -56,14 +57,14 @@ async def route(router: Router, tenant: str = "t1", session: str | None = None, 
 async def test_own_region_first_then_the_rest(router: Router, store: Store) -> None:
     flight = await route(router)
     assert [e.region for e in flight.endpoints] == ["near", "near", "far"]
-    assert await store.loads() == {flight.chosen.id: (20, 8)}
+    assert await store.routing.loads() == {flight.chosen.id: (20, 8)}
     await router.finished(flight, success=True)
     await router.finished(flight, success=True)  # idempotent
-    assert await store.loads() == {}
+    assert await store.routing.loads() == {}
 
 
 async def test_a_cached_prefix_attracts_the_request_and_lowers_its_prefill(router: Router, store: Store) -> None:
-    await store.record_prefix("near-2", block_hashes(PROMPT, 4, T1_SALT)[:4])
+    await store.routing.record_prefix("near-2", block_hashes(PROMPT, 4, T1_SALT)[:4])
     flight = await route(router)
     assert flight.chosen.id == "near-2"
     assert flight.expected_cached_tokens == 16
@@ -88,21 +89,21 @@ async def test_prefill_leaves_at_first_token_decode_at_the_end(router: Router, s
     flight = await route(router)
     await router.started(flight, flight.chosen)
     await router.first_token(flight)
-    assert await store.loads() == {flight.chosen.id: (0, 8)}
+    assert await store.routing.loads() == {flight.chosen.id: (0, 8)}
     await router.finished(flight, success=True)
-    assert await store.loads() == {}
+    assert await store.routing.loads() == {}
     # started recorded the prompt's blocks on the backend that answered
-    assert await store.match_prefix(block_hashes(PROMPT, 4, T1_SALT)) == {flight.chosen.id: 5}
+    assert await match_prefix(store, block_hashes(PROMPT, 4, T1_SALT)) == {flight.chosen.id: 5}
 
 
 async def test_failover_moves_the_counts_and_pins_the_session(router: Router, store: Store) -> None:
     flight = await route(router, session="s1")
     fallback = flight.endpoints[1]
     await router.started(flight, fallback)
-    assert await store.loads() == {fallback.id: (20, 8)}
-    assert await store.get_session("t1", "s1") == fallback.id
+    assert await store.routing.loads() == {fallback.id: (20, 8)}
+    assert await get_session(store, "t1", "s1") == fallback.id
     await router.finished(flight, success=True)
-    assert await store.loads() == {}
+    assert await store.routing.loads() == {}
     again = await route(router, session="s1")
     assert again.info.previous_backend_id == fallback.id and again.chosen.id == fallback.id
     await router.finished(again, success=True)

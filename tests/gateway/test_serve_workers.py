@@ -1,13 +1,10 @@
-"""`edgerun serve --workers 2` through real processes, with each shared store: the store host the
-supervisor starts (`hosted`, the default without Redis: gateway/store/host), Redis, and the embedded
-store's SQLite file in its shared mode (`sqlite_shared = true`, gateway/store/embedded_shared.py).
+"""`edgerun serve --workers 2` through real processes, with each shared store: the local store's
+SQLite file in its shared mode (the default without Redis: gateway/store/local/shared.py) and Redis.
 The benchmark stub is the backend. Requests on fresh connections reach both workers
 (`x-edgerun-worker`), each has exactly one ledger record, `edgerun billing export` reads every
 worker's records, a key's requests-per-minute hold over both workers together, and a killed worker
-is started again while its request slot and in-flight tokens are freed: by the host as soon as the
-worker's connection closes, with Redis and the SQLite file when its lease expires. A killed store
-host is started again (requests get 503 meanwhile, then 200, every answered one billed once), and
-SIGTERM to the supervisor ends it with status 0 and the host's socket directory gone.
+is started again while its request slot and in-flight tokens are freed when its lease expires.
+SIGTERM to the supervisor lets a stream finish and bill, and ends it with status 0.
 
 One `serve --workers 2` per store serves every test of that store (the module's gateway): the quick
 stub behind one model, the slow stub behind another, so a stream can be held open on the slow one
@@ -23,7 +20,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -44,7 +40,6 @@ ROOT = Path(__file__).resolve().parents[2]
 SLOW_MODEL_ID = "@cf/edgerun/bench-stub-slow"  # served by the slow stub only
 PATH = f"/client/v4/accounts/acc-w/ai/run/{stub_backend.MODEL_ID}"
 CAPPED_PATH = f"/client/v4/accounts/acc-c/ai/run/{stub_backend.MODEL_ID}"
-HOST_PATH = f"/client/v4/accounts/acc-h/ai/run/{stub_backend.MODEL_ID}"
 CAPPED_SLOW_PATH = f"/client/v4/accounts/acc-c/ai/run/{SLOW_MODEL_ID}"
 LEASE_S = 9.0  # inflight_lease_s of the gateways here: a killed worker's slot and tokens last this long (renewed every
 # third of it, so at least 6 s remain at the kill: the checks just after it hold on a loaded 2-core machine too)
@@ -61,12 +56,11 @@ def slow_stub(slow_stub_backend: ChildProcess) -> ChildProcess:
     return slow_stub_backend
 
 
-@pytest.fixture(scope="module", params=["hosted", "redis", "sqlite"])
+@pytest.fixture(scope="module", params=["sqlite", "redis"])
 def store_env(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """The EDGERUN_* settings naming the store every worker shares (a fresh key prefix or file)."""
-    if request.param in ("hosted", "sqlite"):
-        sqlite = {"EDGERUN_SQLITE_PATH": str(tmp_path_factory.mktemp(request.param) / "gateway.sqlite3")}
-        yield sqlite if request.param == "hosted" else {**sqlite, "EDGERUN_SQLITE_SHARED": "true"}
+    if request.param == "sqlite":  # no setting: the workers share the file by default
+        yield {"EDGERUN_SQLITE_PATH": str(tmp_path_factory.mktemp(request.param) / "gateway.sqlite3")}
         return
     url = request.getfixturevalue("redis_url")
     prefix = new_prefix()
@@ -105,17 +99,17 @@ def _env(stub: ChildProcess, tmp_path: Path, store_env: dict[str, str], slow_stu
 
 async def _keys(settings: GatewaySettings) -> tuple[str, str, str, str]:
     """Keys of tenant "tw" (no limit, and rpm=10), of tenant "tc" (one request at a time) and of
-    tenant "th" (no limit; the store host test's)."""
+    tenant "th" (no limit; the SIGTERM test's)."""
     store = open_store(settings.store)
     try:
-        await store.create_tenant("Workers", ["acc-w"], tenant_id="tw")
-        _, free = await store.create_key("tw")
-        _, limited = await store.create_key("tw", rpm=10)
-        await store.create_tenant("Capped", ["acc-c"], tenant_id="tc", max_concurrent_requests=1)
-        _, capped = await store.create_key("tc")
-        await store.create_tenant("Host", ["acc-h"], tenant_id="th")
-        _, host = await store.create_key("th")
-        return free, limited, capped, host
+        await store.tenancy.create_tenant("Workers", ["acc-w"], tenant_id="tw")
+        _, free = await store.tenancy.create_key("tw")
+        _, limited = await store.tenancy.create_key("tw", rpm=10)
+        await store.tenancy.create_tenant("Capped", ["acc-c"], tenant_id="tc", max_concurrent_requests=1)
+        _, capped = await store.tenancy.create_key("tc")
+        await store.tenancy.create_tenant("Drained", ["acc-h"], tenant_id="th")
+        _, drain = await store.tenancy.create_key("th")
+        return free, limited, capped, drain
     finally:
         await store.aclose()
 
@@ -123,7 +117,7 @@ async def _keys(settings: GatewaySettings) -> tuple[str, str, str, str]:
 async def _records(settings: GatewaySettings, request_ids: list[str]) -> list[object]:
     store = open_store(settings.store)
     try:
-        return [await store.get_usage(request_id) for request_id in request_ids]
+        return [await store.ledger.get(request_id) for request_id in request_ids]
     finally:
         await store.aclose()
 
@@ -132,7 +126,7 @@ async def _loads(settings: GatewaySettings) -> dict[str, tuple[int, int]]:
     """In-flight tokens summed over the live workers, as a replica of the same store sees them."""
     store = open_store(settings.store)
     try:
-        return await store.loads()
+        return await store.routing.loads()
     finally:
         await store.aclose()
 
@@ -162,7 +156,7 @@ def _wait_for_both_workers(url: str) -> None:
 
 
 def _children(supervisor_pid: int) -> dict[int, list[bytes]]:
-    """The supervisor's children (its workers and the store host) -> their command lines."""
+    """The supervisor's children (its workers) -> their command lines."""
     return command_lines(gateway_pids(supervisor_pid))
 
 
@@ -170,17 +164,9 @@ def _worker_pids(supervisor_pid: int) -> list[int]:
     return [pid for pid, argv in _children(supervisor_pid).items() if b"--worker-index" in argv]
 
 
-def _host(supervisor_pid: int) -> tuple[int, str] | None:
-    """The store host's pid and socket, None when there is none (Redis, sqlite_shared) or none right now."""
-    for pid, argv in _children(supervisor_pid).items():
-        if b"gateway.store.host" in argv:
-            return pid, argv[argv.index(b"--socket") + 1].decode()
-    return None
-
-
 @dataclass
 class Workers:
-    store: str  # hosted, redis or sqlite
+    store: str  # sqlite or redis
     gateway: ChildProcess
     settings: GatewaySettings  # the store, as a lone process opens it
     shared: GatewaySettings  # the store, as one more worker opens it
@@ -189,7 +175,7 @@ class Workers:
     secret: str  # tenant tw, no limits
     limited: str  # tenant tw, rpm=10
     capped: str  # tenant tc, one request in flight at a time
-    host_key: str  # tenant th, no limits
+    drain_key: str  # tenant th, no limits
 
 
 @pytest.fixture(scope="module")
@@ -197,28 +183,21 @@ def workers(
     stub: ChildProcess, slow_stub: ChildProcess, store_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Workers]:
     """`edgerun serve --workers 2` on the store (ready), in front of both stubs; one per store. Stopped
-    with SIGTERM at the end: status 0, and the store host's socket directory is gone."""
-    store = "redis" if "EDGERUN_REDIS_URL" in store_env else "sqlite" if "EDGERUN_SQLITE_SHARED" in store_env else "hosted"
+    with SIGTERM at the end: status 0."""
+    store = "redis" if "EDGERUN_REDIS_URL" in store_env else "sqlite"
     tmp_path = tmp_path_factory.mktemp("workers")
     settings = _settings(store_env)
-    secret, limited, capped, host_key = asyncio.run(_keys(settings))
+    secret, limited, capped, drain_key = asyncio.run(_keys(settings))
     env = _env(stub, tmp_path, store_env, slow_stub)
     gateway = ChildProcess.spawn("gateway", "serve", ["--workers", "2"], env=env)
-    host = None
     try:
         gateway.wait_ready("/healthz")
         _wait_for_both_workers(gateway.url)
-        host = _host(gateway.process.pid)
-        assert (host is not None) == (store == "hosted")
-        # one more worker: of the host when there is one, else on the shared file or Redis
-        shared = (_settings(store_env, store_socket=host[1]) if host is not None
-                  else _settings(store_env, sqlite_shared=True, inflight_lease_s=LEASE_S))
-        yield Workers(store, gateway, settings, shared, env, time.monotonic(), secret, limited, capped, host_key)
+        shared = _settings(store_env, sqlite_shared=True, inflight_lease_s=LEASE_S)  # one more worker
+        yield Workers(store, gateway, settings, shared, env, time.monotonic(), secret, limited, capped, drain_key)
     finally:
         gateway.stop(timeout_s=20)
     assert gateway.process.returncode == 0
-    if host is not None:
-        assert not Path(host[1]).parent.exists()  # the socket and its private directory are removed
 
 
 def _export_request_ids(w: Workers, tmp_path: Path, tenant: str = "tw") -> list[str]:
@@ -278,16 +257,9 @@ def test_a_killed_worker_is_started_again_and_its_slot_and_tokens_are_freed(work
         os.kill(victim, signal.SIGKILL)
         killed_at = time.monotonic()
         del chunks  # the client goes away only now, after its worker
-    if w.store == "hosted":
-        # the host frees the dead worker's tokens once its connection closes, before the supervisor starts a new
-        # worker (a second after it sees the death) whose first poll of the backends' loads would reset them too
-        while (loads := asyncio.run(_loads(w.shared))) and len(_worker_pids(gateway.process.pid)) < 2:
-            time.sleep(0.05)
-        assert loads == {}
-    else:  # the dead worker's tokens and slot (any model of tenant tc) count until their lease ends
-        assert asyncio.run(_loads(w.shared)).get("slow", (0, 0)) != (0, 0)
-        assert _post(gateway.url, w.capped, CAPPED_PATH).status_code == 429
-    # the slot: the host's one-process store has no lease, so a 200 below means the host freed it
+    # the dead worker's tokens and slot (any model of tenant tc) count until their lease ends
+    assert asyncio.run(_loads(w.shared)).get("slow", (0, 0)) != (0, 0)
+    assert _post(gateway.url, w.capped, CAPPED_PATH).status_code == 429
     deadline = killed_at + LEASE_S + 20
     while (answer := _post(gateway.url, w.capped, CAPPED_PATH)).status_code == 429 and time.monotonic() < deadline:
         time.sleep(0.25)
@@ -326,74 +298,15 @@ def test_workers_cannot_share_a_memory_database(stub: ChildProcess, tmp_path: Pa
         gateway.stop(timeout_s=10)
 
 
-@pytest.mark.parametrize("store_env", ["hosted"], indirect=True)  # the same module gateway as the hosted tests'
-def test_a_killed_store_host_is_started_again_and_answered_requests_are_billed_once(
-    workers: Workers, tmp_path: Path
-) -> None:
-    """Requests one after another (tenant th) while the host is SIGKILLed: each is answered 200 or 503 (the
-    workers cannot reach the store; never a hang: each has 30 s), 200 again once the supervisor's new host
-    accepts, without restarting the workers; every request answered 200 has exactly one ledger record."""
+@pytest.mark.parametrize("store_env", ["sqlite"], indirect=True)  # the last test of the sqlite gateway: it stops it
+def test_sigterm_lets_a_stream_finish_and_bill_before_it_stops(workers: Workers) -> None:
+    """SIGTERM to the supervisor in the middle of a stream: the stream ends in full, the supervisor exits 0, and the
+    stream's record is in the ledger file."""
     w = workers
     gateway = w.gateway
-    time.sleep(max(0.0, w.started + 5.5 - time.monotonic()))  # past min_uptime_s: a crash, not a bad start
-    before = _host(gateway.process.pid)
-    assert before is not None
-    workers_before = set(_worker_pids(gateway.process.pid))
-    answers: list[httpx.Response] = []
-    after: tuple[int, str] | None = None
-    done = threading.Event()
-
-    def one_after_another() -> None:
-        while not done.is_set():
-            answers.append(_post(gateway.url, w.host_key, HOST_PATH))
-
-    client = threading.Thread(target=one_after_another)
-    client.start()
-    try:
-        deadline = time.monotonic() + 60
-        while len(answers) < 3 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        os.kill(before[0], signal.SIGKILL)
-        killed = len(answers)
-        # until the new host is up and five answers in a row were 200
-        while time.monotonic() < deadline and not (
-            (after := _host(gateway.process.pid)) is not None and after[0] != before[0]
-            and len(answers) >= killed + 5 and all(a.status_code == 200 for a in answers[-5:])
-        ):
-            time.sleep(0.05)
-    finally:
-        done.set()
-        client.join()
-    statuses = [a.status_code for a in answers]
-    assert after is not None and after != before and after[1] == before[1]  # a new host, on the same socket
-    assert set(_worker_pids(gateway.process.pid)) == workers_before  # the workers were not restarted
-    assert set(statuses) == {200, 503} and statuses[-5:] == [200] * 5, statuses
-    assert 503 in statuses[killed:], statuses  # answered at once while the host was away
-    for unavailable in (a for a in answers if a.status_code == 503):
-        assert unavailable.json()["errors"][0]["code"] == 3043 and "retry-after" in unavailable.headers
-
-    answered = [a.headers["cf-ray"] for a in answers if a.status_code == 200]
-    # a record the host could not take was spooled and is replayed (ledger_spool_replay_interval_s)
-    deadline = time.monotonic() + 30
-    while None in (records := asyncio.run(_records(w.settings, answered))) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert None not in records  # none lost
-    exported = collections.Counter(_export_request_ids(w, tmp_path, tenant="th"))
-    assert all(exported[request_id] == 1 for request_id in answered)  # none doubled
-
-
-@pytest.mark.parametrize("store_env", ["hosted"], indirect=True)  # the last test of the hosted gateway: it stops it
-def test_sigterm_lets_a_stream_finish_and_bill_through_the_host_before_it_stops(workers: Workers) -> None:
-    """SIGTERM to the supervisor in the middle of a stream: the stream ends in full, the supervisor exits 0, the
-    socket's directory is gone, and the stream's record is in the ledger file (a worker that found the host already
-    gone would have spooled it instead)."""
-    w = workers
-    gateway = w.gateway
-    host = _host(gateway.process.pid)
-    assert host is not None
     with httpx.Client(timeout=60) as client, client.stream(
         "POST", gateway.url + f"/client/v4/accounts/acc-h/ai/run/{SLOW_MODEL_ID}",
-        headers={"authorization": f"Bearer {w.host_key}"}, json={"prompt": "hi", "max_tokens": 40, "stream": True},
+        headers={"authorization": f"Bearer {w.drain_key}"}, json={"prompt": "hi", "max_tokens": 40, "stream": True},
     ) as stream:
         assert stream.status_code == 200
         chunks = stream.iter_bytes()
@@ -402,5 +315,4 @@ def test_sigterm_lets_a_stream_finish_and_bill_through_the_host_before_it_stops(
         body = first + b"".join(chunks)
     assert body.rstrip().endswith(b"data: [DONE]")
     assert gateway.process.wait(timeout=60) == 0
-    assert not Path(host[1]).parent.exists()
     assert asyncio.run(_records(w.settings, [stream.headers["cf-ray"]])) != [None]

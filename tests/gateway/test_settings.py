@@ -53,14 +53,12 @@ def test_a_misspelt_key_inside_a_section_is_refused() -> None:
 
 
 def test_sections_validate_across_parts() -> None:
-    with pytest.raises(ValidationError, match="share the embedded store's SQLite file"):
+    with pytest.raises(ValidationError, match="share the local store's SQLite file"):
         GatewaySettings(workers=2, redis_url=None, sqlite_path=":memory:")
     file = {"workers": 2, "port": 8080, "redis_url": None, "sqlite_path": "/tmp/w.sqlite3"}
-    assert not GatewaySettings(**file).store.sqlite_shared  # the supervisor's view: it starts a store host
-    hosted = GatewaySettings(**file, worker_index=0, store_socket="/tmp/edgerun-8080-x/store.sock")
-    assert not hosted.store.sqlite_shared  # a worker of that host
-    alone = GatewaySettings(**file, worker_index=0)
-    assert alone.store.sqlite_shared  # a worker given no host shares the file (the store's own section says so)
+    assert not GatewaySettings(**file).store.sqlite_shared  # the supervisor's view: it opens no store
+    worker = GatewaySettings(**file, worker_index=0)
+    assert worker.store.sqlite_shared  # a worker shares the file (the store's own section says so)
     with pytest.raises(ValidationError, match="must exceed ledger_retention_s"):
         StoreSettings(ledger_retention_s=10, ledger_idempotency_ttl_s=5)
 

@@ -39,8 +39,8 @@ def start(slow_stub: ChildProcess, tmp_path: Path, shutdown_timeout_s: float) ->
     async def make_key() -> str:
         store = open_store(GatewaySettings(redis_url=None, sqlite_path=str(sqlite)).store)
         try:
-            await store.create_tenant("drain", ["acc-drain"], tenant_id="t-drain")
-            return (await store.create_key("t-drain"))[1]
+            await store.tenancy.create_tenant("drain", ["acc-drain"], tenant_id="t-drain")
+            return (await store.tenancy.create_key("t-drain"))[1]
         finally:
             await store.aclose()
 
@@ -83,7 +83,7 @@ def records(sqlite: Path) -> dict[str, UsageRecord]:
     async def read() -> list[UsageRecord]:
         store = open_store(GatewaySettings(redis_url=None, sqlite_path=str(sqlite)).store)
         try:
-            return [r async for r in store.iter_usage(0, time.time() + 60)]
+            return [r async for r in store.ledger.iter_usage(0, time.time() + 60)]
         finally:
             await store.aclose()
 

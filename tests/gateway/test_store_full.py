@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
 from starlette.testclient import TestClient
 
+from cli.processes import ChildProcess
 from contracts.usage import Usage
 from gateway.billing.metering import MeteredRequest, Metering
 from gateway.billing.spool import LedgerSpool
@@ -18,11 +20,11 @@ from gateway.fleet.catalog import DEFAULT_MODEL_ID, ModelSpec
 from gateway.http.app import create_app
 from gateway.metrics import GatewayMetrics
 from gateway.settings import GatewaySettings
-from gateway.store import StoreUnavailable
-from gateway.store.redis_store import RedisStore
+from gateway.store import StoreUnavailable, open_store
 from policies.pricing import PriceTable
 from tests.gateway.fixtures_context import context_now
 from tests.gateway.redis_server import EPHEMERAL, start_redis
+from tests.gateway.stub_backend import MODEL_ID as STUB_MODEL
 
 pytestmark = pytest.mark.process
 
@@ -54,24 +56,29 @@ def empty(url: str) -> None:
         client.config_set("maxmemory", "8mb")
 
 
-def settings(url: str, tmp_path: Path) -> GatewaySettings:
+def settings(url: str, tmp_path: Path, **overrides: Any) -> GatewaySettings:
     return GatewaySettings(
         redis_url=url, key_prefix=PREFIX, sqlite_path=str(tmp_path / "unused.sqlite3"),
         admin_token="admin-secret-0123456789abcdefghijklmnop",
-        tokenizer_cache_dir=None, ledger_spool_path=str(tmp_path / "spool.jsonl"),
+        tokenizer_cache_dir=None, ledger_spool_path=str(tmp_path / "spool.jsonl"), **overrides,
     )
 
 
-async def test_a_full_redis_answers_503_in_the_envelope(small_redis: str, tmp_path: Path) -> None:
-    store = RedisStore(settings(small_redis, tmp_path).store)
-    await store.create_tenant("Acme", ["acc"], tenant_id="acme")
-    _, secret = await store.create_key("acme")
+async def test_a_full_redis_answers_503_in_the_envelope(
+    small_redis: str, tmp_path: Path, stub_backend: ChildProcess
+) -> None:
+    store = open_store(settings(small_redis, tmp_path).store)
+    await store.tenancy.create_tenant("Acme", ["acc"], tenant_id="acme")
+    _, secret = await store.tenancy.create_key("acme")
     await store.aclose()
     fill(small_redis)
-    with TestClient(create_app(settings(small_redis, tmp_path))) as client:
+    # a backend to tokenize with: the request is refused at its admission, the first write it asks for
+    fleet = {"backends": [{"id": "stub", "base_url": stub_backend.url, "models": [STUB_MODEL]}],
+             "models": [{"id": STUB_MODEL, "backend_model": "stub", "block_size": 16}]}
+    with TestClient(create_app(settings(small_redis, tmp_path, **fleet))) as client:
         admin = client.post("/admin/v1/tenants", json={"name": "B", "account_ids": ["b"]},
                             headers={"authorization": "Bearer admin-secret-0123456789abcdefghijklmnop"})
-        run = client.post(f"/client/v4/accounts/acc/ai/run/{DEFAULT_MODEL_ID}", json={"prompt": "hi"},
+        run = client.post(f"/client/v4/accounts/acc/ai/run/{STUB_MODEL}", json={"prompt": "hi"},
                           headers={"authorization": f"Bearer {secret}"})
     for answer in (admin, run):
         assert answer.status_code == 503, answer.text
@@ -82,10 +89,10 @@ async def test_a_full_redis_answers_503_in_the_envelope(small_redis: str, tmp_pa
 
 
 async def test_usage_records_go_to_the_spool_while_redis_is_full(small_redis: str, tmp_path: Path) -> None:
-    store = RedisStore(settings(small_redis, tmp_path).store)
+    store = open_store(settings(small_redis, tmp_path).store)
     try:
-        tenant = await store.create_tenant("Acme", ["acc"], tenant_id="acme")
-        key, _ = await store.create_key("acme")
+        tenant = await store.tenancy.create_tenant("Acme", ["acc"], tenant_id="acme")
+        key, _ = await store.tenancy.create_key("acme")
         fill(small_redis)
         spool = LedgerSpool(tmp_path / "spool.jsonl")
         metering = Metering(store, PriceTable.from_config({}), GatewayMetrics(), spool)
@@ -93,13 +100,13 @@ async def test_usage_records_go_to_the_spool_while_redis_is_full(small_redis: st
         ctx = context_now("req-full", Principal(key, tenant, "acc"), model)
         request = MeteredRequest(ctx, prompt_tokens=5)
         with pytest.raises(StoreUnavailable, match="full"):
-            await store.check_and_consume("key_x", 1, None, 0)
+            await store.admission.check_and_consume("key_x", 1, None, 0)
         assert await metering.settle(request, Usage(5, 3, 0), status="ok", backend_id="b1", region="local")
-        assert spool.pending() and await store.get_usage("req-full") is None
+        assert spool.pending() and await store.ledger.get("req-full") is None
         empty(small_redis)
-        result = await spool.replay(store)
+        result = await spool.replay(store.ledger)
         assert result.written == 1 and result.complete
-        record = await store.get_usage("req-full")
+        record = await store.ledger.get("req-full")
         assert record is not None and record.completion_tokens == 3
     finally:
         await store.aclose()

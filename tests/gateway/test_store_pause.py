@@ -78,7 +78,7 @@ def test_a_stalling_redis_loses_no_record_overshoots_no_limit_and_recovers(
         deadline = time.monotonic() + 30
         assert gw.store is not None
         while True:  # spooled records are replayed once the store answers
-            recorded = {rid for rid in {a.request_id for a in answers} if gw.call(gw.store.get_usage(rid)) is not None}
+            recorded = {rid for rid in {a.request_id for a in answers} if gw.call(gw.store.ledger.get(rid)) is not None}
             if recorded >= ok or time.monotonic() > deadline:
                 break
             time.sleep(0.3)

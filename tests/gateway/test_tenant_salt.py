@@ -16,13 +16,13 @@ def test_the_salt_is_hmac_sha256_of_the_tenant() -> None:
 
 
 async def test_a_configured_secret_is_used_as_given(store: Store) -> None:
-    salts = TenantSalts(store, "configured")
+    salts = TenantSalts(store.tenancy, "configured")
     assert await salts.salt("t") == derive_cache_salt(b"configured", "t")
     assert "configured" not in repr(salts)
 
 
 async def test_without_configuration_replicas_share_one_stored_secret(store: Store) -> None:
-    first, second = TenantSalts(store), TenantSalts(store)
+    first, second = TenantSalts(store.tenancy), TenantSalts(store.tenancy)
     assert await first.salt("t") == await second.salt("t")
-    secret = await store.get_or_create_secret(SECRET_NAME, "unused")
+    secret = await store.tenancy.get_or_create_secret(SECRET_NAME, "unused")
     assert len(secret) == 64 and await first.salt("t") == derive_cache_salt(secret.encode(), "t")

@@ -24,6 +24,7 @@ from cli.processes import ChildProcess, free_port
 from policies.prefix import block_hashes
 from tests.gateway import vllm_stub
 from tests.gateway.fixtures_e2e import ADMIN_TOKEN, InProcessGateway, gateway_settings
+from tests.gateway.store.calls import match_prefix
 from tests.gateway.stub_backend import MODEL_ID
 
 pytestmark = pytest.mark.slow
@@ -120,7 +121,7 @@ def test_zmq_events_fill_the_index_for_their_tenant_only(gw: InProcessGateway, p
     publish(0, [stored])
 
     def matched(salt: str) -> dict[str, int]:
-        return gw.call(gw.store.match_prefix(block_hashes(tokens, BLOCK, salt)))  # type: ignore[union-attr]
+        return gw.call(match_prefix(gw.store, block_hashes(tokens, BLOCK, salt)))  # type: ignore[union-attr]
 
     assert wait_for(lambda: matched(salt_a), "the stored blocks in the index") == {"vllm-a": 4}
     assert matched(salt_b) == {}

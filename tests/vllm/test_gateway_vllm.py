@@ -33,6 +33,7 @@ from gateway.store.models import UsageRecord
 from policies.prefix import block_hashes
 from policies.pricing import Price, cost_micros
 from tests.gateway.fixtures_e2e import InProcessGateway, gateway_settings
+from tests.gateway.store.calls import match_prefix
 from tests.gateway.test_structured_e2e import ASK_CITY, ASK_WEATHER, CITY, WEATHER
 from tests.vllm.fixtures import VLLM_API_KEY, VLLM_BACKEND_ID, VLLM_MODEL_ID, vllm_model_spec
 from tests.vllm.server import BLOCK_SIZE, VllmProcess
@@ -69,7 +70,7 @@ def tenant_records(gw: InProcessGateway, tenant_id: str) -> list[UsageRecord]:
     store = gw.store
 
     async def collect() -> list[UsageRecord]:
-        return [r async for r in store.iter_usage(0, time.time() + 3600, tenant_id)]
+        return [r async for r in store.ledger.iter_usage(0, time.time() + 3600, tenant_id)]
 
     return gw.call(collect())
 
@@ -225,7 +226,7 @@ def indexed_tokens(gw: InProcessGateway, tenant_id: str, text: str, backend_id: 
         tokenizer = await services.generator.tokenizer(model)
         salt = await services.generator.router.salts.salt(tenant_id)
         hashes = block_hashes(tokenizer.encode_text(text, is_raw=True), model.block_size, salt)
-        return (await services.store.match_prefix(hashes)).get(backend_id, 0) * model.block_size
+        return (await match_prefix(services.store, hashes)).get(backend_id, 0) * model.block_size
 
     return gw.call(lookup())
 

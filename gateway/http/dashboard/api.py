@@ -18,6 +18,7 @@ the Workers AI envelope.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import math
 import time
@@ -28,7 +29,7 @@ from starlette.responses import Response
 
 from gateway.billing.export import parse_time
 from gateway.billing.prices import PriceHistory
-from gateway.billing.recompute import reprice
+from gateway.billing.savings import savings
 from gateway.errors import AuthenticationFailed, InternalError, InvalidInput, TenantForbidden
 from gateway.http.admin_guard import token_matches
 from gateway.http.dashboard.limits import TenantQueries
@@ -39,11 +40,13 @@ from gateway.metrics import GatewayMetrics
 from gateway.pipeline.auth import bearer_token
 from gateway.services import Services
 from gateway.store.errors import InvalidArgument
-from gateway.store.models import UsageRecord
+from gateway.store.ledger import HOUR_S, Ledger
 from policies.errors import PricingError
 
 DEFAULT_SPAN_S = 3600.0
 MAX_TIME_S = 253_402_300_799.0  # 9999-12-31T23:59:59Z, the last moment ISO 8601 dates can name
+HOURS_PER_TURN = 24  # hourly sums folded between two turns of the event loop
+SUMS_PER_READ_S = 86_400  # hourly sums read from the ledger at a time
 MAX_SPAN_S = 93 * 86_400.0
 NO_STORE = {"cache-control": "no-store"}
 
@@ -68,7 +71,7 @@ async def dashboard_scope(request: Request) -> Scope:
         # 429 while this address is throttled on the dashboard or the admin API
         g.admin_guard.check(f"Bearer {presented}", client, listener_of(request.scope), "dashboard")
         return Scope(tenant_id=None, is_admin=True)
-    key = await g.store.lookup_key(presented)
+    key = await g.store.tenancy.lookup_key(presented)
     if key is None:
         if admin_here:
             # a wrong admin token, as far as we know (or a tenant's mistyped key: never the admin API's throttle)
@@ -138,7 +141,7 @@ async def live_view(g: Services, scope: Scope) -> Live:
     """In-flight tokens and health of every backend, errors by code: the operator's view only."""
     if not scope.is_admin:
         return Live()
-    loads = await g.store.loads()
+    loads = await g.store.routing.loads()
     reports = g.monitor.cached_reports
     backends = tuple(
         BackendLive(
@@ -154,19 +157,31 @@ async def live_view(g: Services, scope: Scope) -> Live:
     return Live(backends=backends, errors=error_counts(g.metrics))
 
 
-def savings(record: UsageRecord, history: PriceHistory) -> int | None:
-    """What the record's cached tokens saved under its own price version (None: version unknown)."""
-    if record.cached_tokens == 0:
-        return 0
-    charge = reprice(record, history)
-    return None if charge is None else charge.savings_micros
-
-
-async def summarize(g: Services, window: Window, tenant: str | None, history: PriceHistory) -> UsageSummary:
+async def summarize(ledger: Ledger, window: Window, tenant: str | None, history: PriceHistory) -> UsageSummary:
+    """The window's hours that the ledger's hourly sums answer from them, the rest record by record,
+    in time order (a backend's region is the one it last had). Sums are read a day at a time and
+    folded at once, so a long window never holds them all (nor makes the collector walk them)."""
     summary = UsageSummary(window)
+    first = int(window.start // HOUR_S) * HOUR_S
     try:
-        async for record in g.store.iter_usage(window.start, window.end, tenant):
-            summary.add(record, savings(record, history))  # the store yields to the loop between pages
+        loaded = await ledger.hours(first, first + SUMS_PER_READ_S, tenant)
+        whole, stretches = window.split(loaded.since)
+        parts: list[tuple[float, int | tuple[float, float]]] = [(float(h), h) for h in whole]
+        parts += [(start, (start, end)) for start, end in stretches]
+        sums = {usage.hour: usage for usage in loaded.hours}
+        loaded_until = first + SUMS_PER_READ_S
+        for i, (_, part) in enumerate(sorted(parts, key=lambda p: p[0])):
+            if isinstance(part, tuple):
+                async for record in ledger.iter_usage(*part, tenant):
+                    summary.add(record, savings(record, history))  # the store yields to the loop between pages
+                continue
+            if part >= loaded_until:
+                loaded_until = part + SUMS_PER_READ_S
+                sums = {usage.hour: usage for usage in (await ledger.hours(part, loaded_until, tenant)).hours}
+            if (usage := sums.pop(part, None)) is not None:
+                summary.add_hour(usage)
+            if i % HOURS_PER_TURN == 0:
+                await asyncio.sleep(0)  # the loop serves streams between every few hours' sums
     except InvalidArgument as exc:
         raise InvalidInput(str(exc), param="tenant") from exc
     return summary
@@ -190,7 +205,7 @@ async def usage(request: Request) -> Response:
     except PricingError as exc:
         raise InternalError(f"the price configuration is invalid: {exc}") from exc
     with running_query(request, scope):
-        summary = await summarize(g, window, tenant, history)
+        summary = await summarize(g.store.ledger, window, tenant, history)
     body = summary.to_json(await live_view(g, scope), tenant=tenant, is_admin=scope.is_admin)
     return JSONBytes(body, headers=NO_STORE)
 
@@ -199,10 +214,10 @@ async def tenants(request: Request) -> Response:
     g: Services = request.app.state.services
     scope = await dashboard_scope(request)
     if scope.is_admin:
-        listed = await g.store.list_tenants()
+        listed = await g.store.tenancy.list_tenants()
     else:
         assert scope.tenant_id is not None  # a key always belongs to a tenant
-        own = await g.store.get_tenant(scope.tenant_id)
+        own = await g.store.tenancy.get_tenant(scope.tenant_id)
         listed = [own] if own is not None else []
     body = {"admin": scope.is_admin, "tenants": [{"id": t.id, "name": t.name} for t in listed]}
     return JSONBytes(body, headers=NO_STORE)

@@ -1,13 +1,16 @@
-"""The dashboard's numbers: ledger records (and a few live figures) folded into one JSON-able summary.
+"""The dashboard's numbers: the ledger's hourly sums and records (and a few live figures) folded into
+one JSON-able summary.
 
-Pure: no I/O, no clock. `UsageSummary.add` takes ledger records one at a time (the caller streams
-them from the store, so a long range is never loaded at once) and `to_json` renders:
+Pure: no I/O, no clock. `Window.split` says which hours of the window the ledger's hourly sums
+answer (`UsageSummary.add_hour`: an hour wholly inside the window and inside one bucket) and which
+stretches must be read record by record (`UsageSummary.add`: the caller streams them from the
+store, so a long range is never loaded at once); `to_json` renders:
 
 - totals over the window: requests, prompt / cached / completion tokens, spend, the money the
   cached-input discount saved, the cached share of prompt tokens, requests that did not end "ok";
 - a time series per bucket (by each record's end time): requests, tokens, spend, savings;
-- time to first token and inter-token latency percentiles (nearest rank) over the records that
-  carry them; past `MAX_SAMPLES` values a seeded reservoir keeps a uniform sample;
+- time to first token and inter-token latency percentiles (nearest rank, to the microsecond) over
+  the records that carry them; past `MAX_SAMPLES` values a seeded reservoir keeps a uniform sample;
 - requests by ledger status, by backend and by region, each with its prefix-cache hit ratio
   (cached prompt tokens / prompt tokens), and by tenant;
 - what the caller adds as `Live`: in-flight tokens and health per backend, errors by code.
@@ -21,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway.store.ledger import HOUR_S, HourUsage, UsageSums
 from gateway.store.models import USAGE_STATUSES, UsageRecord
 
 BUCKET_CHOICES_S = (10, 30, 60, 300, 900, 3600, 6 * 3600, 86_400)
@@ -61,6 +65,31 @@ class Window:
     def bucket_of(self, t: float) -> int:
         return min(self.num_buckets - 1, max(0, int((t - self.start) // self.bucket_s)))
 
+    def whole_hour(self, hour: int) -> bool:
+        """Whether every record of the hour starting at `hour` is in the window and in one bucket."""
+        if hour < self.start or hour + HOUR_S > self.end:
+            return False
+        bucket = self.bucket_of(hour)
+        return bucket == self.num_buckets - 1 or hour + HOUR_S <= self.start + (bucket + 1) * self.bucket_s
+
+    def split(self, since: int) -> tuple[list[int], list[tuple[float, float]]]:
+        """(the whole hours from `since` on, which the hourly sums answer; the rest of the window as
+        [from, to) stretches to read record by record, adjacent ones joined)."""
+        whole: list[int] = []
+        stretches: list[tuple[float, float]] = []
+        hour = int(self.start // HOUR_S) * HOUR_S
+        while hour < self.end:
+            if hour >= since and self.whole_hour(hour):
+                whole.append(hour)
+            else:
+                low, high = max(float(hour), self.start), min(float(hour + HOUR_S), self.end)
+                if stretches and stretches[-1][1] == low:
+                    stretches[-1] = (stretches[-1][0], high)
+                else:
+                    stretches.append((low, high))
+            hour += HOUR_S
+        return whole, stretches
+
 
 def percentile(sorted_values: Sequence[float], p: float) -> float | None:
     """Nearest-rank percentile of already sorted values; None when there are none."""
@@ -78,14 +107,16 @@ class Samples:
     values: list[float] = field(default_factory=list)
     _rng: random.Random = field(default_factory=lambda: random.Random(0))
 
-    def add(self, value: float) -> None:
-        self.count += 1
-        if len(self.values) < MAX_SAMPLES:
-            self.values.append(value)
-            return
-        slot = self._rng.randrange(self.count)
-        if slot < MAX_SAMPLES:
-            self.values[slot] = value
+    def add(self, value: float, times: int = 1) -> None:
+        fits = min(times, MAX_SAMPLES - len(self.values))
+        if fits > 0:  # below the bound: every value is kept
+            self.values.extend([value] * fits)
+            self.count += fits
+        for _ in range(times - max(fits, 0)):
+            self.count += 1
+            slot = self._rng.randrange(self.count)
+            if slot < MAX_SAMPLES:
+                self.values[slot] = value
 
     def to_json(self) -> dict[str, Any]:
         ordered = sorted(self.values)
@@ -93,23 +124,8 @@ class Samples:
 
 
 @dataclass(slots=True)
-class Tally:
-    """Sums over a group of records."""
-
-    requests: int = 0
-    prompt_tokens: int = 0
-    cached_tokens: int = 0
-    completion_tokens: int = 0
-    cost_micro: int = 0
-    savings_micro: int = 0
-
-    def add(self, record: UsageRecord, savings_micro: int) -> None:
-        self.requests += 1
-        self.prompt_tokens += record.prompt_tokens
-        self.cached_tokens += record.cached_tokens
-        self.completion_tokens += record.completion_tokens
-        self.cost_micro += record.cost_micro
-        self.savings_micro += savings_micro
+class Tally(UsageSums):
+    """Sums over a group of records (and what the dashboard derives from them)."""
 
     @property
     def hit_ratio(self) -> float | None:
@@ -191,6 +207,31 @@ class UsageSummary:
             self.ttft.add(record.ttft_s)
         if record.itl_s is not None:
             self.itl.add(record.itl_s)
+
+    def add_hour(self, usage: HourUsage) -> None:
+        """Count one of the ledger's hourly sums (an hour `Window.whole_hour` accepts)."""
+        bucket = self.buckets[self.window.bucket_of(usage.hour)]
+        totals, statuses = self.totals, self.statuses
+        for group, sums in usage.groups.items():
+            totals.merge(sums)
+            bucket.merge(sums)
+            statuses[group.status] = statuses.get(group.status, 0) + sums.requests
+            if group.backend_id is not None:
+                self._tally(self.by_backend, group.backend_id).merge(sums)
+                self.backend_region[group.backend_id] = group.region
+            if group.region is not None:
+                self._tally(self.by_region, group.region).merge(sums)
+            self._tally(self.by_tenant, group.tenant_id).merge(sums)
+        for samples, counts in ((self.ttft, usage.ttft_us), (self.itl, usage.itl_us)):
+            for value_us in sorted(counts):
+                samples.add(value_us / 1_000_000, counts[value_us])
+
+    @staticmethod
+    def _tally(tallies: dict[str, Tally], name: str) -> Tally:
+        found = tallies.get(name)
+        if found is None:
+            found = tallies[name] = Tally()
+        return found
 
     def to_json(self, live: Live | None = None, *, tenant: str | None, is_admin: bool) -> dict[str, Any]:
         live = live or Live()

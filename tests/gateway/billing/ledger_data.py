@@ -47,4 +47,4 @@ def records(n: int = 60, seed: int = 7) -> list[UsageRecord]:
 
 async def fill(store: Store, items: list[UsageRecord]) -> None:
     for record in reversed(items):  # written out of order: the export must not depend on it
-        assert await store.append_usage(record)
+        assert await store.ledger.append(record)

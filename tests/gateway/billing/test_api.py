@@ -40,7 +40,7 @@ async def test_the_endpoint_serves_the_same_bytes_as_the_export(store: Store, cl
     query = {"from": "2027-01-15T07:00:00Z", "to": "2027-01-15T09:00:00Z"}
     for fmt in ("csv", "jsonl", "parquet"):
         rows, summary = io.BytesIO(), io.BytesIO()
-        await write_export(store, ExportQuery.parse(query["from"], query["to"]), HISTORY, fmt, rows, summary)
+        await write_export(store.ledger, ExportQuery.parse(query["from"], query["to"]), HISTORY, fmt, rows, summary)
         answer = client.get(URL, params={**query, "format": fmt}, headers=ADMIN)
         assert answer.status_code == 200 and answer.content == rows.getvalue(), fmt
         assert answer.headers["content-disposition"] == f'attachment; filename="billing-rows.{fmt}"'

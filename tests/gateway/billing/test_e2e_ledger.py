@@ -80,7 +80,7 @@ def gateway_env(tmp: Path, redis_url: str, prefix: str, name: str, backends: lis
 async def ledger(redis_url: str, prefix: str) -> list[UsageRecord]:
     store = open_store(GatewaySettings(redis_url=redis_url, key_prefix=prefix).store)
     try:
-        return [r async for r in store.iter_usage(0, time.time() + 60, TENANT)]
+        return [r async for r in store.ledger.iter_usage(0, time.time() + 60, TENANT)]
     finally:
         await store.aclose()
 
@@ -121,8 +121,8 @@ async def test_two_gateways_one_ledger_through_leavers_and_a_killed_backend(
     b_backends = [victim.spec([VICTIM_ONLY]), b1.spec([DEFAULT_MODEL_ID, MISNAMED])]
     store = open_store(GatewaySettings(redis_url=redis_url, key_prefix=redis_prefix).store)
     try:
-        await store.create_tenant("billing", [ACCOUNT], tenant_id=TENANT)
-        _, secret = await store.create_key(TENANT)
+        await store.tenancy.create_tenant("billing", [ACCOUNT], tenant_id=TENANT)
+        _, secret = await store.tenancy.create_key(TENANT)
     finally:
         await store.aclose()
     gateways: list[GatewayProcess] = [

@@ -66,7 +66,7 @@ def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
 async def ledger(url: str) -> list[UsageRecord]:
     store = open_store(GatewaySettings(redis_url=url).store)
     try:
-        return [r async for r in store.iter_usage(0, time.time() + 60, TENANT)]
+        return [r async for r in store.ledger.iter_usage(0, time.time() + 60, TENANT)]
     finally:
         await store.aclose()
 
@@ -76,8 +76,8 @@ async def test_records_written_while_redis_is_down_arrive_once_it_is_back(
 ) -> None:
     store = open_store(GatewaySettings(redis_url=private_redis.url).store)
     try:
-        await store.create_tenant("spool", [ACCOUNT], tenant_id=TENANT)
-        _, secret = await store.create_key(TENANT)
+        await store.tenancy.create_tenant("spool", [ACCOUNT], tenant_id=TENANT)
+        _, secret = await store.tenancy.create_key(TENANT)
     finally:
         await store.aclose()
     spool_path = tmp_path / "ledger-spool.jsonl"

@@ -24,7 +24,7 @@ EVERYTHING = ExportQuery(T0 - 10, T0 + 3600)
 
 async def export(store: Store, fmt: Format, query: ExportQuery = EVERYTHING) -> tuple[bytes, bytes]:
     rows, summary = io.BytesIO(), io.BytesIO()
-    await write_export(store, query, HISTORY, fmt, rows, summary)
+    await write_export(store.ledger, query, HISTORY, fmt, rows, summary)
     return rows.getvalue(), summary.getvalue()
 
 

@@ -29,9 +29,9 @@ CASES: list[tuple[UsageStatus, Usage]] = [
 
 
 async def bill(store: Store, prices: dict, prefix: str) -> None:
-    if await store.get_tenant("ta") is None:
-        await store.create_tenant("A", ["acc"], tenant_id="ta")
-    _, secret = await store.create_key("ta")
+    if await store.tenancy.get_tenant("ta") is None:
+        await store.tenancy.create_tenant("A", ["acc"], tenant_id="ta")
+    _, secret = await store.tenancy.create_key("ta")
     principal = await Authenticator(store).authenticate(f"Bearer {secret}", "acc")
     metering = Metering(store, PriceTable.from_config(prices), GatewayMetrics())
     for i, (status, usage) in enumerate(CASES):
@@ -43,7 +43,7 @@ async def bill(store: Store, prices: dict, prefix: str) -> None:
 async def test_records_recompute_to_what_was_billed_after_a_price_change(store: Store) -> None:
     await bill(store, V1, "old")
     await bill(store, V2, "new")
-    records = [r async for r in store.iter_usage(0, time.time() + 1)]
+    records = [r async for r in store.ledger.iter_usage(0, time.time() + 1)]
     assert {r.price_version for r in records} == {"v1", "v2"}
     costs = {r.request_id: r.cost_micro for r in records}
     assert costs["old-0"] == 230 and costs["new-0"] == 1260  # 200 x .6 + 800 x .1 + 10 x 3; 1000 x 1.2 + 10 x 6

@@ -45,7 +45,7 @@ async def down_store() -> AsyncIterator[Store]:
 
 
 async def ledger(store: Store) -> list[str]:
-    return [r.request_id async for r in store.iter_usage(0, 2e9)]
+    return [r.request_id async for r in store.ledger.iter_usage(0, 2e9)]
 
 
 async def test_replaying_twice_writes_each_record_once(store: Store, tmp_path: Path) -> None:
@@ -53,14 +53,14 @@ async def test_replaying_twice_writes_each_record_once(store: Store, tmp_path: P
     for i in range(3):
         spool.append(record(f"r{i}"))
     assert spool.pending()
-    first = await spool.replay(store)
+    first = await spool.replay(store.ledger)
     assert (first.written, first.duplicates, first.complete) == (3, 0, True)
     assert not spool.pending() and sorted(p.name for p in tmp_path.glob("spool*")) == ["spool.jsonl.lock"]
     spool.append(record("r1"))  # the same record spooled again (its first write did land after all)
-    second = await spool.replay(store)
+    second = await spool.replay(store.ledger)
     assert (second.written, second.duplicates) == (0, 1)
     assert await ledger(store) == ["r0", "r1", "r2"]
-    assert (await store.get_usage("r0")) == record("r0")  # every field survives the round trip
+    assert (await store.ledger.get("r0")) == record("r0")  # every field survives the round trip
 
 
 async def test_a_replay_cut_short_by_a_crash_resumes_without_doubles(
@@ -71,10 +71,10 @@ async def test_a_replay_cut_short_by_a_crash_resumes_without_doubles(
         spool.append(record(f"r{i}"))
     rotated = spool._rotate()  # the crash: rotated, two records replayed, then the process died
     assert rotated is not None and not spool.path.exists()
-    await store.append_usage(record("r0"))
-    await store.append_usage(record("r1"))
+    await store.ledger.append(record("r0"))
+    await store.ledger.append(record("r1"))
     spool.append(record("r4"))  # a new outage after the restart
-    result = await spool.replay(store)
+    result = await spool.replay(store.ledger)
     assert (result.written, result.duplicates, result.complete) == (3, 2, True)
     assert await ledger(store) == [f"r{i}" for i in range(5)] and not spool.pending()
 
@@ -85,10 +85,10 @@ async def test_a_store_still_down_keeps_the_records(
     spool = LedgerSpool(tmp_path / "spool.jsonl")
     spool.append(record("r0"))
     spool.append(record("r1"))
-    failed = await spool.replay(down_store)
+    failed = await spool.replay(down_store.ledger)
     assert (failed.written, failed.complete) == (0, False) and spool.pending()
     spool.append(record("r2"))  # appended while the first batch waits
-    done = await spool.replay(store)
+    done = await spool.replay(store.ledger)
     assert (done.written, done.complete) == (3, True) and await ledger(store) == ["r0", "r1", "r2"]
 
 
@@ -100,7 +100,7 @@ async def test_a_line_cut_by_a_crash_is_set_aside_and_the_next_record_kept(
     with open(spool.path, "ab") as f:
         f.write(record("torn").to_json().encode()[:40])  # no newline: the writer died mid-line
     spool.append(record("r1"))
-    result = await spool.replay(store)
+    result = await spool.replay(store.ledger)
     assert (result.written, result.corrupt) == (2, 1) and await ledger(store) == ["r0", "r1"]
     assert (tmp_path / "spool.jsonl.corrupt").read_bytes().startswith(b'{"account_id"')
 
@@ -118,8 +118,8 @@ async def test_metering_spools_when_the_ledger_is_down_and_never_raises_on_the_b
     metering = Metering(down_store, PRICES, metrics, spool)
     assert await metering.settle(request, Usage(1000, 10, 800), status="ok", backend_id="b1", region="r")
     assert 'edgerun_gateway_usage_records_total{outcome="spooled"} 1.0' in metrics.render().decode()
-    assert (await spool.replay(store)).written == 1
-    replayed = await store.get_usage("req-1")
+    assert (await spool.replay(store.ledger)).written == 1
+    replayed = await store.ledger.get("req-1")
     assert replayed is not None and (replayed.cost_micro, replayed.session_id) == (230, "s1")
 
     with pytest.raises(StoreUnavailable):  # without a spool there is nowhere to keep it: the caller hears
@@ -131,14 +131,14 @@ async def test_metering_spools_when_the_ledger_is_down_and_never_raises_on_the_b
 async def test_the_background_task_replays_at_start_up(store: Store, tmp_path: Path) -> None:
     spool = LedgerSpool(tmp_path / "spool.jsonl")
     spool.append(record("r0"))
-    task = asyncio.create_task(replay_forever(spool, store, interval_s=0.05))
+    task = asyncio.create_task(replay_forever(spool, store.ledger, interval_s=0.05))
     try:
         deadline = time.monotonic() + 5
-        while await store.get_usage("r0") is None:
+        while await store.ledger.get("r0") is None:
             assert time.monotonic() < deadline, "the spool was not replayed"
             await asyncio.sleep(0.02)
         spool.append(record("r1"))  # and keeps replaying while it runs
-        while await store.get_usage("r1") is None:
+        while await store.ledger.get("r1") is None:
             assert time.monotonic() < deadline, "the spool was not replayed"
             await asyncio.sleep(0.02)
     finally:

@@ -38,7 +38,7 @@ def dash(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[InProcessGa
         record("o1", now - 30, tenant_id="other", account_id="acc-other", backend_id="b2", region="far"),
     ]
     for row in rows:
-        assert started.call(started.store.append_usage(row))
+        assert started.call(started.store.ledger.append(row))
     yield started, keys
     started.stop()
 

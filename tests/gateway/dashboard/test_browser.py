@@ -60,7 +60,7 @@ def ledger(gw: InProcessGateway, tenant: str | None, since_s: float) -> list[Usa
 
     async def read() -> list[UsageRecord]:
         now = time.time()
-        return [r async for r in store.iter_usage(now - since_s, now + 60, tenant)]
+        return [r async for r in store.ledger.iter_usage(now - since_s, now + 60, tenant)]
 
     return gw.call(read())
 
@@ -77,7 +77,7 @@ def workload(gateway: InProcessGateway) -> Iterator[dict[str, str]]:
     run(gateway, "dash-b", keys["dash-b"], "Name a fruit.")
     assert gateway.store is not None
     old = record("dash-a-old", time.time() - 2 * 86_400, tenant_id="dash-a", account_id="acc-dash-a", cost_micro=123)
-    assert gateway.call(gateway.store.append_usage(old))
+    assert gateway.call(gateway.store.ledger.append(old))
     yield keys
 
 
