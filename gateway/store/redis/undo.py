@@ -1,10 +1,10 @@
 """`ReservationUndo`: takes back the Redis budget reservations whose caller never learnt whether they applied.
 
-A `reserve_budget` call that times out or loses its connection (Redis paused, slow, a network fault)
+An `admit` that reserves budget and times out or loses its connection (Redis paused, slow, a network fault)
 fails with StoreUnavailable: the request gets 503 and nothing settles it. But Redis may still run the
 script later (it was only slow), and the worst case would then stay in the month's spend for good,
 refusing the tenant early. Redis sends no late answer to notice it by, so each call carries a token
-(`RESERVE_BUDGET` marks it with the amount when it applies) and, when the call fails this way, the
+(`ADMIT` marks it with the amount when it applies) and, when the call fails this way, the
 token is queued here. One background task owned by the store runs `UNDO_RESERVATIONS` over the queue
 until Redis answers: an applied reservation is taken back, and a token not seen yet is marked 'undone'
 so that a reservation still on its way applies nothing. Both orders end at the spend held before.
