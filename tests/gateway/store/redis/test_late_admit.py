@@ -47,6 +47,12 @@ def sleep_redis(url: str, seconds: float) -> threading.Thread:
     return thread
 
 
+def pause_redis(url: str, seconds: float) -> None:
+    """CLIENT PAUSE from another client: Redis answers no other command for `seconds`, from the moment this returns."""
+    with redis.Redis.from_url(url, socket_timeout=10) as admin:
+        admin.execute_command("CLIENT", "PAUSE", str(int(seconds * 1000)), "ALL")
+
+
 async def settled_spend(store: Store, want: int, timeout_s: float = 10.0) -> int:
     """The spend once the store's undo queue is empty (or `timeout_s` passed)."""
     deadline = time.monotonic() + timeout_s
@@ -137,13 +143,14 @@ async def test_a_cancelled_caller_is_given_back_once_not_also_undone(debug_redis
         month = time.strftime("%Y-%m", time.gmtime(request.ctx.arrived_at))
         await reserve_budget(store, "ta", month, 50, None)
         admitter = Admitter(store.admission, Metering(store, PRICES, GatewayMetrics()), TenantSlots(None))
-        sleeping = sleep_redis(debug_redis, 0.5)  # shorter than the timeout: the call is slow, not failed
+        pause_redis(debug_redis, 0.8)  # shorter than the timeout: the call is slow, not failed
+        paused_until = time.monotonic() + 0.8
         caller = asyncio.create_task(admitter.admit(request, request.prompt_tokens, 100))
         await asyncio.sleep(0.1)
         caller.cancel()
         with pytest.raises(asyncio.CancelledError):
             await caller
-        await asyncio.to_thread(sleeping.join)
+        await asyncio.sleep(max(0.0, paused_until - time.monotonic()) + 0.1)
         await admitter.aclose()
         assert store.admission._undo.pending == 0  # type: ignore[attr-defined]
         assert await store.admission.budget_spent("ta", month) == 50  # given back once (twice would leave 0)
