@@ -174,6 +174,8 @@ class Services:
         if spool is not None:  # replays records spooled while the ledger was down, now and periodically
             interval = self.settings.billing.ledger_spool_replay_interval_s
             self._tasks.append(asyncio.create_task(replay_forever(spool, self.store.ledger, interval), name="ledger-replay"))
+        for loop in self.store.background:  # a region's ledger shipping and budget leases
+            self._tasks.append(asyncio.create_task(loop(), name=f"store-{loop.__name__}"))
         s = self.settings.store
         if s.redis_url and s.ledger_archive_path:  # bounds the ledger's memory in Redis
             archiving = archive_forever(self.store.ledger, s.ledger_retention_s, s.ledger_archive_interval_s)

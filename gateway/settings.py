@@ -87,6 +87,9 @@ class GatewaySettings(TomlSettings):
                 f"workers={workers}: start the engine with a tcp://*:PORT (or ipc://) KV event endpoint, so it "
                 "binds and every worker connects, and drop kv_events_bind"
             )
+        if store.is_regional and store.region_name is None:  # leases are taken under the gateway's region
+            store = store.model_copy(update={"region_name": self.routing.region})
+            object.__setattr__(self, "store", store)
         is_worker = self.http.worker_index is not None
         if is_worker and workers > 1 and store.redis_url is None:
             # the workers of `serve --workers N` without Redis share the SQLite file; decided here,

@@ -1,14 +1,17 @@
 """`open_store`: one backend for each concern of the store, chosen from the settings.
 
-Redis when `settings.redis_url` is set (several replicas, on one machine or many); else the local
+One region of several when `settings.home_redis_url` is set (regional/: this region's Redis, a
+replica of the home region's tenancy, the home region's record); else Redis when `settings.redis_url`
+is set (several replicas, on one machine or many); else the local
 store on `settings.sqlite_path`: memory plus the SQLite file for one process, the file's shared
 tables for several (`sqlite_shared`, which `serve --workers N` sets for its workers).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
+from typing import Any
 
 from gateway.store.admission import Admission
 from gateway.store.ledger import Ledger, Savings, no_savings
@@ -26,6 +29,8 @@ class Store:
     routing: RoutingState
     ledger: Ledger
     _close: Callable[[], Awaitable[None]]
+    # Loops the app's lifespan runs as tasks and cancels at its end (a region's ledger shipping and budget leases).
+    background: tuple[Callable[[], Coroutine[Any, Any, None]], ...] = ()
 
     async def aclose(self) -> None:
         """Release connections, files and background tasks (what was queued is written first); this
@@ -41,6 +46,10 @@ def open_store(settings: StoreSettings, savings: Savings = no_savings) -> Store:
     Call it inside the app's lifespan and `await store.aclose()` when it ends. Redis is connected on
     first use, so a wrong URL shows up as StoreUnavailable on the first call.
     """
+    if settings.home_redis_url:
+        from gateway.store.regional import open_regional
+
+        return open_regional(settings, savings)
     if settings.redis_url:
         from gateway.store.redis import open_redis
 

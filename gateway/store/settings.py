@@ -46,6 +46,29 @@ class StoreSettings(BaseModel):
     # after an outage, a crashed request's retry) and than the retention above.
     ledger_idempotency_ttl_s: float = Field(default=2 * 86_400.0, gt=0)
 
+    # Several regions (README, "Deploying in several regions"; gateway/store/regional/). Set
+    # home_redis_url and this gateway runs in one region of a global deployment: redis_url is this
+    # region's own store (limits, budgets spent here, sessions, the prefix index, the ledger as written),
+    # and nothing on a request's path leaves the region.
+    # The home region's Redis: the global record (the ledger every region ships to, budget leases).
+    home_redis_url: str | None = None
+    # Where tenants and keys are written (the home region's tenancy Redis, which every region
+    # replicates); None: home_redis_url.
+    home_tenancy_url: str | None = None
+    # This region's read-only Redis replica (REPLICAOF) of home_tenancy_url, which keys are looked up
+    # in; None: home_tenancy_url itself (the home region, where it is near).
+    tenancy_replica_url: str | None = None
+    # The name this region leases budget under at home; None: the gateway's [routing] region.
+    region_name: str | None = None
+    # A region spends a tenant's monthly budget from leases it takes from home, each this share of the
+    # budget (at least what the request needs), and takes the next one in the background once less
+    # than half a lease is left. No budget is ever overspent; a region's unspent leases (at most 1.5)
+    # are what other regions cannot spend.
+    budget_lease_fraction: float = Field(default=0.1, gt=0, le=1.0)
+    # How often a region re-reads its leases and checks which ones to renew.
+    budget_lease_interval_s: float = Field(default=0.5, gt=0)
+    ledger_ship_batch: int = Field(default=200, ge=1)  # ledger records shipped home per round trip
+
     @model_validator(mode="after")
     def _idempotency_outlives_retention(self) -> StoreSettings:
         if self.ledger_idempotency_ttl_s <= self.ledger_retention_s:
@@ -54,3 +77,20 @@ class StoreSettings(BaseModel):
                 f"({self.ledger_retention_s}): a retried record must still be recognised while Redis holds it"
             )
         return self
+
+    @model_validator(mode="after")
+    def _regions_need_redis(self) -> StoreSettings:
+        if self.home_redis_url and not self.redis_url:
+            raise ValueError(
+                "home_redis_url is set, so this gateway runs in a region: give the region's own Redis "
+                "(EDGERUN_REDIS_URL), which its ledger records are shipped home from by a Redis stream"
+            )
+        for name in ("home_tenancy_url", "tenancy_replica_url", "region_name"):
+            if getattr(self, name) is not None and not self.home_redis_url:
+                raise ValueError(f"{name} is a setting of a region: set home_redis_url too (or drop {name})")
+        return self
+
+    @property
+    def is_regional(self) -> bool:
+        """One region of several (home_redis_url set)."""
+        return self.home_redis_url is not None

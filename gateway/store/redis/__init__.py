@@ -32,7 +32,11 @@ from gateway.store.settings import StoreSettings
 
 def open_redis(settings: StoreSettings, savings: Savings, clock: Callable[[], float] = time.time) -> Store:
     """The Redis store on `settings.redis_url` (connected on first use); `clock` stamps times (tests)."""
-    connection = RedisConnection(settings)
+    return redis_store(RedisConnection(settings), savings, clock)
+
+
+def redis_store(connection: RedisConnection, savings: Savings, clock: Callable[[], float] = time.time) -> Store:
+    """The Redis store on `connection` (closed with it)."""
     ledger = RedisLedger(connection, savings)
     admission = RedisAdmission(connection, ledger)
     closed = False

@@ -79,6 +79,11 @@ class RedisLedger:
         self.archive_file = LedgerArchive(settings.ledger_archive_path) if settings.ledger_archive_path else None
         self._since: int | None = None  # `usage_hours_since`, once known
 
+    async def sums_ready(self) -> None:
+        """Make sure the hourly sums' start is known before records are appended other than by
+        `append` (a region's shipper appends them in pipelines of the same script)."""
+        await self._sums_since()
+
     async def _sums_since(self) -> int:
         """The first hour whose sums are complete (see the module's doc); set by the first gateway to ask."""
         if self._since is None:
