@@ -5,6 +5,8 @@
     logs.py      structured logging, configured once per process before the subcommand runs
     serve.py     `edgerun serve`: the gateway alone
     dev.py       `edgerun dev`: a backend child process and a gateway, with a development key
+    regions.py   `edgerun dev --regions N`: home and other regions on this machine (Redis servers, gateways)
+    wan.py       an emulated WAN link between regions: a delaying, cuttable asyncio TCP proxy
     backend.py   `edgerun backend`: one regional backend (built-in engine or TensorRT-LLM)
     chat.py      `edgerun chat`: the built-in engine in the terminal
     admin.py     `edgerun tenants` / `edgerun keys`: through the admin API or the store directly

@@ -147,9 +147,16 @@ class WanThread:
             self._loop.call_soon_threadsafe(link.restore)
 
     def close(self) -> None:
-        for link in self.links:
-            asyncio.run_coroutine_threadsafe(link.close(), self._loop).result(timeout=10)
+        asyncio.run_coroutine_threadsafe(self._close(), self._loop).result(timeout=10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=5)
         if not self._thread.is_alive():
             self._loop.close()
+
+    async def _close(self) -> None:
+        for link in self.links:
+            await link.close()
+        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

@@ -7,6 +7,7 @@
     factory.py    open_store(settings) -> Store (the four, from one backend)
     local/        one machine: memory plus the SQLite file (and the file's shared mode for several processes)
     redis/        several replicas on one Redis
+    regional/     one region of several: tenancy replicated from home, budgets leased, the ledger shipped home
     models.py     the plain data the concerns keep (Tenant, ApiKey, UsageRecord, decisions)
     errors.py     what the store raises (everything else is converted at its edge)
     checks.py     argument checks shared by the backends, so both refuse the same inputs alike

@@ -54,30 +54,33 @@ class Admin:
     """The home region's admin API."""
 
     def __init__(self, base: str) -> None:
-        self.http = httpx.Client(base_url=base, headers={"authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=10)
+        self.base = base
+        self.headers = {"authorization": f"Bearer {ADMIN_TOKEN}"}
+
+    def _call(self, method: str, path: str, **options: Any) -> httpx.Response:
+        answer = httpx.request(method, self.base + path, headers=self.headers, timeout=10, **options)
+        answer.raise_for_status()
+        return answer
 
     def tenant(self, account: str, **fields: Any) -> str:
-        answer = self.http.post("/admin/v1/tenants", json={"name": account, "account_ids": [account], **fields})
-        answer.raise_for_status()
+        answer = self._call("POST", "/admin/v1/tenants", json={"name": account, "account_ids": [account], **fields})
         return str(answer.json()["result"]["id"])
 
     def key(self, tenant_id: str) -> tuple[str, str]:
         """(key id, secret)."""
-        answer = self.http.post(f"/admin/v1/tenants/{tenant_id}/keys", json={})
-        answer.raise_for_status()
+        answer = self._call("POST", f"/admin/v1/tenants/{tenant_id}/keys", json={})
         result = answer.json()["result"]
         return str(result["id"]), str(result["secret"])
 
     def revoke(self, key_id: str) -> None:
-        self.http.delete(f"/admin/v1/keys/{key_id}").raise_for_status()
+        self._call("DELETE", f"/admin/v1/keys/{key_id}")
 
     def export(self, tenant_id: str) -> list[dict[str, Any]]:
         """The tenant's rows in the home region's billing export (today and tomorrow, UTC)."""
         today = datetime.now(UTC).date()
         params = {"from": today.isoformat(), "to": (today + timedelta(days=2)).isoformat(), "tenant": tenant_id,
                   "format": "jsonl"}
-        answer = self.http.get("/admin/v1/billing/export", params=params)
-        answer.raise_for_status()
+        answer = self._call("GET", "/admin/v1/billing/export", params=params)
 
         return [json.loads(line) for line in answer.text.splitlines() if line.strip()]
 
