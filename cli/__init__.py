@@ -5,7 +5,8 @@
     logs.py      structured logging, configured once per process before the subcommand runs
     serve.py     `edgerun serve`: the gateway alone
     dev.py       `edgerun dev`: a backend child process and a gateway, with a development key
-    regions.py   `edgerun dev --regions N`: home and other regions on this machine (Redis servers, gateways)
+    dev_regions.py  `edgerun dev --regions N --wan-rtt-ms RTT`: N regions, a development key valid in all
+    regions.py   several regions on this machine (Redis servers, WAN links, gateways), for dev and tests
     wan.py       an emulated WAN link between regions: a delaying, cuttable asyncio TCP proxy
     backend.py   `edgerun backend`: one regional backend (built-in engine or TensorRT-LLM)
     chat.py      `edgerun chat`: the built-in engine in the terminal

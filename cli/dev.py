@@ -15,6 +15,9 @@
    works as printed, the admin token and the usage dashboard's URLs;
 4. on Ctrl-C (or SIGTERM) stops the gateway, then the backends, and waits for them.
 
+With `--regions N` (N > 1) it starts N regions instead, an emulated WAN between them
+(cli/dev_regions.py).
+
 The store is the one every other command opens by default (`sqlite_path` in gateway/settings.py,
 or `EDGERUN_SQLITE_PATH`), so `edgerun billing export` or `edgerun keys list` after `make run`
 read what this run wrote; `--sqlite-path` names another file.
@@ -62,6 +65,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-level", default="warning", help="gateway and backend log level (default warning)")
     parser.add_argument("--no-embeddings", dest="embeddings", action="store_false",
                         help=f"do not start the embedding backend ({EMBEDDING_MODEL_ID})")
+    parser.add_argument("--regions", type=int, default=1,
+                        help="regions to start, home first, each with its own store and backend (default 1: "
+                             "one gateway on the local store; more: cli/dev_regions.py)")
+    parser.add_argument("--wan-rtt-ms", type=float, default=100.0,
+                        help="with --regions: the emulated round trip between each region and home (default 100)")
+    parser.add_argument("--regions-dir", help="with --regions: the folder of the regions' stores (default: a new temporary one)")
 
 
 def spawn_backend(args: argparse.Namespace, port: int, api_key: str) -> ChildProcess:
@@ -269,6 +278,10 @@ def run(args: argparse.Namespace) -> int:
     # (uvicorn re-raises it after the gateway stops) and the backend child would outlive it.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
+        if args.regions > 1:
+            from cli.dev_regions import serve_regions
+
+            return asyncio.run(serve_regions(args))
         return asyncio.run(serve_dev(args))
     except KeyboardInterrupt:
         return 0

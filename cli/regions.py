@@ -129,10 +129,12 @@ class Regions:
         env: Mapping[str, str],
         *,
         models: list[dict[str, Any]] | None = None,
-        args: Sequence[str] = (),
+        args: Callable[[Region], Sequence[str]] = lambda region: (),
+        ports: Callable[[Region], int | None] = lambda region: None,
         inherit_output: bool = False,
     ) -> None:
-        """An `edgerun serve` per region (home first), `env` added to each one's settings."""
+        """An `edgerun serve` per region (home first), `env` added to each one's settings; `args`
+        and `ports` (None: a free one): each region's own options and port."""
 
         for region in self.regions:
             settings = {**env, **region.env, "EDGERUN_REGION": region.name,
@@ -140,7 +142,8 @@ class Regions:
             if models is not None:
                 settings["EDGERUN_MODELS"] = json.dumps(models)
             region.gateway = ChildProcess.spawn(
-                f"gateway-{region.name}", "serve", args, env=settings, inherit_output=inherit_output
+                f"gateway-{region.name}", "serve", args(region), port=ports(region), env=settings,
+                inherit_output=inherit_output,
             )
         for region in self.regions:
             assert region.gateway is not None
