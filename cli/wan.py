@@ -28,6 +28,7 @@ class WanLink:
     rtt_ms: float = 0.0
     port: int = 0  # 0: a free one, known after `start`
     is_cut: bool = False
+    chunks_to_home: int = 0  # pieces of data forwarded towards the upstream (about: requests sent over the link)
     _server: asyncio.Server | None = None
     _open: set[asyncio.StreamWriter] = field(default_factory=set)
     _held: set[asyncio.StreamWriter] = field(default_factory=set)
@@ -77,7 +78,8 @@ class WanLink:
             writer.transport.abort()
             return
         self._open |= {writer, up_writer}
-        pumps = [asyncio.create_task(self._pump(reader, up_writer)), asyncio.create_task(self._pump(up_reader, writer))]
+        pumps = [asyncio.create_task(self._pump(reader, up_writer, upward=True)),
+                 asyncio.create_task(self._pump(up_reader, writer, upward=False))]
         try:
             await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -88,9 +90,9 @@ class WanLink:
             writer.transport.abort()
             up_writer.transport.abort()
 
-    async def _pump(self, source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
-        """Each chunk is written half a round trip after it was read; reading goes on meanwhile."""
-        delay_s = self.rtt_ms / 2000
+    async def _pump(self, source: asyncio.StreamReader, sink: asyncio.StreamWriter, *, upward: bool) -> None:
+        """Each chunk is written half a round trip (as `rtt_ms` is when it is read) after it was read;
+        reading goes on meanwhile."""
         queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
 
         async def deliver() -> None:
@@ -110,7 +112,8 @@ class WanLink:
         try:
             while True:
                 data = await source.read(_CHUNK)
-                queue.put_nowait((time.monotonic() + delay_s, data))
+                queue.put_nowait((time.monotonic() + self.rtt_ms / 2000, data))
+                self.chunks_to_home += upward and bool(data)
                 if not data:
                     break
             await delivering
@@ -138,6 +141,11 @@ class WanThread:
         self.links.append(link)
         return link
 
+    def set_rtt(self, rtt_ms: float) -> None:
+        """Every link's round trip from now on (open connections included)."""
+        for link in self.links:
+            link.rtt_ms = rtt_ms
+
     def cut(self) -> None:
         for link in self.links:
             self._loop.call_soon_threadsafe(link.cut)
@@ -157,6 +165,8 @@ class WanThread:
         for link in self.links:
             await link.close()
         tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        if tasks:  # their connections are closed: they end on their own
+            _, pending = await asyncio.wait(tasks, timeout=2.0)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)

@@ -5,6 +5,7 @@
     streams.py        thousands of open streams through one gateway process
     workers.py        `edgerun serve --workers N` for several N, in one run
     dashboard.py      what the usage dashboard's API costs against ledger size
+    regions.py        two regions with an emulated WAN: latency in each, WAN traffic, propagation, shipping lag
     raw_load.py       the load generator: a lean raw HTTP/1.1 client, closed loop or Poisson
     sglang_router.py  the SGLang model gateway's Rust router, to compare with (not a dependency)
 """

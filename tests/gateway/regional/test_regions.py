@@ -16,10 +16,10 @@ import pytest
 from cli.regions import Regions
 from tests.gateway.regional.topology import Admin, ask, wait_for
 
-# How long the WAN stays cut while both regions serve. The issue asks for 60 s; the test runs 5 s
-# by default to stay fast (what matters, records queued across a dropped and restored link, is the same).
 pytestmark = pytest.mark.process
 
+# How long the WAN stays cut while both regions serve. The issue asks for 60 s; the test runs 5 s
+# by default to stay fast (what matters, records queued across a dropped and restored link, is the same).
 CUT_S = float(os.environ.get("EDGERUN_TEST_WAN_CUT_S", "5"))
 
 

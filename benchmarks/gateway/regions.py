@@ -1,0 +1,163 @@
+"""Two regions on loopback, an emulated WAN between them (cli/regions.py, the stub backend): what a
+request costs in each region, what crosses the WAN, how fast tenancy and the ledger get around.
+
+    python -m benchmarks.gateway.regions [--rtt-ms 0,50,100,200] [--requests 200] [--trials 10]
+
+One topology (tests/gateway/regional/topology.py) whose WAN round trip is set in turn to each
+`--rtt-ms`. At each:
+
+- request latency: `--requests` sequential requests (non-streaming and streaming), alternating
+  home and region 2 one by one, so both see the same machine; p50 and p99 of each;
+- store commands per request, on each path: Redis's own count (`INFO stats`,
+  total_commands_processed) on each server over the requests, divided by them; those at home and at
+  the tenancy Redis, for region 2's requests, are what crossed the WAN (background loops included),
+  and the chunks the WAN links carried towards home per request say the same from the link;
+- propagation: a key created at home until it is accepted in region 2, a revoked key until it is
+  refused there (polled every 2 ms), `--trials` times each;
+- ledger shipping lag: a request answered in region 2 until its record is in the home Redis
+  (its idempotency key), `--trials` times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import redis
+
+from benchmarks.common import machine
+from cli.regions import RedisServer, Regions
+from tests.gateway.regional.topology import Admin, ask, two_regions
+
+ACCOUNT = "bench"
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def commands(server: RedisServer) -> int:
+    with redis.Redis(port=server.port) as client:
+        return int(client.info("stats")["total_commands_processed"])
+
+
+def until(predicate: Callable[[], bool], timeout_s: float = 10.0, interval_s: float = 0.002) -> float:
+    start = time.perf_counter()
+    while not predicate():
+        if time.perf_counter() - start > timeout_s:
+            return float("inf")
+        time.sleep(interval_s)
+    return time.perf_counter() - start
+
+
+def latency(regions: Regions, secret: str, stream: bool, n: int) -> dict[str, list[float]]:
+    times: dict[str, list[float]] = {r.name: [] for r in regions.regions}
+    with httpx.Client(timeout=30) as http:
+        for _ in range(n):
+            for region in regions.regions:
+                start = time.perf_counter()
+                answer = ask(http, region.url, ACCOUNT, secret, stream)
+                times[region.name].append((time.perf_counter() - start) * 1000)
+                assert answer.status_code == 200, answer.text
+    return times
+
+
+def commands_per_request(regions: Regions, secret: str, n: int) -> dict[str, dict[str, float]]:
+    """Per region: commands each Redis server processed per request sent there, and WAN chunks."""
+    assert regions.home is not None and regions.tenancy is not None
+    second = regions.regions[1]
+    servers = {"home": regions.home, "tenancy": regions.tenancy, "region-2 store": second.store}
+    if second.replica is not None:
+        servers["region-2 replica"] = second.replica
+    found: dict[str, dict[str, float]] = {}
+    with httpx.Client(timeout=30) as http:
+        for region in regions.regions:
+            before = {name: commands(s) for name, s in servers.items()}
+            chunks = sum(link.chunks_to_home for link in second.links)
+            for _ in range(n):
+                assert ask(http, region.url, ACCOUNT, secret, True).status_code == 200
+            found[region.name] = {name: (commands(s) - before[name] - 1) / n for name, s in servers.items()}
+            found[region.name]["WAN chunks"] = (sum(link.chunks_to_home for link in second.links) - chunks) / n
+    return found
+
+
+def propagation(regions: Regions, admin: Admin, tenant_id: str, trials: int) -> tuple[list[float], list[float]]:
+    second = regions.regions[1]
+    created, revoked = [], []
+    with httpx.Client(timeout=10) as http:
+        for _ in range(trials):
+            start = time.perf_counter()
+            key_id, secret = admin.key(tenant_id)
+            made = time.perf_counter()
+            took = until(lambda s=secret: ask(http, second.url, ACCOUNT, s, max_tokens=1).status_code == 200)
+            created.append((made - start) / 2 + took)  # from the write's midpoint at home
+            start = time.perf_counter()
+            admin.revoke(key_id)
+            done = time.perf_counter()
+            took = until(lambda s=secret: ask(http, second.url, ACCOUNT, s, max_tokens=1).status_code == 401)
+            revoked.append((done - start) / 2 + took)
+    return [s * 1000 for s in created], [s * 1000 for s in revoked]
+
+
+def shipping_lag(regions: Regions, secret: str, trials: int) -> list[float]:
+    assert regions.home is not None
+    second = regions.regions[1]
+    lags = []
+    with httpx.Client(timeout=10) as http, redis.Redis(port=regions.home.port) as home:
+        for _ in range(trials):
+            answer = ask(http, second.url, ACCOUNT, secret)
+            answered = time.perf_counter()
+            key = f"edgerun:ledger_req:{answer.headers['cf-ray']}"
+            until(lambda k=key: bool(home.exists(k)), interval_s=0.001)
+            lags.append((time.perf_counter() - answered) * 1000)
+    return lags
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rtt-ms", default="0,50,100,200")
+    parser.add_argument("--requests", type=int, default=200)
+    parser.add_argument("--trials", type=int, default=10)
+    args = parser.parse_args(argv)
+    print(machine(), flush=True)
+    with tempfile.TemporaryDirectory() as workdir, two_regions(Path(workdir), 0.0) as regions:
+        admin = Admin(regions.regions[0].url)
+        tenant_id = admin.tenant(ACCOUNT)
+        _, secret = admin.key(tenant_id)
+        until(lambda: ask(httpx.Client(), regions.regions[1].url, ACCOUNT, secret).status_code == 200)
+        latency(regions, secret, False, 20)  # warm
+        rows = []
+        for rtt in (float(x) for x in args.rtt_ms.split(",")):
+            regions.wan.set_rtt(rtt)
+            time.sleep(0.5)
+            plain = latency(regions, secret, False, args.requests)
+            streamed = latency(regions, secret, True, args.requests)
+            created, revoked = propagation(regions, admin, tenant_id, args.trials)
+            lag = shipping_lag(regions, secret, args.trials)
+            for name in plain:
+                rows.append(
+                    f"| {rtt:g} | {name} | {statistics.median(plain[name]):.1f} / {percentile(plain[name], 0.99):.1f} "
+                    f"| {statistics.median(streamed[name]):.1f} / {percentile(streamed[name], 0.99):.1f} |"
+                )
+            print(f"rtt {rtt:g} ms: key created -> accepted in region 2: median {statistics.median(created):.0f} ms, "
+                  f"max {max(created):.0f} ms; revoked -> refused: median {statistics.median(revoked):.0f} ms, "
+                  f"max {max(revoked):.0f} ms; ledger shipping lag: median {statistics.median(lag):.0f} ms, "
+                  f"max {max(lag):.0f} ms", flush=True)
+            if rtt == 100:
+                for region, counts in commands_per_request(regions, secret, 50).items():
+                    print(f"rtt 100 ms, per streamed request in {region}: "
+                          + ", ".join(f"{k} {v:.2f}" for k, v in counts.items()), flush=True)
+        print("| WAN RTT ms | region | non-streaming p50 / p99 ms | streaming p50 / p99 ms |")
+        print("| --- | --- | --- | --- |")
+        print("\n".join(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
