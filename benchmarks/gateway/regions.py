@@ -8,10 +8,10 @@ One topology (tests/gateway/regional/topology.py) whose WAN round trip is set in
 
 - request latency: `--requests` sequential requests (non-streaming and streaming), alternating
   home and region 2 one by one, so both see the same machine; p50 and p99 of each;
-- store commands per request, on each path: Redis's own count (`INFO stats`,
-  total_commands_processed) on each server over the requests, divided by them; those at home and at
-  the tenancy Redis, for region 2's requests, are what crossed the WAN (background loops included),
-  and the chunks the WAN links carried towards home per request say the same from the link;
+- store round trips per request, on each path: the commands each Redis server got from clients
+  (its MONITOR; a script is one, what it runs inside is not counted) over 50 streamed requests
+  sent to one region, divided by them, background loops included (region 2's shipper: its blocking
+  reads, and its batches home); the chunks the WAN links carried towards home say the same from the link;
 - propagation: a key created at home until it is accepted in region 2, a revoked key until it is
   refused there (polled every 2 ms), `--trials` times each;
 - ledger shipping lag: a request answered in region 2 until its record is in the home Redis
@@ -21,8 +21,10 @@ One topology (tests/gateway/regional/topology.py) whose WAN round trip is set in
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -42,12 +44,36 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def commands(server: RedisServer) -> int:
-    with redis.Redis(port=server.port) as client:
-        return int(client.info("stats")["total_commands_processed"])
+class Commands:
+    """The commands clients send one Redis server (its MONITOR, leaving out those scripts run inside):
+    a script or a command is one round trip, a pipeline one for all its commands."""
+
+    def __init__(self, server: RedisServer) -> None:
+        self.port = server.port
+        self.count = 0
+        self._stopping = False
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+        self._ready.wait(5)
+
+    def _watch(self) -> None:
+        with redis.Redis(port=self.port) as client, client.monitor() as monitor:
+            self._ready.set()
+            while not self._stopping:
+                command = monitor.next_command()
+                if command["client_type"] == "tcp" and not self._stopping:
+                    self.count += 1
+
+    def stop(self) -> int:
+        self._stopping = True
+        with redis.Redis(port=self.port) as client:
+            client.ping()  # wakes the watcher
+        self._thread.join(5)
+        return self.count
 
 
-def until(predicate: Callable[[], bool], timeout_s: float = 10.0, interval_s: float = 0.002) -> float:
+def until(predicate: Callable[[], object], timeout_s: float = 10.0, interval_s: float = 0.002) -> float:
     start = time.perf_counter()
     while not predicate():
         if time.perf_counter() - start > timeout_s:
@@ -78,13 +104,18 @@ def commands_per_request(regions: Regions, secret: str, n: int) -> dict[str, dic
     found: dict[str, dict[str, float]] = {}
     with httpx.Client(timeout=30) as http:
         for region in regions.regions:
-            before = {name: commands(s) for name, s in servers.items()}
+            watching = {name: Commands(s) for name, s in servers.items()}
             chunks = sum(link.chunks_to_home for link in second.links)
             for _ in range(n):
                 assert ask(http, region.url, ACCOUNT, secret, True).status_code == 200
-            found[region.name] = {name: (commands(s) - before[name] - 1) / n for name, s in servers.items()}
+            time.sleep(1.0)  # the last records shipped
+            found[region.name] = {name: w.stop() / n for name, w in watching.items()}
             found[region.name]["WAN chunks"] = (sum(link.chunks_to_home for link in second.links) - chunks) / n
     return found
+
+
+def answers(http: httpx.Client, base: str, secret: str, status: int) -> bool:
+    return ask(http, base, ACCOUNT, secret, max_tokens=1).status_code == status
 
 
 def propagation(regions: Regions, admin: Admin, tenant_id: str, trials: int) -> tuple[list[float], list[float]]:
@@ -95,12 +126,12 @@ def propagation(regions: Regions, admin: Admin, tenant_id: str, trials: int) -> 
             start = time.perf_counter()
             key_id, secret = admin.key(tenant_id)
             made = time.perf_counter()
-            took = until(lambda s=secret: ask(http, second.url, ACCOUNT, s, max_tokens=1).status_code == 200)
+            took = until(functools.partial(answers, http, second.url, secret, 200))
             created.append((made - start) / 2 + took)  # from the write's midpoint at home
             start = time.perf_counter()
             admin.revoke(key_id)
             done = time.perf_counter()
-            took = until(lambda s=secret: ask(http, second.url, ACCOUNT, s, max_tokens=1).status_code == 401)
+            took = until(functools.partial(answers, http, second.url, secret, 401))
             revoked.append((done - start) / 2 + took)
     return [s * 1000 for s in created], [s * 1000 for s in revoked]
 
@@ -114,7 +145,7 @@ def shipping_lag(regions: Regions, secret: str, trials: int) -> list[float]:
             answer = ask(http, second.url, ACCOUNT, secret)
             answered = time.perf_counter()
             key = f"edgerun:ledger_req:{answer.headers['cf-ray']}"
-            until(lambda k=key: bool(home.exists(k)), interval_s=0.001)
+            until(functools.partial(home.exists, key), interval_s=0.001)
             lags.append((time.perf_counter() - answered) * 1000)
     return lags
 
