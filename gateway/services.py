@@ -175,7 +175,7 @@ class Services:
             interval = self.settings.billing.ledger_spool_replay_interval_s
             self._tasks.append(asyncio.create_task(replay_forever(spool, self.store.ledger, interval), name="ledger-replay"))
         for loop in self.store.background:  # a region's ledger shipping and budget leases
-            self._tasks.append(asyncio.create_task(loop(), name=f"store-{loop.__name__}"))
+            self._tasks.append(asyncio.create_task(loop(), name=f"store-{loop.__qualname__}"))
         s = self.settings.store
         if s.redis_url and s.ledger_archive_path:  # bounds the ledger's memory in Redis
             archiving = archive_forever(self.store.ledger, s.ledger_retention_s, s.ledger_archive_interval_s)

@@ -81,6 +81,8 @@ class BudgetLeases:
         regional Redis, and taken from home if the region holds none yet."""
         lease = self._leases.get((tenant_id, month))
         if lease is None:
+            for earlier in [k for k in self._leases if k[0] == tenant_id and k[1] < month]:
+                del self._leases[earlier]  # a month that has ended
             lease = Lease(budget_micro, int(await self._read_granted(tenant_id, month) or 0))
             self._leases[(tenant_id, month)] = lease
             if lease.granted_micro == 0:

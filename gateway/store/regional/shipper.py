@@ -6,6 +6,8 @@ replica, named by its replica id), appends each batch at home in one round trip 
 home ledger's own append script, which keeps one record per request id), and only then
 acknowledges it (`XACK`). So a record leaves the region's pending list only once home holds it:
 
+- a batch is one round trip home (a pipeline of EVALSHA; the script is loaded when home says it
+  has not got it), so a record is home about one WAN round trip after its request ended;
 - the link down (or home): the batch stays pending; the shipper retries it, then reads on; the
   region keeps serving and its records queue in its stream (bounded by its memory: size the regional
   Redis for the longest outage, and keep `ledger_retention_s` longer than it if the region archives);
@@ -20,10 +22,11 @@ acknowledges it (`XACK`). So a record leaves the region's pending list only once
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import structlog
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import NoScriptError, RedisError, ResponseError
 
 from gateway.store.models import UsageRecord
 from gateway.store.redis.connection import RedisConnection
@@ -47,6 +50,7 @@ class LedgerShipper:
         self._home_connection = home_connection
         self._home = home
         self._batch = batch
+        self._append: Any = home_connection.script("APPEND_USAGE")
         self._group_ready = False
         self.shipped = 0  # records acknowledged (shipped, or home had them already)
 
@@ -54,9 +58,12 @@ class LedgerShipper:
         """Ship until cancelled: this replica's pending records first, then new ones as they come."""
         failures = 0
         pending = True  # a restart starts with what this consumer read and did not acknowledge
+        claimed_at = time.monotonic()
         while True:
             try:
                 await self._ensure_group()
+                if time.monotonic() - claimed_at > _CLAIM_IDLE_MS / 1000:  # now and then: what stopped replicas left
+                    pending, claimed_at = True, time.monotonic()
                 entries = await self._read(pending)
                 if entries:
                     await self.ship(entries)
@@ -98,16 +105,23 @@ class LedgerShipper:
         )
         return list(found[0][1]) if found else []
 
+    async def _append_home(self, records: list[UsageRecord]) -> None:
+        """One round trip: EVALSHA of the home ledger's append script per record (no SCRIPT EXISTS first)."""
+        async with self._home_connection.redis.pipeline(transaction=False) as pipe:
+            for record in records:
+                keys, args = self._home.record_args(record)
+                pipe.evalsha(self._append.sha, len(keys), *keys, *args)
+            await pipe.execute()
+
     async def ship(self, entries: list[Entry]) -> None:
         """Append the entries' records at home in one round trip, then acknowledge them here."""
         records = [UsageRecord.from_json(fields["record"]) for _, fields in entries if fields and "record" in fields]
         if records:
             await self._home.sums_ready()
-            append = self._home_connection.script("APPEND_USAGE")
-            async with self._home_connection.redis.pipeline(transaction=False) as pipe:
-                for record in records:
-                    keys, args = self._home.record_args(record)
-                    await append(keys=keys, args=args, client=pipe)
-                await pipe.execute()
+            try:
+                await self._append_home(records)
+            except NoScriptError:  # home restarted since: load the script, then append them all again
+                await self._home_connection.redis.script_load(self._append.script)
+                await self._append_home(records)
         await self._regional.xack(self._stream, GROUP, *(entry_id for entry_id, _ in entries))
         self.shipped += len(entries)

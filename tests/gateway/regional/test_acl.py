@@ -55,7 +55,7 @@ async def test_a_region_works_as_the_acl_users_of_the_compose_example(tmp_path: 
     try:
         tenant = await store.tenancy.create_tenant("Acme", ["acc"], tenant_id="acme", monthly_budget_micro=10_000)
         _, secret = await store.tenancy.create_key(tenant.id)
-        for _ in range(100):  # replicated to the region's replica
+        for _ in range(300):  # replicated to the region's replica (a full sync first)
             if await store.tenancy.authenticate(secret) is not None:
                 break
             await asyncio.sleep(0.05)
@@ -65,7 +65,7 @@ async def test_a_region_works_as_the_acl_users_of_the_compose_example(tmp_path: 
         done = record("req-1", 1_800_000_000.0, tenant_id="acme")
         release = Release("acme", "req-1", month="2027-01", reserved_micro=100, cost_micro=done.cost_micro)
         assert await store.admission.settle(release, done)
-        for _ in range(100):  # shipped home
+        for _ in range(300):  # shipped home
             if await store.ledger.get("req-1") == done:
                 break
             await asyncio.sleep(0.05)
