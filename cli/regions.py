@@ -25,11 +25,21 @@ from cli.processes import ChildProcess, ProcessError, free_port
 from cli.wan import WanLink, WanThread
 
 REDIS_READY_TIMEOUT_S = 10.0
+REPLICA_SYNC_TIMEOUT_S = 30.0
 GATEWAY_READY_TIMEOUT_S = 60.0
 
 
 def redis_url(port: int) -> str:
     return f"redis://127.0.0.1:{port}/0"
+
+
+def _in_sync(port: int) -> bool:
+    """A replica whose link to its master is up (its first full sync done)."""
+    try:
+        with redis.Redis(port=port, socket_connect_timeout=0.5, socket_timeout=0.5) as client:
+            return bool(client.info("replication").get("master_link_status") == "up")
+    except redis.RedisError:
+        return False
 
 
 def _answers(port: int) -> bool:
@@ -42,7 +52,8 @@ def _answers(port: int) -> bool:
 
 @dataclass
 class RedisServer:
-    """A redis-server child with its files in `workdir` (restartable on the same port)."""
+    """A redis-server child with its files in `workdir` (restartable on the same port); a replica
+    (`--replicaof` in `options`) is started once its first sync is done."""
 
     name: str
     workdir: Path
@@ -50,7 +61,7 @@ class RedisServer:
     port: int = 0
     process: ChildProcess | None = None
 
-    def start(self) -> RedisServer:
+    def start(self, wait_sync: bool = True) -> RedisServer:
         binary = shutil.which("redis-server")
         if binary is None:
             raise ProcessError("redis-server is not installed (apt-get install redis-server)")
@@ -59,6 +70,8 @@ class RedisServer:
         argv = [binary, *self.options, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.workdir)]
         self.process = ChildProcess.launch(f"redis-{self.name}", argv, self.port)
         self.process.wait_until_ready(lambda: _answers(self.port), REDIS_READY_TIMEOUT_S, interval_s=0.05)
+        if wait_sync and "--replicaof" in self.options:
+            self.process.wait_until_ready(lambda: _in_sync(self.port), REPLICA_SYNC_TIMEOUT_S, interval_s=0.05)
         return self
 
     @property
@@ -150,13 +163,14 @@ class Regions:
             region.gateway.wait_ready("/healthz", GATEWAY_READY_TIMEOUT_S)
 
     def restart_store(self, region: Region) -> None:
-        """Kill a region's Redis servers (store and replica) and start them again on their ports."""
+        """Kill a region's Redis servers (store and replica) and start them again on their ports (the
+        replica's sync from home left to happen on its own)."""
         for server in (region.store, region.replica):
             if server is not None:
                 server.kill()
         for server in (region.store, region.replica):
             if server is not None:
-                server.start()
+                server.start(wait_sync=False)
 
     def stop(self) -> None:
         for region in self.regions:

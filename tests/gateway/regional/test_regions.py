@@ -120,6 +120,30 @@ def test_the_wan_cut_while_both_regions_serve_loses_and_doubles_no_record(region
     assert max(counts.values()) == 1 and len(counts) == len(served) + 1
 
 
+def test_a_cut_region_spends_a_budget_within_its_leases_then_refuses(regions: Regions) -> None:
+    budget, lease, cost = 1_000_000, 100_000, 32_000  # budget_lease_fraction 0.1; 32 tokens a request
+    admin, tenant_id, _, secret = _key(regions, "cut-budget", monthly_budget_micro=budget)
+    second = regions.regions[1]
+    served = 0
+    with httpx.Client(timeout=10) as http:
+        assert ask(http, second.url, "cut-budget", secret).status_code == 200  # its first lease
+        time.sleep(1.0)  # and the next, renewed in the background
+        regions.wan.cut()
+        try:
+            for _ in range(20):
+                status = ask(http, second.url, "cut-budget", secret).status_code
+                if status == 429:
+                    break
+                assert status == 200
+                served += 1
+        finally:
+            regions.wan.restore()
+    # it served what its leases held (at most two, one and a half of them unspent at the cut), then refused
+    assert 0 < served and (served + 1) * cost <= 2 * lease, served
+    wait_for(lambda: len(admin.export(tenant_id)) == served + 2, 15, 0.2)  # + _key's and the first request
+    assert sum(int(row["cost_micro"]) for row in admin.export(tenant_id)) <= budget
+
+
 def test_a_regions_restarted_store_recovers_tenancy_from_home_and_serves_again(regions: Regions) -> None:
     admin, tenant_id, _, secret = _key(regions, "restart")
     second = regions.regions[1]
