@@ -80,11 +80,14 @@ async def render_http_exception(request: Request, exc: Exception) -> Response:
 async def healthz(request: Request) -> Response:
     """Liveness plus a summary: 200 while at least one backend is healthy (or none is configured).
     `billing` lists what keeps usage from being billed as the backends served it (e.g. a vLLM that
-    does not report cached tokens: gateway/fleet/cached_reports.py); it does not change the status."""
+    does not report cached tokens: gateway/fleet/cached_reports.py); it does not change the status, nor
+    does `store` (in a region of several: `tenancy_replica` "up", "down" or "home", `ledger_unshipped`)."""
     g: Services = request.app.state.services
     backends = {s.endpoint.id: s.healthy for s in g.monitor.states.values()}
     ok = not backends or any(backends.values())
     body = {"status": "ok" if ok else "degraded", "backends": backends, "billing": g.monitor.cached_reports.problems()}
+    if g.store.health is not None:  # a region: its tenancy copy's link to home, ledger records not yet shipped
+        body["store"] = await g.store.health()
     return JSONBytes(body, status_code=200 if ok else 503)
 
 

@@ -31,6 +31,9 @@ class Store:
     _close: Callable[[], Awaitable[None]]
     # Loops the app's lifespan runs as tasks and cancels at its end (a region's ledger shipping and budget leases).
     background: tuple[Callable[[], Coroutine[Any, Any, None]], ...] = ()
+    # What /healthz shows of the store beyond its answers (a region: its tenancy copy's link to home,
+    # the ledger records not yet shipped); None: nothing.
+    health: Callable[[], Awaitable[dict[str, Any]]] | None = None
 
     async def aclose(self) -> None:
         """Release connections, files and background tasks (what was queued is written first); this

@@ -16,6 +16,8 @@ app's lifespan runs.
 
 from __future__ import annotations
 
+from typing import Any
+
 from gateway.store.factory import Store
 from gateway.store.lease import default_replica_id
 from gateway.store.ledger import Savings
@@ -46,9 +48,15 @@ def open_regional(settings: StoreSettings, savings: Savings) -> Store:
     leases = BudgetLeases(regional_connection, home, region, settings.budget_lease_fraction,
                           settings.budget_lease_interval_s)
     home_ledger = RedisLedger(home, savings)
+    tenancy = ReplicatedTenancy(replica, tenancy_home)
     background = [leases.run]
-    if not is_home:
-        background.append(LedgerShipper(regional_connection, home, home_ledger, settings.ledger_ship_batch).run)
+    shipper = None if is_home else LedgerShipper(regional_connection, home, home_ledger, settings.ledger_ship_batch)
+    if shipper is not None:
+        background.append(shipper.run)
+
+    async def health() -> dict[str, Any]:
+        return {"region": region, "tenancy_replica": await tenancy.replica_link(),
+                "ledger_unshipped": None if shipper is None else await shipper.unshipped()}
 
     async def close() -> None:
         await regional.aclose()
@@ -57,10 +65,11 @@ def open_regional(settings: StoreSettings, savings: Savings) -> Store:
             await connection.aclose()
 
     return Store(
-        ReplicatedTenancy(replica, tenancy_home),
+        tenancy,
         LeasedAdmission(regional.admission, leases),
         regional.routing,
         regional.ledger if is_home else HomeLedger(regional.ledger, home_ledger),
         close,
         tuple(background),
+        health,
     )

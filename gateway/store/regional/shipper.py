@@ -79,6 +79,17 @@ class LedgerShipper:
                     log.warning("shipping the ledger home failed; retrying", reason=str(exc), failures=failures)
                 await asyncio.sleep(delay)
 
+    async def unshipped(self) -> int | None:
+        """Records in the regional stream not yet acknowledged home (None: not known yet)."""
+        try:
+            groups = await self._regional.xinfo_groups(self._stream)
+        except (RedisError, OSError):
+            return None
+        for group in groups:
+            if group.get("name") == GROUP:
+                return int(group.get("lag") or 0) + int(group.get("pending") or 0)
+        return None
+
     async def _ensure_group(self) -> None:
         if self._group_ready:
             return

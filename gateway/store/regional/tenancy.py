@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from redis.exceptions import RedisError
+
 from gateway.store.checks import check_id
 from gateway.store.models import ApiKey, Tenant
 from gateway.store.redis.connection import RedisConnection, redis_errors
@@ -26,6 +28,17 @@ class ReplicatedTenancy:
         self._replica_connection = replica
         self._read = RedisTenancy(replica)
         self._write = RedisTenancy(home)
+
+    async def replica_link(self) -> str:
+        """The tenancy copy's link to home: "up", "down" (serving what it had; Redis's
+        master_link_down_since_seconds says since when), "home" (it is home's own), or "unreachable"."""
+        try:
+            info = await self._replica_connection.redis.info("replication")
+        except (RedisError, OSError):
+            return "unreachable"
+        if info.get("role") == "master":
+            return "home"
+        return "up" if info.get("master_link_status") == "up" else "down"
 
     # --- reads: this region's replica ---
 

@@ -9,6 +9,7 @@ import statistics
 import threading
 import time
 from collections import Counter
+from typing import Any
 
 import httpx
 import pytest
@@ -52,8 +53,11 @@ def test_a_request_in_the_second_region_costs_what_it_costs_at_home(regions: Reg
     with httpx.Client(timeout=10) as http:
         _latencies_ms(http, bases, "latency", secret, False, 5)  # warm: connections, tokenizer, route
         for stream in (False, True):
-            at_home, there = (statistics.median(t) for t in _latencies_ms(http, bases, "latency", secret, stream, 40))
-            assert there <= at_home + 5.0, f"stream={stream}: p50 {there:.1f} ms in region 2, {at_home:.1f} ms at home"
+            rounds = [[statistics.median(t) for t in _latencies_ms(http, bases, "latency", secret, stream, 30)]
+                      for _ in range(3)]  # fmt: skip
+            extra = statistics.median(there - at_home for at_home, there in rounds)  # a loaded machine's bursts
+            print(f"stream={stream}: p50 home, region 2 per round: {rounds}")
+            assert extra <= 5.0, f"stream={stream}: region 2's p50 {extra:.1f} ms over home's ({rounds})"
 
 
 def test_a_revoked_key_is_refused_and_a_new_key_accepted_in_the_second_region_within_a_second(regions: Regions) -> None:
@@ -99,6 +103,11 @@ def test_concurrent_spending_in_both_regions_never_overspends_a_budget(regions: 
     assert all(outcomes[(r.name, 200)] > 0 for r in regions.regions), outcomes
 
 
+def _store_health(http: httpx.Client, base: str) -> dict[str, Any]:
+    found: dict[str, Any] = http.get(base + "/healthz").json()["store"]
+    return found
+
+
 def test_the_wan_cut_while_both_regions_serve_loses_and_doubles_no_record(regions: Regions) -> None:
     admin, tenant_id, _, secret = _key(regions, "cut")
     served: list[str] = []
@@ -111,8 +120,11 @@ def test_the_wan_cut_while_both_regions_serve_loses_and_doubles_no_record(region
                     answer = ask(http, region.url, "cut", secret, stream=len(served) % 4 == 1)
                     assert answer.status_code == 200, (region.name, answer.text)
                     served.append(answer.headers["cf-ray"])
+            cut_off = _store_health(http, regions.regions[1].url)
         finally:
             regions.wan.restore()
+        assert cut_off["tenancy_replica"] == "down" and cut_off["ledger_unshipped"] > 0, cut_off
+        wait_for(lambda: _store_health(http, regions.regions[1].url)["ledger_unshipped"] == 0, 15, 0.2)
     wait_for(lambda: len(admin.export(tenant_id)) >= len(served) + 1, 15, 0.2)  # + _key's request
     time.sleep(0.5)  # anything shipped twice would show by now
     counts = Counter(row["request_id"] for row in admin.export(tenant_id))
