@@ -4,7 +4,8 @@
     admission.py  Admission: rate windows, budgets, concurrency slots; a request's one admit and one settle
     routing.py    RoutingState: sessions, the prefix index, in-flight tokens per backend
     ledger.py     Ledger: usage records (exactly once per request id), ranges, hourly sums
-    factory.py    open_store(settings) -> Store (the four, from one backend)
+    cache.py      Cache: answers kept per tenant for a TTL (the opt-in response cache), size-capped
+    factory.py    open_store(settings) -> Store (the five, from one backend)
     local/        one machine: memory plus the SQLite file (and the file's shared mode for several processes)
     redis/        several replicas on one Redis
     regional/     one region of several: tenancy replicated from home, budgets leased, the ledger shipped home
@@ -32,6 +33,7 @@ A streamed request makes at most seven calls, each one round trip on Redis: `ten
 from __future__ import annotations
 
 from gateway.store.admission import Admission, Admitted, Claim, Inflight, Release
+from gateway.store.cache import Cache
 from gateway.store.errors import Conflict, InvalidArgument, NotFound, StoreError, StoreUnavailable, TokensOverLimit
 from gateway.store.factory import Store, open_store
 from gateway.store.ledger import Ledger
@@ -43,6 +45,7 @@ __all__ = [
     "Admission",
     "Admitted",
     "ApiKey",
+    "Cache",
     "Claim",
     "Conflict",
     "Inflight",

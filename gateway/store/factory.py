@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.store.admission import Admission
+from gateway.store.cache import Cache
 from gateway.store.ledger import Ledger, Savings, no_savings
 from gateway.store.routing import RoutingState
 from gateway.store.settings import StoreSettings
@@ -28,6 +29,7 @@ class Store:
     admission: Admission
     routing: RoutingState
     ledger: Ledger
+    cache: Cache
     _close: Callable[[], Awaitable[None]]
     # Loops the app's lifespan runs as tasks and cancels at its end (a region's ledger shipping and budget leases).
     background: tuple[Callable[[], Coroutine[Any, Any, None]], ...] = ()

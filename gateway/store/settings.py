@@ -45,6 +45,11 @@ class StoreSettings(BaseModel):
     # How long a usage record's idempotency key lives in Redis: longer than any retry (spool replays
     # after an outage, a crashed request's retry) and than the retention above.
     ledger_idempotency_ttl_s: float = Field(default=2 * 86_400.0, gt=0)
+    # The response cache (gateway/store/cache.py): the most one answer may take (larger ones are not
+    # kept), and all of them together (the local store drops the least recently used beyond it, Redis
+    # the entries nearest their expiry); 0 keeps nothing. Each entry counts its value's bytes plus 200.
+    cache_max_entry_bytes: int = Field(default=1_048_576, ge=1)
+    cache_max_bytes: int = Field(default=64 * 1_048_576, ge=0)
 
     # Several regions (README, "Deploying in several regions"; gateway/store/regional/). Set
     # home_redis_url and this gateway runs in one region of a global deployment: redis_url is this

@@ -12,10 +12,12 @@
     shared_tables.py  the shared mode's tables and SQL (several processes on one file)
     shared.py         SharedAdmission, SharedRouting and this process's lease on them
     file_claim.py     one process per file, unless all share it
+    cache.py          MemoryCache: the response cache, an LRU in memory with a byte cap
 
 `open_local(settings, savings)`: one process keeps admission and routing state in its memory; with
 `sqlite_shared` (several processes on the file: `serve --workers N` without Redis) they live in the
-file's shared tables instead. Tenancy and the ledger are the file's either way.
+file's shared tables instead. Tenancy and the ledger are the file's either way; the response cache
+is each process's memory either way.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from gateway.store.lease import default_replica_id
 from gateway.store.ledger import Savings, savings_or_zero
 from gateway.store.local.admission import MemoryAdmission
 from gateway.store.local.budgets import BudgetBook
+from gateway.store.local.cache import MemoryCache
 from gateway.store.local.file import LocalFile
 from gateway.store.local.ledger import LocalLedger
 from gateway.store.local.routing import MemoryRouting
@@ -58,7 +61,7 @@ def open_local(settings: StoreSettings, savings: Savings, clock: Callable[[], fl
                 await file.aclose()
 
         return Store(tenancy, SharedAdmission(lease, savings_or_zero(savings), clock), SharedRouting(lease), ledger,
-                     close_shared)
+                     MemoryCache(settings), close_shared)
     budgets = BudgetBook(file)
     ledger = LocalLedger(file, savings, budgets)
     routing = MemoryRouting(settings)
@@ -71,4 +74,4 @@ def open_local(settings: StoreSettings, savings: Savings, clock: Callable[[], fl
             await budgets.aclose()
             await file.aclose()
 
-    return Store(tenancy, MemoryAdmission(budgets, routing, ledger, clock), routing, ledger, close)
+    return Store(tenancy, MemoryAdmission(budgets, routing, ledger, clock), routing, ledger, MemoryCache(settings), close)

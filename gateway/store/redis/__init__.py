@@ -10,6 +10,7 @@
     routing.py     RedisRouting: sessions, prefix index, in-flight tokens per replica
     ledger.py      RedisLedger: the stream, time indexes, hourly sums, retention
     archive.py     the ledger's durable archive (a SQLite file)
+    cache.py       RedisCache: the response cache (SET PX, and a total bound kept by one script)
 
 Every request's call is one round trip: one script (`authenticate`, `check_and_consume`, `lookup`,
 `admit`, `started`, `settle` with the ledger record, the first token's `release_inflight`).
@@ -23,6 +24,7 @@ from collections.abc import Callable
 from gateway.store.factory import Store
 from gateway.store.ledger import Savings
 from gateway.store.redis.admission import RedisAdmission
+from gateway.store.redis.cache import RedisCache
 from gateway.store.redis.connection import RedisConnection
 from gateway.store.redis.ledger import RedisLedger
 from gateway.store.redis.routing import RedisRouting
@@ -50,4 +52,5 @@ def redis_store(connection: RedisConnection, savings: Savings, clock: Callable[[
         await ledger.aclose()
         await connection.aclose()
 
-    return Store(RedisTenancy(connection, clock), admission, RedisRouting(connection, clock), ledger, close)
+    return Store(RedisTenancy(connection, clock), admission, RedisRouting(connection, clock), ledger,
+                 RedisCache(connection), close)

@@ -28,6 +28,10 @@ things share a name:
     {p}usage_sums:{tenant}:{hour}   hash    "{model}\x1f{backend}\x1f{region}\x1f{status}\x1f{version}\x1e{i}" -> sum i
     {p}usage_latency:{tenant}:{hour} hash   "t{µs}" / "i{µs}" -> records with that time to first token / token gap
     {p}usage_hours_since            string  the first hour whose sums are complete
+    {p}cache:{tenant_id}:{key}      string  a response cache entry (PX its TTL; cache.py)
+    {p}cache_index                  zset    "{tenant_id}:{key}" -> expiry (ms, Redis clock)
+    {p}cache_sizes                  hash    "{tenant_id}:{key}" -> bytes counted against cache_max_bytes
+    {p}cache_bytes                  string  their sum
 """
 
 from __future__ import annotations
@@ -112,6 +116,10 @@ class KeyNames:
 
     def usage_hours_since(self) -> str:
         return f"{self.p}usage_hours_since"
+
+    def cache(self, what: str = "") -> str:
+        """The prefix of entries' names ("") or "index", "sizes", "bytes"."""
+        return f"{self.p}cache_{what}" if what else f"{self.p}cache:"
 
 
 def ledger_member(ended_us: int, request_id: str) -> str:

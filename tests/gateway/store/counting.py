@@ -67,5 +67,6 @@ def counted(store: Store, counts: Counts) -> Store:
 
         redis_client.execute_command = execute_command
     parts = {name: CountedConcern(getattr(store, name), name, counts)
-             for name in ("tenancy", "admission", "routing", "ledger")}
-    return Store(parts["tenancy"], parts["admission"], parts["routing"], parts["ledger"], store.aclose)  # type: ignore[arg-type]
+             for name in ("tenancy", "admission", "routing", "ledger", "cache")}
+    return Store(parts["tenancy"], parts["admission"], parts["routing"], parts["ledger"], parts["cache"],
+                 store.aclose)  # type: ignore[arg-type]
