@@ -27,6 +27,7 @@ from gateway.fleet.outliers import OutlierDetector
 from gateway.http.admin import AdminService
 from gateway.http.admin_guard import AdminGuard
 from gateway.metrics import GatewayMetrics
+from gateway.pipeline.answer_cache import AnswerCache
 from gateway.pipeline.auth import Authenticator
 from gateway.pipeline.concurrency import TenantSlots
 from gateway.pipeline.disagg import Disaggregator
@@ -59,6 +60,7 @@ class Services:
     monitor: BackendMonitor
     auth: Authenticator
     generator: Generator
+    answers: AnswerCache  # generation behind the response cache
     embedder: Embedder
     admin: AdminService
     admin_guard: AdminGuard
@@ -151,6 +153,7 @@ class Services:
             monitor,
             auth,
             generator,
+            AnswerCache(store.cache, generator, metering),
             Embedder(catalog, admitter, metering, monitor, client, salts, limits.embedding_max_input_tokens),
             AdminService(store.tenancy),
             AdminGuard(

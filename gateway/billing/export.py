@@ -5,7 +5,7 @@ ledger always gives the same file. Columns, in this order:
 
     request_id, tenant_id, account_id, key_id, model, region, backend_id, session_id,
     started_at, ended_at (ISO 8601 UTC, microseconds), status (ok, cancelled, backend_error,
-    rejected), prompt_tokens (cached included), cached_tokens, uncached_prompt_tokens,
+    rejected, cached), prompt_tokens (cached included), cached_tokens, uncached_prompt_tokens,
     completion_tokens, price_version, cost_micro (what was billed, micro-units), cost (the same
     in main units, a decimal string), savings_micro (what the cached tokens would have cost as
     input minus what they cost), neurons_micro, metadata (cf-aig-metadata as JSON text, keys

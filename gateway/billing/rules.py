@@ -5,14 +5,16 @@
 - backend_error, rejected: nothing. The request failed on our side of the wire (a backend died,
   broke the stream or refused the request): before the first token there is nothing to bill, and
   after it the client holds a broken answer (a non-streaming client holds none at all). The
-  record still keeps the raw token counts, for audit.
+  record still keeps the raw token counts, for audit;
+- cached: nothing. The answer came from the response cache (gateway/pipeline/answer_cache.py): no
+  backend ran, and the record carries 0 tokens.
 """
 
 from __future__ import annotations
 
 from contracts.usage import Usage
 
-FREE_STATUSES = ("backend_error", "rejected")
+FREE_STATUSES = ("backend_error", "rejected", "cached")
 
 
 def billable_usage(status: str, prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> Usage:

@@ -17,9 +17,10 @@ from gateway.errors import InvalidInput, ModelNotFound, NoSuchModel
 from gateway.fleet.catalog import EMBEDDING_TASK, ModelSpec
 from gateway.http import envelopes, render, responses
 from gateway.http.body import read_json_object
-from gateway.http.client_headers import metadata, session_id
+from gateway.http.client_headers import cache_directive, metadata, session_id
 from gateway.http.envelopes import JSONBytes
 from gateway.http.listeners import listener_of
+from gateway.pipeline.answer_cache import CACHE_STATUS_HEADER, Started
 from gateway.pipeline.embedding import Embedded
 from gateway.pipeline.embedding_input import MAX_TEXTS, parse_openai_embedding, parse_workers_ai_embedding
 from gateway.pipeline.generation import Generation
@@ -97,9 +98,9 @@ async def run_model(request: Request) -> Response:
             return Response(status_code=render.CLIENT_CLOSED_REQUEST)
         return JSONBytes(envelopes.workers_ai_success(envelopes.workers_ai_embeddings(embedded.vectors)))
     inp = parse_workers_ai(await _body(request))
-    generation = await g.generator.start(_context(request, principal, model), inp)
-    request.state.backend = generation.endpoint.id
-    return _explained(request, generation, await render.workers_ai_response(generation, inp, request.receive))
+    started = await g.answers.start(_context(request, principal, model), inp, "run", cache_directive(request))
+    request.state.backend = started.backend_id
+    return _answered(request, started, await render.workers_ai_response(started.answer, inp, request.receive))
 
 
 async def _openai(request: Request, *, chat: bool) -> Response:
@@ -110,10 +111,21 @@ async def _openai(request: Request, *, chat: bool) -> Response:
     if model.task == EMBEDDING_TASK:
         raise InvalidInput(f"{model.id} is an embedding model: send it to /ai/v1/embeddings", param="model")
     inp = parse_chat_completions(body) if chat else parse_completions(body)
-    generation = await g.generator.start(_context(request, principal, model), inp)
-    request.state.backend = generation.endpoint.id
-    response = await render.openai_response(generation, inp, request.receive, chat=chat)
-    return _explained(request, generation, response)
+    ctx = _context(request, principal, model)
+    started = await g.answers.start(ctx, inp, "chat" if chat else "completions", cache_directive(request))
+    request.state.backend = started.backend_id
+    response = await render.openai_response(started.answer, inp, request.receive, chat=chat)
+    return _answered(request, started, response)
+
+
+def _answered(request: Request, started: Started, response: Response) -> Response:
+    """The response with the cache's verdict, when the request asked the cache, and the routing
+    decision of a live answer, when an admin asked for it."""
+    if started.cache_status is not None:
+        response.headers[CACHE_STATUS_HEADER] = started.cache_status
+    if isinstance(started.answer, Generation):
+        return _explained(request, started.answer, response)
+    return response
 
 
 def _explained(request: Request, generation: Generation, response: Response) -> Response:

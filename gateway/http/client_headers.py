@@ -1,4 +1,6 @@
-"""The client's headers that the gateway keeps in the ledger: `x-session-affinity` and `cf-aig-metadata`.
+"""The client's headers that the gateway reads: `x-session-affinity` and `cf-aig-metadata` (kept in the
+ledger), and AI Gateway's cache headers (`cache_directive`; gateway/pipeline/answer_cache.py says
+what they do).
 
 HTTP carries header values as bytes and Starlette decodes them as latin-1, so UTF-8 text ("zoë")
 would be stored as mojibake ("zoÃ«"). Both headers are read as UTF-8 here (anything else is a
@@ -19,6 +21,7 @@ from starlette.requests import Request
 
 from gateway.errors import InvalidInput
 from gateway.http.strict_json import JSONRejected, loads_strict
+from gateway.pipeline.answer_cache import MAX_TTL_S, CacheDirective, clamp_ttl
 
 SESSION_HEADER = "x-session-affinity"
 MAX_SESSION_CHARS = 256
@@ -28,6 +31,10 @@ MAX_METADATA_BYTES = 2048
 MAX_METADATA_KEY = 64
 MAX_METADATA_VALUE = 256
 MAX_METADATA_INT = 2**53
+CACHE_TTL_HEADERS = ("cf-aig-cache-ttl", "cf-cache-ttl")  # AI Gateway's name, then its old one
+SKIP_CACHE_HEADERS = ("cf-aig-skip-cache", "cf-skip-cache")
+CACHE_KEY_HEADER = "cf-aig-cache-key"
+MAX_CACHE_KEY_CHARS = 1024
 
 
 def header_text(request: Request, name: str) -> str | None:
@@ -87,3 +94,36 @@ def parse_metadata(raw: str) -> dict[str, Any]:
         if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_METADATA_INT:
             raise refuse("integers must lie within +-2^53")
     return found
+
+
+def _first(request: Request, names: tuple[str, ...]) -> tuple[str, str] | None:
+    for name in names:
+        value = request.headers.get(name)
+        if value is not None:
+            return name, value
+    return None
+
+
+def cache_directive(request: Request) -> CacheDirective | None:
+    """What the request asks of the response cache; None when it sends none of its headers."""
+    ttl = _first(request, CACHE_TTL_HEADERS)
+    skip = _first(request, SKIP_CACHE_HEADERS)
+    key = header_text(request, CACHE_KEY_HEADER)
+    if ttl is None and skip is None and key is None:
+        return None
+    ttl_s = None
+    if ttl is not None:
+        name, value = ttl
+        if not value.strip().isdigit() or int(value) < 1:
+            raise InvalidInput(f"{name} must be a whole number of seconds (60 to {MAX_TTL_S}), got {value!r}",
+                               param=name)
+        ttl_s = clamp_ttl(int(value))
+    skipping = False
+    if skip is not None:
+        name, value = skip
+        if value.strip().lower() not in ("true", "false"):
+            raise InvalidInput(f"{name} must be true or false, got {value!r}", param=name)
+        skipping = value.strip().lower() == "true"
+    if key is not None and not 0 < len(key) <= MAX_CACHE_KEY_CHARS:
+        raise InvalidInput(f"{CACHE_KEY_HEADER} must be 1 to {MAX_CACHE_KEY_CHARS} characters", param=CACHE_KEY_HEADER)
+    return CacheDirective(ttl_s, skipping, key)

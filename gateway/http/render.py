@@ -1,4 +1,5 @@
-"""Turning a `Generation` into HTTP responses: Workers AI or OpenAI, streamed or whole.
+"""Turning a `Generation` (or a cached answer's `Replay`: pipeline/replay.py) into HTTP responses:
+Workers AI or OpenAI, streamed or whole.
 
 Streams are forwarded chunk by chunk as the backend sends them. The generation's text iterator is
 always closed (`aclosing`), so a client that goes away - Starlette then cancels this iterator -
@@ -24,7 +25,7 @@ from contracts.usage import Usage
 from gateway.errors import GatewayError
 from gateway.http import envelopes, sse
 from gateway.http.envelopes import JSONBytes
-from gateway.pipeline.generation import Generation
+from gateway.pipeline.replay import Answer
 from gateway.pipeline.schemas import GenerationInput
 from gateway.pipeline.tools import CallDelta, CallStream, ToolCall, ToolUse
 
@@ -57,13 +58,13 @@ async def unless_disconnected(work: Coroutine[Any, Any, T], receive: Receive) ->
     return working.result()
 
 
-async def collect_or_cancel(generation: Generation, receive: Receive) -> str | None:
+async def collect_or_cancel(generation: Answer, receive: Receive) -> str | None:
     """The whole text, or None when the client disconnected first: the generation is then
     cancelled (its backend stream closed, so the backend aborts) and settled as `cancelled`."""
     return await unless_disconnected(generation.collect(), receive)
 
 
-def _usage(generation: Generation) -> Usage:
+def _usage(generation: Answer) -> Usage:
     assert generation.usage is not None, "usage is set when the text iterator ends"
     return generation.usage
 
@@ -71,7 +72,7 @@ def _usage(generation: Generation) -> Usage:
 # ---- Workers AI -------------------------------------------------------------------------------
 
 
-async def workers_ai_events(generation: Generation, tools: ToolUse | None = None) -> AsyncIterator[bytes]:
+async def workers_ai_events(generation: Answer, tools: ToolUse | None = None) -> AsyncIterator[bytes]:
     rng = sse.padding_source()
     calls = CallStream(tools) if tools is not None else None
     async with aclosing(generation.text_batches()) as batches:
@@ -105,7 +106,7 @@ def _json_or_text(text: str) -> Any:
         return text
 
 
-async def workers_ai_response(generation: Generation, inp: GenerationInput, receive: Receive) -> Response:
+async def workers_ai_response(generation: Answer, inp: GenerationInput, receive: Receive) -> Response:
     if inp.stream:
         return EventStream(workers_ai_events(generation, inp.tools), generation.aclose)
     text = await collect_or_cancel(generation, receive)
@@ -124,12 +125,12 @@ async def workers_ai_response(generation: Generation, inp: GenerationInput, rece
 # ---- OpenAI -----------------------------------------------------------------------------------
 
 
-def _completion_id(generation: Generation, chat: bool) -> str:
+def _completion_id(generation: Answer, chat: bool) -> str:
     return f"{'chatcmpl' if chat else 'cmpl'}-{generation.ctx.request_id}"
 
 
 async def openai_events(
-    generation: Generation, stream: sse.OpenAIStream, tools: ToolUse | None = None
+    generation: Answer, stream: sse.OpenAIStream, tools: ToolUse | None = None
 ) -> AsyncIterator[bytes]:
     first = stream.first()
     if first is not None:
@@ -164,7 +165,7 @@ def _openai_piece(stream: sse.OpenAIStream, piece: str | CallDelta) -> bytes:
     return stream.text(piece) if isinstance(piece, str) else stream.tool_calls([piece.openai()])
 
 
-async def openai_response(generation: Generation, inp: GenerationInput, receive: Receive, *, chat: bool) -> Response:
+async def openai_response(generation: Answer, inp: GenerationInput, receive: Receive, *, chat: bool) -> Response:
     completion_id = _completion_id(generation, chat)
     model = generation.ctx.model_id
     if inp.stream:

@@ -4,6 +4,8 @@ No module here imports Starlette; they import downwards only (fleet, billing, st
 
     generation.py       one generation: auth, limits, routing, the backend stream, settled once
     embedding.py        one embedding request, the same steps without a stream
+    answer_cache.py     the opt-in exact response cache (AI Gateway's cf-aig-cache-* headers) in front of generation
+    replay.py           a cached answer played back as a generation is read (one renderer for both)
     holds.py            what a request holds (its ticket, a disaggregated step's route), released once by one settle
     ticket.py           a request's admission (slot, tpm, budget, in-flight tokens) in one store call, and its settle
     auth.py             API key -> tenant, account and model checks, requests per minute

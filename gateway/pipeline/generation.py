@@ -133,6 +133,8 @@ class Generation:
         self.holds = holds  # everything the request holds, released once when it is settled
         self._watch = watch
         self.created = int(time.time())
+        # called once the text is over and settled, when the stream ended normally (the response cache)
+        self.on_complete: Callable[[Generation], Awaitable[None]] | None = None
 
     @property
     def prompt_tokens(self) -> int:
@@ -183,6 +185,8 @@ class Generation:
             raise InternalError("the backend failed while generating the answer; retry the request") from exc
         finally:
             await self._finish(status)
+        if self.on_complete is not None:  # reached only when the stream ended normally
+            await self.on_complete(self)
 
     async def collect(self) -> str:
         async for _ in self.text_batches():
@@ -197,6 +201,11 @@ class Generation:
     @property
     def text(self) -> str:
         return "".join(self._parts)
+
+    @property
+    def deltas(self) -> tuple[str, ...]:
+        """The text deltas received so far, in order."""
+        return tuple(self._parts)
 
     def _final_usage(self, status: UsageStatus) -> Usage:
         backend = self._backend_usage

@@ -14,8 +14,9 @@ from gateway.store.apikeys import new_id
 from gateway.store.checks import check_accounts, check_count, check_id, check_models, check_text
 from gateway.store.errors import InvalidArgument
 
-USAGE_STATUSES = ("ok", "cancelled", "backend_error", "rejected")
-UsageStatus = Literal["ok", "cancelled", "backend_error", "rejected"]
+# cached: answered from the response cache (gateway/pipeline/answer_cache.py), no backend, 0 tokens
+USAGE_STATUSES = ("ok", "cancelled", "backend_error", "rejected", "cached")
+UsageStatus = Literal["ok", "cancelled", "backend_error", "rejected", "cached"]
 
 
 @dataclass(slots=True)

@@ -7,7 +7,8 @@ stretches must be read record by record (`UsageSummary.add`: the caller streams 
 store, so a long range is never loaded at once); `to_json` renders:
 
 - totals over the window: requests, prompt / cached / completion tokens, spend, the money the
-  cached-input discount saved, the cached share of prompt tokens, requests that did not end "ok";
+  cached-input discount saved, the cached share of prompt tokens, requests that did not end "ok" (or "cached": answered
+  from the response cache);
 - a time series per bucket (by each record's end time): requests, tokens, spend, savings;
 - time to first token and inter-token latency percentiles (nearest rank, to the microsecond) over
   the records that carry them; past `MAX_SAMPLES` values a seeded reservoir keeps a uniform sample;
@@ -237,7 +238,7 @@ class UsageSummary:
         live = live or Live()
         w = self.window
         totals = self.totals.to_json()
-        totals["failed"] = self.totals.requests - self.statuses.get("ok", 0)
+        totals["failed"] = self.totals.requests - self.statuses.get("ok", 0) - self.statuses.get("cached", 0)
         return {
             "scope": {"tenant": tenant, "admin": is_admin},
             "window": {"from": w.start, "to": w.end, "bucket_s": w.bucket_s},
