@@ -213,3 +213,20 @@ def test_an_answer_over_the_cap_per_entry_is_not_kept(stub_backend: ChildProcess
         assert statuses == ["MISS", "MISS"]
     finally:
         small.stop()
+
+
+def test_a_stream_its_client_left_is_not_kept(slow_stub_backend: ChildProcess, tmp_path: Path) -> None:
+    slow = stub_gateway(slow_stub_backend, tmp_path)  # 4-second answers
+    try:
+        secret = slow.new_key("t-left", "acc-left")
+        body = body_of("run", "i will leave early", stream=True)
+        with httpx.stream("POST", url(slow, "acc-left", "run"), json=body, timeout=30,
+                          headers={"authorization": f"Bearer {secret}", **TTL}) as left:
+            assert left.headers["cf-aig-cache-status"] == "MISS"
+            next(line for line in left.iter_lines() if line.startswith("data: {"))
+            request_id = left.headers["cf-ray"]
+        assert slow.ledger_record(request_id).status == "cancelled"
+        again = post(slow, "acc-left", secret, "run", body, TTL)
+        assert again.headers["cf-aig-cache-status"] == "MISS" and status(slow, again) == "ok"
+    finally:
+        slow.stop()

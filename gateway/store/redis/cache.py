@@ -34,7 +34,7 @@ for _, member in ipairs(redis.call('ZRANGEBYSCORE', index, '-inf', now, 'LIMIT',
 if redis.call('ZSCORE', index, ARGV[5]) then drop(ARGV[5]) end
 local size, max = tonumber(ARGV[3]), tonumber(ARGV[4])
 while num(total) + size > max do
-  local nearest = redis.call('ZRANGE', index, 0, 0)
+  local nearest = redis.call('ZPOPMIN', index)
   if #nearest == 0 then return 0 end
   drop(nearest[1])
 end

@@ -56,7 +56,7 @@ def test_totals_series_and_groups() -> None:
     assert totals["cost_micro"] == 165 and totals["savings_micro"] == 30
     assert totals["hit_ratio"] == pytest.approx(0.3)
     assert totals["failed"] == 2
-    assert body["statuses"] == {"ok": 2, "cancelled": 1, "backend_error": 1, "rejected": 0}
+    assert body["statuses"] == {"ok": 2, "cancelled": 1, "backend_error": 1, "rejected": 0, "cached": 0}
 
     series = body["series"]
     assert series["t"] == [T0, T0 + 60, T0 + 120, T0 + 180, T0 + 240]
@@ -107,3 +107,12 @@ def test_samples_stay_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     assert samples.count == 10_000 and len(samples.values) == 100
     p50 = samples.to_json()["p50"]
     assert 2_000 < p50 < 8_000  # a uniform sample's median lands near the middle
+
+
+def test_an_answer_from_the_response_cache_is_no_failure() -> None:
+    summary = UsageSummary(Window(T0, T0 + 300, 60))
+    summary.add(record("r1", T0 + 10))
+    summary.add(record("r2", T0 + 20, status="cached", prompt_tokens=0, cached_tokens=0, completion_tokens=0,
+                       cost_micro=0, backend_id=None, region=None))
+    body = summary.to_json(tenant=None, is_admin=True)
+    assert body["statuses"]["cached"] == 1 and body["totals"]["failed"] == 0 and body["totals"]["requests"] == 2

@@ -4,6 +4,7 @@ admin commands. Runs a redis-server of its own, as compose starts it."""
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 from collections.abc import Iterator
 from pathlib import Path
@@ -54,7 +55,8 @@ def shipped_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[in
 async def test_the_gateway_does_all_its_work_as_the_acl_user(shipped_redis: tuple[int, str], tmp_path: Path) -> None:
     port, password = shipped_redis
     settings = GatewaySettings(
-        redis_url=f"redis://edgerun:{password}@127.0.0.1:{port}/0", ledger_archive_path=str(tmp_path / "a.sqlite3")
+        redis_url=f"redis://edgerun:{password}@127.0.0.1:{port}/0", ledger_archive_path=str(tmp_path / "a.sqlite3"),
+        cache_max_bytes=2500,
     )
     store = open_store(settings.store)
     try:
@@ -82,6 +84,12 @@ async def test_the_gateway_does_all_its_work_as_the_acl_user(shipped_redis: tupl
         assert await store.ledger.archive(T0 + 1) == 1
         assert await collect(store, T0 - 1, T0 + 1) == [first]
         assert await store.tenancy.revoke_key(key.id) and await store.tenancy.lookup_key(secret) is None
+        assert await store.cache.put(tenant.id, "k1", "answer", 0.05) and await store.cache.get(tenant.id, "k1")
+        await asyncio.sleep(0.1)
+        assert await store.cache.put(tenant.id, "k1", "again", 60)  # forgets the expired entry on the way
+        for i in range(2, 5):  # past cache_max_bytes: the nearest expiry goes
+            assert await store.cache.put(tenant.id, f"k{i}", "x" * 700, 60 + i)
+        assert await store.cache.get(tenant.id, "k1") is None and await store.cache.get(tenant.id, "k4")
     finally:
         await store.aclose()
 
