@@ -12,6 +12,9 @@ Off unless a request asks (http/client_headers.py reads the headers into a `Cach
   entry. The old names `cf-cache-ttl` and `cf-skip-cache` still work, as on AI Gateway.
 - Every answer to such a request says `cf-aig-cache-status: HIT` or `MISS`.
 
+Text generation on `/ai/run`, `/ai/v1/chat/completions` and `/ai/v1/completions` is cached; the
+Responses route and embeddings are not (they ignore the headers and answer no status).
+
 What makes two requests identical (`cache_key`): the tenant (every entry is the tenant's own: a
 different key of the same tenant hits, another tenant never does; AI Gateway keys by the provider
 credential, edgerun by the tenant, who owns and pays for every key), the route (`run`, `chat`,
