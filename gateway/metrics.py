@@ -153,6 +153,12 @@ class GatewayMetrics:
         self.usage_records = Counter(
             "edgerun_gateway_usage_records", "Usage records written to the ledger, by outcome", ["outcome"], registry=r
         )
+        self.response_cache = Counter(
+            "edgerun_gateway_response_cache",
+            "Requests that asked the response cache, by result (hit, miss), and answers kept or not (kept, too_large)",
+            ["model", "result"],
+            registry=r,
+        )
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

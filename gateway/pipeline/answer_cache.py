@@ -129,12 +129,15 @@ class AnswerCache:
         if directive is None:
             return Started(await self.generator.start(ctx, inp))
         key = cache_key(route, ctx.model_id, inp, directive.key)
+        counted = self.metering.metrics.response_cache
         if directive.may_read:
             found = await self._get(ctx, key)
             if found is not None:
+                counted.labels(ctx.model_id, "hit").inc()
                 await self.metering.settle(MeteredRequest(ctx, prompt_tokens=0), Usage(0, 0, 0), status="cached",
                                            backend_id=None, region=None)
                 return Started(Replay(ctx, found), "HIT")
+        counted.labels(ctx.model_id, "miss").inc()
         generation = await self.generator.start(ctx, inp)
         keep_s = directive.keep_s
         if keep_s is not None:
@@ -160,5 +163,6 @@ class AnswerCache:
         except StoreUnavailable as exc:
             log.warning("keeping the answer failed", error=exc.args[0], request_id=ctx.request_id)
             return
+        self.metering.metrics.response_cache.labels(ctx.model_id, "kept" if kept else "too_large").inc()
         if not kept:
             log.info("the answer is over cache_max_entry_bytes: not kept", request_id=ctx.request_id)

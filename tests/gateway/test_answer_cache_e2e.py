@@ -211,8 +211,29 @@ def test_an_answer_over_the_cap_per_entry_is_not_kept(stub_backend: ChildProcess
         body = body_of("run", "too long to keep")
         statuses = [post(small, "acc-cap", secret, "run", body, TTL).headers["cf-aig-cache-status"] for _ in range(2)]
         assert statuses == ["MISS", "MISS"]
+        metrics = httpx.get(f"{small.url}/metrics").text
+        assert f'edgerun_gateway_response_cache_total{{model="{STUB}",result="too_large"}} 2.0' in metrics
+        assert f'edgerun_gateway_response_cache_total{{model="{STUB}",result="miss"}} 2.0' in metrics
     finally:
         small.stop()
+
+
+@pytest.mark.process  # may start a Redis server
+def test_replicas_on_one_redis_share_the_cache(stub_backend: ChildProcess, tmp_path: Path, redis_url: str,
+                                               redis_prefix: str) -> None:
+    shared = {"redis_url": redis_url, "key_prefix": redis_prefix}
+    first, second = (stub_gateway(stub_backend, tmp_path / name, **shared) for name in ("a", "b"))
+    try:
+        secret = first.new_key("t-redis", "acc-redis")
+        body = body_of("chat/completions", "ünïcode through Redis", stream=True)
+        missed = post(first, "acc-redis", secret, "chat/completions", body, TTL)
+        hit = post(second, "acc-redis", secret, "chat/completions", body, TTL)  # the other replica
+        assert (missed.headers["cf-aig-cache-status"], hit.headers["cf-aig-cache-status"]) == ("MISS", "HIT")
+        assert [c["choices"] for c in events(hit)] == [c["choices"] for c in events(missed)]
+        assert second.ledger_record(hit.headers["cf-ray"]).status == "cached"
+    finally:
+        first.stop()
+        second.stop()
 
 
 def test_a_stream_its_client_left_is_not_kept(slow_stub_backend: ChildProcess, tmp_path: Path) -> None:
