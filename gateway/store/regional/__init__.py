@@ -69,7 +69,8 @@ def open_regional(settings: StoreSettings, savings: Savings) -> Store:
         LeasedAdmission(regional.admission, leases),
         regional.routing,
         regional.ledger if is_home else HomeLedger(regional.ledger, home_ledger),
+        regional.cache,  # answers are cached per region: a hit never needs home
         close,
-        tuple(background),
-        health,
+        background=tuple(background),
+        health=health,
     )
