@@ -256,12 +256,14 @@ class Database:
                 return 0
             self._conn.execute("DELETE FROM usage_hours")
             count = 0
+            hours = HourSums()
             for (text,) in self._conn.execute("SELECT record FROM usage").fetchall():
                 record = UsageRecord.from_json(text)
-                add_to_hours(self._conn, record, savings(record))
+                hours.add(record, savings(record))
                 self._conn.execute("UPDATE usage SET ttft_us = ?, itl_us = ? WHERE request_id = ?",
                                    (*_latencies_us(record), record.request_id))
                 count += 1
+            hours.write(self._conn)
             self._conn.execute("INSERT INTO meta VALUES ('hours_built', '1')")
             return count
 
@@ -338,9 +340,10 @@ def _write_budgets(conn: sqlite3.Connection, spent: Mapping[tuple[str, str], int
 
 def write_usages(conn: sqlite3.Connection, records: Sequence[UsageRecord], savings: Sequence[int]) -> list[bool]:
     """Insert records in the caller's transaction on `conn` (the shared mode's group transaction, or
-    `Database.insert_usages`'s own), each written one added to its hour's sums; for each, True when
-    written, False when its request id was there."""
+    `Database.insert_usages`'s own), the ones written added to their hours' sums (one upsert per hour
+    and key for the whole batch); for each, True when written, False when its request id was there."""
     written = []
+    hours = HourSums()
     for record, saved in zip(records, savings, strict=True):
         cursor = conn.execute(
             "INSERT OR IGNORE INTO usage (request_id, tenant_id, ended_us, cost_micro, record, ttft_us, itl_us)"
@@ -349,8 +352,9 @@ def write_usages(conn: sqlite3.Connection, records: Sequence[UsageRecord], savin
              *_latencies_us(record)),
         )
         if cursor.rowcount == 1:
-            add_to_hours(conn, record, saved)
+            hours.add(record, saved)
         written.append(cursor.rowcount == 1)
+    hours.write(conn)
     return written
 
 
@@ -359,15 +363,31 @@ def _latencies_us(record: UsageRecord) -> tuple[int | None, int | None]:
             None if record.itl_s is None else to_latency_us(record.itl_s))
 
 
-def add_to_hours(conn: sqlite3.Connection, record: UsageRecord, savings_micro: int) -> None:
-    """Add one record to its hour's sums (`Ledger.hours`; its latencies are its own row's columns)."""
-    conn.execute(
-        "INSERT INTO usage_hours VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?)"
-        " ON CONFLICT DO UPDATE SET requests = requests + 1, prompt_tokens = prompt_tokens + excluded.prompt_tokens,"
-        " cached_tokens = cached_tokens + excluded.cached_tokens,"
-        " completion_tokens = completion_tokens + excluded.completion_tokens,"
-        " cost_micro = cost_micro + excluded.cost_micro, savings_micro = savings_micro + excluded.savings_micro",
-        (hour_of(record.ended_at), record.tenant_id, record.model, record.backend_id or "", record.region or "",
-         record.status, record.price_version, record.prompt_tokens, record.cached_tokens, record.completion_tokens,
-         record.cost_micro, savings_micro),
-    )
+class HourSums:
+    """Records' sums by hour and key (`Ledger.hours`; latencies are the records' own columns), added
+    to the file's `usage_hours` in one statement."""
+
+    def __init__(self) -> None:
+        self._sums: dict[tuple[int, str, str, str, str, str, str], list[int]] = {}
+
+    def add(self, record: UsageRecord, savings_micro: int) -> None:
+        key = (hour_of(record.ended_at), record.tenant_id, record.model, record.backend_id or "", record.region or "",
+               record.status, record.price_version)
+        sums = self._sums.setdefault(key, [0, 0, 0, 0, 0, 0])
+        for i, value in enumerate((1, record.prompt_tokens, record.cached_tokens, record.completion_tokens,
+                                   record.cost_micro, savings_micro)):
+            sums[i] += value
+
+    def write(self, conn: sqlite3.Connection) -> None:
+        if not self._sums:
+            return
+        conn.executemany(
+            "INSERT INTO usage_hours VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT DO UPDATE SET requests = requests + excluded.requests,"
+            " prompt_tokens = prompt_tokens + excluded.prompt_tokens,"
+            " cached_tokens = cached_tokens + excluded.cached_tokens,"
+            " completion_tokens = completion_tokens + excluded.completion_tokens,"
+            " cost_micro = cost_micro + excluded.cost_micro, savings_micro = savings_micro + excluded.savings_micro",
+            [(*key, *sums) for key, sums in self._sums.items()],
+        )
+        self._sums.clear()

@@ -82,3 +82,26 @@ async def test_a_ledger_from_before_the_hourly_sums_gets_them_built_once(tmp_pat
         assert [sum(s.requests for s in h.groups.values()) for h in summed.hours] == [2]
     finally:
         await again.aclose()
+
+
+def test_one_batch_adds_each_new_record_to_its_hour_once(tmp_path: Path) -> None:
+    """A group-committed batch sums its records per hour and key before writing them: the sums are
+    those of record-by-record writes, a record already in the ledger adds nothing."""
+    from gateway.store.ledger import hour_of
+    from gateway.store.local.database import Database
+    from tests.gateway.store.test_ledger import T0, record
+
+    db = Database(str(tmp_path / "gateway.sqlite3"))
+    try:
+        first = [record("r1", T0 + 5), record("r2", T0 + 6), record("r3", T0 + 7, tenant_id="beta")]
+        assert db.insert_usages(first, [10, 20, 30]) == [True, True, True]
+        again = [record("r2", T0 + 6), record("r4", T0 + 8), record("r5", T0 + 3605)]  # r2 is a repeat
+        assert db.insert_usages(again, [20, 40, 50]) == [False, True, True]
+        hours = {h.hour: h for h in db.usage_hours(hour_of(T0), hour_of(T0) + 7200, None)}
+        acme = [s for key, s in hours[hour_of(T0)].groups.items() if key.tenant_id == "acme"]
+        assert [(s.requests, s.savings_micro) for s in acme] == [(3, 70)]  # r1, r2, r4
+        assert sum(s.requests for s in hours[hour_of(T0)].groups.values()) == 4
+        assert sum(s.prompt_tokens for s in hours[hour_of(T0)].groups.values()) == 4 * first[0].prompt_tokens
+        assert sum(s.requests for s in hours[hour_of(T0) + 3600].groups.values()) == 1
+    finally:
+        db.close()
