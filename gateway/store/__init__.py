@@ -5,7 +5,8 @@
     routing.py    RoutingState: sessions, the prefix index, in-flight tokens per backend
     ledger.py     Ledger: usage records (exactly once per request id), ranges, hourly sums
     cache.py      Cache: answers kept per tenant for a TTL (the opt-in response cache), size-capped
-    factory.py    open_store(settings) -> Store (the five, from one backend)
+    queue.py      BatchQueue: asynchronous batch items under leases, and their answers for a while
+    factory.py    open_store(settings) -> Store (the six, from one backend)
     local/        one machine: memory plus the SQLite file (and the file's shared mode for several processes)
     redis/        several replicas on one Redis
     regional/     one region of several: tenancy replicated from home, budgets leased, the ledger shipped home

@@ -16,6 +16,7 @@ from typing import Any
 from gateway.store.admission import Admission
 from gateway.store.cache import Cache
 from gateway.store.ledger import Ledger, Savings, no_savings
+from gateway.store.queue import BatchQueue
 from gateway.store.routing import RoutingState
 from gateway.store.settings import StoreSettings
 from gateway.store.tenancy import Tenancy
@@ -30,6 +31,7 @@ class Store:
     routing: RoutingState
     ledger: Ledger
     cache: Cache
+    queue: BatchQueue
     _close: Callable[[], Awaitable[None]]
     # Loops the app's lifespan runs as tasks and cancels at its end (a region's ledger shipping and budget leases).
     background: tuple[Callable[[], Coroutine[Any, Any, None]], ...] = ()

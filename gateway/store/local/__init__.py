@@ -9,6 +9,7 @@
     admission.py      MemoryAdmission: windows and slots in memory, budgets in the BudgetBook
     routing.py        MemoryRouting: sessions, prefix index and in-flight tokens in memory
     ledger.py         LocalLedger: group-committed appends, reads, hourly sums
+    queue.py          LocalQueue: batch items under leases in the file, on their own connection and thread
     shared_tables.py  the shared mode's tables and SQL (several processes on one file)
     shared.py         SharedAdmission, SharedRouting and this process's lease on them
     file_claim.py     one process per file, unless all share it
@@ -35,6 +36,7 @@ from gateway.store.local.budgets import BudgetBook
 from gateway.store.local.cache import MemoryCache
 from gateway.store.local.file import LocalFile
 from gateway.store.local.ledger import LocalLedger
+from gateway.store.local.queue import LocalQueue
 from gateway.store.local.routing import MemoryRouting
 from gateway.store.local.shared import SharedAdmission, SharedLease, SharedRouting
 from gateway.store.local.tenancy import LocalTenancy
@@ -46,6 +48,7 @@ def open_local(settings: StoreSettings, savings: Savings, clock: Callable[[], fl
     shared = settings.sqlite_shared
     closed = threading.Event()  # (set once: closing twice does nothing)
     file = LocalFile(settings, writes_on_loop=not shared)
+    queue = LocalQueue(settings, clock)
     tenancy = LocalTenancy(file, 0.0 if shared else settings.sqlite_refresh_s, clock)
     if shared:
         lease = SharedLease(file, settings, check_id("replica id", settings.replica_id or default_replica_id()))
@@ -57,11 +60,12 @@ def open_local(settings: StoreSettings, savings: Savings, clock: Callable[[], fl
                 closed.set()
                 await tenancy.close()
                 await ledger.close()
+                await queue.aclose()
                 await lease.aclose()
                 await file.aclose()
 
         return Store(tenancy, SharedAdmission(lease, savings_or_zero(savings), clock), SharedRouting(lease), ledger,
-                     MemoryCache(settings), close_shared)
+                     MemoryCache(settings), queue, close_shared)
     budgets = BudgetBook(file)
     ledger = LocalLedger(file, savings, budgets)
     routing = MemoryRouting(settings)
@@ -71,7 +75,9 @@ def open_local(settings: StoreSettings, savings: Savings, clock: Callable[[], fl
             closed.set()
             await tenancy.close()
             await ledger.close()  # what was queued is committed before the file closes
+            await queue.aclose()
             await budgets.aclose()
             await file.aclose()
 
-    return Store(tenancy, MemoryAdmission(budgets, routing, ledger, clock), routing, ledger, MemoryCache(settings), close)
+    return Store(tenancy, MemoryAdmission(budgets, routing, ledger, clock), routing, ledger, MemoryCache(settings), queue,
+                 close)

@@ -9,6 +9,7 @@
     undo.py        takes back reservations whose caller never learnt their fate
     routing.py     RedisRouting: sessions, prefix index, in-flight tokens per replica
     ledger.py      RedisLedger: the stream, time indexes, hourly sums, retention
+    queue.py       RedisQueue: batch items under leases, answers kept for a while
     archive.py     the ledger's durable archive (a SQLite file)
     cache.py       RedisCache: the response cache (SET PX, and a total bound kept by one script)
 
@@ -27,6 +28,7 @@ from gateway.store.redis.admission import RedisAdmission
 from gateway.store.redis.cache import RedisCache
 from gateway.store.redis.connection import RedisConnection
 from gateway.store.redis.ledger import RedisLedger
+from gateway.store.redis.queue import RedisQueue
 from gateway.store.redis.routing import RedisRouting
 from gateway.store.redis.tenancy import RedisTenancy
 from gateway.store.settings import StoreSettings
@@ -53,4 +55,4 @@ def redis_store(connection: RedisConnection, savings: Savings, clock: Callable[[
         await connection.aclose()
 
     return Store(RedisTenancy(connection, clock), admission, RedisRouting(connection, clock), ledger,
-                 RedisCache(connection), close)
+                 RedisCache(connection), RedisQueue(connection), close)

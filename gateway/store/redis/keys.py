@@ -32,6 +32,7 @@ things share a name:
     {p}cache_index                  zset    "{tenant_id}:{key}" -> expiry (ms, Redis clock)
     {p}cache_sizes                  hash    "{tenant_id}:{key}" -> bytes counted against cache_max_bytes
     {p}cache_bytes                  string  their sum
+    {p}batch...                     the batch queue's keys (their layout in queue.py)
 """
 
 from __future__ import annotations

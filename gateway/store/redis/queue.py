@@ -1,0 +1,192 @@
+"""`RedisQueue`: the batch queue (gateway/store/queue.py) in Redis, shared by every replica.
+
+    {p}batch:{id}           hash    tenant, account, key, model, items, answered, started (PEXPIRE keep once answered)
+    {p}batch_items:{id}     hash    index -> the item's request (each dropped once answered)
+    {p}batch_results:{id}   hash    index -> the item's answer (PEXPIRE keep once the batch is answered)
+    {p}batch_ready          zset    "{id}:{index:06d}" -> ms (Redis clock) it may be claimed from: its enqueue
+                                    time, or its lease's end while claimed (a dead worker's item comes back)
+    {p}batch_leases         hash    "{id}:{index:06d}" -> "{token}:{attempts}" of its latest claim
+    {p}batch_open:{tenant}  string  the tenant's items not answered yet (what max_queued bounds)
+
+Each change is one Lua script (atomic across replicas), on Redis's clock (`TIME`), so replicas with
+skewed clocks agree on when a lease ends. Items of one batch share a score and order by index.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+from gateway.store.checks import check_id
+from gateway.store.errors import InvalidArgument
+from gateway.store.queue import BatchState, ClaimedItem, NewBatch, check_lease, check_max_queued
+from gateway.store.redis.connection import RedisConnection, ms, redis_errors
+
+_NOW = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+"""
+
+# KEYS: open count, batch, items, ready. ARGV: max_queued, tenant, account, key, model, batch id, payloads...
+# -> 1 queued, 0 over max_queued, -1 the batch id exists
+ENQUEUE = _NOW + """
+local n = #ARGV - 6
+if redis.call('EXISTS', KEYS[2]) == 1 then return -1 end
+local open = tonumber(redis.call('GET', KEYS[1]) or '0')
+if open + n > tonumber(ARGV[1]) then return 0 end
+redis.call('INCRBY', KEYS[1], n)
+redis.call('HSET', KEYS[2], 'tenant', ARGV[2], 'account', ARGV[3], 'key', ARGV[4], 'model', ARGV[5],
+           'items', n, 'answered', 0, 'started', 0)
+for i = 1, n do
+  local index = string.format('%06d', i - 1)
+  redis.call('HSET', KEYS[3], index, ARGV[6 + i])
+  redis.call('ZADD', KEYS[4], now, ARGV[6] .. ':' .. index)
+end
+return 1
+"""
+
+# KEYS: ready, leases. ARGV: lease ms, token. -> {member, attempts} or nil
+CLAIM = _NOW + """
+local found = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, 1)
+if #found == 0 then return nil end
+local member = found[1]
+local held = redis.call('HGET', KEYS[2], member)
+local attempts = 1
+if held then attempts = tonumber(string.match(held, ':(%d+)$')) + 1 end
+redis.call('HSET', KEYS[2], member, ARGV[2] .. ':' .. attempts)
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[1]), member)
+return {member, attempts}
+"""
+
+# KEYS: ready, leases. ARGV: member, token, ms from now, attempt change (0 renew, -1 release). -> 1 moved, 0 not ours
+MOVE = _NOW + """
+local held = redis.call('HGET', KEYS[2], ARGV[1])
+if not held or not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 0 end
+local token, attempts = string.match(held, '^(.*):(%d+)$')
+if token ~= ARGV[2] then return 0 end
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1])
+if ARGV[4] ~= '0' then
+  redis.call('HSET', KEYS[2], ARGV[1], token .. ':' .. math.max(0, tonumber(attempts) + tonumber(ARGV[4])))
+end
+return 1
+"""
+
+# KEYS: ready, leases, batch, items, results, open count. ARGV: member, index, answer, keep ms. -> 1 stored, 0 had one
+COMPLETE = """
+if redis.call('HEXISTS', KEYS[5], ARGV[2]) == 1 or redis.call('EXISTS', KEYS[3]) == 0 then return 0 end
+redis.call('HSET', KEYS[5], ARGV[2], ARGV[3])
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('HDEL', KEYS[2], ARGV[1])
+redis.call('HDEL', KEYS[4], ARGV[2])
+if redis.call('DECR', KEYS[6]) <= 0 then redis.call('DEL', KEYS[6]) end
+local answered = redis.call('HINCRBY', KEYS[3], 'answered', 1)
+if answered >= tonumber(redis.call('HGET', KEYS[3], 'items')) then
+  redis.call('PEXPIRE', KEYS[3], ARGV[4])
+  redis.call('PEXPIRE', KEYS[5], ARGV[4])
+  redis.call('DEL', KEYS[4])
+end
+return 1
+"""
+
+
+class RedisQueue:
+    def __init__(self, connection: RedisConnection) -> None:
+        self._c = connection
+        self._p = connection.settings.key_prefix
+        self._scripts: dict[str, Any] = {}
+
+    def _script(self, name: str, source: str) -> Any:
+        found = self._scripts.get(name)
+        if found is None:
+            found = self._scripts[name] = self._c.redis.register_script(source)
+        return found
+
+    def _batch(self, batch_id: str) -> str:
+        return f"{self._p}batch:{batch_id}"
+
+    def _items(self, batch_id: str) -> str:
+        return f"{self._p}batch_items:{batch_id}"
+
+    def _results(self, batch_id: str) -> str:
+        return f"{self._p}batch_results:{batch_id}"
+
+    def _ready_and_leases(self) -> list[str]:
+        return [f"{self._p}batch_ready", f"{self._p}batch_leases"]
+
+    def _open(self, tenant_id: str) -> str:
+        return f"{self._p}batch_open:{tenant_id}"
+
+    @staticmethod
+    def _member(item: ClaimedItem) -> str:
+        return f"{item.batch_id}:{item.index:06d}"
+
+    @redis_errors
+    async def enqueue(self, batch: NewBatch, max_queued: int) -> bool:
+        b = batch.batch_id
+        keys = [self._open(batch.tenant_id), self._batch(b), self._items(b), self._ready_and_leases()[0]]
+        args = [check_max_queued(max_queued), batch.tenant_id, batch.account_id, batch.key_id, batch.model, b,
+                *batch.items]
+        outcome = int(await self._script("enqueue", ENQUEUE)(keys=keys, args=args))
+        if outcome < 0:
+            raise InvalidArgument(f"batch {b!r} is queued already")
+        return outcome == 1
+
+    @redis_errors
+    async def claim(self, lease_s: float) -> ClaimedItem | None:
+        token = secrets.token_hex(8)
+        while True:
+            found = await self._script("claim", CLAIM)(keys=self._ready_and_leases(), args=[ms(check_lease(lease_s)),
+                                                                                            token])
+            if found is None:
+                return None
+            member, attempts = str(found[0]), int(found[1])
+            batch_id, index = member.rsplit(":", 1)
+            async with self._c.redis.pipeline(transaction=False) as pipe:
+                pipe.hgetall(self._batch(batch_id))
+                pipe.hget(self._items(batch_id), index)
+                meta, payload = await pipe.execute()
+            if not meta or payload is None:  # gone (answered meanwhile, or its batch expired): not work
+                await self._c.redis.zrem(self._ready_and_leases()[0], member)
+                continue
+            if meta.get("started") != "1":
+                await self._c.redis.hset(self._batch(batch_id), "started", 1)
+            return ClaimedItem(batch_id, int(index), meta["tenant"], meta["account"], meta["key"], meta["model"],
+                               payload, token, attempts)
+
+    async def _move(self, item: ClaimedItem, in_s: float, attempt_change: int) -> bool:
+        args = [self._member(item), item.token, ms(max(0.0, in_s)), attempt_change]
+        return int(await self._script("move", MOVE)(keys=self._ready_and_leases(), args=args)) == 1
+
+    @redis_errors
+    async def renew(self, item: ClaimedItem, lease_s: float) -> bool:
+        return await self._move(item, check_lease(lease_s), 0)
+
+    @redis_errors
+    async def release(self, item: ClaimedItem, retry_in_s: float) -> None:
+        await self._move(item, retry_in_s, -1)
+
+    @redis_errors
+    async def complete(self, item: ClaimedItem, result: str, keep_s: float) -> bool:
+        b = item.batch_id
+        keys = [*self._ready_and_leases(), self._batch(b), self._items(b), self._results(b), self._open(item.tenant_id)]
+        args = [self._member(item), f"{item.index:06d}", result, ms(check_lease(keep_s))]
+        return int(await self._script("complete", COMPLETE)(keys=keys, args=args)) == 1
+
+    @redis_errors
+    async def state(self, tenant_id: str, batch_id: str) -> BatchState | None:
+        check_id("tenant id", tenant_id)
+        check_id("batch id", batch_id)
+        meta = await self._c.redis.hgetall(self._batch(batch_id))
+        if not meta or meta.get("tenant") != tenant_id:
+            return None
+        if int(meta["answered"]) < int(meta["items"]):
+            return BatchState(batch_id, meta["model"], "running" if meta.get("started") == "1" else "queued", ())
+        answers = await self._c.redis.hgetall(self._results(batch_id))
+        return BatchState(batch_id, meta["model"], "done", tuple(answers[k] for k in sorted(answers)))
+
+    @redis_errors
+    async def queued_items(self, tenant_id: str) -> int:
+        return int(await self._c.redis.get(self._open(check_id("tenant id", tenant_id))) or 0)
+
+    async def expire(self) -> int:
+        return 0  # the keys' own TTLs

@@ -1,0 +1,119 @@
+"""The batch queue (gateway/store/queue.py), once per backend: all or nothing at enqueue, one claim per
+item under a lease, a lapsed lease's item claimed again, the first answer wins, answers in order,
+per-tenant bounds and isolation, answers kept for a while."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from gateway.store import InvalidArgument, Store
+from gateway.store.queue import NewBatch
+from tests.gateway.store.conftest import OpenStore
+
+
+def batch(batch_id: str, n: int, tenant_id: str = "acme") -> NewBatch:
+    items = tuple(json.dumps({"prompt": f"item {i}"}) for i in range(n))
+    return NewBatch(batch_id, tenant_id, "acct1", "key_1", "@cf/test/model", items)
+
+
+async def test_items_are_claimed_once_in_order_and_answered_in_order(store: Store) -> None:
+    q = store.queue
+    assert await q.enqueue(batch("b1", 3), max_queued=10)
+    assert (await q.state("acme", "b1")).status == "queued"  # type: ignore[union-attr]
+    claimed = [await q.claim(30) for _ in range(4)]
+    assert claimed[3] is None  # three items, each claimed once
+    items = [c for c in claimed if c is not None]
+    assert [(c.batch_id, c.index, c.attempt) for c in items] == [("b1", 0, 1), ("b1", 1, 1), ("b1", 2, 1)]
+    assert json.loads(items[1].payload) == {"prompt": "item 1"}
+    assert (items[0].tenant_id, items[0].account_id, items[0].key_id, items[0].model) == (
+        "acme", "acct1", "key_1", "@cf/test/model")
+    assert items[2].request_id == "b1.2"
+    assert (await q.state("acme", "b1")).status == "running"  # type: ignore[union-attr]
+    for item in reversed(items):  # answered out of order, read back in order
+        assert await q.complete(item, f"answer {item.index}", keep_s=60)
+        assert await q.queued_items("acme") == item.index
+    state = await q.state("acme", "b1")
+    assert state is not None and state.status == "done" and state.model == "@cf/test/model"
+    assert state.results == ("answer 0", "answer 1", "answer 2")
+    assert await q.claim(30) is None
+
+
+async def test_a_lapsed_lease_is_claimed_again_and_the_first_answer_wins(store: Store) -> None:
+    q = store.queue
+    await q.enqueue(batch("b2", 1), max_queued=10)
+    first = await q.claim(0.3)
+    assert first is not None and await q.claim(0.3) is None  # leased
+    await asyncio.sleep(0.45)  # the worker died: its lease lapses
+    second = await q.claim(30)
+    assert second is not None and (second.index, second.attempt) == (0, 2) and second.token != first.token
+    assert not await q.renew(first, 30)  # the old claim is no longer the item's
+    await q.release(first, 0)  # nor can it give the item back
+    assert await q.claim(30) is None
+    assert await q.renew(second, 30)
+    assert await q.complete(first, "late answer", keep_s=60)  # an answer is an answer: the first one stored wins
+    assert not await q.complete(second, "second answer", keep_s=60)
+    state = await q.state("acme", "b2")
+    assert state is not None and state.results == ("late answer",)
+    assert await q.queued_items("acme") == 0
+
+
+async def test_release_gives_the_item_back_without_counting_an_attempt(store: Store) -> None:
+    q = store.queue
+    await q.enqueue(batch("b3", 2), max_queued=10)
+    item = await q.claim(30)
+    assert item is not None
+    await q.release(item, 0.3)  # busy: back in a while, behind what is ready
+    other = await q.claim(30)
+    assert other is not None and other.index == 1
+    assert await q.claim(30) is None
+    await asyncio.sleep(0.4)
+    again = await q.claim(30)
+    assert again is not None and (again.index, again.attempt) == (0, 1)
+
+
+async def test_limits_hold_per_tenant_and_all_or_nothing(store: Store) -> None:
+    q = store.queue
+    assert await q.enqueue(batch("a1", 3), max_queued=5)
+    assert not await q.enqueue(batch("a2", 3), max_queued=5)  # 6 > 5: nothing queued
+    assert await q.queued_items("acme") == 3
+    assert await q.state("acme", "a2") is None
+    assert await q.enqueue(batch("o1", 5, tenant_id="other"), max_queued=5)  # another tenant's own bound
+    assert await q.enqueue(batch("a3", 2), max_queued=5)
+    with pytest.raises(InvalidArgument):
+        await q.enqueue(batch("a3", 1), max_queued=50)  # an id is queued once
+    assert await q.state("other", "a1") is None  # another tenant's batch does not exist for it
+    assert await q.state("acme", "o1") is None
+
+
+async def test_answers_expire_after_keep_s(store: Store) -> None:
+    q = store.queue
+    await q.enqueue(batch("e1", 1), max_queued=5)
+    item = await q.claim(30)
+    assert item is not None and await q.complete(item, "x", keep_s=0.3)
+    assert (await q.state("acme", "e1")) is not None
+    await asyncio.sleep(0.45)
+    await q.expire()
+    assert await q.state("acme", "e1") is None
+
+
+async def test_queued_work_survives_reopening_the_store(open_instance: OpenStore) -> None:
+    first = open_instance()
+    await first.queue.enqueue(batch("d1", 2), max_queued=5)
+    held = await first.queue.claim(0.3)
+    assert held is not None
+    await first.aclose()  # a restart (the claim's worker is gone with it)
+    again = open_instance()
+    await asyncio.sleep(0.45)
+    claimed = [await again.queue.claim(30), await again.queue.claim(30)]
+    assert sorted((c.index, c.attempt) for c in claimed if c is not None) == [(0, 2), (1, 1)]
+
+
+async def test_concurrent_claims_from_two_instances_take_each_item_once(open_instance: OpenStore) -> None:
+    a, b = open_instance(), open_instance()  # local: two connections to one file
+    await a.queue.enqueue(batch("c1", 40), max_queued=100)
+    claims = await asyncio.gather(*(s.queue.claim(30) for s in [a, b] * 25))
+    indexes = [c.index for c in claims if c is not None]
+    assert sorted(indexes) == list(range(40))
