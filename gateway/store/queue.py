@@ -59,12 +59,16 @@ class ClaimedItem:
     model: str
     payload: str  # the item's request body (JSON text)
     token: str  # this claim's lease (renew and release check it)
-    attempt: int  # 1 on the first claim; a lease that lapsed (a dead worker) counts one more
+    attempt: int  # claims so far, this one included (a lease that lapsed, a dead worker's, counts)
+    released: int = 0  # claims given back unrun (`release`: no spare capacity then)
 
     @property
     def request_id(self) -> str:
-        """The item's own request id: its ledger record's key, the same on every attempt."""
-        return f"{self.batch_id}.{self.index}"
+        """The item's request id, its ledger record's key: the same when a dead worker's claim is run
+        again (so it is billed once), another after each `release` (whose try may have left a
+        no-cost record of a backend's refusal under its own id)."""
+        base = f"{self.batch_id}.{self.index}"
+        return base if self.released == 0 else f"{base}.r{self.released}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,8 +107,8 @@ class BatchQueue(Protocol):
         ...
 
     async def release(self, item: ClaimedItem, retry_in_s: float) -> None:
-        """Give an unanswered item back, claimable again in `retry_in_s` (0: at once), its attempt not
-        counted; nothing happens if the claim is no longer the item's."""
+        """Give an unanswered item back unrun, claimable again in `retry_in_s` (0: at once), counted in
+        its `released`; nothing happens if the claim is no longer the item's."""
         ...
 
     async def complete(self, item: ClaimedItem, result: str, keep_s: float) -> bool:

@@ -7,7 +7,7 @@ and `synchronous=NORMAL` as the rest of the file: a queued batch survives a proc
 
     batch_jobs   one row per batch: owner, model, item count, answered count, started, keep_until
     batch_items  one row per item: its request (dropped once answered), ready_at (enqueue time, or its
-                 lease's end while claimed), the claim's token, attempts, its answer
+                 lease's end while claimed), the claim's token, claims and releases, its answer
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ CREATE INDEX IF NOT EXISTS batch_jobs_expiry ON batch_jobs (keep_until) WHERE ke
 CREATE TABLE IF NOT EXISTS batch_items (
     seq INTEGER PRIMARY KEY AUTOINCREMENT, batch_id TEXT NOT NULL, idx INTEGER NOT NULL,
     tenant_id TEXT NOT NULL, payload TEXT, ready_at REAL NOT NULL, token TEXT,
-    attempts INTEGER NOT NULL DEFAULT 0, result TEXT, UNIQUE (batch_id, idx));
+    attempts INTEGER NOT NULL DEFAULT 0, released INTEGER NOT NULL DEFAULT 0, result TEXT, UNIQUE (batch_id, idx));
 CREATE INDEX IF NOT EXISTS batch_items_ready ON batch_items (ready_at, seq) WHERE result IS NULL;
 CREATE INDEX IF NOT EXISTS batch_items_open ON batch_items (tenant_id) WHERE result IS NULL;
 """
@@ -84,28 +84,27 @@ class _QueueFile:
         with c:
             c.execute("BEGIN IMMEDIATE")
             row = c.execute(
-                "SELECT i.seq, i.batch_id, i.idx, i.payload, i.attempts, j.tenant_id, j.account_id, j.key_id, j.model"
+                "SELECT i.seq, i.batch_id, i.idx, i.payload, i.attempts, i.released, j.tenant_id, j.account_id, j.key_id, j.model"
                 " FROM batch_items i JOIN batch_jobs j ON j.id = i.batch_id"
                 " WHERE i.result IS NULL AND i.ready_at <= ? ORDER BY i.ready_at, i.seq LIMIT 1", (now,)
             ).fetchone()
             if row is None:
                 return None
-            seq, batch_id, idx, payload, attempts, tenant_id, account_id, key_id, model = row
+            seq, batch_id, idx, payload, attempts, released, tenant_id, account_id, key_id, model = row
             token = secrets.token_hex(8)
             c.execute("UPDATE batch_items SET ready_at = ?, token = ?, attempts = ? WHERE seq = ?",
                       (now + lease_s, token, attempts + 1, seq))
             c.execute("UPDATE batch_jobs SET started = 1 WHERE id = ? AND started = 0", (batch_id,))
-        return ClaimedItem(batch_id, idx, tenant_id, account_id, key_id, model, payload, token, attempts + 1)
+        return ClaimedItem(batch_id, idx, tenant_id, account_id, key_id, model, payload, token, attempts + 1, released)
 
-    def move(self, item: ClaimedItem, ready_at: float, count_attempt: bool) -> bool:
+    def move(self, item: ClaimedItem, ready_at: float, released: bool) -> bool:
         """The item's claim moved to `ready_at`, if the claim is still its own (renew, release)."""
         c = self.conn
         with c:
             c.execute("BEGIN IMMEDIATE")
             cursor = c.execute(
-                "UPDATE batch_items SET ready_at = ?, attempts = attempts - ? WHERE batch_id = ? AND idx = ?"
-                " AND token = ? AND result IS NULL", (ready_at, 0 if count_attempt else 1, item.batch_id, item.index,
-                                                     item.token))
+                "UPDATE batch_items SET ready_at = ?, released = released + ? WHERE batch_id = ? AND idx = ?"
+                " AND token = ? AND result IS NULL", (ready_at, int(released), item.batch_id, item.index, item.token))
             return cursor.rowcount == 1
 
     def complete(self, item: ClaimedItem, result: str, keep_until: float) -> bool:
@@ -169,10 +168,10 @@ class LocalQueue:
         return await self._run(self._file.claim, check_lease(lease_s), self._clock())
 
     async def renew(self, item: ClaimedItem, lease_s: float) -> bool:
-        return await self._run(self._file.move, item, self._clock() + check_lease(lease_s), True)
+        return await self._run(self._file.move, item, self._clock() + check_lease(lease_s), False)
 
     async def release(self, item: ClaimedItem, retry_in_s: float) -> None:
-        await self._run(self._file.move, item, self._clock() + max(0.0, retry_in_s), False)
+        await self._run(self._file.move, item, self._clock() + max(0.0, retry_in_s), True)
 
     async def complete(self, item: ClaimedItem, result: str, keep_s: float) -> bool:
         return await self._run(self._file.complete, item, result, self._clock() + check_lease(keep_s))

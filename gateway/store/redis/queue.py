@@ -5,7 +5,7 @@
     {p}batch_results:{id}   hash    index -> the item's answer (PEXPIRE keep once the batch is answered)
     {p}batch_ready          zset    "{id}:{index:06d}" -> ms (Redis clock) it may be claimed from: its enqueue
                                     time, or its lease's end while claimed (a dead worker's item comes back)
-    {p}batch_leases         hash    "{id}:{index:06d}" -> "{token}:{attempts}" of its latest claim
+    {p}batch_leases         hash    "{id}:{index:06d}" -> "{token}:{claims}:{releases}" of its latest claim
     {p}batch_open:{tenant}  string  the tenant's items not answered yet (what max_queued bounds)
 
 Each change is one Lua script (atomic across replicas), on Redis's clock (`TIME`), so replicas with
@@ -45,28 +45,31 @@ end
 return 1
 """
 
-# KEYS: ready, leases. ARGV: lease ms, token. -> {member, attempts} or nil
+# KEYS: ready, leases. ARGV: lease ms, token. -> {member, claims, releases} or nil
 CLAIM = _NOW + """
 local found = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, 1)
 if #found == 0 then return nil end
 local member = found[1]
 local held = redis.call('HGET', KEYS[2], member)
-local attempts = 1
-if held then attempts = tonumber(string.match(held, ':(%d+)$')) + 1 end
-redis.call('HSET', KEYS[2], member, ARGV[2] .. ':' .. attempts)
+local claims, releases = 1, 0
+if held then
+  local c, r = string.match(held, ':(%d+):(%d+)$')
+  claims, releases = tonumber(c) + 1, tonumber(r)
+end
+redis.call('HSET', KEYS[2], member, ARGV[2] .. ':' .. claims .. ':' .. releases)
 redis.call('ZADD', KEYS[1], now + tonumber(ARGV[1]), member)
-return {member, attempts}
+return {member, claims, releases}
 """
 
-# KEYS: ready, leases. ARGV: member, token, ms from now, attempt change (0 renew, -1 release). -> 1 moved, 0 not ours
+# KEYS: ready, leases. ARGV: member, token, ms from now, releases to add (0 renew, 1 release). -> 1 moved, 0 not ours
 MOVE = _NOW + """
 local held = redis.call('HGET', KEYS[2], ARGV[1])
 if not held or not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 0 end
-local token, attempts = string.match(held, '^(.*):(%d+)$')
+local token, claims, releases = string.match(held, '^(.*):(%d+):(%d+)$')
 if token ~= ARGV[2] then return 0 end
 redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1])
 if ARGV[4] ~= '0' then
-  redis.call('HSET', KEYS[2], ARGV[1], token .. ':' .. math.max(0, tonumber(attempts) + tonumber(ARGV[4])))
+  redis.call('HSET', KEYS[2], ARGV[1], token .. ':' .. claims .. ':' .. (tonumber(releases) + tonumber(ARGV[4])))
 end
 return 1
 """
@@ -139,7 +142,7 @@ class RedisQueue:
                                                                                             token])
             if found is None:
                 return None
-            member, attempts = str(found[0]), int(found[1])
+            member, attempts, released = str(found[0]), int(found[1]), int(found[2])
             batch_id, index = member.rsplit(":", 1)
             async with self._c.redis.pipeline(transaction=False) as pipe:
                 pipe.hgetall(self._batch(batch_id))
@@ -151,7 +154,7 @@ class RedisQueue:
             if meta.get("started") != "1":
                 await self._c.redis.hset(self._batch(batch_id), "started", 1)
             return ClaimedItem(batch_id, int(index), meta["tenant"], meta["account"], meta["key"], meta["model"],
-                               payload, token, attempts)
+                               payload, token, attempts, released)
 
     async def _move(self, item: ClaimedItem, in_s: float, attempt_change: int) -> bool:
         args = [self._member(item), item.token, ms(max(0.0, in_s)), attempt_change]
@@ -163,7 +166,7 @@ class RedisQueue:
 
     @redis_errors
     async def release(self, item: ClaimedItem, retry_in_s: float) -> None:
-        await self._move(item, retry_in_s, -1)
+        await self._move(item, retry_in_s, 1)
 
     @redis_errors
     async def complete(self, item: ClaimedItem, result: str, keep_s: float) -> bool:

@@ -60,7 +60,7 @@ async def test_a_lapsed_lease_is_claimed_again_and_the_first_answer_wins(store: 
     assert await q.queued_items("acme") == 0
 
 
-async def test_release_gives_the_item_back_without_counting_an_attempt(store: Store) -> None:
+async def test_release_gives_the_item_back_for_later_under_a_new_request_id(store: Store) -> None:
     q = store.queue
     await q.enqueue(batch("b3", 2), max_queued=10)
     item = await q.claim(30)
@@ -71,7 +71,8 @@ async def test_release_gives_the_item_back_without_counting_an_attempt(store: St
     assert await q.claim(30) is None
     await asyncio.sleep(0.4)
     again = await q.claim(30)
-    assert again is not None and (again.index, again.attempt) == (0, 1)
+    assert again is not None and (again.index, again.attempt, again.released) == (0, 2, 1)
+    assert (item.request_id, again.request_id) == ("b3.0", "b3.0.r1")  # a refused try's record is not the answer's
 
 
 async def test_limits_hold_per_tenant_and_all_or_nothing(store: Store) -> None:
