@@ -18,12 +18,14 @@
     │                                     `busy()`: one with options.rejectIfBusy could not start at once
     ├── ConcurrencyLimited     3040  429  the tenant's requests in flight are at its limit (Retry-After)
     ├── NoRoute                7000  404  no such path (405: the path exists, not with this method)
+    ├── BatchNotFound          7003  404  no batch of this tenant has that request_id (or it expired)
     ├── InternalError          3043  500  a bug or an upstream answer we cannot interpret
     └── ServiceUnavailable     3043  503  the shared store (Redis) cannot be reached; retry later
 
 Codes and statuses follow the public Workers AI error table
 (https://developers.cloudflare.com/workers-ai/platform/errors/); 10000 is the Cloudflare API's
-"Authentication error" and 7000 its "No route for that URI". 3043 has no row in that table: it
+"Authentication error", 7000 its "No route for that URI" and 7003 its "Could not route to ...,
+perhaps your object identifier is invalid?". 3043 has no row in that table: it
 is the code edgerun uses for its own internal and temporary failures. Endpoints raise these; the
 handlers registered in `gateway.http.app` render them.
 """
@@ -119,3 +121,7 @@ class ServiceUnavailable(GatewayError):
 
 class NoRoute(GatewayError):
     code, status, openai_type = 7000, 404, "not_found_error"
+
+
+class BatchNotFound(GatewayError):
+    code, status, openai_type = 7003, 404, "not_found_error"

@@ -26,6 +26,7 @@ from gateway.fleet.monitor import BackendMonitor, MonitorIntervals
 from gateway.fleet.outliers import OutlierDetector
 from gateway.http.admin import AdminService
 from gateway.http.admin_guard import AdminGuard
+from gateway.http.batch_worker import BatchWorker
 from gateway.metrics import GatewayMetrics
 from gateway.pipeline.answer_cache import AnswerCache
 from gateway.pipeline.auth import Authenticator
@@ -69,6 +70,7 @@ class Services:
     owns_store: bool
     owns_client: bool
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    batch_worker: BatchWorker | None = None  # runs queued batch items (gateway/http/batch_worker.py), once started
 
     @classmethod
     async def open(
@@ -169,6 +171,9 @@ class Services:
 
     def start(self) -> None:
         self.monitor.start()
+        self.batch_worker = BatchWorker(self.store.queue, self.store.tenancy, self.catalog, self.auth, self.generator,
+                                        self.embedder, self.client, self.settings.batch)
+        self.batch_worker.start()
         self.kv_streams.start()
         probing = self.monitor.cached_reports.probe_all(self.client, self.catalog, self.settings.fleet.health_interval_s)
         self._tasks.append(asyncio.create_task(probing, name="cached-tokens-probe"))
@@ -197,6 +202,8 @@ class Services:
                 log.exception("loading the tokenizer failed", model=model.id)
 
     async def aclose(self) -> None:
+        if self.batch_worker is not None:  # its items given back while the store and client are open
+            await self.batch_worker.aclose()
         for task in self._tasks:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

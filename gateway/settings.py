@@ -10,6 +10,7 @@ that part, and each part is handed only its own section:
     routing          gateway/pipeline/settings.py     RoutingSettings  (regions, policy, cache salt)
     limits           gateway/pipeline/settings.py     LimitSettings    (tenant concurrency, setup, offload, deadline)
     disagg           gateway/pipeline/settings.py     DisaggSettings   (prefill/decode flow)
+    batch            gateway/pipeline/settings.py     BatchSettings    (the asynchronous batch API)
     billing          gateway/billing/settings.py      BillingSettings  (prices, history, spool)
     logging          here                             LoggingSettings  (level, JSON)
 
@@ -38,7 +39,7 @@ from gateway.billing.settings import BillingSettings
 from gateway.fleet.settings import FleetSettings
 from gateway.http.listener_limits import ListenerLimits
 from gateway.http.settings import HttpSettings
-from gateway.pipeline.settings import DisaggSettings, LimitSettings, RoutingSettings
+from gateway.pipeline.settings import BatchSettings, DisaggSettings, LimitSettings, RoutingSettings
 from gateway.store.settings import StoreSettings
 
 
@@ -57,6 +58,7 @@ class GatewaySettings(TomlSettings):
     routing: RoutingSettings = Field(default_factory=RoutingSettings)
     limits: LimitSettings = Field(default_factory=LimitSettings)
     disagg: DisaggSettings = Field(default_factory=DisaggSettings)
+    batch: BatchSettings = Field(default_factory=BatchSettings)
     billing: BillingSettings = Field(default_factory=BillingSettings)
     logging: LoggingSettings = Field(default_factory=LoggingSettings)
 

@@ -86,6 +86,11 @@ class BackendClient:
         # The cap is ours (above); the pool itself never makes a request wait.
         self._http = transport or HTTPTransport(connect_timeout_s=connect_timeout_s, max_connections=0, headers=headers)
 
+    @property
+    def open_requests(self) -> int:
+        """Generation requests open to backends now (at most `max_connections`)."""
+        return self._num_open
+
     async def aclose(self) -> None:
         await self._http.aclose()
 

@@ -15,12 +15,13 @@ from starlette.responses import Response
 from gateway.context import Principal, RequestContext
 from gateway.errors import InvalidInput, ModelNotFound, NoSuchModel
 from gateway.fleet.catalog import EMBEDDING_TASK, ModelSpec
-from gateway.http import envelopes, render, responses
+from gateway.http import api_batch, envelopes, render, responses
 from gateway.http.body import read_json_object
 from gateway.http.client_headers import cache_directive, metadata, session_id
 from gateway.http.envelopes import JSONBytes
 from gateway.http.listeners import listener_of
 from gateway.pipeline.answer_cache import CACHE_STATUS_HEADER, Started
+from gateway.pipeline.batch import QUEUE_FLAG, batch_call, queue_flag
 from gateway.pipeline.embedding import Embedded
 from gateway.pipeline.embedding_input import MAX_TEXTS, parse_openai_embedding, parse_workers_ai_embedding
 from gateway.pipeline.generation import Generation
@@ -87,17 +88,24 @@ def _context(request: Request, principal: Principal, model: ModelSpec) -> Reques
 
 
 async def run_model(request: Request) -> Response:
-    """POST /client/v4/accounts/{account_id}/ai/run/{model}"""
+    """POST /client/v4/accounts/{account_id}/ai/run/{model}; with `queueRequest` or a `request_id`, a batch
+    call (gateway/http/api_batch.py): with ?queueRequest=true the body may be batch_max_payload_bytes."""
     g = services(request)
     principal = await _admitted(request)
     model = _model(request, principal, request.path_params["model"])
+    queued_in_url = queue_flag(request.query_params.get(QUEUE_FLAG))
+    limit = g.settings.batch.batch_max_payload_bytes if queued_in_url else g.settings.http.max_body_bytes
+    body = await read_json_object(request, limit, offload=g.offload)
+    call = batch_call(body, queued_in_url)
+    if call is not None:
+        return await api_batch.batch(request, g, principal, model, body, call)
     if model.task == EMBEDDING_TASK:
-        texts = parse_workers_ai_embedding(await _body(request))
+        texts = parse_workers_ai_embedding(body)
         embedded = await _embed(request, principal, model, texts)
         if embedded is None:
             return Response(status_code=render.CLIENT_CLOSED_REQUEST)
         return JSONBytes(envelopes.workers_ai_success(envelopes.workers_ai_embeddings(embedded.vectors)))
-    inp = parse_workers_ai(await _body(request))
+    inp = parse_workers_ai(body)
     started = await g.answers.start(_context(request, principal, model), inp, "run", cache_directive(request))
     request.state.backend = started.backend_id
     return _answered(request, started, await render.workers_ai_response(started.answer, inp, request.receive))

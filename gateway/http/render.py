@@ -112,14 +112,17 @@ async def workers_ai_response(generation: Answer, inp: GenerationInput, receive:
     text = await collect_or_cancel(generation, receive)
     if text is None:
         return Response(status_code=CLIENT_CLOSED_REQUEST)
+    return JSONBytes(envelopes.workers_ai_success(workers_ai_result(generation, inp, text)))
+
+
+def workers_ai_result(generation: Answer, inp: GenerationInput, text: str) -> dict[str, Any]:
+    """A finished generation's Workers AI `result` (also a batch item's, gateway/http/batch_worker.py)."""
     usage = _usage(generation)
     if inp.tools is not None:
         rest, calls = inp.tools.split_calls(text)
-        result = envelopes.workers_ai_text_result(rest, usage, [c.workers_ai() for c in calls])
-    else:
-        response = _json_or_text(text) if inp.response_format is not None else text
-        result = envelopes.workers_ai_text_result(response, usage)
-    return JSONBytes(envelopes.workers_ai_success(result))
+        return envelopes.workers_ai_text_result(rest, usage, [c.workers_ai() for c in calls])
+    response = _json_or_text(text) if inp.response_format is not None else text
+    return envelopes.workers_ai_text_result(response, usage)
 
 
 # ---- OpenAI -----------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """The request pipeline's settings sections: `[routing]` (regions, the policy, the tenants' cache
-salt), `[limits]` (how much of the process one request, one tenant or a burst may take) and
-`[disagg]` (the two-step prefill/decode flow). Each field is also accepted by its own name, e.g.
-`EDGERUN_ROUTING_POLICY`, as gateway/settings.py explains."""
+salt), `[limits]` (how much of the process one request, one tenant or a burst may take),
+`[disagg]` (the two-step prefill/decode flow) and `[batch]` (the asynchronous batch API). Each field
+is also accepted by its own name, e.g. `EDGERUN_ROUTING_POLICY`, as gateway/settings.py explains."""
 
 from __future__ import annotations
 
@@ -59,3 +59,23 @@ class DisaggSettings(BaseModel):
     # decode backend lacks at most this many prompt tokens is prefilled there, without a context step
     # (TensorRT-LLM's conditional disaggregation, max_local_prefill_length)
     disagg_max_local_prefill_length: int = Field(default=0, ge=0)
+
+
+class BatchSettings(BaseModel):
+    """Workers AI's asynchronous batch API (`queueRequest`): gateway/pipeline/batch.py, gateway/http/batch_worker.py."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    # A batch request's body, at most (Workers AI documents 10 MB); larger: 413 / 3006. A body over
+    # max_body_bytes is read this far only with ?queueRequest=true in the URL (the bound holds before reading).
+    batch_max_payload_bytes: int = Field(default=10_000_000, ge=1024)
+    # A tenant's batch items not answered yet, over every replica; a batch that would pass it: 429 / 3040.
+    batch_max_queued_items: int = Field(default=10_000, ge=1)
+    batch_results_ttl_s: float = Field(default=86_400.0, gt=0, le=86_400.0)  # answers kept after a batch's last
+    batch_concurrency: int = Field(default=4, ge=0)  # items this process runs at once (0: it runs none)
+    # Batch items start only while this process's open backend requests are under this share of
+    # backend_max_connections: the rest is kept for interactive requests.
+    batch_connection_share: float = Field(default=0.5, gt=0, le=1.0)
+    batch_lease_s: float = Field(default=30.0, gt=0, le=3600.0)  # a claim's lease, renewed every third of it
+    batch_poll_interval_s: float = Field(default=0.5, gt=0)  # how often an idle worker looks for items
+    batch_max_attempts: int = Field(default=3, ge=1)  # claims that lapsed (a worker died) before an item fails

@@ -70,6 +70,7 @@ def open_regional(settings: StoreSettings, savings: Savings) -> Store:
         regional.routing,
         regional.ledger if is_home else HomeLedger(regional.ledger, home_ledger),
         regional.cache,  # answers are cached per region: a hit never needs home
+        regional.queue,  # a batch is queued, run and polled in its region (its records shipped home as any)
         close,
         background=tuple(background),
         health=health,

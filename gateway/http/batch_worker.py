@@ -1,0 +1,208 @@
+"""`BatchWorker`: runs queued batch items (gateway/pipeline/batch.py) on this process's spare capacity.
+
+Owned by the app's lifespan (`Services.start` / `aclose`). It claims an item from the store's queue
+(gateway/store/queue.py) only while it runs fewer than `batch_concurrency` and this process's open
+backend requests are under `batch_connection_share` of `backend_max_connections`; each item runs as
+its synchronous request would, through the same generation (or embedding) service, as the key that
+queued it, with `rejectIfBusy`: where an interactive request would wait for capacity (the tenant's
+slots, the setup gate, every backend busy), the item is given back for later instead
+(`release`), so batch work never queues behind interactive traffic, and a queued batch is answered
+eventually rather than refused.
+
+Exactly once: the item's lease is renewed every third of `batch_lease_s` while it runs; a worker
+that dies leaves it to be claimed again when the lease ends. Its ledger record is keyed by the
+item's request id, the same on such a retry, so an item whose record was written before the crash
+is billed once (the ledger writes one record per request id); the first answer stored wins. An item
+whose claims lapsed `batch_max_attempts` times (it crashes its worker?) is answered with an error.
+A worker that stops (shutdown) gives its running items back, cancelled (billed, like any cancelled
+request, for what was generated) and retried under a new request id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import Any
+
+import structlog
+
+from backends.client import BackendClient
+from gateway.context import Principal, RequestContext
+from gateway.errors import (
+    AuthenticationFailed,
+    BudgetExhausted,
+    ConcurrencyLimited,
+    GatewayError,
+    InternalError,
+    OutOfCapacity,
+    RateLimited,
+    ServiceUnavailable,
+)
+from gateway.fleet.catalog import EMBEDDING_TASK, Catalog
+from gateway.http import envelopes
+from gateway.http.render import workers_ai_result
+from gateway.pipeline.auth import Authenticator
+from gateway.pipeline.batch import Item, answered, failed, generation_input
+from gateway.pipeline.embedding import Embedder
+from gateway.pipeline.embedding_input import parse_workers_ai_embedding
+from gateway.pipeline.generation import Generator
+from gateway.pipeline.settings import BatchSettings
+from gateway.store.errors import StoreUnavailable
+from gateway.store.queue import BatchQueue, ClaimedItem
+from gateway.store.tenancy import Tenancy
+
+log = structlog.get_logger("edgerun.gateway.batch")
+
+EXPIRE_EVERY_S = 60.0  # how often answered batches past their keep time are dropped (the local queue)
+MAX_RETRY_S = 10.0  # the longest a busy item waits before it may be claimed again
+PAUSE_WHEN_BUSY_S = 0.2  # after a refusal, the worker claims nothing for this long
+
+
+class Busy(Exception):
+    """The item could not start now (no spare capacity); it is given back for later."""
+
+    def __init__(self, retry_in_s: float) -> None:
+        super().__init__(retry_in_s)
+        self.retry_in_s = retry_in_s
+
+
+def is_busy(exc: BaseException) -> bool:
+    """A refusal that passes with time: the item is tried again rather than answered with it."""
+    if isinstance(exc, BudgetExhausted):
+        return False
+    return isinstance(exc, RateLimited | OutOfCapacity | ConcurrencyLimited | ServiceUnavailable | StoreUnavailable)
+
+
+class BatchWorker:
+    def __init__(
+        self,
+        queue: BatchQueue,
+        tenancy: Tenancy,
+        catalog: Catalog,
+        auth: Authenticator,
+        generator: Generator,
+        embedder: Embedder,
+        client: BackendClient,
+        settings: BatchSettings,
+    ) -> None:
+        self.queue = queue
+        self.tenancy = tenancy
+        self.catalog = catalog
+        self.auth = auth
+        self.generator = generator
+        self.embedder = embedder
+        self.client = client
+        self.settings = settings
+        self._running: dict[asyncio.Task[None], ClaimedItem] = {}
+        self._loop_task: asyncio.Task[None] | None = None
+        self._quiet_until = 0.0
+        self._next_expiry = 0.0
+
+    def start(self) -> None:
+        if self.settings.batch_concurrency > 0 and self._loop_task is None:
+            self._loop_task = asyncio.get_running_loop().create_task(self._claim_forever(), name="batch-worker")
+
+    async def aclose(self) -> None:
+        """Stop claiming; running items are cancelled and given back (see the module's doc)."""
+        if self._loop_task is not None:
+            self._loop_task.cancel()
+            await asyncio.gather(self._loop_task, return_exceptions=True)
+        running = dict(self._running)
+        for task in running:
+            task.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
+        for item in running.values():
+            with contextlib.suppress(StoreUnavailable):
+                await self.queue.release(item, 0.0)
+
+    def has_room(self) -> bool:
+        """Whether one more item may start now: below its own concurrency and the connection share."""
+        s = self.settings
+        if len(self._running) >= s.batch_concurrency or time.monotonic() < self._quiet_until:
+            return False
+        return self.client.open_requests < self.client.max_connections * s.batch_connection_share
+
+    async def _claim_forever(self) -> None:
+        s = self.settings
+        while True:
+            try:
+                if time.monotonic() >= self._next_expiry:
+                    self._next_expiry = time.monotonic() + EXPIRE_EVERY_S
+                    await self.queue.expire()
+                item = await self.queue.claim(s.batch_lease_s) if self.has_room() else None
+            except StoreUnavailable as exc:
+                log.warning("the batch queue cannot be read", error=str(exc))
+                item = None
+            if item is None:
+                await asyncio.sleep(s.batch_poll_interval_s)
+                continue
+            task = asyncio.get_running_loop().create_task(self._run(item), name=f"batch-item-{item.request_id}")
+            self._running[task] = item
+            task.add_done_callback(self._running.pop)
+
+    async def _run(self, item: ClaimedItem) -> None:
+        s = self.settings
+        renewing = asyncio.get_running_loop().create_task(self._renew(item))
+        try:
+            try:
+                answer = await self._answer(item)
+            except Busy as busy:
+                self._quiet_until = time.monotonic() + PAUSE_WHEN_BUSY_S
+                await self.queue.release(item, min(busy.retry_in_s, MAX_RETRY_S))
+                return
+            finally:
+                renewing.cancel()
+            await self.queue.complete(item, answer, s.batch_results_ttl_s)
+        except StoreUnavailable as exc:  # its lease lapses: the item is claimed again later
+            log.warning("a batch item could not be stored; it will run again", request_id=item.request_id,
+                        error=str(exc))
+        except Exception:
+            log.exception("a batch item failed; it will run again", request_id=item.request_id)
+
+    async def _renew(self, item: ClaimedItem) -> None:
+        while True:
+            await asyncio.sleep(self.settings.batch_lease_s / 3)
+            with contextlib.suppress(StoreUnavailable):
+                if not await self.queue.renew(item, self.settings.batch_lease_s):
+                    log.warning("a batch item's lease was lost; another worker may run it", request_id=item.request_id)
+                    return
+
+    async def _answer(self, item: ClaimedItem) -> str:
+        """The item's answer entry (JSON text), or Busy."""
+        entry = Item.from_json(item.payload)
+        if item.attempt - item.released > self.settings.batch_max_attempts:
+            error = InternalError(f"the item was tried {self.settings.batch_max_attempts} times and its worker "
+                                  "stopped each time; send it again")
+            return failed(item.index, entry.reference, error)
+        try:
+            return answered(item.index, entry.reference, await self._result(item, entry))
+        except GatewayError as exc:
+            if is_busy(exc):
+                raise Busy(exc.retry_after_s or 1.0) from exc
+            return failed(item.index, entry.reference, exc)
+        except StoreUnavailable as exc:
+            raise Busy(1.0) from exc
+
+    async def _principal(self, item: ClaimedItem) -> Principal:
+        key = await self.tenancy.get_key(item.key_id)
+        tenant = await self.tenancy.get_tenant(item.tenant_id)
+        if key is None or tenant is None or key.revoked_at is not None:
+            raise AuthenticationFailed("Authentication error: the API key that queued this batch was revoked")
+        principal = Principal(key=key, tenant=tenant, account_id=item.account_id)
+        self.auth.authorize_model(principal, item.model)
+        return principal
+
+    async def _result(self, item: ClaimedItem, entry: Item) -> dict[str, Any]:
+        principal = await self._principal(item)
+        model = self.catalog.get(item.model)
+        ctx = RequestContext(request_id=item.request_id, principal=principal, model=model, session_id=None,
+                             arrived_perf=time.perf_counter(), arrived_at=time.time(),
+                             metadata={"batch_id": item.batch_id})
+        if model.task == EMBEDDING_TASK:
+            embedded = await self.embedder.embed(ctx, parse_workers_ai_embedding(entry.request))
+            return {**envelopes.workers_ai_embeddings(embedded.vectors), "usage": embedded.usage.as_dict()}
+        inp = generation_input(entry)
+        generation = await self.generator.start(ctx, inp)
+        text = await generation.collect()
+        return workers_ai_result(generation, inp, text)
