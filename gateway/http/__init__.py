@@ -9,6 +9,8 @@
     api_inference.py    `ai/run`, the OpenAI-compatible routes, model search
     api_admin.py        `/admin/v1/...` tenants and keys, behind the admin token
     api_billing.py      `GET /admin/v1/billing/export`
+    api_batch.py        the batch calls of `ai/run` (`queueRequest`): queue a batch, poll it by request_id
+    batch_worker.py     runs queued batch items on spare capacity, as their synchronous requests, billed once
     admin.py            tenants and keys: the service behind the admin API and `edgerun tenants|keys`
     admin_guard.py      the admin token check of every admin route (constant time; failures throttled by surface)
     body.py             reading a JSON body within a size bound

@@ -6,6 +6,7 @@ No module here imports Starlette; they import downwards only (fleet, billing, st
     embedding.py        one embedding request, the same steps without a stream
     answer_cache.py     the opt-in exact response cache (AI Gateway's cf-aig-cache-* headers) in front of generation
     replay.py           a cached answer played back as a generation is read (one renderer for both)
+    batch.py            the asynchronous batch API's bodies (items checked as their own requests) and answers
     holds.py            what a request holds (its ticket, a disaggregated step's route), released once by one settle
     ticket.py           a request's admission (slot, tpm, budget, in-flight tokens) in one store call, and its settle
     auth.py             API key -> tenant, account and model checks, requests per minute
@@ -23,5 +24,5 @@ No module here imports Starlette; they import downwards only (fleet, billing, st
     setup_gate.py       a bound on how many requests do their CPU-bound setup at once
     structured.py       JSON mode: a client's `response_format` in the form every backend takes
     tools.py            function calling: tools into the prompt and a grammar, the answer into tool calls
-    settings.py         the `[routing]` and `[limits]` sections
+    settings.py         the `[routing]`, `[limits]`, `[disagg]` and `[batch]` sections
 """

@@ -38,9 +38,9 @@ def batch_call(body: dict[str, Any], queued_in_url: bool) -> BatchCall | None:
     """Which batch call the body is, or None for an ordinary (synchronous) request."""
     if body.get("request_id") is not None:
         return "poll"
-    if body.get("requests") is not None or body.get(QUEUE_FLAG) is True or queued_in_url:
+    if body.get(QUEUE_FLAG) is True or queued_in_url:
         return "enqueue"
-    return None
+    return None  # `requests` without the flag: refused by name, as a field of an ordinary request
 
 
 @dataclass(frozen=True, slots=True)

@@ -60,7 +60,8 @@ def refused(reason: str, *no_ops: Any) -> FieldRule:
 _SAMPLING = ("max_tokens", "temperature", "top_p", "top_k", "seed", "repetition_penalty")
 _PENALTIES = ("frequency_penalty", "presence_penalty")
 _LEGACY_FUNCTIONS = "is OpenAI's deprecated form of function calling: send tools (and tool_choice) instead"
-_BATCH = "asks for Workers AI's asynchronous batch API, which edgerun does not offer yet: send each request on its own"
+_BATCH = ("asks for Workers AI's asynchronous batch API: POST {\"requests\": [...]} to /ai/run/{model}?queueRequest=true "
+          "(gateway/pipeline/batch.py), or send each request on its own")
 _SAMPLER = "is a sampler setting edgerun's backends do not take; leave it out"
 _DECODING = "asks for constrained decoding edgerun does not offer: use response_format (json_object or json_schema)"
 _TEMPLATE = "changes how the chat template is applied; edgerun applies the model's own template as it is"
