@@ -4,7 +4,9 @@ with each store: the local store's SQLite file and Redis.
 100 items queued, the gateway SIGKILLed while they run and started again on the same store: every
 item is answered once, in order, with its external_reference, and billed once (one ledger record
 per item, under the item's request id). Limits: a tenant's queued items, the 10 MB payload, the
-ordinary body bound without ?queueRequest=true, a bad item; another tenant's request_id is a 404."""
+ordinary body bound without ?queueRequest=true, a bad item; another tenant's request_id is a 404.
+Interactive first: an item whose tenant has no free concurrency slot waits (given back, not queued
+behind the interactive request) and runs once the slot is free."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from cli.processes import ChildProcess, free_port
 from gateway.settings import GatewaySettings
 from gateway.store import UsageRecord, open_store
 from tests.gateway import stub_backend
+from tests.gateway.fixtures_e2e import held_stream
 from tests.gateway.redis_server import delete_prefix, new_prefix
 
 pytestmark = pytest.mark.slow
@@ -180,3 +183,23 @@ def test_limits_and_tenants(stub: ChildProcess, tmp_path: Path) -> None:
         assert post(gateway, "acct-a", key, {"request_id": "no such batch!"}).status_code == 404
     finally:
         gateway.stop()
+
+
+def test_an_item_runs_only_when_its_tenant_has_a_free_slot(slow_stub_backend: ChildProcess, tmp_path: Path) -> None:
+    env = {"EDGERUN_SQLITE_PATH": str(tmp_path / "gateway.sqlite3")}
+    gateway = serve(slow_stub_backend, tmp_path, env, batch_concurrency=2)
+    try:
+        key = stub_backend.create_key(gateway.url, "acct-f", max_concurrent_requests=1)
+        with held_stream(gateway.url + RUN.format(account="acct-f"), key, {"prompt": "interactive"}):
+            queued = post(gateway, "acct-f", key, {"requests": [{"prompt": "batch"}]}, "?queueRequest=true")
+            batch_id = queued.json()["result"]["request_id"]
+            time.sleep(1.5)  # the worker has tried it, and found the tenant's one slot taken
+            assert "responses" not in post(gateway, "acct-f", key, {"request_id": batch_id}).json()["result"]
+        result = poll_until_done(gateway, "acct-f", key, batch_id, timeout_s=30)  # the slot is free: it runs
+        tenant_id = tenant_of(gateway, "acct-f")
+    finally:
+        gateway.stop()
+    assert result["responses"][0]["success"] is True
+    records = [r for r in ledger(env, tmp_path, tenant_id) if r.request_id.startswith(batch_id)]
+    assert [r.status for r in records] == ["ok"]  # refused tries leave no record: nothing reached a backend
+    assert ".r" in records[0].request_id  # it ran after being given back at least once
