@@ -216,14 +216,28 @@ def _operation(
 
 
 _GENERATION_TYPES = (JSON, "text/event-stream")
-_RUN_BODY = {"oneOf": [PROMPT_INPUT, MESSAGES_INPUT, text_embeddings_schema(100)["input"]]}
+_BATCH_QUEUE = {  # Workers AI's asynchronous batch API (gateway/pipeline/batch.py)
+    "type": "object",
+    "title": "Batch",
+    "required": ["requests"],
+    "properties": {
+        "requests": {"type": "array", "minItems": 1, "items": {"type": "object"},
+                     "description": "Each a request to the model, with an optional external_reference."},
+        "queueRequest": {"type": "boolean", "description": "Queue the batch (or ?queueRequest=true)."},
+    },
+}
+_BATCH_POLL = {"type": "object", "title": "Batch poll", "required": ["request_id"],
+               "properties": {"request_id": {"type": "string", "description": "A queued batch's id."}}}
+_RUN_BODY = {"oneOf": [PROMPT_INPUT, MESSAGES_INPUT, text_embeddings_schema(100)["input"], _BATCH_QUEUE, _BATCH_POLL]}
 
 # (path, method) -> operation; paths in OpenAPI's form ({model}, not Starlette's {model:path})
 OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
     (f"{ACCOUNT}/ai/run/{{model}}", "post"): _operation(
         "Workers AI: run a model (text generation: prompt or messages; text embeddings: text)",
         body=_RUN_BODY,
-        params=(ACCOUNT_ID, _path_param("model", "A model id, e.g. @cf/huggingface/smollm2-135m-instruct.")),
+        params=(ACCOUNT_ID, _path_param("model", "A model id, e.g. @cf/huggingface/smollm2-135m-instruct."),
+                _query("queueRequest", "true: a batch call (queue {requests} or poll {request_id}); the body may "
+                       "then be up to batch_max_payload_bytes", {"type": "string", "enum": ["true", "false"]})),
         ok_types=_GENERATION_TYPES,
     ),
     (f"{ACCOUNT}/ai/v1/chat/completions", "post"): _operation(
