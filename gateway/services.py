@@ -203,7 +203,7 @@ class Services:
 
     async def aclose(self) -> None:
         if self.batch_worker is not None:  # its items given back while the store and client are open
-            await self.batch_worker.aclose()
+            await self.batch_worker.aclose(self.settings.http.shutdown_timeout_s)
         for task in self._tasks:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -14,8 +14,9 @@ that dies leaves it to be claimed again when the lease ends. Its ledger record i
 item's request id, the same on such a retry, so an item whose record was written before the crash
 is billed once (the ledger writes one record per request id); the first answer stored wins. An item
 whose claims lapsed `batch_max_attempts` times (it crashes its worker?) is answered with an error.
-A worker that stops (shutdown) gives its running items back, cancelled (billed, like any cancelled
-request, for what was generated) and retried under a new request id.
+A worker that stops (shutdown) lets its running items finish for up to `shutdown_timeout_s`, then
+gives the rest back, cancelled (billed, like any cancelled request, for what was generated) and
+retried under a new request id.
 """
 
 from __future__ import annotations
@@ -103,11 +104,14 @@ class BatchWorker:
         if self.settings.batch_concurrency > 0 and self._loop_task is None:
             self._loop_task = asyncio.get_running_loop().create_task(self._claim_forever(), name="batch-worker")
 
-    async def aclose(self) -> None:
-        """Stop claiming; running items are cancelled and given back (see the module's doc)."""
+    async def aclose(self, drain_s: float = 0.0) -> None:
+        """Stop claiming; let running items finish for up to `drain_s`, then cancel the rest and give
+        them back (see the module's doc)."""
         if self._loop_task is not None:
             self._loop_task.cancel()
             await asyncio.gather(self._loop_task, return_exceptions=True)
+        if self._running and drain_s > 0:
+            await asyncio.wait(set(self._running), timeout=drain_s)
         running = dict(self._running)
         for task in running:
             task.cancel()
