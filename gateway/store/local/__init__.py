@@ -60,9 +60,9 @@ def open_local(settings: StoreSettings, savings: Savings, clock: Callable[[], fl
                 closed.set()
                 await tenancy.close()
                 await ledger.close()
-                await queue.aclose()
                 await lease.aclose()
                 await file.aclose()
+                await queue.aclose()
 
         return Store(tenancy, SharedAdmission(lease, savings_or_zero(savings), clock), SharedRouting(lease), ledger,
                      MemoryCache(settings), queue, close_shared)
@@ -75,9 +75,9 @@ def open_local(settings: StoreSettings, savings: Savings, clock: Callable[[], fl
             closed.set()
             await tenancy.close()
             await ledger.close()  # what was queued is committed before the file closes
-            await queue.aclose()
             await budgets.aclose()
             await file.aclose()
+            await queue.aclose()  # (its own connection and thread)
 
     return Store(tenancy, MemoryAdmission(budgets, routing, ledger, clock), routing, ledger, MemoryCache(settings), queue,
                  close)

@@ -43,6 +43,7 @@ def redis_store(connection: RedisConnection, savings: Savings, clock: Callable[[
     """The Redis store on `connection` (closed with it)."""
     ledger = RedisLedger(connection, savings)
     admission = RedisAdmission(connection, ledger)
+    queue = RedisQueue(connection.settings)
     closed = False
 
     async def close() -> None:
@@ -52,7 +53,8 @@ def redis_store(connection: RedisConnection, savings: Savings, clock: Callable[[
         closed = True
         await admission.aclose()  # its undos, before the connections go
         await ledger.aclose()
+        await queue.aclose()
         await connection.aclose()
 
     return Store(RedisTenancy(connection, clock), admission, RedisRouting(connection, clock), ledger,
-                 RedisCache(connection), RedisQueue(connection), close)
+                 RedisCache(connection), queue, close)

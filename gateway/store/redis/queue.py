@@ -9,7 +9,9 @@
     {p}batch_open:{tenant}  string  the tenant's items not answered yet (what max_queued bounds)
 
 Each change is one Lua script (atomic across replicas), on Redis's clock (`TIME`), so replicas with
-skewed clocks agree on when a lease ends. Items of one batch share a score and order by index.
+skewed clocks agree on when a lease ends. Items of one batch share a score and order by index. The
+queue has its own few connections (`QUEUE_CONNECTIONS`): batch work never takes one of the
+requests' bounded pool (`redis_max_connections`) nor waits for one.
 """
 
 from __future__ import annotations
@@ -17,10 +19,16 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
+import redis.asyncio as aioredis
+
 from gateway.store.checks import check_id
 from gateway.store.errors import InvalidArgument
 from gateway.store.queue import BatchState, ClaimedItem, NewBatch, check_lease, check_max_queued
-from gateway.store.redis.connection import RedisConnection, ms, redis_errors
+from gateway.store.redis.connection import ms, redis_errors
+from gateway.store.redis.pool import WaitingConnectionPool
+from gateway.store.settings import StoreSettings
+
+QUEUE_CONNECTIONS = 4
 
 _NOW = """
 local t = redis.call('TIME')
@@ -93,16 +101,27 @@ return 1
 
 
 class RedisQueue:
-    def __init__(self, connection: RedisConnection) -> None:
-        self._c = connection
-        self._p = connection.settings.key_prefix
+    def __init__(self, settings: StoreSettings) -> None:
+        """Connect lazily to `settings.redis_url` (its own connections, see the module's doc)."""
+        assert settings.redis_url is not None
+        self._pool = WaitingConnectionPool.from_url(
+            settings.redis_url, decode_responses=True, max_connections=QUEUE_CONNECTIONS,
+            wait_s=settings.redis_timeout_s,
+            socket_timeout=settings.redis_timeout_s, socket_connect_timeout=settings.redis_timeout_s,
+        )
+        self._redis: Any = aioredis.Redis(connection_pool=self._pool)
+        self._p = settings.key_prefix
         self._scripts: dict[str, Any] = {}
 
     def _script(self, name: str, source: str) -> Any:
         found = self._scripts.get(name)
         if found is None:
-            found = self._scripts[name] = self._c.redis.register_script(source)
+            found = self._scripts[name] = self._redis.register_script(source)
         return found
+
+    async def aclose(self) -> None:
+        await self._redis.aclose()
+        await self._pool.disconnect()
 
     def _batch(self, batch_id: str) -> str:
         return f"{self._p}batch:{batch_id}"
@@ -144,15 +163,15 @@ class RedisQueue:
                 return None
             member, attempts, released = str(found[0]), int(found[1]), int(found[2])
             batch_id, index = member.rsplit(":", 1)
-            async with self._c.redis.pipeline(transaction=False) as pipe:
+            async with self._redis.pipeline(transaction=False) as pipe:
                 pipe.hgetall(self._batch(batch_id))
                 pipe.hget(self._items(batch_id), index)
                 meta, payload = await pipe.execute()
             if not meta or payload is None:  # gone (answered meanwhile, or its batch expired): not work
-                await self._c.redis.zrem(self._ready_and_leases()[0], member)
+                await self._redis.zrem(self._ready_and_leases()[0], member)
                 continue
             if meta.get("started") != "1":
-                await self._c.redis.hset(self._batch(batch_id), "started", 1)
+                await self._redis.hset(self._batch(batch_id), "started", 1)
             return ClaimedItem(batch_id, int(index), meta["tenant"], meta["account"], meta["key"], meta["model"],
                                payload, token, attempts, released)
 
@@ -179,17 +198,17 @@ class RedisQueue:
     async def state(self, tenant_id: str, batch_id: str) -> BatchState | None:
         check_id("tenant id", tenant_id)
         check_id("batch id", batch_id)
-        meta = await self._c.redis.hgetall(self._batch(batch_id))
+        meta = await self._redis.hgetall(self._batch(batch_id))
         if not meta or meta.get("tenant") != tenant_id:
             return None
         if int(meta["answered"]) < int(meta["items"]):
             return BatchState(batch_id, meta["model"], "running" if meta.get("started") == "1" else "queued", ())
-        answers = await self._c.redis.hgetall(self._results(batch_id))
+        answers = await self._redis.hgetall(self._results(batch_id))
         return BatchState(batch_id, meta["model"], "done", tuple(answers[k] for k in sorted(answers)))
 
     @redis_errors
     async def queued_items(self, tenant_id: str) -> int:
-        return int(await self._c.redis.get(self._open(check_id("tenant id", tenant_id))) or 0)
+        return int(await self._redis.get(self._open(check_id("tenant id", tenant_id))) or 0)
 
     async def expire(self) -> int:
         return 0  # the keys' own TTLs

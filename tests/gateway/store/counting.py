@@ -68,5 +68,5 @@ def counted(store: Store, counts: Counts) -> Store:
         redis_client.execute_command = execute_command
     parts = {name: CountedConcern(getattr(store, name), name, counts)
              for name in ("tenancy", "admission", "routing", "ledger", "cache")}
-    return Store(parts["tenancy"], parts["admission"], parts["routing"], parts["ledger"], parts["cache"],
-                 store.aclose)  # type: ignore[arg-type]
+    return Store(parts["tenancy"], parts["admission"], parts["routing"], parts["ledger"], parts["cache"],  # type: ignore[arg-type]
+                 store.queue, store.aclose)  # the batch queue: background work on its own connections
