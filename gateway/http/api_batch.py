@@ -33,15 +33,16 @@ async def batch(request: Request, g: Services, principal: Principal, model: Mode
             raise BatchNotFound(f"No batch request {body.get('request_id')!r} for this account (or its results "
                                 "have expired)", param="request_id")
         return JSONBytes(envelopes.workers_ai_success(batch_result(state, model_name)))
-    limit = g.settings.batch.batch_max_queued_items
-    items = parse_items(body, model, limit)
+    s = g.settings.batch
+    items = parse_items(body, model, s.batch_max_queued_items)
     batch_id = str(uuid.uuid4())
     new = NewBatch(batch_id, principal.tenant.id, principal.account_id, principal.key.id, model.id,
                    tuple(item.to_json() for item in items))
-    if not await queue.enqueue(new, limit):
-        queued = await queue.queued_items(principal.tenant.id)
+    if not await queue.enqueue(new, s.batch_max_queued_items, s.batch_max_queued_bytes):
+        queued, size = await queue.queued_items(principal.tenant.id)
         raise RateLimited(
-            f"Too many batch requests queued: this account has {queued} items waiting and may have at most "
-            f"{limit}; retry when some are answered", retry_after_s=QUEUE_FULL_RETRY_S,
+            f"Too many batch requests queued: this account has {queued} items ({size} bytes) waiting and may "
+            f"have at most {s.batch_max_queued_items} items and {s.batch_max_queued_bytes} bytes; retry when "
+            "some are answered", retry_after_s=QUEUE_FULL_RETRY_S,
         )
     return JSONBytes(envelopes.workers_ai_success(queued_result(batch_id, model_name)))

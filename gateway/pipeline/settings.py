@@ -69,8 +69,10 @@ class BatchSettings(BaseModel):
     # A batch request's body, at most (Workers AI documents 10 MB); larger: 413 / 3006. A body over
     # max_body_bytes is read this far only with ?queueRequest=true in the URL (the bound holds before reading).
     batch_max_payload_bytes: int = Field(default=10_000_000, ge=1024)
-    # A tenant's batch items not answered yet, over every replica; a batch that would pass it: 429 / 3040.
+    # A tenant's batch items not answered yet, and their requests' bytes, over every replica; a batch that
+    # would pass either: 429 / 3040.
     batch_max_queued_items: int = Field(default=10_000, ge=1)
+    batch_max_queued_bytes: int = Field(default=100_000_000, ge=1024)
     batch_results_ttl_s: float = Field(default=86_400.0, gt=0, le=86_400.0)  # answers kept after a batch's last
     batch_concurrency: int = Field(default=4, ge=0)  # items this process runs at once (0: it runs none)
     # Batch items start only while this process's open backend requests are under this share of

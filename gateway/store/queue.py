@@ -7,9 +7,10 @@ spare capacity gives it back (`release`). The first `complete` of an item stores
 wins; later ones (a worker whose lease had lapsed) change nothing. Once every item is answered the
 batch's answers are kept `keep_s`, then dropped.
 
-Bounded: a tenant's unanswered items are capped at enqueue (`max_queued`, atomically across
-replicas); answered batches expire. Durable: the local queue is in the SQLite file, the Redis one
-in Redis (with its persistence), so queued work survives a gateway restart.
+Bounded: a tenant's unanswered items, and the bytes of their requests, are capped at enqueue
+(`max_queued`, `max_bytes`: atomically across replicas); answered batches expire. Durable: the
+local queue is in the SQLite file, the Redis one in Redis (with its persistence), so queued work
+survives a gateway restart.
 
 Claim order is first in, first out (a released item goes behind what is ready). Ids are the
 gateway's own (`batch_id`); an item's index is its place in the request, and answers come back in
@@ -85,15 +86,20 @@ def check_lease(seconds: float) -> float:
     return float(seconds)
 
 
-def check_max_queued(max_queued: int) -> int:
+def check_bounds(max_queued: int, max_bytes: int) -> None:
     check_count("max_queued", max_queued, positive=True)
-    return max_queued
+    check_count("max_bytes", max_bytes, positive=True)
+
+
+def payload_bytes(batch: NewBatch) -> int:
+    return sum(len(item.encode()) for item in batch.items)
 
 
 class BatchQueue(Protocol):
-    async def enqueue(self, batch: NewBatch, max_queued: int) -> bool:
+    async def enqueue(self, batch: NewBatch, max_queued: int, max_bytes: int) -> bool:
         """Queue every item, or none: False (nothing queued) when the tenant's unanswered items would
-        pass `max_queued`. A batch id queued twice is an InvalidArgument."""
+        pass `max_queued`, or their requests' UTF-8 bytes `max_bytes`. A batch id queued twice is an
+        InvalidArgument."""
         ...
 
     async def claim(self, lease_s: float) -> ClaimedItem | None:
@@ -120,8 +126,8 @@ class BatchQueue(Protocol):
         """The tenant's batch; None when it does not exist, expired, or is another tenant's."""
         ...
 
-    async def queued_items(self, tenant_id: str) -> int:
-        """The tenant's items not answered yet (what `max_queued` bounds)."""
+    async def queued_items(self, tenant_id: str) -> tuple[int, int]:
+        """The tenant's items not answered yet and their requests' bytes (what `enqueue` bounds)."""
         ...
 
     async def expire(self) -> int:

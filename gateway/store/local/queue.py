@@ -23,7 +23,7 @@ from gateway.store.checks import check_id
 from gateway.store.errors import InvalidArgument, StoreUnavailable
 from gateway.store.local.database import make_private
 from gateway.store.local.serial_worker import SerialWorker
-from gateway.store.queue import BatchState, ClaimedItem, NewBatch, check_lease, check_max_queued
+from gateway.store.queue import BatchState, ClaimedItem, NewBatch, check_bounds, check_lease, payload_bytes
 from gateway.store.settings import StoreSettings
 
 T = TypeVar("T")
@@ -59,14 +59,12 @@ class _QueueFile:
                 if statement.strip():
                     self.conn.execute(statement)
 
-    def enqueue(self, batch: NewBatch, max_queued: int, now: float) -> bool:
+    def enqueue(self, batch: NewBatch, max_queued: int, max_bytes: int, now: float) -> bool:
         c = self.conn
         with c:
             c.execute("BEGIN IMMEDIATE")
-            (open_items,) = c.execute(
-                "SELECT count(*) FROM batch_items WHERE tenant_id = ? AND result IS NULL", (batch.tenant_id,)
-            ).fetchone()
-            if open_items + len(batch.items) > max_queued:
+            open_items, open_bytes = self.queued_items(batch.tenant_id)
+            if open_items + len(batch.items) > max_queued or open_bytes + payload_bytes(batch) > max_bytes:
                 return False
             try:
                 c.execute("INSERT INTO batch_jobs (id, tenant_id, account_id, key_id, model, items)"
@@ -134,10 +132,11 @@ class _QueueFile:
         results = self.conn.execute("SELECT result FROM batch_items WHERE batch_id = ? ORDER BY idx", (batch_id,))
         return BatchState(batch_id, model, "done", tuple(r for (r,) in results))
 
-    def queued_items(self, tenant_id: str) -> int:
-        (count,) = self.conn.execute(
-            "SELECT count(*) FROM batch_items WHERE tenant_id = ? AND result IS NULL", (tenant_id,)).fetchone()
-        return int(count)
+    def queued_items(self, tenant_id: str) -> tuple[int, int]:
+        count, size = self.conn.execute(
+            "SELECT count(*), coalesce(sum(length(CAST(payload AS BLOB))), 0) FROM batch_items"
+            " WHERE tenant_id = ? AND result IS NULL", (tenant_id,)).fetchone()
+        return int(count), int(size)
 
     def expire(self, now: float) -> int:
         c = self.conn
@@ -161,8 +160,9 @@ class LocalQueue:
         except sqlite3.OperationalError as exc:
             raise StoreUnavailable(f"the SQLite file cannot be written ({exc}); check EDGERUN_SQLITE_PATH") from exc
 
-    async def enqueue(self, batch: NewBatch, max_queued: int) -> bool:
-        return await self._run(self._file.enqueue, batch, check_max_queued(max_queued), self._clock())
+    async def enqueue(self, batch: NewBatch, max_queued: int, max_bytes: int) -> bool:
+        check_bounds(max_queued, max_bytes)
+        return await self._run(self._file.enqueue, batch, max_queued, max_bytes, self._clock())
 
     async def claim(self, lease_s: float) -> ClaimedItem | None:
         return await self._run(self._file.claim, check_lease(lease_s), self._clock())
@@ -179,7 +179,7 @@ class LocalQueue:
     async def state(self, tenant_id: str, batch_id: str) -> BatchState | None:
         return await self._run(self._file.state, check_id("tenant id", tenant_id), batch_id, self._clock())
 
-    async def queued_items(self, tenant_id: str) -> int:
+    async def queued_items(self, tenant_id: str) -> tuple[int, int]:
         return await self._run(self._file.queued_items, check_id("tenant id", tenant_id))
 
     async def expire(self) -> int:

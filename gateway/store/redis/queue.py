@@ -6,7 +6,7 @@
     {p}batch_ready          zset    "{id}:{index:06d}" -> ms (Redis clock) it may be claimed from: its enqueue
                                     time, or its lease's end while claimed (a dead worker's item comes back)
     {p}batch_leases         hash    "{id}:{index:06d}" -> "{token}:{claims}:{releases}" of its latest claim
-    {p}batch_open:{tenant}  string  the tenant's items not answered yet (what max_queued bounds)
+    {p}batch_open:{tenant}  hash    items, bytes: the tenant's items not answered yet, their requests' bytes
 
 Each change is one Lua script (atomic across replicas), on Redis's clock (`TIME`), so replicas with
 skewed clocks agree on when a lease ends. Items of one batch share a score and order by index. The
@@ -23,7 +23,7 @@ import redis.asyncio as aioredis
 
 from gateway.store.checks import check_id
 from gateway.store.errors import InvalidArgument
-from gateway.store.queue import BatchState, ClaimedItem, NewBatch, check_lease, check_max_queued
+from gateway.store.queue import BatchState, ClaimedItem, NewBatch, check_bounds, check_lease
 from gateway.store.redis.connection import ms, redis_errors
 from gateway.store.redis.pool import WaitingConnectionPool
 from gateway.store.settings import StoreSettings
@@ -35,20 +35,25 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 """
 
-# KEYS: open count, batch, items, ready. ARGV: max_queued, tenant, account, key, model, batch id, payloads...
-# -> 1 queued, 0 over max_queued, -1 the batch id exists
+# KEYS: open counts, batch, items, ready. ARGV: max_queued, max_bytes, tenant, account, key, model, batch id,
+# payloads... -> 1 queued, 0 over a bound, -1 the batch id exists
 ENQUEUE = _NOW + """
-local n = #ARGV - 6
+local n = #ARGV - 7
 if redis.call('EXISTS', KEYS[2]) == 1 then return -1 end
-local open = tonumber(redis.call('GET', KEYS[1]) or '0')
-if open + n > tonumber(ARGV[1]) then return 0 end
-redis.call('INCRBY', KEYS[1], n)
-redis.call('HSET', KEYS[2], 'tenant', ARGV[2], 'account', ARGV[3], 'key', ARGV[4], 'model', ARGV[5],
+local size = 0
+for i = 1, n do size = size + #ARGV[7 + i] end
+local open = redis.call('HMGET', KEYS[1], 'items', 'bytes')
+if tonumber(open[1] or '0') + n > tonumber(ARGV[1]) or tonumber(open[2] or '0') + size > tonumber(ARGV[2]) then
+  return 0
+end
+redis.call('HINCRBY', KEYS[1], 'items', n)
+redis.call('HINCRBY', KEYS[1], 'bytes', size)
+redis.call('HSET', KEYS[2], 'tenant', ARGV[3], 'account', ARGV[4], 'key', ARGV[5], 'model', ARGV[6],
            'items', n, 'answered', 0, 'started', 0)
 for i = 1, n do
   local index = string.format('%06d', i - 1)
-  redis.call('HSET', KEYS[3], index, ARGV[6 + i])
-  redis.call('ZADD', KEYS[4], now, ARGV[6] .. ':' .. index)
+  redis.call('HSET', KEYS[3], index, ARGV[7 + i])
+  redis.call('ZADD', KEYS[4], now, ARGV[7] .. ':' .. index)
 end
 return 1
 """
@@ -82,14 +87,16 @@ end
 return 1
 """
 
-# KEYS: ready, leases, batch, items, results, open count. ARGV: member, index, answer, keep ms. -> 1 stored, 0 had one
+# KEYS: ready, leases, batch, items, results, open counts. ARGV: member, index, answer, keep ms. -> 1 stored, 0 had one
 COMPLETE = """
 if redis.call('HEXISTS', KEYS[5], ARGV[2]) == 1 or redis.call('EXISTS', KEYS[3]) == 0 then return 0 end
 redis.call('HSET', KEYS[5], ARGV[2], ARGV[3])
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
+local size = redis.call('HSTRLEN', KEYS[4], ARGV[2])
 redis.call('HDEL', KEYS[4], ARGV[2])
-if redis.call('DECR', KEYS[6]) <= 0 then redis.call('DEL', KEYS[6]) end
+if redis.call('HINCRBY', KEYS[6], 'items', -1) <= 0 then redis.call('DEL', KEYS[6])
+elseif redis.call('HINCRBY', KEYS[6], 'bytes', -size) < 0 then redis.call('HSET', KEYS[6], 'bytes', 0) end
 local answered = redis.call('HINCRBY', KEYS[3], 'answered', 1)
 if answered >= tonumber(redis.call('HGET', KEYS[3], 'items')) then
   redis.call('PEXPIRE', KEYS[3], ARGV[4])
@@ -143,10 +150,11 @@ class RedisQueue:
         return f"{item.batch_id}:{item.index:06d}"
 
     @redis_errors
-    async def enqueue(self, batch: NewBatch, max_queued: int) -> bool:
+    async def enqueue(self, batch: NewBatch, max_queued: int, max_bytes: int) -> bool:
+        check_bounds(max_queued, max_bytes)
         b = batch.batch_id
         keys = [self._open(batch.tenant_id), self._batch(b), self._items(b), self._ready_and_leases()[0]]
-        args = [check_max_queued(max_queued), batch.tenant_id, batch.account_id, batch.key_id, batch.model, b,
+        args = [max_queued, max_bytes, batch.tenant_id, batch.account_id, batch.key_id, batch.model, b,
                 *batch.items]
         outcome = int(await self._script("enqueue", ENQUEUE)(keys=keys, args=args))
         if outcome < 0:
@@ -207,8 +215,9 @@ class RedisQueue:
         return BatchState(batch_id, meta["model"], "done", tuple(answers[k] for k in sorted(answers)))
 
     @redis_errors
-    async def queued_items(self, tenant_id: str) -> int:
-        return int(await self._redis.get(self._open(check_id("tenant id", tenant_id))) or 0)
+    async def queued_items(self, tenant_id: str) -> tuple[int, int]:
+        items, size = await self._redis.hmget(self._open(check_id("tenant id", tenant_id)), "items", "bytes")
+        return int(items or 0), int(size or 0)
 
     async def expire(self) -> int:
         return 0  # the keys' own TTLs

@@ -21,7 +21,7 @@ def batch(batch_id: str, n: int, tenant_id: str = "acme") -> NewBatch:
 
 async def test_items_are_claimed_once_in_order_and_answered_in_order(store: Store) -> None:
     q = store.queue
-    assert await q.enqueue(batch("b1", 3), max_queued=10)
+    assert await q.enqueue(batch("b1", 3), max_queued=10, max_bytes=10_000)
     assert (await q.state("acme", "b1")).status == "queued"  # type: ignore[union-attr]
     claimed = [await q.claim(30) for _ in range(4)]
     assert claimed[3] is None  # three items, each claimed once
@@ -34,7 +34,7 @@ async def test_items_are_claimed_once_in_order_and_answered_in_order(store: Stor
     assert (await q.state("acme", "b1")).status == "running"  # type: ignore[union-attr]
     for item in reversed(items):  # answered out of order, read back in order
         assert await q.complete(item, f"answer {item.index}", keep_s=60)
-        assert await q.queued_items("acme") == item.index
+        assert await q.queued_items("acme") == (item.index, 20 * item.index)  # {"prompt": "item i"}: 20 bytes
     state = await q.state("acme", "b1")
     assert state is not None and state.status == "done" and state.model == "@cf/test/model"
     assert state.results == ("answer 0", "answer 1", "answer 2")
@@ -43,7 +43,7 @@ async def test_items_are_claimed_once_in_order_and_answered_in_order(store: Stor
 
 async def test_a_lapsed_lease_is_claimed_again_and_the_first_answer_wins(store: Store) -> None:
     q = store.queue
-    await q.enqueue(batch("b2", 1), max_queued=10)
+    await q.enqueue(batch("b2", 1), max_queued=10, max_bytes=10_000)
     first = await q.claim(0.3)
     assert first is not None and await q.claim(0.3) is None  # leased
     await asyncio.sleep(0.45)  # the worker died: its lease lapses
@@ -57,12 +57,12 @@ async def test_a_lapsed_lease_is_claimed_again_and_the_first_answer_wins(store: 
     assert not await q.complete(second, "second answer", keep_s=60)
     state = await q.state("acme", "b2")
     assert state is not None and state.results == ("late answer",)
-    assert await q.queued_items("acme") == 0
+    assert await q.queued_items("acme") == (0, 0)
 
 
 async def test_release_gives_the_item_back_for_later_under_a_new_request_id(store: Store) -> None:
     q = store.queue
-    await q.enqueue(batch("b3", 2), max_queued=10)
+    await q.enqueue(batch("b3", 2), max_queued=10, max_bytes=10_000)
     item = await q.claim(30)
     assert item is not None
     await q.release(item, 0.3)  # busy: back in a while, behind what is ready
@@ -77,21 +77,27 @@ async def test_release_gives_the_item_back_for_later_under_a_new_request_id(stor
 
 async def test_limits_hold_per_tenant_and_all_or_nothing(store: Store) -> None:
     q = store.queue
-    assert await q.enqueue(batch("a1", 3), max_queued=5)
-    assert not await q.enqueue(batch("a2", 3), max_queued=5)  # 6 > 5: nothing queued
-    assert await q.queued_items("acme") == 3
+    assert await q.enqueue(batch("a1", 3), max_queued=5, max_bytes=10_000)
+    assert not await q.enqueue(batch("a2", 3), max_queued=5, max_bytes=10_000)  # 6 > 5: nothing queued
+    assert await q.queued_items("acme") == (3, 60)
+    assert not await q.enqueue(batch("a4", 1), max_queued=5, max_bytes=79)  # 60 + 20 bytes > 79
+    assert await q.enqueue(batch("a5", 1), max_queued=5, max_bytes=80)
+    assert await q.queued_items("acme") == (4, 80)
+    item = await q.claim(30)
+    assert item is not None and await q.complete(item, "answered", keep_s=60)
+    assert await q.queued_items("acme") == (3, 60)  # an answered item's request no longer counts
     assert await q.state("acme", "a2") is None
-    assert await q.enqueue(batch("o1", 5, tenant_id="other"), max_queued=5)  # another tenant's own bound
-    assert await q.enqueue(batch("a3", 2), max_queued=5)
+    assert await q.enqueue(batch("o1", 5, tenant_id="other"), max_queued=5, max_bytes=10_000)  # its own bound
+    assert await q.enqueue(batch("a3", 2), max_queued=5, max_bytes=10_000)  # 3 + 2
     with pytest.raises(InvalidArgument):
-        await q.enqueue(batch("a3", 1), max_queued=50)  # an id is queued once
+        await q.enqueue(batch("a3", 1), max_queued=50, max_bytes=10_000)  # an id is queued once
     assert await q.state("other", "a1") is None  # another tenant's batch does not exist for it
     assert await q.state("acme", "o1") is None
 
 
 async def test_answers_expire_after_keep_s(store: Store) -> None:
     q = store.queue
-    await q.enqueue(batch("e1", 1), max_queued=5)
+    await q.enqueue(batch("e1", 1), max_queued=5, max_bytes=10_000)
     item = await q.claim(30)
     assert item is not None and await q.complete(item, "x", keep_s=0.3)
     assert (await q.state("acme", "e1")) is not None
@@ -102,7 +108,7 @@ async def test_answers_expire_after_keep_s(store: Store) -> None:
 
 async def test_queued_work_survives_reopening_the_store(open_instance: OpenStore) -> None:
     first = open_instance()
-    await first.queue.enqueue(batch("d1", 2), max_queued=5)
+    await first.queue.enqueue(batch("d1", 2), max_queued=5, max_bytes=10_000)
     held = await first.queue.claim(0.3)
     assert held is not None
     await first.aclose()  # a restart (the claim's worker is gone with it)
@@ -114,7 +120,7 @@ async def test_queued_work_survives_reopening_the_store(open_instance: OpenStore
 
 async def test_concurrent_claims_from_two_instances_take_each_item_once(open_instance: OpenStore) -> None:
     a, b = open_instance(), open_instance()  # local: two connections to one file
-    await a.queue.enqueue(batch("c1", 40), max_queued=100)
+    await a.queue.enqueue(batch("c1", 40), max_queued=100, max_bytes=10_000)
     claims = await asyncio.gather(*(s.queue.claim(30) for s in [a, b] * 25))
     indexes = [c.index for c in claims if c is not None]
     assert sorted(indexes) == list(range(40))
