@@ -27,6 +27,7 @@ from gateway.fleet.outliers import OutlierDetector
 from gateway.http.admin import AdminService
 from gateway.http.admin_guard import AdminGuard
 from gateway.http.batch_worker import BatchWorker
+from gateway.http.drain import Drain
 from gateway.metrics import GatewayMetrics
 from gateway.pipeline.answer_cache import AnswerCache
 from gateway.pipeline.auth import Authenticator
@@ -169,10 +170,11 @@ class Services:
             owns_client,
         )
 
-    def start(self) -> None:
+    def start(self, drain: Drain | None = None) -> None:
+        """Start the background loops; `drain`: the app's graceful drain, which waits for batch items too."""
         self.monitor.start()
         self.batch_worker = BatchWorker(self.store.queue, self.store.tenancy, self.catalog, self.auth, self.generator,
-                                        self.embedder, self.client, self.settings.batch)
+                                        self.embedder, self.client, self.settings.batch, drain)
         self.batch_worker.start()
         self.kv_streams.start()
         probing = self.monitor.cached_reports.probe_all(self.client, self.catalog, self.settings.fleet.health_interval_s)
@@ -203,7 +205,7 @@ class Services:
 
     async def aclose(self) -> None:
         if self.batch_worker is not None:  # its items given back while the store and client are open
-            await self.batch_worker.aclose(self.settings.http.shutdown_timeout_s)
+            await self.batch_worker.aclose()
         for task in self._tasks:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -151,7 +151,7 @@ def create_app(
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         services = await Services.open(settings, app_metrics, store=store, client=client)
         app.state.services = services
-        services.start()
+        services.start(app.state.drain)
         try:
             yield
         finally:

@@ -14,9 +14,10 @@ that dies leaves it to be claimed again when the lease ends. Its ledger record i
 item's request id, the same on such a retry, so an item whose record was written before the crash
 is billed once (the ledger writes one record per request id); the first answer stored wins. An item
 whose claims lapsed `batch_max_attempts` times (it crashes its worker?) is answered with an error.
-A worker that stops (shutdown) lets its running items finish for up to `shutdown_timeout_s`, then
-gives the rest back, cancelled (billed, like any cancelled request, for what was generated) and
-retried under a new request id.
+Its running items count as requests in flight for the graceful drain (gateway/http/drain.py): on
+SIGTERM it claims nothing more and the drain waits for them, within the one `shutdown_timeout_s`;
+what is still running after it is cancelled (billed, like any cancelled request, for what was
+generated) and given back, to run again under a new request id.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from gateway.errors import (
 )
 from gateway.fleet.catalog import EMBEDDING_TASK, Catalog
 from gateway.http import envelopes
+from gateway.http.drain import Drain
 from gateway.http.render import workers_ai_result
 from gateway.pipeline.auth import Authenticator
 from gateway.pipeline.batch import Item, answered, failed, generation_input
@@ -86,8 +88,10 @@ class BatchWorker:
         embedder: Embedder,
         client: BackendClient,
         settings: BatchSettings,
+        drain: Drain | None = None,
     ) -> None:
         self.queue = queue
+        self.drain = drain  # the app's graceful drain: items count as in flight, none starts once it runs
         self.tenancy = tenancy
         self.catalog = catalog
         self.auth = auth
@@ -104,14 +108,11 @@ class BatchWorker:
         if self.settings.batch_concurrency > 0 and self._loop_task is None:
             self._loop_task = asyncio.get_running_loop().create_task(self._claim_forever(), name="batch-worker")
 
-    async def aclose(self, drain_s: float = 0.0) -> None:
-        """Stop claiming; let running items finish for up to `drain_s`, then cancel the rest and give
-        them back (see the module's doc)."""
+    async def aclose(self) -> None:
+        """Stop claiming; cancel the items still running and give them back (see the module's doc)."""
         if self._loop_task is not None:
             self._loop_task.cancel()
             await asyncio.gather(self._loop_task, return_exceptions=True)
-        if self._running and drain_s > 0:
-            await asyncio.wait(set(self._running), timeout=drain_s)
         running = dict(self._running)
         for task in running:
             task.cancel()
@@ -124,6 +125,8 @@ class BatchWorker:
         """Whether one more item may start now: below its own concurrency and the connection share."""
         s = self.settings
         if len(self._running) >= s.batch_concurrency or time.monotonic() < self._quiet_until:
+            return False
+        if self.drain is not None and self.drain.is_draining:
             return False
         return self.client.open_requests < self.client.max_connections * s.batch_connection_share
 
@@ -148,6 +151,8 @@ class BatchWorker:
     async def _run(self, item: ClaimedItem) -> None:
         s = self.settings
         renewing = asyncio.get_running_loop().create_task(self._renew(item))
+        if self.drain is not None:
+            self.drain.enter()
         try:
             try:
                 answer = await self._answer(item)
@@ -163,6 +168,9 @@ class BatchWorker:
                         error=str(exc))
         except Exception:
             log.exception("a batch item failed; it will run again", request_id=item.request_id)
+        finally:
+            if self.drain is not None:
+                self.drain.leave()
 
     async def _renew(self, item: ClaimedItem) -> None:
         while True:

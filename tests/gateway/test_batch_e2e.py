@@ -5,7 +5,8 @@ with each store: the local store's SQLite file and Redis.
 item is answered once, in order, with its external_reference, and billed once (one ledger record
 per item, under the item's request id). Limits: a tenant's queued items, the 10 MB payload, the
 ordinary body bound without ?queueRequest=true, a bad item; another tenant's request_id is a 404.
-Interactive first: an item whose tenant has no free concurrency slot waits (given back, not queued
+SIGTERM drains the running items (none cut, none billed twice) and the queued ones wait for the next
+gateway. Interactive first: an item whose tenant has no free concurrency slot waits (given back, not queued
 behind the interactive request) and runs once the slot is free."""
 
 from __future__ import annotations
@@ -203,3 +204,31 @@ def test_an_item_runs_only_when_its_tenant_has_a_free_slot(slow_stub_backend: Ch
     records = [r for r in ledger(env, tmp_path, tenant_id) if r.request_id.startswith(batch_id)]
     assert [r.status for r in records] == ["ok"]  # refused tries leave no record: nothing reached a backend
     assert ".r" in records[0].request_id  # it ran after being given back at least once
+
+
+def test_sigterm_lets_running_items_finish_and_leaves_the_rest_queued(stub: ChildProcess, tmp_path: Path) -> None:
+    env = {"EDGERUN_SQLITE_PATH": str(tmp_path / "gateway.sqlite3")}
+    gateway = serve(stub, tmp_path, env, batch_concurrency=4)
+    try:
+        key = stub_backend.create_key(gateway.url, "acct-t")
+        queued = post(gateway, "acct-t", key, {"requests": [{"prompt": f"item {i}"} for i in range(30)]},
+                      "?queueRequest=true")
+        batch_id = queued.json()["result"]["request_id"]
+        deadline = time.monotonic() + 20
+        while post(gateway, "acct-t", key, {"request_id": batch_id}).json()["result"].get("status") != "running":
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        time.sleep(0.3)
+    finally:
+        gateway.stop()  # SIGTERM: the drain waits for the items in flight
+    assert gateway.process.returncode == 0
+    gateway = serve(stub, tmp_path, env, batch_concurrency=4)
+    try:
+        result = poll_until_done(gateway, "acct-t", key, batch_id, timeout_s=60)
+        tenant_id = tenant_of(gateway, "acct-t")
+    finally:
+        gateway.stop()
+    assert [r["id"] for r in result["responses"]] == list(range(30))
+    records = [r for r in ledger(env, tmp_path, tenant_id) if r.request_id.startswith(batch_id)]
+    assert sorted(r.request_id for r in records) == sorted(f"{batch_id}.{i}" for i in range(30))  # none cut, none twice
+    assert {r.status for r in records} == {"ok"}
