@@ -3,7 +3,8 @@
     python -m tests.gateway.stub_backend --port PORT [--chunks 8] [--chunk-delay-ms 0] [--reuse-port] [--fail-guided]
 
 A tiny Starlette app speaking the streaming /v1/completions protocol plus the routes the gateway
-polls (health, load, KV events, tokenizer), and /v1/chat/completions for a router that passes chat
+polls (health, load, KV events, tokenizer), /v1/embeddings (each text's vector: [its length, 1.0];
+for a catalog model of task "Text Embeddings" on the stub), and /v1/chat/completions for a router that passes chat
 requests through (benchmarks/gateway/sglang_router.py). Every answer streams `--chunks` text chunks and a
 usage chunk. Its tokenizer is a small byte-level BPE trained at start-up, with a ChatML template,
 so a gateway in front does its real per-request work (template, tokenize, hash, route, meter,
@@ -164,6 +165,12 @@ def stub_app(num_chunks: int, chunk_delay_ms: float = 0.0, fail_guided: bool = F
         num_prompt = sum(len(str(m.get("content", "")).split()) for m in messages)
         return StreamingResponse(stream(num_prompt, chat=True), media_type="text/event-stream")
 
+    async def embeddings(request: Request) -> JSONResponse:
+        texts = (await request.json())["input"]
+        data = [{"object": "embedding", "index": i, "embedding": [float(len(t)), 1.0]} for i, t in enumerate(texts)]
+        tokens = sum(len(t.split()) for t in texts)
+        return JSONResponse({"object": "list", "data": data, "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
+
     async def health(request: Request) -> JSONResponse:
         return JSONResponse({"status": "ok"})
 
@@ -180,6 +187,7 @@ def stub_app(num_chunks: int, chunk_delay_ms: float = 0.0, fail_guided: bool = F
         routes=[
             Route("/v1/completions", completions, methods=["POST"]),
             Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+            Route("/v1/embeddings", embeddings, methods=["POST"]),
             Route("/health", health),
             Route("/load", load),
             Route("/kv_cache_events", kv_events, methods=["POST"]),

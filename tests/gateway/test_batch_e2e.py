@@ -5,13 +5,14 @@ with each store: the local store's SQLite file and Redis.
 item is answered once, in order, with its external_reference, and billed once (one ledger record
 per item, under the item's request id). Limits: a tenant's queued items, the 10 MB payload, the
 ordinary body bound without ?queueRequest=true, a bad item; another tenant's request_id is a 404.
-SIGTERM drains the running items (none cut, none billed twice) and the queued ones wait for the next
+Embedding items answer vectors. SIGTERM drains the running items (none cut, none billed twice) and the queued ones wait for the next
 gateway. Interactive first: an item whose tenant has no free concurrency slot waits (given back, not queued
 behind the interactive request) and runs once the slot is free."""
 
 from __future__ import annotations
 
 import collections
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -232,3 +233,30 @@ def test_sigterm_lets_running_items_finish_and_leaves_the_rest_queued(stub: Chil
     records = [r for r in ledger(env, tmp_path, tenant_id) if r.request_id.startswith(batch_id)]
     assert sorted(r.request_id for r in records) == sorted(f"{batch_id}.{i}" for i in range(30))  # none cut, none twice
     assert {r.status for r in records} == {"ok"}
+
+
+def test_embedding_items_answer_vectors(stub: ChildProcess, tmp_path: Path) -> None:
+    embed = "@cf/edgerun/embed-stub"
+    models = [{"id": stub_backend.MODEL_ID, "backend_model": "stub", "block_size": 16},
+              {"id": embed, "backend_model": "stub-embed", "task": "Text Embeddings"}]
+    backends = [{"id": "stub", "base_url": stub.url, "region": "local", "models": [stub_backend.MODEL_ID, embed]}]
+    env = {"EDGERUN_SQLITE_PATH": str(tmp_path / "gateway.sqlite3"), "EDGERUN_MODELS": json.dumps(models),
+           "EDGERUN_BACKENDS": json.dumps(backends)}
+    gateway = serve(stub, tmp_path, env)
+    try:
+        key = stub_backend.create_key(gateway.url, "acct-e")
+        url = f"{gateway.url}/client/v4/accounts/acct-e/ai/run/{embed}?queueRequest=true"
+        auth = {"authorization": f"Bearer {key}"}
+        body = {"requests": [{"text": ["the sea", "a lake"], "external_reference": "water"}, {"text": "sky"}]}
+        batch_id = httpx.post(url, json=body, headers=auth).json()["result"]["request_id"]
+        deadline = time.monotonic() + 30
+        while "responses" not in (result := httpx.post(url, json={"request_id": batch_id}, headers=auth).json()["result"]):
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+    finally:
+        gateway.stop()
+    first, second = result["responses"]
+    assert first["external_reference"] == "water" and second["external_reference"] is None
+    assert first["result"]["shape"] == [2, 2] and first["result"]["data"] == [[7.0, 1.0], [6.0, 1.0]]
+    assert second["result"]["data"] == [[3.0, 1.0]]
+    assert result["usage"]["prompt_tokens"] == first["result"]["usage"]["prompt_tokens"] + 1
