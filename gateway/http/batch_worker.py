@@ -141,6 +141,9 @@ class BatchWorker:
             except StoreUnavailable as exc:
                 log.warning("the batch queue cannot be read", error=str(exc))
                 item = None
+            except Exception:  # a bug must not stop batch work for good: say it, and go on
+                log.exception("claiming a batch item failed")
+                item = None
             if item is None:
                 await asyncio.sleep(s.batch_poll_interval_s)
                 continue
