@@ -176,7 +176,11 @@ class RedisQueue:
                 pipe.hget(self._items(batch_id), index)
                 meta, payload = await pipe.execute()
             if not meta or payload is None:  # gone (answered meanwhile, or its batch expired): not work
-                await self._redis.zrem(self._ready_and_leases()[0], member)
+                ready, leases = self._ready_and_leases()
+                async with self._redis.pipeline(transaction=False) as pipe:
+                    pipe.zrem(ready, member)
+                    pipe.hdel(leases, member)
+                    await pipe.execute()
                 continue
             if meta.get("started") != "1":
                 await self._redis.hset(self._batch(batch_id), "started", 1)
