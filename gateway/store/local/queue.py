@@ -177,7 +177,8 @@ class LocalQueue:
         return await self._run(self._file.complete, item, result, self._clock() + check_lease(keep_s))
 
     async def state(self, tenant_id: str, batch_id: str) -> BatchState | None:
-        return await self._run(self._file.state, check_id("tenant id", tenant_id), batch_id, self._clock())
+        check_id("tenant id", tenant_id)
+        return await self._run(self._file.state, tenant_id, check_id("batch id", batch_id), self._clock())
 
     async def queued_items(self, tenant_id: str) -> tuple[int, int]:
         return await self._run(self._file.queued_items, check_id("tenant id", tenant_id))

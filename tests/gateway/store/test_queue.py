@@ -91,6 +91,8 @@ async def test_limits_hold_per_tenant_and_all_or_nothing(store: Store) -> None:
     assert await q.enqueue(batch("a3", 2), max_queued=5, max_bytes=10_000)  # 3 + 2
     with pytest.raises(InvalidArgument):
         await q.enqueue(batch("a3", 1), max_queued=50, max_bytes=10_000)  # an id is queued once
+    with pytest.raises(InvalidArgument, match="batch id"):
+        await q.state("acme", "a:1")  # alike in both stores, though Redis alone builds keys from it
     assert await q.state("other", "a1") is None  # another tenant's batch does not exist for it
     assert await q.state("acme", "o1") is None
 
