@@ -78,6 +78,22 @@ class EngineStats:
     num_draft_tokens: int = 0  # cumulative speculative drafts verified
     num_accepted_draft_tokens: int = 0  # cumulative drafts the target accepted
     num_kv_blocks_pinned: int = 0  # blocks held for decode backends to pull (disaggregated serving)
+    host_tier: KVTierCounters | None = None  # the host-memory tier below the KV pool, where there is one
+
+
+@dataclass(slots=True)
+class KVTierCounters:
+    """One KV tier below the pool: its size now and cumulative counts (blocks, bytes, seconds)."""
+
+    capacity_blocks: int = 0
+    num_blocks: int = 0  # held now
+    num_hit_blocks: int = 0  # blocks a lookup found there (copied back instead of prefilled)
+    num_miss_blocks: int = 0  # blocks past the pool's hits that it did not hold either
+    num_stored_blocks: int = 0
+    num_evicted_blocks: int = 0
+    num_bytes_in: int = 0  # into the tier
+    num_bytes_out: int = 0  # out of it, back into the pool (or to the region)
+    seconds: float = 0.0  # spent copying
 
 
 @dataclass(slots=True)
@@ -89,6 +105,7 @@ class KVCacheEvent:
     block_hashes: list[int]
     parent_hash: int | None = None
     token_ids: list[list[int]] | None = None  # per stored block, so a router can re-hash
+    medium: str = "GPU"  # where the blocks are (were): contracts.kv_events.MEDIA
 
 
 class Tokenizer(Protocol):

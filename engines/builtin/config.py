@@ -25,6 +25,13 @@ class EngineConfig:
     max_num_batched_tokens: int = 512  # tokens per step (prefill chunks + decodes)
     max_model_len: int | None = None  # defaults to the model's context length
     max_waiting: int = 256  # queued requests beyond which submit refuses (EngineOverloaded)
+    # The host-memory tier below the KV pool (engine/host_tier.py): blocks the pool evicts are kept
+    # there, up to this many (0: no tier), and copied back on a hit instead of prefilled. Each holds
+    # num_layers x block_size tokens' K and V: 737,280 bytes for SmolLM2 in float32 at block_size 16.
+    host_tier_blocks: int = 0
+    # "float16" stores them rounded (half the bytes of a float32 cache, outputs within float16's
+    # rounding of K and V); None keeps the cache's dtype and outputs exact.
+    host_tier_dtype: str | None = None
     seed: int = 0  # for random weights
     # "fast" (the default) may use lower-precision arithmetic chosen per batch shape, within the
     # tolerance BENCHMARKS.md states (engines/builtin/runner/quant.py); "deterministic" is the exact model:
@@ -73,6 +80,10 @@ class EngineConfig:
             raise ValueError(f"block_size={self.block_size} must be a power of two")
         if self.num_kv_blocks < 1:
             raise ValueError("num_kv_blocks must be >= 1")
+        if self.host_tier_blocks < 0:
+            raise ValueError("host_tier_blocks must be >= 0 (0: no host tier)")
+        if self.host_tier_dtype not in (None, "float16", "bfloat16", "float32"):
+            raise ValueError(f"host_tier_dtype={self.host_tier_dtype!r}: use float16, or leave it unset for the cache's dtype")
         if self.max_num_seqs < 1:
             raise ValueError("max_num_seqs must be >= 1")
         if self.max_num_batched_tokens < self.max_num_seqs:

@@ -4,6 +4,7 @@
     llm_engine.py     the synchronous engine: add requests, `step()`, output deltas
     scheduler.py      continuous batching with chunked prefill and preemption: what runs each step
     block_manager.py  paged KV blocks, reference counts, the prefix cache
+    host_tier.py      the host-memory tier below the KV pool: evicted blocks kept, copied back on a hit
     sequence.py       one request's tokens, blocks and progress
     kv_events.py      the log of stored/removed blocks that the backend publishes
     kv_pins.py        KV blocks kept after a context step until a decode backend pulls them

@@ -6,6 +6,7 @@ import threading
 from collections import deque
 from typing import Literal
 
+from contracts.kv_events import MEDIUM_POOL
 from engines.base import KVCacheEvent
 
 
@@ -22,18 +23,20 @@ class KVEventLog:
         self._next_id = 0
         self.num_dropped = 0
 
-    def stored(self, block_hashes: list[int], parent_hash: int | None, token_ids: list[list[int]]) -> None:
-        self._append("stored", block_hashes, parent_hash, token_ids)
+    def stored(
+        self, block_hashes: list[int], parent_hash: int | None, token_ids: list[list[int]], medium: str = MEDIUM_POOL,
+    ) -> None:
+        self._append("stored", block_hashes, parent_hash, token_ids, medium)
 
-    def removed(self, block_hashes: list[int]) -> None:
-        self._append("removed", block_hashes, None, None)
+    def removed(self, block_hashes: list[int], medium: str = MEDIUM_POOL) -> None:
+        self._append("removed", block_hashes, None, None, medium)
 
     def _append(
         self, kind: Literal["stored", "removed"], block_hashes: list[int], parent_hash: int | None,
-        token_ids: list[list[int]] | None,
+        token_ids: list[list[int]] | None, medium: str,
     ) -> None:
         with self._lock:
-            self._events.append(KVCacheEvent(self._next_id, kind, block_hashes, parent_hash, token_ids))
+            self._events.append(KVCacheEvent(self._next_id, kind, block_hashes, parent_hash, token_ids, medium))
             self._next_id += 1
             if len(self._events) > self._capacity:
                 self._events.popleft()

@@ -5,9 +5,12 @@ Not thread-safe: one thread owns it (`AsyncEngine` runs it in its worker thread)
 
 from __future__ import annotations
 
+import torch
+
 from engines.base import EngineStats, FinishReason, GenerationOutput, GenerationRequest, KVCacheEvent
 from engines.builtin.config import EngineConfig
 from engines.builtin.engine.block_manager import BlockManager
+from engines.builtin.engine.host_tier import HostTier, KVBlockIO
 from engines.builtin.engine.kv_events import KVEventLog
 from engines.builtin.engine.kv_pins import KVPins
 from engines.builtin.engine.scheduler import ScheduledChunk, Scheduler
@@ -44,7 +47,12 @@ class LLMEngine:
         self.max_model_len = min(config.max_model_len or model_config.max_position_embeddings,
                                  model_config.max_position_embeddings)
         self.kv_events = KVEventLog()
-        self.block_manager = BlockManager(config.num_kv_blocks, config.block_size, self.kv_events)
+        self.kv_io = KVBlockIO(self.runner.kv_caches)
+        host_tier = None
+        if config.host_tier_blocks:
+            dtype = getattr(torch, config.host_tier_dtype) if config.host_tier_dtype else None
+            host_tier = HostTier(self.kv_io, config.host_tier_blocks, dtype)
+        self.block_manager = BlockManager(config.num_kv_blocks, config.block_size, self.kv_events, host_tier)
         self.scheduler = Scheduler(config, self.block_manager)
         self.pins = KVPins(self.block_manager)
         self.pin_on_finish: set[str] = set()  # request ids whose blocks are pinned if they stop at "length"
@@ -213,6 +221,7 @@ class LLMEngine:
             num_draft_tokens=self.speculator.num_draft_tokens,
             num_accepted_draft_tokens=self.speculator.num_accepted_tokens,
             num_kv_blocks_pinned=self.pins.num_pinned_blocks,
+            host_tier=None if self.block_manager.host_tier is None else self.block_manager.host_tier.snapshot(),
         )
 
     def drain_kv_events(self) -> list[KVCacheEvent]:
