@@ -56,6 +56,14 @@ class BackendSettings(TomlSettings):
     # this host (a firewall or NetworkPolicy): SECURITY.md.
     kv_mooncake_trusted_network: bool = False
 
+    # --- the region's shared KV pool (backends/server/region_service.py, backends/kv_transfer/region_pool.py) ---
+    # "host:port" of the region's mooncake_master; None: no regional pool. Needs engine.host_tier_blocks > 0
+    # (fetched blocks land in the host tier) and, like kv_transport = mooncake, kv_mooncake_trusted_network.
+    kv_region_pool_master: str | None = None
+    kv_region_pool_segment_mb: int = Field(default=1024, ge=16)  # memory this backend lends the pool
+    kv_region_pool_timeout_s: float = Field(default=2.0, gt=0)  # one pool call; past it, serve without the pool
+    kv_region_pool_retry_s: float = Field(default=5.0, gt=0)  # after a failure, how long to leave the pool alone
+
     # --- who may call (backends/server/auth.py; SECURITY.md) ---
     # The gateway's shared secret (its backend_api_key), required as `Authorization: Bearer <key>` on
     # every route but GET /health. Without one the backend refuses to listen beyond loopback unless
@@ -90,6 +98,25 @@ class BackendSettings(TomlSettings):
                 "cache. Use the default tcp transport (every pull signed with the backend key), or run Mooncake "
                 "where only backends reach this host and set kv_mooncake_trusted_network = true "
                 "(EDGERUN_KV_MOONCAKE_TRUSTED_NETWORK, --kv-mooncake-trusted-network)"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _region_pool_needs_its_parts(self) -> BackendSettings:
+        if self.kv_region_pool_master is None:
+            return self
+        if self.engine_kind != "builtin" or self.engine.device != "cpu":
+            raise ValueError("kv_region_pool_master: the regional KV pool is offered by the built-in engine on the CPU")
+        if self.engine.host_tier_blocks < 1:
+            raise ValueError(
+                "kv_region_pool_master needs a host tier to fetch into: set engine.host_tier_blocks "
+                "(EDGERUN_ENGINE__HOST_TIER_BLOCKS) to at least the blocks of your longest shared prefix"
+            )
+        if not self.kv_mooncake_trusted_network:
+            raise ValueError(
+                "kv_region_pool_master: Mooncake Store's transfer engine listens on every interface and "
+                "authenticates no one, so anyone who reaches its ports can read every tenant's KV blocks. Run it "
+                "where only backends reach this host and set kv_mooncake_trusted_network = true"
             )
         return self
 

@@ -41,6 +41,10 @@ _OVERRIDES: dict[str, tuple[str | None, str]] = {
     "kv_port": (None, "kv_port"),
     "kv_pin_ttl_s": (None, "kv_pin_ttl_s"),
     "kv_mooncake_trusted_network": (None, "kv_mooncake_trusted_network"),
+    "host_tier_blocks": ("engine", "host_tier_blocks"),
+    "host_tier_dtype": ("engine", "host_tier_dtype"),
+    "kv_region_pool_master": (None, "kv_region_pool_master"),
+    "kv_region_pool_segment_mb": (None, "kv_region_pool_segment_mb"),
 }
 # flags that set the same field of both engines' sections (speculative decoding is configured one way)
 _BOTH_ENGINES = ("speculative", "num_speculative_tokens", "speculative_model", "prompt_lookup_max",
@@ -64,6 +68,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="allow --kv-transport mooncake, whose ports authenticate no one (only where backends alone reach them)")
     add("--kv-port", type=int, help="KV exporter port of prefill/mixed backends (default 0: any free port)")
     add("--kv-pin-ttl", dest="kv_pin_ttl_s", type=float, help="seconds a context step's KV waits to be pulled")
+    add("--host-tier-blocks", type=int,
+        help="KV blocks kept in host memory after the pool evicts them, copied back on a hit (built-in engine; 0: none)")
+    add("--host-tier-dtype", choices=["float16"], help="store host-tier blocks in float16 (half the bytes; not exact)")
+    add("--kv-region-pool", dest="kv_region_pool_master", metavar="HOST:PORT",
+        help="the region's mooncake_master: share finished prefix blocks with the region's backends (needs "
+             "--host-tier-blocks and --kv-mooncake-trusted-network)")
+    add("--kv-region-pool-segment-mb", type=int, help="memory this backend lends the region's pool (default 1024)")
     add("--max-queue", type=int, help="waiting requests beyond the running batch before answering 429")
     add("--shutdown-timeout", dest="shutdown_timeout_s", type=float, help="seconds in-flight requests get at shutdown")
     add("--log-level", help="debug, info, warning or error")

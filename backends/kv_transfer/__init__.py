@@ -5,4 +5,5 @@
     exports.py  the prefill side's pinned blocks, released on pull or after a TTL
     channel.py  the transport interface and the factory (tcp.py built in, mooncake.py)
     errors.py   what can go wrong, as one tree
+    region_pool.py  the region's shared KV pool on Mooncake Store: keys, values, the client's calls
 """

@@ -14,6 +14,7 @@ engine_factory.py  which engine a backend hosts, imported lazily
 tokenizer_route.py `GET /edgerun/v1/tokenizer`: the engine's tokenizer, for the gateway
 disagg.py     trtllm-serve's context_only / generation_only steps
 kv_service.py exporting and importing pinned KV blocks, with their metrics
+region_service.py  the region's shared KV pool: fetch a prompt's blocks before prefill, share them after
 embedding_app.py      a backend hosting a sentence encoder (`--engine embedding`)
 embedding_metrics.py  its Prometheus metrics, read from its batcher at scrape time
 """

@@ -102,6 +102,12 @@ async def _may_start_kv(state: BackendState, engine: Engine) -> None:
     kv = KVService(state.settings, engine, state.metrics)
     await kv.start()
     state.kv = kv
+    if state.settings.kv_region_pool_master is not None:
+        from backends.server.region_service import RegionPoolService
+
+        region = RegionPoolService(state.settings, engine, state.metrics)
+        await region.start()
+        state.region = region
 
 
 async def drain_and_stop(state: BackendState) -> None:
@@ -124,5 +130,7 @@ async def _drain_and_stop(state: BackendState) -> None:
     admission.phase = Phase.STOPPED
     if state.kv is not None:
         await state.kv.stop()
+    if state.region is not None:
+        await state.region.stop()
     if engine is not None:
         await engine.stop(timeout_s=ABORT_TIMEOUT_S)

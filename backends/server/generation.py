@@ -13,6 +13,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from backends.server.admission import Admission
 from backends.server.errors import APIError, from_engine_error
@@ -20,6 +21,9 @@ from backends.server.metrics import BackendMetrics
 from engines.base import Engine, GenerationOutput, GenerationRequest
 from engines.errors import EngineError
 from engines.sampling_params import SamplingParams
+
+if TYPE_CHECKING:
+    from backends.server.region_service import RegionPoolService  # imports torch: only where the engine is ours
 
 log = logging.getLogger("edgerun.backend")
 
@@ -51,6 +55,7 @@ class Generation:
         self._started_at = time.monotonic()
         self._is_closed = False
         self._error_outcome: str | None = None  # set when the engine refused or failed the request
+        self.on_finished: Callable[[], None] | None = None  # called once when it ends with outcome ok
 
     async def prime(self) -> None:
         """Wait for the first output; engine errors become APIErrors."""
@@ -119,6 +124,8 @@ class Generation:
             metrics.latency.labels(self.route).observe(elapsed_s)
             if self.last is not None:
                 metrics.observe_speculation(self.last)
+            if self.on_finished is not None and self.outcome == "ok":
+                self.on_finished()
             self._log(elapsed_s)
 
     def _log(self, elapsed_s: float) -> None:
@@ -134,10 +141,13 @@ class Generation:
 
 
 class GenerationService:
-    def __init__(self, engine: Engine, admission: Admission, metrics: BackendMetrics) -> None:
+    def __init__(
+        self, engine: Engine, admission: Admission, metrics: BackendMetrics, region: RegionPoolService | None = None,
+    ) -> None:
         self.engine = engine
         self.admission = admission
         self.metrics = metrics
+        self.region = region  # the region's shared KV pool: fetched from before, shared with after
 
     async def start(
         self,
@@ -161,9 +171,18 @@ class GenerationService:
         except APIError as exc:
             self.metrics.requests.labels(route, outcome_of(exc)).inc()
             raise
+        if self.region is not None and submit is None:
+            try:
+                await self.region.fill(prompt_token_ids, cache_salt)
+            except BaseException:  # cancelled (the client left) or the engine stopped: give the slot back
+                self.admission.release(request_id)
+                raise
         request = GenerationRequest(request_id, prompt_token_ids, sampling, cache_salt, pin_kv_on_finish=pin_kv)
         outputs = (submit or self.engine.generate)(request)
         generation = Generation(self, route, request_id, outputs)
+        if self.region is not None:
+            region = self.region
+            generation.on_finished = lambda: region.share_later(prompt_token_ids, cache_salt)
         try:
             await generation.prime()
         except BaseException:

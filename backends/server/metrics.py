@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from engines.base import EngineStats, GenerationOutput
+from engines.base import EngineStats, GenerationOutput, KVTierCounters
 
 PREFIX = "edgerun_backend"
 ACCEPTANCE_RATE_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
@@ -21,9 +21,13 @@ LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 
 
 class _EngineCollector(Collector):
-    def __init__(self, stats: Callable[[], EngineStats | None], labels: dict[str, str]) -> None:
+    def __init__(
+        self, stats: Callable[[], EngineStats | None], labels: dict[str, str],
+        region_tier: Callable[[], KVTierCounters | None],
+    ) -> None:
         self._stats = stats
         self._labels = labels
+        self._region_tier = region_tier
 
     def collect(self) -> Iterator[Metric]:
         stats = self._stats()
@@ -62,6 +66,33 @@ class _EngineCollector(Collector):
         yield counter(
             "spec_accepted_tokens", "Speculative draft tokens the target accepted.", stats.num_accepted_draft_tokens
         )
+        tiers = {"host": stats.host_tier, "region": self._region_tier()}
+        yield from _tier_families([(tier, c) for tier, c in tiers.items() if c is not None], self._labels)
+
+
+_TIER_SERIES = (  # (name, help, field, is a counter)
+    ("kv_tier_capacity_blocks", "Blocks the tier may hold (0: the pool's own bound).", "capacity_blocks", False),
+    ("kv_tier_blocks", "Blocks the tier holds now (host tier).", "num_blocks", False),
+    ("kv_tier_hit_blocks", "Prompt blocks found in the tier and reused instead of prefilled.", "num_hit_blocks", True),
+    ("kv_tier_miss_blocks", "Prompt blocks past the nearer tiers' hits that the tier lacked.", "num_miss_blocks", True),
+    ("kv_tier_stored_blocks", "Blocks put into the tier.", "num_stored_blocks", True),
+    ("kv_tier_evicted_blocks", "Blocks the tier dropped to stay within its size.", "num_evicted_blocks", True),
+    ("kv_tier_bytes_in", "Bytes moved into the tier.", "num_bytes_in", True),
+    ("kv_tier_bytes_out", "Bytes moved out of the tier (back into the KV pool).", "num_bytes_out", True),
+    ("kv_tier_seconds", "Seconds spent copying to and from the tier (region: fetching).", "seconds", True),
+)
+
+
+def _tier_families(tiers: list[tuple[str, KVTierCounters]], labels: dict[str, str]) -> Iterator[Metric]:
+    if not tiers:
+        return
+    names = [*labels, "tier"]
+    for name, doc, attr, is_counter in _TIER_SERIES:
+        family_type = CounterMetricFamily if is_counter else GaugeMetricFamily
+        family = family_type(f"{PREFIX}_{name}", doc, labels=names)
+        for tier, c in tiers:
+            family.add_metric([*labels.values(), tier], getattr(c, attr))
+        yield family
 
 
 class BackendMetrics:
@@ -70,7 +101,16 @@ class BackendMetrics:
     def __init__(self, stats: Callable[[], EngineStats | None], *, model: str, region: str, role: str) -> None:
         self.registry = CollectorRegistry()
         labels = {"model": model, "region": region, "role": role}
-        self.registry.register(_EngineCollector(stats, labels))
+        self.region_tier: KVTierCounters | None = None  # set by region_service.py where a regional pool is used
+        self.registry.register(_EngineCollector(stats, labels, lambda: self.region_tier))
+        self.kv_region_fetch_seconds = Histogram(
+            f"{PREFIX}_kv_region_fetch_seconds", "Time to look up and fetch a prompt's blocks from the region's pool.",
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5), registry=self.registry,
+        )
+        self.kv_region_pool_errors = Counter(
+            f"{PREFIX}_kv_region_pool_errors", "Calls to the region's KV pool that failed or timed out.",
+            registry=self.registry,
+        )
         self.requests = Counter(
             f"{PREFIX}_requests",
             "Requests answered, by route and outcome.",

@@ -20,6 +20,7 @@ from engines.base import Engine, EngineStats
 
 if TYPE_CHECKING:
     from backends.server.kv_service import KVService  # imports torch: only where the engine is ours
+    from backends.server.region_service import RegionPoolService
 
 
 @dataclass(slots=True)
@@ -30,6 +31,7 @@ class BackendState:
     kv_feed: KVEventFeed = field(init=False)
     engine: Engine | None = None
     kv: KVService | None = None  # KV transfer of disaggregated serving (built-in engine only)
+    region: RegionPoolService | None = None  # the region's shared KV pool (kv_region_pool_master)
     generation: GenerationService | None = None
     load_error: str | None = None
     started_at: int = field(default_factory=lambda: int(time.time()))
@@ -61,7 +63,7 @@ class BackendState:
     def attach(self, engine: Engine) -> None:
         """The engine is started: serve requests with it."""
         self.engine = engine
-        self.generation = GenerationService(engine, self.admission, self.metrics)
+        self.generation = GenerationService(engine, self.admission, self.metrics, self.region)
         self.admission.mark_ready()
 
     def ready_engine(self) -> Engine:

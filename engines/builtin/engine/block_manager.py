@@ -77,18 +77,21 @@ class BlockManager:
     # ---- prefix matching -------------------------------------------------------------------
 
     def _match_prefix(self, seq: Sequence) -> PrefixMatch:
-        """Cached blocks that hold the head of `seq`: the pool's, then the host tier's, stopping at
-        the first block neither holds.
+        return self.match(seq.token_ids, seq.cache_salt)
+
+    def match(self, token_ids: list[int], cache_salt: str | None) -> PrefixMatch:
+        """Cached blocks that hold the head of a sequence: the pool's, then the host tier's, stopping
+        at the first block neither holds.
 
         At most (len - 1) // block_size blocks: the last token is always computed so the model
         produces logits for it.
         """
         match = PrefixMatch([], [], [], 0)
-        parent = salt_root(seq.cache_salt)
+        parent = salt_root(cache_salt)
         bs = self.block_size
-        limit = (len(seq) - 1) // bs
+        limit = (len(token_ids) - 1) // bs
         for i in range(limit):
-            tokens = seq.token_ids[i * bs : (i + 1) * bs]
+            tokens = token_ids[i * bs : (i + 1) * bs]
             h = block_hash(parent, tokens)
             block_id = self.hash_to_block.get(h)
             if block_id is not None and self.blocks[block_id].token_ids == tuple(tokens) and not match.tier_blocks:
@@ -104,11 +107,6 @@ class BlockManager:
                 match.tier_blocks.append(entry)
             parent = h
         return match
-
-    def num_cached_blocks(self, seq: Sequence) -> tuple[int, int]:
-        """(pool, host tier) blocks at the head of `seq` (what a fetch from the region may skip)."""
-        match = self._match_prefix(seq)
-        return len(match.block_ids), len(match.tier_blocks)
 
     def can_allocate(self, seq: Sequence) -> bool:
         match = self._match_prefix(seq)
