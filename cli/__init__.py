@@ -4,10 +4,11 @@
     main.py      the dispatcher (`edgerun`, `python -m cli`): imports only the chosen subcommand
     logs.py      structured logging, configured once per process before the subcommand runs
     serve.py     `edgerun serve`: the gateway alone
-    dev.py       `edgerun dev`: a backend child process and a gateway, with a development key
+    dev.py       `edgerun dev`: backend child processes and a gateway, with a development key
     dev_regions.py  `edgerun dev --regions N --wan-rtt-ms RTT`: N regions, a development key valid in all
     regions.py   several regions on this machine (Redis servers, WAN links, gateways), for dev and tests
     wan.py       an emulated WAN link between regions: a delaying, cuttable asyncio TCP proxy
+    kv_pool.py   the region's KV pool master (mooncake_master) as a child, and the flags that join it
     backend.py   `edgerun backend`: one regional backend (built-in engine or TensorRT-LLM)
     chat.py      `edgerun chat`: the built-in engine in the terminal
     admin.py     `edgerun tenants` / `edgerun keys`: through the admin API or the store directly

@@ -16,7 +16,10 @@
 4. on Ctrl-C (or SIGTERM) stops the gateway, then the backends, and waits for them.
 
 With `--regions N` (N > 1) it starts N regions instead, an emulated WAN between them
-(cli/dev_regions.py).
+(cli/dev_regions.py). `--backends N` (N > 1) starts N built-in backends of one region instead of
+one, sharing a regional KV pool: one `mooncake_master` (cli/kv_pool.py) and, on each backend, a
+host-memory tier that blocks fetched from the pool land in; `--policy` picks the gateway's routing
+policy.
 
 The store is the one every other command opens by default (`sqlite_path` in gateway/settings.py,
 or `EDGERUN_SQLITE_PATH`), so `edgerun billing export` or `edgerun keys list` after `make run`
@@ -38,6 +41,7 @@ from typing import Any
 
 from pydantic import SecretStr
 
+from cli.kv_pool import pool_flags, spawn_master
 from cli.processes import ChildProcess, ProcessError, free_port
 from cli.serve import claim_store_file, quiet_http_client_logs
 from engines.embedding.package import minilm_zip
@@ -63,6 +67,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=int, default=1,
                         help="gateway processes sharing the port and the store (default 1: in this process)")
     parser.add_argument("--log-level", default="warning", help="gateway and backend log level (default warning)")
+    parser.add_argument("--backends", type=int, default=1,
+                        help="built-in backends to start (default 1); more than one share a regional KV pool")
+    parser.add_argument("--policy", help="the gateway's routing policy (default: the settings', cache_aware)")
     parser.add_argument("--no-embeddings", dest="embeddings", action="store_false",
                         help=f"do not start the embedding backend ({EMBEDDING_MODEL_ID})")
     parser.add_argument("--regions", type=int, default=1,
@@ -73,13 +80,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--regions-dir", help="with --regions: the folder of the regions' stores (default: a new temporary one)")
 
 
-def spawn_backend(args: argparse.Namespace, port: int, api_key: str) -> ChildProcess:
+def spawn_backend(
+    args: argparse.Namespace, port: int, api_key: str, extra: list[str] | None = None, name: str = "the backend",
+) -> ChildProcess:
     """`edgerun backend` as a child writing to this terminal (not yet ready: see `wait_backend`)."""
-    options = ["--model", args.model, "--region", "local", "--log-level", args.log_level]
+    options = ["--model", args.model, "--region", "local", "--log-level", args.log_level, *(extra or [])]
     return ChildProcess.spawn(
-        "the backend", "backend", options, port=port, env={"EDGERUN_API_KEY": api_key}, keep_edgerun_env=True,
+        name, "backend", options, port=port, env={"EDGERUN_API_KEY": api_key}, keep_edgerun_env=True,
         inherit_output=True,
     )
+
+
+def spawn_backends(args: argparse.Namespace, api_key: str) -> tuple[list[ChildProcess], ChildProcess | None]:
+    """The backends (the first on --backend-port), and the KV pool master they share when there are several."""
+    if args.backends < 2:
+        return [spawn_backend(args, args.backend_port or free_port(), api_key)], None
+    master = spawn_master(inherit_output=False)
+    flags = pool_flags(master)
+    ports = [args.backend_port or free_port(), *(free_port() for _ in range(args.backends - 1))]
+    return [spawn_backend(args, port, api_key, flags, f"backend local-{i}") for i, port in enumerate(ports, 1)], master
 
 
 def spawn_embedding_backend(args: argparse.Namespace, api_key: str) -> ChildProcess | None:
@@ -137,15 +156,18 @@ async def serve_dev(args: argparse.Namespace) -> int:
 
 
 async def serve_dev_claimed(args: argparse.Namespace, backend_key: str) -> int:
-    backend_port = args.backend_port or free_port()
-    backend = spawn_backend(args, backend_port, backend_key)
+    started, master = spawn_backends(args, backend_key)
+    backend_port = started[0].port
     embedder = spawn_embedding_backend(args, backend_key) if args.embeddings else None
     try:
-        print(f"starting the backend ({args.model}) on 127.0.0.1:{backend_port} ...", flush=True)
-        wait_backend(backend)
+        pool = f", sharing the KV pool of mooncake_master on 127.0.0.1:{master.port}" if master is not None else ""
+        ports = ", ".join(str(b.port) for b in started)
+        print(f"starting {len(started)} backend(s) ({args.model}) on 127.0.0.1:{ports}{pool} ...", flush=True)
+        for backend in started:
+            wait_backend(backend)
         models = [*default_models()]
         backends: list[dict[str, str | list[str]]] = [
-            {"id": "local-1", "base_url": f"http://127.0.0.1:{backend_port}", "region": "local"}
+            {"id": f"local-{i}", "base_url": b.url, "region": "local"} for i, b in enumerate(started, 1)
         ]
         if embedder is not None:
             wait_backend(embedder)
@@ -168,9 +190,12 @@ async def serve_dev_claimed(args: argparse.Namespace, backend_key: str) -> int:
         finally:
             await store.aclose()
     finally:
-        backend.stop(timeout_s=15)
+        for backend in started:
+            backend.stop(timeout_s=15)
         if embedder is not None:
             embedder.stop(timeout_s=15)
+        if master is not None:
+            master.stop(timeout_s=5)
 
 
 def dev_settings(
@@ -189,6 +214,8 @@ def dev_settings(
         "log_level": args.log_level,
         "workers": args.workers,
     }
+    if getattr(args, "policy", None):
+        flat["routing_policy"] = args.policy
     return GatewaySettings(**flat)
 
 
@@ -219,6 +246,7 @@ def worker_env(settings: GatewaySettings) -> dict[str, str]:
         "EDGERUN_SQLITE_PATH": settings.store.sqlite_path,
         "EDGERUN_ADMIN_TOKEN": settings.http.admin_token.get_secret_value(),
         "EDGERUN_BACKEND_API_KEY": settings.fleet.backend_api_key.get_secret_value(),
+        "EDGERUN_ROUTING_POLICY": settings.routing.routing_policy,
     }
 
 

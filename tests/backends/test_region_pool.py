@@ -9,17 +9,14 @@ the master is killed: requests keep succeeding (recomputed); it comes back: the 
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from cli.kv_pool import pool_flags, spawn_master
 from cli.processes import free_port
 from tests.gateway.fixtures_e2e import BackendProcess
 
@@ -27,20 +24,6 @@ pytestmark = pytest.mark.process
 
 PROMPT = [(i * 37 + 11) % 500 for i in range(1000)]
 BLOCK = 16
-
-
-def master_binary() -> str:
-    found = shutil.which("mooncake_master") or str(Path(sys.executable).parent / "mooncake_master")
-    assert Path(found).exists(), "mooncake_master is missing: pip install -e '.[kv]' (make installs it)"
-    return found
-
-
-def start_master(port: int) -> subprocess.Popen[bytes]:
-    master = subprocess.Popen([master_binary(), f"--rpc_port={port}", f"--metrics_port={free_port()}"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    time.sleep(0.5)
-    assert master.poll() is None, "mooncake_master did not start"
-    return master
 
 
 @pytest.fixture(scope="module")
@@ -51,10 +34,9 @@ def master_port() -> int:
 @pytest.fixture(scope="module")
 def pool(master_port: int) -> Iterator[list[Any]]:
     """[master process, backend A, backend B]; the test may replace the master."""
-    master = start_master(master_port)
-    flags = ["--model", "random:tiny", "--mode", "deterministic", "--num-kv-blocks", "256", "--host-tier-blocks", "128",
-             "--kv-region-pool", f"127.0.0.1:{master_port}", "--kv-region-pool-segment-mb", "64",
-             "--kv-mooncake-trusted-network", "--log-level", "warning"]
+    master = spawn_master(master_port)
+    flags = ["--model", "random:tiny", "--mode", "deterministic", "--num-kv-blocks", "256", "--log-level", "warning",
+             *pool_flags(master, host_tier_blocks=128, segment_mb=64)]
     env = {"EDGERUN_LOG_JSON": "false", "EDGERUN_KV_REGION_POOL_RETRY_S": "1"}
     backends = [BackendProcess.spawn(name, "backend", flags, env=env, threads=1) for name in ("pool-a", "pool-b")]
     processes: list[Any] = [master, *backends]
@@ -65,8 +47,7 @@ def pool(master_port: int) -> Iterator[list[Any]]:
     finally:
         for backend in backends:
             backend.stop()
-        processes[0].kill()  # the master now running
-        processes[0].wait()
+        processes[0].stop(timeout_s=5)  # the master now running
 
 
 def complete(backend: BackendProcess, prompt: list[int], salt: str) -> dict[str, Any]:
@@ -110,12 +91,11 @@ def test_a_prefix_computed_on_one_backend_is_served_from_the_pool_on_another(poo
 
     # The master dies: both backends keep answering, from their own tiers or by recomputing.
     pool[0].kill()
-    pool[0].wait()
     for i, backend in enumerate((a, b, a)):
         answer = complete(backend, [(t + 3 + i) % 500 for t in PROMPT[:300]], "tenant-1")
         assert answer["choices"][0]["text"] is not None
     # It comes back: the pool refills (its metadata died with it) and serves again.
-    pool[0] = start_master(master_port)
+    pool[0] = spawn_master(master_port)
     time.sleep(1.5)  # past the backends' retry interval
     fresh = [(t * 7 + 1) % 500 for t in PROMPT[:400]]
     stored_before = metric(a, "kv_tier_stored_blocks", "region")
