@@ -157,7 +157,6 @@ async def serve_dev(args: argparse.Namespace) -> int:
 
 async def serve_dev_claimed(args: argparse.Namespace, backend_key: str) -> int:
     started, master = spawn_backends(args, backend_key)
-    backend_port = started[0].port
     embedder = spawn_embedding_backend(args, backend_key) if args.embeddings else None
     try:
         pool = f", sharing the KV pool of mooncake_master on 127.0.0.1:{master.port}" if master is not None else ""
@@ -181,7 +180,7 @@ async def serve_dev_claimed(args: argparse.Namespace, backend_key: str) -> int:
             secret = await dev_key(store)
 
             def announce() -> None:
-                print(banner(args, settings, secret, embedder, backend_port), flush=True)
+                print(banner(args, settings, secret, embedder, [b.url for b in started]), flush=True)
 
             if args.workers > 1:
                 await store.aclose()  # the serve's workers open the file (cli/workers.py)
@@ -269,7 +268,7 @@ async def serve_workers(args: argparse.Namespace, settings: GatewaySettings, ann
 
 
 def banner(
-    args: argparse.Namespace, settings: GatewaySettings, secret: str, embedder: ChildProcess | None, backend_port: int
+    args: argparse.Namespace, settings: GatewaySettings, secret: str, embedder: ChildProcess | None, backend_urls: list[str]
 ) -> str:
     assert settings.http.admin_token is not None
     embeddings_hint = (
@@ -280,7 +279,7 @@ def banner(
     )
     workers = f" ({args.workers} worker processes sharing the store)" if args.workers > 1 else ""
     return (
-        f"\nedgerun is running: gateway http://127.0.0.1:{args.port} -> backend http://127.0.0.1:{backend_port}{workers}\n"
+        f"\nedgerun is running: gateway http://127.0.0.1:{args.port} -> backend {', '.join(backend_urls)}{workers}\n"
         f"development key (tenant {DEV_TENANT!r}, account {DEV_ACCOUNT!r}): {secret}\n"
         f"admin API and /metrics: http://127.0.0.1:{args.admin_port}\n"
         f"admin token: {settings.http.admin_token.get_secret_value()}\n"
