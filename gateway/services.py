@@ -110,7 +110,10 @@ class Services:
             MonitorIntervals(
                 fleet.health_interval_s, fleet.load_interval_s, fleet.kv_events_interval_s, fleet.health_fall
             ),
-            kv_sink=KVEventIndexer(store.routing, block_size=block_sizes.pop()) if len(block_sizes) == 1 else None,
+            kv_sink=(
+                KVEventIndexer(store.routing, block_sizes.pop(), {e.id: e.region for e in catalog.all_endpoints()})
+                if len(block_sizes) == 1 else None
+            ),
             kv_consumer=settings.store.replica_id or default_replica_id(),
             outliers=OutlierDetector(
                 [e.id for e in catalog.all_endpoints()],

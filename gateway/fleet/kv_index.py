@@ -14,27 +14,34 @@ on) is checked first: its hash must equal `block_hash(parent, tokens)`. Blocks f
 with another hash scheme fail that check and are skipped (counted in `num_skipped`): the index
 then relies on what the router recorded when it routed. Removed hashes are removed as given (a
 foreign hash is simply not in the index).
+
+Each event's `medium` (kv_tiers.py) says which index keys it changes: the backend's pool, its pool
+or host tier, or its region's shared pool; an event without one is about the pool.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from contracts.prefix_hash import block_hash
+from gateway.fleet.kv_tiers import index_keys
 from gateway.store.routing import RoutingState
 
 _INT64 = (-(2**63), 2**63 - 1)  # what the index stores
 
 
 class KVEventIndexer:
-    def __init__(self, routing: RoutingState, block_size: int) -> None:
+    def __init__(self, routing: RoutingState, block_size: int, regions: Mapping[str, str] | None = None) -> None:
         self.routing = routing
         self.block_size = block_size
+        self.regions = regions or {}  # backend id -> its region (whose shared pool its REGION events are about)
         self.num_skipped = 0
 
     async def apply(self, backend_id: str, events: list[dict[str, Any]]) -> None:
-        """Apply one poll's events in order (consecutive events of one kind are sent together)."""
-        runs: list[tuple[str, list[int]]] = []
+        """Apply one poll's events in order (consecutive events of one kind and tier are sent together)."""
+        region = self.regions.get(backend_id, "default")
+        runs: list[tuple[str, str, list[int]]] = []
         for event in events:
             data = event.get("data") if isinstance(event, dict) else None
             if not isinstance(data, dict) or data.get("type") not in ("stored", "removed"):
@@ -46,15 +53,17 @@ class KVEventIndexer:
                 hashes = [h for h in reported if isinstance(h, int) and _INT64[0] <= h <= _INT64[1]]
             if not hashes:
                 continue
-            if runs and runs[-1][0] == data["type"]:
-                runs[-1][1].extend(hashes)
-            else:
-                runs.append((data["type"], hashes))
-        for kind, hashes in runs:
+            medium = data.get("medium")
+            for key in index_keys(backend_id, region, data["type"], medium if isinstance(medium, str) else None):
+                if runs and runs[-1][:2] == (data["type"], key):
+                    runs[-1][2].extend(hashes)
+                else:
+                    runs.append((data["type"], key, list(hashes)))
+        for kind, key, hashes in runs:
             if kind == "stored":
-                await self.routing.record_prefix(backend_id, hashes)
+                await self.routing.record_prefix(key, hashes)
             else:
-                await self.routing.remove_prefix(backend_id, hashes)
+                await self.routing.remove_prefix(key, hashes)
 
     def _verified(self, data: dict[str, Any]) -> list[int]:
         """The stored blocks whose hashes follow our chain (stops at the first that does not);

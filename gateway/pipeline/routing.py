@@ -17,8 +17,12 @@ call), `first_token` (its prefill is done: those tokens leave the count) and `fi
 leaves; `finish` hands what is left to the request's settle instead). Each step is idempotent, so
 the counts are released exactly once.
 
+Where backends report tiers below their KV pool (events' `medium`), a candidate also says how
+many prompt tokens after its cached prefix its host tier and its region's shared pool hold
+(gateway/fleet/kv_tiers.py); the policies count those as a copy or a fetch.
+
 Every decision is explainable: a debug log line "routing decision" lists each candidate's cached
-tokens, load and the policy's score (`Policy.score_of`, lower wins; None for policies without
+tokens (and tier tokens), load and the policy's score (`Policy.score_of`, lower wins; None for policies without
 one), and `Flight.explanation` carries the same in one line (`explain`). A request that
 presents the admin token in `x-edgerun-explain` gets it back in the response header
 `x-edgerun-routing` (gateway/http/api_inference.py); nobody else does (it names backends and loads).
@@ -35,11 +39,12 @@ import structlog
 from backends.client import Endpoint
 from gateway.context import RequestContext
 from gateway.errors import OutOfCapacity
+from gateway.fleet.kv_tiers import tier_tokens
 from gateway.fleet.monitor import BackendMonitor
 from gateway.metrics import GatewayMetrics
 from gateway.pipeline.tenant_salt import TenantSalts
 from gateway.store.admission import Inflight
-from gateway.store.routing import RoutingState
+from gateway.store.routing import RouteView, RoutingState
 from policies.base import Candidate, Policy, RouteInfo
 from policies.prefix import block_hashes
 from policies.regions import RegionPreference, choose_region
@@ -120,17 +125,8 @@ class Router:
         cache_salt = await self.salts.salt(tenant_id)
         hashes = block_hashes(prompt_ids, model.block_size, cache_salt)
         view = await self.routing.lookup(hashes, tenant_id, session_id)
-        candidates = [
-            Candidate(
-                id=e.id,
-                region=e.region,
-                healthy=self.monitor.is_healthy(e.id),
-                in_flight_prefill_tokens=view.loads.get(e.id, (0, 0))[0],
-                in_flight_decode_tokens=view.loads.get(e.id, (0, 0))[1],
-                cached_prefix_tokens=min(len(prompt_ids), view.matched.get(e.id, 0) * model.block_size),
-            )
-            for e in endpoints
-        ]
+        candidates = [candidate(e, view, self.monitor.is_healthy(e.id), model.block_size, len(prompt_ids))
+                      for e in endpoints]
         info = route_info(ctx, hashes, len(prompt_ids), max_tokens, view.previous_backend_id)
         ordered = self.order(candidates, info)
         if not ordered:  # every backend down or ejected: say when the first ejection runs out
@@ -141,12 +137,12 @@ class Router:
             )
         by_id = {e.id: e for e in endpoints}
         first = ordered[0]
-        prefill = len(prompt_ids) - first.cached_prefix_tokens
+        prefill = len(prompt_ids) - first.reusable_prefix_tokens
         flight = Flight(
             ctx=ctx,
             info=info,
             endpoints=[by_id[c.id] for c in ordered],
-            expected_cached_tokens=first.cached_prefix_tokens,
+            expected_cached_tokens=first.reusable_prefix_tokens,
             cache_salt=cache_salt,
             choice=(self.policy, first, candidates),
             backend_id=first.id,
@@ -220,6 +216,17 @@ class Router:
         return left
 
 
+def candidate(endpoint: Endpoint, view: RouteView, healthy: bool, block_size: int, num_prompt_tokens: int) -> Candidate:
+    """One backend for this request: its load, and how much of the prompt its pool, its host tier
+    and its region's pool hold, one after the other (gateway/fleet/kv_tiers.py)."""
+    pool, host, region = tier_tokens(view.matched, endpoint.id, endpoint.region, block_size, num_prompt_tokens)
+    prefill, decode = view.loads.get(endpoint.id, (0, 0))
+    return Candidate(
+        id=endpoint.id, region=endpoint.region, healthy=healthy, in_flight_prefill_tokens=prefill,
+        in_flight_decode_tokens=decode, cached_prefix_tokens=pool, host_tier_tokens=host, region_pool_tokens=region,
+    )
+
+
 def route_info(
     ctx: RequestContext, hashes: list[int], num_prompt_tokens: int, max_tokens: int, previous: str | None
 ) -> RouteInfo:
@@ -242,6 +249,8 @@ def explain(policy: Policy, chosen: Candidate, candidates: list[Candidate], info
     for c in candidates:
         score = policy.score_of(c, info) if c.healthy else None
         text = f"{c.id}:cached={c.cached_prefix_tokens},load={c.load():g}"
+        text += f",host_tier={c.host_tier_tokens}" if c.host_tier_tokens else ""
+        text += f",region_pool={c.region_pool_tokens}" if c.region_pool_tokens else ""
         text += f",score={score:g}" if score is not None else ""
         parts.append(text if c.healthy else f"{text},unhealthy")
     return " ".join(parts)

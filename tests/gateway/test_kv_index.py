@@ -33,9 +33,9 @@ async def test_stored_chains_are_recorded_and_removals_applied(store: Store) -> 
     indexer = KVEventIndexer(store.routing, block_size=BLOCK)
     await indexer.apply("b1", [stored_event(0, salt_root("tenant-a"), hashes[:2], blocks[:2])])
     await indexer.apply("b1", [stored_event(1, hashes[1], hashes[2:], blocks[2:])])
-    assert await match_prefix(store, hashes) == {"b1": 3}
+    assert await match_prefix(store, hashes) == {"b1": 3, "b1@local": 3}  # in its pool (so reusable locally)
     await indexer.apply("b1", [{"event_id": 2, "data": {"type": "removed", "block_hashes": [hashes[2]]}}])
-    assert await match_prefix(store, hashes) == {"b1": 2}
+    assert await match_prefix(store, hashes) == {"b1": 2, "b1@local": 2}
     assert indexer.num_skipped == 0
 
 
@@ -47,7 +47,7 @@ async def test_hash_only_events_are_recorded_as_reported(store: Store) -> None:
     assert hashes == block_hashes(tokens, BLOCK, salt)  # the gateway's chain with the derived salt
     indexer = KVEventIndexer(store.routing, block_size=BLOCK)
     await indexer.apply("b1", [stored_event(0, salt_root(salt), hashes, [[], [], []])])
-    assert await match_prefix(store, hashes) == {"b1": 3}
+    assert await match_prefix(store, hashes) == {"b1": 3, "b1@local": 3}
     assert indexer.num_skipped == 0
 
 
