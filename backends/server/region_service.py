@@ -100,7 +100,8 @@ class RegionPoolService:
         match = await self.engine.call(lambda e: e.block_manager.match(prompt, cache_salt))
         first = match.num_blocks
         hashes = chain_hashes(prompt[: num_blocks * bs], bs, cache_salt)
-        wanted = hashes[first : first + self.max_fetch_blocks]
+        keep = [b.hash for b in match.tier_blocks]  # the tier must hold these and the fetched ones at once
+        wanted = hashes[first : first + max(0, self.max_fetch_blocks - len(keep))]
         if not wanted:
             return 0
         started = time.perf_counter()
@@ -115,7 +116,7 @@ class RegionPoolService:
             return 0
         blocks = self._verified(prompt, cache_salt, first, hashes, values)
         if blocks:
-            await self.engine.call(lambda e: e.block_manager.admit_fetched(blocks))
+            await self.engine.call(lambda e: e.block_manager.admit_fetched(blocks, keep))
         elapsed = time.perf_counter() - started
         c = self.counters
         c.num_hit_blocks += len(blocks)

@@ -11,7 +11,7 @@ import torch
 from contracts.kv_events import MEDIUM_HOST, MEDIUM_POOL
 from engines.builtin.config import EngineConfig
 from engines.builtin.engine.block_manager import BlockManager
-from engines.builtin.engine.host_tier import HostTier, KVBlockIO
+from engines.builtin.engine.host_tier import HostTier, KVBlockIO, TierBlock
 from engines.builtin.engine.llm_engine import LLMEngine
 from engines.builtin.engine.sequence import Sequence
 from engines.builtin.runner.model_runner import ModelRunner
@@ -123,3 +123,17 @@ def test_greedy_output_after_a_tier_hit_equals_a_cold_run(smollm2_runner: ModelR
     assert warm[-1].num_cached_tokens == (len(prompt) - 1) // 16 * 16
     assert tokens_of(warm) == tokens_of(cold)
     assert_no_leak(engine)
+
+
+def test_fetched_blocks_land_in_the_tier_without_pushing_out_the_prompts_own() -> None:
+    bm, io = make(num_blocks=4, tier_blocks=4)
+    first = list(range(100, 113))
+    serve(bm, io, "a", first)
+    serve(bm, io, "b", list(range(200, 213)))  # a's three blocks go to the tier
+    tier = bm.host_tier
+    assert tier is not None
+    own = list(tier.entries)
+    fetched = [TierBlock(1000, None, (7,) * BS, torch.zeros(LAYERS, BS, 2, 1, 2))]  # what room is left: 4 - 3
+    pooled = TierBlock(next(iter(bm.hash_to_block)), None, (0,) * BS, torch.zeros(LAYERS, BS, 2, 1, 2))
+    assert bm.admit_fetched([pooled, *fetched], keep=own) == 1  # the one in the pool already is skipped
+    assert list(tier.entries) == [*own, 1000]

@@ -232,11 +232,14 @@ class BlockManager:
 
     # ---- the tiers below -------------------------------------------------------------------
 
-    def admit_fetched(self, entries: list[TierBlock]) -> int:
+    def admit_fetched(self, entries: list[TierBlock], keep: tuple[int, ...] | list[int] = ()) -> int:
         """Blocks fetched from elsewhere (the region's pool) go into the host tier, unless the pool
-        holds them already; returns how many went in."""
+        holds them already; returns how many went in. The tier entries under `keep` (the same
+        prompt's, found before the fetch) become the most recent first, so these cannot push them out."""
         if self.host_tier is None:
             return 0
+        for h in keep:
+            self.host_tier.touch(h)
         num = 0
         for entry in entries:
             if entry.hash in self.hash_to_block:

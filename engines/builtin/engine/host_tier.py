@@ -80,6 +80,11 @@ class HostTier:
         entry = self.entries.get(block_hash)
         return entry if entry is not None and entry.token_ids == tuple(token_ids) else None
 
+    def touch(self, block_hash: int) -> None:
+        """Make the entry under `block_hash` (if any) the most recent."""
+        if block_hash in self.entries:
+            self.entries.move_to_end(block_hash)
+
     def save(self, block_id: int, block_hash: int, parent_hash: int | None, token_ids: tuple[int, ...]) -> list[int]:
         """Copy pool block `block_id` in; returns the hashes of the entries this pushed out."""
         started = time.perf_counter()
