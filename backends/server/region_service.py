@@ -1,6 +1,6 @@
 """A backend's side of its region's shared KV pool: fetch before prefilling, share after serving.
 
-`fill(prompt, salt)` runs before a request is submitted: it asks the engine how far its own pool
+`fill(prompt, salt)` runs before a request is submitted: it looks how far the engine's own pool
 and host tier reach into the prompt's tenant-salted block chain, asks the region's pool for the
 longest run of the next blocks it holds, checks each block's tokens and hands them to the engine's
 host tier (engine/host_tier.py), from which allocation copies them into the pool as any host-tier
@@ -92,12 +92,23 @@ class RegionPoolService:
     # ---- before a prefill ------------------------------------------------------------------
 
     async def fill(self, prompt: list[int], cache_salt: str | None) -> int:
-        """Fetch the blocks after this engine's own hits that the pool holds; returns how many."""
+        """Fetch the blocks after this engine's own hits that the pool holds; returns how many.
+        Never fails the request: whatever goes wrong, it is prefilled as without the pool."""
+        try:
+            return await self._fill(prompt, cache_salt)
+        except Exception:
+            log.exception("fetching from the region's KV pool failed: prefilling instead")
+            self.metrics.kv_region_pool_errors.inc()
+            return 0
+
+    async def _fill(self, prompt: list[int], cache_salt: str | None) -> int:
         bs = self.block_size
         num_blocks = (len(prompt) - 1) // bs  # the last token is always computed
         if num_blocks == 0 or not self.is_up:
             return 0
-        match = await self.engine.call(lambda e: e.block_manager.match(prompt, cache_salt))
+        # read from this thread, not the engine's: a hint (a block may move meanwhile), and it costs
+        # the request no wait for the step under way
+        match = self.engine.engine.block_manager.match(prompt, cache_salt)
         first = match.num_blocks
         hashes = chain_hashes(prompt[: num_blocks * bs], bs, cache_salt)
         keep = [b.hash for b in match.tier_blocks]  # the tier must hold these and the fetched ones at once
@@ -115,8 +126,8 @@ class RegionPoolService:
         except PoolUnavailable:
             return 0
         blocks = self._verified(prompt, cache_salt, first, hashes, values)
-        if blocks:
-            await self.engine.call(lambda e: e.block_manager.admit_fetched(blocks, keep))
+        if blocks:  # runs before the request, which is submitted after it
+            self.engine.post(lambda e: e.block_manager.admit_fetched(blocks, keep))
         elapsed = time.perf_counter() - started
         c = self.counters
         c.num_hit_blocks += len(blocks)

@@ -153,6 +153,15 @@ class AsyncEngine:
         if request.sampling.guide is not None:
             await asyncio.to_thread(self.engine.grammars.compile, request.sampling.guide)
 
+    def post(self, fn: Callable[[LLMEngine], Any]) -> None:
+        """Queue `fn(engine)` for the worker thread without waiting: it runs before any request or
+        call sent after it (commands run in order, between steps). Its failure is logged."""
+        if self._thread is None:
+            raise EngineStopped("the engine is not running")
+        done = asyncio.get_running_loop().create_future()
+        done.add_done_callback(_log_failure)
+        self._send(_Call(fn, done))
+
     async def call(self, fn: Callable[[LLMEngine], Any]) -> Any:
         """Run `fn(engine)` on the worker thread between steps; returns its result or raises its error."""
         if self._thread is None:
@@ -338,3 +347,8 @@ def _resolve(done: asyncio.Future[Any], result: Any, error: BaseException | None
         done.set_exception(error)
     else:
         done.set_result(result)
+
+
+def _log_failure(done: asyncio.Future[Any]) -> None:
+    if not done.cancelled() and done.exception() is not None:
+        log.error("a posted engine call failed", exc_info=done.exception())
