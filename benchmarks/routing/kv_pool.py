@@ -2,8 +2,8 @@
 gateway, without tiers and with a host tier each plus the regional pool (one `mooncake_master`),
 under round-robin and cache-aware routing; then what a pool hit costs against prefilling.
 
-    python -m benchmarks.routing.kv_pool [--policies round_robin,cache_aware] [--sessions 8] [--turns 3-4]
-        [--num-kv-blocks 96] [--host-tier-blocks 512] [--load concurrency:2] [--hit-tokens 1000] [--out reports/kv_pool]
+    python -m benchmarks.routing.kv_pool [--policies round_robin,cache_aware] [--sessions 12] [--turns 3-4]
+        [--num-kv-blocks 40] [--host-tier-blocks 512] [--load concurrency:2] [--hit-tokens 1000] [--out reports/kv_pool]
 
 Each setup x policy is a fresh stack (loadtests/stack.py: two `edgerun backend --model smollm2`,
 one `edgerun serve`; with tiers also a fresh master) given the serving benchmark's agent workload
@@ -162,11 +162,11 @@ def measure_hit_cost(args: argparse.Namespace) -> HitCost:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.routing.kv_pool", description=__doc__.splitlines()[0])
     parser.add_argument("--policies", default="round_robin,cache_aware")
-    parser.add_argument("--sessions", type=int, default=8, help="agent sessions per run (default 8)")
+    parser.add_argument("--sessions", type=int, default=12, help="agent sessions per run (default 12)")
     parser.add_argument("--turns", default="3-4", help="turns per agent session, MIN-MAX (default 3-4)")
     parser.add_argument("--max-tokens", type=int, default=8)
     parser.add_argument("--load", default="concurrency:2", help="one load level (default concurrency:2)")
-    parser.add_argument("--num-kv-blocks", type=int, default=96, help="each backend's KV pool in 16-token blocks (default 96)")
+    parser.add_argument("--num-kv-blocks", type=int, default=40, help="each backend's KV pool in 16-token blocks (default 40: 640 tokens)")
     parser.add_argument("--host-tier-blocks", type=int, default=512, help="each backend's host tier in blocks")
     parser.add_argument("--hit-tokens", type=int, default=1000, help="the prompt of the hit-cost measurement")
     parser.add_argument("--repeats", type=int, default=3, help="hit-cost measurements (default 3)")
