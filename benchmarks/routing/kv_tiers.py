@@ -1,4 +1,4 @@
-"""KV tiers in the simulator (issue 33): each trace x policy without tiers, with a host tier per
+"""KV tiers in the simulator (issue 33; real processes: kv_pool.py): each trace x policy without tiers, with a host tier per
 backend, and with a host tier plus a regional pool.
 
     python -m benchmarks.routing.kv_tiers [--trace data/mooncake_synthetic_trace.jsonl] [--seed 0]
