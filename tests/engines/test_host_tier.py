@@ -12,6 +12,7 @@ from contracts.kv_events import MEDIUM_HOST, MEDIUM_POOL
 from engines.builtin.config import EngineConfig
 from engines.builtin.engine.block_manager import BlockManager
 from engines.builtin.engine.host_tier import HostTier, KVBlockIO, TierBlock
+from engines.builtin.engine.kv_pins import KVPins
 from engines.builtin.engine.llm_engine import LLMEngine
 from engines.builtin.engine.sequence import Sequence
 from engines.builtin.runner.model_runner import ModelRunner
@@ -137,3 +138,27 @@ def test_fetched_blocks_land_in_the_tier_without_pushing_out_the_prompts_own() -
     pooled = TierBlock(next(iter(bm.hash_to_block)), None, (0,) * BS, torch.zeros(LAYERS, BS, 2, 1, 2))
     assert bm.admit_fetched([pooled, *fetched], keep=own) == 1  # the one in the pool already is skipped
     assert list(tier.entries) == [*own, 1000]
+
+
+def test_pinned_and_running_blocks_never_move_to_the_tier() -> None:
+    bm, io = make(num_blocks=8, tier_blocks=16)
+    pins = KVPins(bm)
+    held = Sequence("held", list(range(300, 309)), SamplingParams(max_tokens=1), "t")  # running: keeps its blocks
+    bm.allocate(held)
+    held.num_computed_tokens = len(held)
+    bm.commit_computed(held)
+    pinned = Sequence("pinned", list(range(400, 409)), SamplingParams(max_tokens=1), "t")
+    bm.allocate(pinned)
+    pinned.num_computed_tokens = len(pinned)
+    bm.commit_computed(pinned)
+    pin = pins.pin(pinned)  # a context step's KV, waiting for a decode backend
+    kept = set(held.block_table) | set(pin.block_ids)
+    for i in range(30):  # churn through the 2 blocks left
+        serve(bm, io, f"r{i}", [500 + i] * 5, salt=f"t{i}")
+    tier = bm.host_tier
+    assert tier is not None and len(tier) > 0
+    assert not {bm.blocks[b].hash for b in kept} & set(tier.entries)  # never copied down
+    assert all(bm.blocks[b].ref_count == 1 for b in kept)
+    pins.release(pin.pin_id)
+    bm.deallocate(held)
+    assert bm.num_free_blocks == bm.num_blocks and all(b.ref_count == 0 for b in bm.blocks)
