@@ -120,4 +120,14 @@ class BackendState:
             "kv_blocks_total": stats.num_kv_blocks_total,
             "kv_blocks_pinned": stats.num_kv_blocks_pinned,
             "kv_pins_exported": len(self.kv.exports) if self.kv is not None else 0,
+            "kv_tier_hit_blocks": self.tier_hits(stats),
         }
+
+    def tier_hits(self, stats: EngineStats) -> dict[str, int]:
+        """Prompt blocks each tier below the pool supplied so far (none: no tiers)."""
+        hits = {}
+        if stats.host_tier is not None:
+            hits["host"] = stats.host_tier.num_hit_blocks
+        if self.metrics.region_tier is not None:
+            hits["region"] = self.metrics.region_tier.num_hit_blocks
+        return hits

@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import structlog
@@ -52,6 +52,8 @@ class MonitoredBackend:
     failed_probes: int = 0  # consecutive failed health checks
     has_load_route: bool = True
     has_kv_events_route: bool = True
+    # prompt blocks its tiers below the KV pool supplied so far, by tier ("host", "region"), from /load
+    kv_tier_hit_blocks: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +155,9 @@ class BackendMonitor:
             try:
                 load = await self.client.load(state.endpoint)
                 prefill, decode = int(load.get("prefill_tokens", 0)), int(load.get("decode_tokens", 0))
+                tiers = load.get("kv_tier_hit_blocks")
+                if isinstance(tiers, dict):
+                    state.kv_tier_hit_blocks = {str(k): int(v) for k, v in tiers.items()}
             except BackendError as exc:
                 if isinstance(exc, BackendRejected) and exc.status in (404, 405):
                     state.has_load_route = False

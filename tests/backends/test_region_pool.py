@@ -88,6 +88,8 @@ def test_a_prefix_computed_on_one_backend_is_served_from_the_pool_on_another(poo
     assert metric(b, "kv_tier_bytes_out", "region") > 0
     assert metric(b, "kv_tier_capacity_blocks", "host") == 128  # the host tier it fetched into
     assert metric(b, "kv_tier_hit_blocks", "host") == num_blocks  # copied from there into its pool
+    load = httpx.get(f"{b.url}/load", timeout=10).json()  # what the gateway's dashboard shows per backend
+    assert load["kv_tier_hit_blocks"] == {"host": num_blocks, "region": num_blocks}
     other = complete(b, PROMPT, "tenant-2")
     assert cached(other) == 0  # another tenant's salt finds none of it
 

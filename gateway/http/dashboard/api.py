@@ -151,6 +151,7 @@ async def live_view(g: Services, scope: Scope) -> Live:
             *loads.get(s.endpoint.id, (0, 0)),
             reports_cached_tokens=(reported := reports.reports(s.endpoint.id)),
             billing_problem=reports.problem(s.endpoint.id) if reported is False else None,
+            kv_tier_hit_blocks=dict(s.kv_tier_hit_blocks) or None,
         )
         for s in g.monitor.states.values()
     )

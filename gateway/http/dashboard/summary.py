@@ -156,6 +156,7 @@ class BackendLive:
     # whether its answers say how many prompt tokens were cached (None: not known yet), and if not, what to do
     reports_cached_tokens: bool | None = None
     billing_problem: str | None = None
+    kv_tier_hit_blocks: dict[str, int] | None = None  # prompt blocks from its host tier and region pool so far
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,5 +282,6 @@ class UsageSummary:
                 "inflight_decode": None if now is None else now.inflight_decode,
                 "reports_cached_tokens": None if now is None else now.reports_cached_tokens,
                 "billing_problem": None if now is None else now.billing_problem,
+                "kv_tier_hit_blocks": None if now is None else now.kv_tier_hit_blocks,
             })
         return rows

@@ -89,13 +89,15 @@ def test_live_figures_join_the_ledger_by_backend() -> None:
     summary = UsageSummary(Window(T0, T0 + 60, 60))
     summary.add(record("r1", T0 + 1))
     live = Live(
-        backends=(BackendLive("b1", "local", True, 5, 7), BackendLive("idle", "far", False, 0, 0)),
+        backends=(BackendLive("b1", "local", True, 5, 7, kv_tier_hit_blocks={"host": 3, "region": 62}),
+                  BackendLive("idle", "far", False, 0, 0)),
         errors=(ErrorCount(3040, 429, 2),),
     )
     body = summary.to_json(live, tenant=None, is_admin=True)
     rows = {b["backend_id"]: b for b in body["backends"]}
     assert rows["b1"]["requests"] == 1 and rows["b1"]["inflight_prefill"] == 5 and rows["b1"]["healthy"] is True
     assert rows["idle"]["requests"] == 0 and rows["idle"]["healthy"] is False and rows["idle"]["region"] == "far"
+    assert rows["b1"]["kv_tier_hit_blocks"] == {"host": 3, "region": 62} and rows["idle"]["kv_tier_hit_blocks"] is None
     assert body["errors_by_code"] == [{"code": 3040, "status": 429, "count": 2}]
 
 

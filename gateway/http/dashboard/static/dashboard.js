@@ -185,6 +185,7 @@
       b.inflight_prefill === null ? dash : b.inflight_prefill + " / " + b.inflight_decode,
       b.healthy === null ? dash : b.healthy ? "yes" : "no",
       cachedTokens(b),
+      tierHits(b),
     ]));
     table("regions", s.regions.map((r) => [r.region, int(r.requests), int(r.total_tokens), pct(r.hit_ratio)]));
     table("tenants", s.tenants.map((r) => [r.tenant_id, int(r.requests), int(r.total_tokens), usd(r.cost_micro), usd(r.savings_micro)]));
@@ -194,6 +195,13 @@
   function cachedTokens(b) {
     if (b.reports_cached_tokens === null) return dash;
     return b.reports_cached_tokens ? "reported" : "unknown: " + b.billing_problem;
+  }
+
+  // prompt blocks its tiers below the KV pool supplied (host tier, regional pool), since it started
+  function tierHits(b) {
+    const hits = b.kv_tier_hit_blocks;
+    if (!hits) return dash;
+    return Object.entries(hits).map(([tier, n]) => tier + " " + int(n)).join(", ");
   }
 
   function table(id, rows) {
