@@ -44,6 +44,7 @@ _OVERRIDES: dict[str, tuple[str | None, str]] = {
     "host_tier_blocks": ("engine", "host_tier_blocks"),
     "host_tier_dtype": ("engine", "host_tier_dtype"),
     "kv_region_pool_master": (None, "kv_region_pool_master"),
+    "kv_advertise_host": (None, "kv_advertise_host"),
     "kv_region_pool_segment_mb": (None, "kv_region_pool_segment_mb"),
 }
 # flags that set the same field of both engines' sections (speculative decoding is configured one way)
@@ -74,6 +75,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--kv-region-pool", dest="kv_region_pool_master", metavar="HOST:PORT",
         help="the region's mooncake_master: share finished prefix blocks with the region's backends (needs "
              "--host-tier-blocks and --kv-mooncake-trusted-network)")
+    add("--kv-advertise-host", help="the host other backends reach this one's KV at (default: --host; loopback for 0.0.0.0)")
     add("--kv-region-pool-segment-mb", type=int, help="memory this backend lends the region's pool (default 1024)")
     add("--max-queue", type=int, help="waiting requests beyond the running batch before answering 429")
     add("--shutdown-timeout", dest="shutdown_timeout_s", type=float, help="seconds in-flight requests get at shutdown")

@@ -5,11 +5,14 @@ labelled pods (k8s) reach."""
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from cli.backend import add_arguments, build_settings
 
 INFRA = Path(__file__).resolve().parents[2] / "infra"
 
@@ -33,6 +36,25 @@ def test_compose_backends_need_the_key_the_gateways_send() -> None:
         assert "ports" not in service, name  # never published on the host
     for name, service in gateways.items():
         assert service["environment"]["EDGERUN_BACKEND_API_KEY"].startswith("${EDGERUN_BACKEND_API_KEY:?"), name
+
+
+def backend_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return parser
+
+
+def test_a_regions_backends_share_its_kv_pool_on_the_compose_network_only() -> None:
+    services: dict[str, Any] = yaml.safe_load((INFRA / "compose.yaml").read_text())["services"]
+    pool = services["kv-pool-eu-west"]
+    assert "ports" not in pool and pool["command"][0] == "mooncake_master"
+    port = next(a.split("=")[1] for a in pool["command"] if a.startswith("--rpc_port="))
+    sharing = {n: s["command"] for n, s in services.items() if "--kv-region-pool" in s.get("command", [])}
+    assert sorted(sharing) == ["backend-eu-west-a", "backend-eu-west-b"]
+    for name, command in sharing.items():
+        settings = build_settings(backend_parser().parse_args(command[2:]))  # refused if a part is missing
+        assert settings.kv_region_pool_master == f"kv-pool-eu-west:{port}" and settings.region == "eu-west"
+        assert settings.kv_advertise_host == name  # the other backends reach its segment by its service name
 
 
 def k8s_documents(manifest: str) -> list[dict[str, Any]]:
