@@ -182,9 +182,7 @@ class RegionPoolService:
                 await self._call(lambda k=batch_keys, v=values: self.pool.put(k, v))  # type: ignore[misc]
                 self.counters.num_bytes_in += sum(len(v) for v in values)
                 self.counters.num_stored_blocks += len(batch)
-                events = self.engine.engine.kv_events
-                for block in batch:
-                    events.stored([block.hash], block.parent_hash, [list(block.token_ids)], MEDIUM_REGION)
+                self.engine.engine.kv_events.stored_chain(batch, MEDIUM_REGION)
         except PoolUnavailable:
             return
 

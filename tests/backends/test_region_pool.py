@@ -67,6 +67,11 @@ def cached(answer: dict[str, Any]) -> int:
     return int(answer["usage"]["prompt_tokens_details"]["cached_tokens"])
 
 
+def events(backend: BackendProcess) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = httpx.post(f"{backend.url}/kv_cache_events?consumer=test", timeout=10).json()
+    return found
+
+
 def metric(backend: BackendProcess, name: str, tier: str) -> float:
     text = httpx.get(f"{backend.url}/metrics", timeout=10).text
     found = re.search(rf'^edgerun_backend_{name}(?:_total)?{{[^}}]*tier="{tier}"[^}}]*}} (\S+)$', text, re.M)
@@ -95,6 +100,10 @@ def test_a_prefix_computed_on_one_backend_is_served_from_the_pool_on_another(poo
     assert metric(b, "kv_tier_hit_blocks", "host") == num_blocks  # copied from there into its pool
     load = httpx.get(f"{b.url}/load", timeout=10).json()  # what the gateway's dashboard shows per backend
     assert load["kv_tier_hit_blocks"] == {"host": num_blocks, "region": num_blocks}
+    media_a = {e["data"].get("medium") for e in events(a) if e["data"]["type"] == "stored"}
+    assert media_a == {"GPU", "REGION"}  # computed into its pool, then put into the region's
+    stored_b = [e["data"]["medium"] for e in events(b) if e["data"]["type"] == "stored"]
+    assert stored_b[0] == "CPU" and set(stored_b) == {"CPU", "GPU"}  # fetched into its host tier, then into its pool
     other = complete(b, PROMPT, "tenant-2")
     assert cached(other) == 0  # another tenant's salt finds none of it
 

@@ -240,16 +240,15 @@ class BlockManager:
             return 0
         for h in keep:
             self.host_tier.touch(h)
-        num = 0
+        admitted, dropped = [], []
         for entry in entries:
-            if entry.hash in self.hash_to_block:
-                continue
-            dropped = self.host_tier.insert(entry)
-            self.events.stored([entry.hash], entry.parent_hash, [list(entry.token_ids)], MEDIUM_HOST)
-            if dropped:
-                self.events.removed(dropped, MEDIUM_HOST)
-            num += 1
-        return num
+            if entry.hash not in self.hash_to_block:
+                dropped += self.host_tier.insert(entry)
+                admitted.append(entry)
+        self.events.stored_chain(admitted, MEDIUM_HOST)
+        if dropped:
+            self.events.removed(dropped, MEDIUM_HOST)
+        return len(admitted)
 
     def read_blocks(self, hashes: list[int], io: KVBlockIO, dtype: torch.dtype) -> list[TierBlock]:
         """Copies of the blocks under `hashes` that the pool or the host tier holds (to share them)."""

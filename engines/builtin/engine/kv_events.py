@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from collections.abc import Sequence
 from typing import Literal
 
 from contracts.kv_events import MEDIUM_POOL
 from engines.base import KVCacheEvent
+from engines.builtin.engine.host_tier import TierBlock
 
 
 class KVEventLog:
@@ -27,6 +29,17 @@ class KVEventLog:
         self, block_hashes: list[int], parent_hash: int | None, token_ids: list[list[int]], medium: str = MEDIUM_POOL,
     ) -> None:
         self._append("stored", block_hashes, parent_hash, token_ids, medium)
+
+    def stored_chain(self, blocks: Sequence[TierBlock], medium: str) -> None:
+        """`blocks` stored in `medium`: one event per run that continues a chain (each block's parent
+        the one before it)."""
+        run: list[TierBlock] = []
+        for block in [*blocks, None]:
+            if run and (block is None or block.parent_hash != run[-1].hash):
+                self.stored([b.hash for b in run], run[0].parent_hash, [list(b.token_ids) for b in run], medium)
+                run = []
+            if block is not None:
+                run.append(block)
 
     def removed(self, block_hashes: list[int], medium: str = MEDIUM_POOL) -> None:
         self._append("removed", block_hashes, None, None, medium)
