@@ -1,12 +1,18 @@
 """Benchmark the built-in engine against Hugging Face transformers (and llama.cpp if installed).
 
     python -m benchmarks.engine.compare [--repeats 3] [--out results.json] [--profile] [--set FIELD=VALUE]
+                                        [--no-kernels-off]
 
 Same GGUF weights (SmolLM2-135M-Instruct), greedy decoding, on the CPU. Measures: batch-1 decode
 tokens/s; aggregate tokens/s of 16 concurrent 128-token streams (ours through AsyncEngine,
 transformers with one left-padded batch); TTFT of a 1,000-token prompt whose first 900 tokens
 are cached vs cold; cold start (a fresh process to its first token, weights cached). Each number
 is the median of `--repeats` runs, because a shared machine is noisy.
+
+The streams also run, in every round right after ours, in a child process with EDGERUN_KERNELS=off
+(the same engine on torch's own ops, as on a machine where edgerun's kernels do not build): the
+table shows both and their ratio, with each process's CPU ms per token (steadier than wall time on a
+busy machine), so a cost of the kernels at many streams cannot come back unseen (issue 35).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from pathlib import Path
 
 from benchmarks.engine.baselines import HFBaseline, LlamaCppBaseline, llama_cpp_available
@@ -87,6 +94,7 @@ class Ours:
         self.runner = ModelRunner(config)
         self.engine = LLMEngine(config, self.runner)
         self.num_requests = 0
+        self.streams_cpu_s = 0.0
 
     def chat(self, text: str) -> list[int]:
         tok = self.runner.tokenizer
@@ -105,7 +113,8 @@ class Ours:
         return started, times, cached
 
     def streams(self, prompts: list[list[int]], max_tokens: int) -> tuple[float, list[float], list[float]]:
-        """All prompts at once through AsyncEngine: (wall s, TTFTs s, inter-token gaps s)."""
+        """All prompts at once through AsyncEngine: (wall s, TTFTs s, inter-token gaps s); `streams_cpu_s` gets
+        this process's CPU seconds for them."""
 
         async def main() -> tuple[float, list[float], list[float]]:
             engine = AsyncEngine(self.config, self.runner)
@@ -124,8 +133,9 @@ class Ours:
                     last = now
 
             try:
-                started = time.perf_counter()
+                started, cpu_started = time.perf_counter(), time.process_time()
                 await asyncio.gather(*(one(i, p) for i, p in enumerate(prompts)))
+                self.streams_cpu_s = time.process_time() - cpu_started
                 return time.perf_counter() - started, ttfts, gaps
             finally:
                 await engine.stop()
@@ -133,34 +143,100 @@ class Ours:
         return asyncio.run(main())
 
 
+def stream_prompts(ours: Ours, count: int) -> list[list[int]]:
+    return [ours.chat(f"Tell me everything you know about {topic}.") for topic in TOPICS[:count]]
+
+
+class KernelsOffStreams:
+    """The streams measurement in a child process whose engine runs without edgerun's kernels (EDGERUN_KERNELS=off);
+    `round()` runs one there (this process waits meanwhile) -> (wall s, CPU s of the child)."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        command = [sys.executable, "-m", "benchmarks.engine.compare", "--streams-child", "--streams", str(args.streams),
+                   "--tokens", str(args.tokens), "--num-kv-blocks", str(args.num_kv_blocks)]
+        for option in args.set:
+            command += ["--set", option]
+        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                        env={**os.environ, "EDGERUN_KERNELS": "off"}, cwd=Path(__file__).resolve().parents[2])
+        self.reply()  # loaded and warmed up
+
+    def reply(self) -> dict:
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the kernels-off child exited ({self.process.wait()})")
+        result: dict = json.loads(line)
+        return result
+
+    def round(self) -> tuple[float, float]:
+        assert self.process.stdin is not None
+        self.process.stdin.write("round\n")
+        self.process.stdin.flush()
+        result = self.reply()
+        return result["wall_s"], result["cpu_s"]
+
+    def __enter__(self) -> KernelsOffStreams:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.process.stdin is not None:
+            self.process.stdin.close()
+        self.process.wait(timeout=60)
+
+
+def streams_child(args: argparse.Namespace) -> None:
+    """--streams-child: load the engine, say so, then one streams measurement per "round" line on stdin."""
+    ours = Ours(EngineConfig(num_kv_blocks=args.num_kv_blocks, **engine_options(args.set)))
+    prompts = stream_prompts(ours, args.streams)
+    ours.streams(prompts, 8)  # warm-up
+    print(json.dumps({"linear_format": ours.config.linear_format}), flush=True)
+    for _ in sys.stdin:
+        wall, _, _ = ours.streams(prompts, args.tokens)
+        print(json.dumps({"wall_s": wall, "cpu_s": ours.streams_cpu_s}), flush=True)
+
+
 def measure(args: argparse.Namespace, ours: Ours, hf: HFBaseline | None) -> dict:
-    """Every measurement, ours and the baseline's in turn within each round, so that both see
+    """Every measurement, ours and the baselines' in turn within each round, so that all see
     the same machine load; medians over `args.repeats` rounds."""
     chat = ours.chat("Write a long story about a lighthouse keeper and a storm.")
-    streams = [ours.chat(f"Tell me everything you know about {topic}.") for topic in TOPICS[: args.streams]]
-    encode = ours.runner.tokenizer.encode
+    streams = stream_prompts(ours, args.streams)
     ours.generate_one(chat, 8)  # warm-ups
     if hf is not None:
         hf.generate_one(chat, 8)
-    s: dict[str, list] = {k: [] for k in ("b1", "hf_b1", "streams", "hf_wall", "cold", "cached", "hf_cold")}
-    num_cached = 0
-    for rep in range(args.repeats):
-        print(f"round {rep + 1}/{args.repeats}: batch-1 decode, {args.streams} streams, TTFT", file=sys.stderr)
-        s["b1"].append(ours.generate_one(chat, args.tokens)[1])
-        s["streams"].append(ours.streams(streams, args.tokens))
-        long = long_prompt(encode, 1000, seed=f"run{rep}")
-        start, times, _ = ours.generate_one(long, 1, salt=f"cold{rep}")
-        s["cold"].append(times[0] - start)
-        # An earlier request of the same tenant shared the first 900 tokens, then went elsewhere.
-        ours.generate_one(long[:900] + long_prompt(encode, 100, seed=f"other{rep}"), 1, salt=f"warm{rep}")
-        start, times, num_cached = ours.generate_one(long, 1, salt=f"warm{rep}")
-        s["cached"].append(times[0] - start)
-        if hf is not None:
-            s["hf_b1"].append(hf.generate_one(chat, args.tokens)[1])
-            s["hf_wall"].append(hf.generate_batch(streams, args.tokens))
-            start, times = hf.generate_one(long, 1)
-            s["hf_cold"].append(times[0] - start)
+    s: dict[str, list] = {k: [] for k in ("b1", "hf_b1", "streams", "cpu", "off", "hf_wall", "cold", "cached", "hf_cold")}
+    with KernelsOffStreams(args) if args.kernels_off else nullcontext() as off:
+        for rep in range(args.repeats):
+            print(f"round {rep + 1}/{args.repeats}: batch-1 decode, {args.streams} streams, TTFT", file=sys.stderr)
+            s["b1"].append(ours.generate_one(chat, args.tokens)[1])
+            s["streams"].append(ours.streams(streams, args.tokens))
+            s["cpu"].append(ours.streams_cpu_s)
+            if off is not None:
+                s["off"].append(off.round())
+            rest_of_round(args, ours, hf, chat, streams, rep, s)
+    return summarise(args, ours, hf, chat, s)
 
+
+def rest_of_round(args: argparse.Namespace, ours: Ours, hf: HFBaseline | None, chat: list[int], streams: list[list[int]],
+                  rep: int, s: dict[str, list]) -> None:
+    """The round's TTFT measurements, then the transformers baseline's."""
+    encode = ours.runner.tokenizer.encode
+    long = long_prompt(encode, 1000, seed=f"run{rep}")
+    start, times, _ = ours.generate_one(long, 1, salt=f"cold{rep}")
+    s["cold"].append(times[0] - start)
+    # An earlier request of the same tenant shared the first 900 tokens, then went elsewhere.
+    ours.generate_one(long[:900] + long_prompt(encode, 100, seed=f"other{rep}"), 1, salt=f"warm{rep}")
+    start, times, num_cached = ours.generate_one(long, 1, salt=f"warm{rep}")
+    s["cached"].append(times[0] - start)
+    s["num_cached"] = [num_cached]
+    if hf is not None:
+        s["hf_b1"].append(hf.generate_one(chat, args.tokens)[1])
+        s["hf_wall"].append(hf.generate_batch(streams, args.tokens))
+        start, times = hf.generate_one(long, 1)
+        s["hf_cold"].append(times[0] - start)
+
+
+def summarise(args: argparse.Namespace, ours: Ours, hf: HFBaseline | None, chat: list[int], s: dict[str, list]) -> dict:
+    num_tokens = args.streams * args.tokens
     wall = statistics.median(r[0] for r in s["streams"])
     ttfts = [x * 1000 for r in s["streams"] for x in r[1]]
     gaps = [x * 1000 for r in s["streams"] for x in r[2]]
@@ -171,11 +247,20 @@ def measure(args: argparse.Namespace, ours: Ours, hf: HFBaseline | None) -> dict
             "streams_agg_tok_s": args.streams * args.tokens / wall, "streams_wall_s": wall,
             "streams_ttft_ms_p50": percentile(ttfts, 50), "streams_ttft_ms_p90": percentile(ttfts, 90),
             "streams_itl_ms_p50": percentile(gaps, 50), "streams_itl_ms_p90": percentile(gaps, 90),
-            "ttft_prompt_tokens": 1000, "ttft_cached_tokens": num_cached,
+            "streams_cpu_ms_per_token": 1000 * statistics.median(s["cpu"]) / num_tokens,
+            "ttft_prompt_tokens": 1000, "ttft_cached_tokens": s["num_cached"][0],
             "ttft_cold_s": statistics.median(s["cold"]), "ttft_cached_s": statistics.median(s["cached"]),
         },
         "transformers": {},
+        "kernels_off": {},
     }
+    if s["off"]:
+        results["kernels_off"] = {
+            "streams_agg_tok_s": num_tokens / statistics.median(wall for wall, _ in s["off"]),
+            "streams_cpu_ms_per_token": 1000 * statistics.median(cpu for _, cpu in s["off"]) / num_tokens,
+            "rounds_tok_s": [round(num_tokens / wall, 1) for wall, _ in s["off"]],
+        }
+        results["ours"]["streams_rounds_tok_s"] = [round(num_tokens / r[0], 1) for r in s["streams"]]
     if hf is not None:
         hf_wall = statistics.median(s["hf_wall"])
         results["transformers"] = {
@@ -244,10 +329,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--skip-hf", action="store_true", help="skip the transformers baseline")
     parser.add_argument("--profile", action="store_true", help="append a cProfile of a batch-1 generation")
     parser.add_argument("--out", type=Path, help="also write the results as JSON here")
+    parser.add_argument("--no-kernels-off", dest="kernels_off", action="store_false",
+                        help="skip the streams in a child without edgerun's kernels (EDGERUN_KERNELS=off)")
     parser.add_argument("--first-token-child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--streams-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.first_token_child:
         first_token_child(args.set)
+        return
+    if args.streams_child:
+        streams_child(args)
         return
     results: dict = {"machine": machine_info(), "params": {k: v for k, v in vars(args).items() if k != "out"}}
     ours = Ours(EngineConfig(num_kv_blocks=args.num_kv_blocks, **engine_options(args.set)))

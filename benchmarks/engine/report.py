@@ -39,6 +39,21 @@ def _met(ok: bool) -> str:
     return "yes" if ok else "**no**"
 
 
+def kernels_off_rows(o: dict, off: dict, streams: int) -> list[tuple[str, ...]]:
+    """The streams again without edgerun's kernels (EDGERUN_KERNELS=off, same rounds): edgerun's column is the
+    kernels', the transformers column holds the kernels-off figure, the ratio is on / off (goal: no loss)."""
+    if not off:
+        return []
+    ratio = o["streams_agg_tok_s"] / off["streams_agg_tok_s"]
+    cpu_ratio = off["streams_cpu_ms_per_token"] / o["streams_cpu_ms_per_token"]
+    return [
+        (f"{streams} streams tok/s, kernels on | off (per round: {o['streams_rounds_tok_s']} | {off['rounds_tok_s']})",
+         _fmt(o["streams_agg_tok_s"]), _fmt(off["streams_agg_tok_s"]), f"{ratio:.2f}x", ">= 1.0x", _met(ratio >= 0.98)),
+        (f"{streams} streams CPU ms per token, kernels on | off", _fmt(o["streams_cpu_ms_per_token"], ".2f"),
+         _fmt(off["streams_cpu_ms_per_token"], ".2f"), f"{cpu_ratio:.2f}x", ">= 1.0x", _met(cpu_ratio >= 0.98)),
+    ]
+
+
 def render(results: dict) -> str:
     o, h, m, p = results["ours"], results["transformers"], results["machine"], results["params"]
     streams, tokens = p["streams"], p["tokens"]
@@ -54,6 +69,7 @@ def render(results: dict) -> str:
          _fmt(h.get("streams_agg_tok_s")), _fmt(agg_ratio, ".2f") + "x", ">= 2.5x",
          _met(agg_ratio is not None and agg_ratio >= 2.5)),
         (f"{streams} streams: wall s", _fmt(o["streams_wall_s"], ".2f"), _fmt(h.get("streams_wall_s"), ".2f"), "", "", ""),
+        *kernels_off_rows(o, results.get("kernels_off") or {}, streams),
         (f"{streams} streams: TTFT ms p50 / p90", f"{o['streams_ttft_ms_p50']:.0f} / {o['streams_ttft_ms_p90']:.0f}", "", "", "", ""),
         (f"{streams} streams: inter-token ms p50 / p90", f"{o['streams_itl_ms_p50']:.0f} / {o['streams_itl_ms_p90']:.0f}", "", "", "", ""),
         (f"TTFT {o['ttft_prompt_tokens']}-token prompt, cold (s)", _fmt(o["ttft_cold_s"], ".3f"),
