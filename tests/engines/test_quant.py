@@ -108,3 +108,16 @@ def test_fast_mode_stays_within_its_stated_tolerance(smollm2_runner: ModelRunner
     result = compare(smollm2_runner, smollm2_default_runner, prompts, num_tokens=12, rows=rows)
     assert result.top1 >= MIN_TOP1_AGREEMENT, result.summary()
     assert result.max_abs_error <= MAX_LOGIT_ERROR, result.summary()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("drafts", [3, 8])
+def test_fast_mode_verify_rows_stay_within_its_stated_tolerance(smollm2_runner: ModelRunner,
+                                                                smollm2_default_runner: ModelRunner, drafts: int) -> None:
+    """Speculative verify rows (the committed token and `drafts` more, logits at each; fused in the default mode on
+    x86) against the exact model's decode steps: the same tolerance as plain decoding."""
+    prompts = load_prompts(smollm2_runner)[:2]
+    result = compare(smollm2_runner, smollm2_default_runner, prompts, num_tokens=19, rows=1, drafts=drafts)
+    assert result.num_tokens == 2 * 19
+    assert result.top1 >= MIN_TOP1_AGREEMENT, result.summary()
+    assert result.max_abs_error <= MAX_LOGIT_ERROR, result.summary()

@@ -7,7 +7,10 @@ absolute logit error. It also generates freely, and the result counts how many t
 prompt's greedy output are identical before the first difference.
 
 `rows=1` runs every prompt alone (decode steps of one row: the packed 4-bit path); `rows=P` runs all
-prompts as one batch of P decode rows (16 and more: the dense bfloat16 path). Prompts are the chat
+prompts as one batch of P decode rows (16 and more: the dense bfloat16 path). `drafts=k` has the fast
+runner decode the reference tokens as speculative verify rows instead: the last committed token and the
+next k reference tokens in one row, logits at each (what a verify row computes when every draft is
+accepted; the fused step's causal rows in the default mode), so verify rows are held to the same tolerance. Prompts are the chat
 and copy prompts of data/prompts.json under the model's chat template. test_quant.py asserts the
 stated tolerance with it; `python -m benchmarks.engine.quant_tolerance` reports it at length.
 """
@@ -94,9 +97,39 @@ def decode(runner: ModelRunner, prompts: list[list[int]], num_tokens: int, rows:
     return tokens, [torch.stack(rows_) for rows_ in logits]
 
 
-def compare(reference: ModelRunner, subject: ModelRunner, prompts: list[list[int]], num_tokens: int, rows: int) -> Agreement:
+def decode_verify_rows(runner: ModelRunner, prompts: list[list[int]], forced: list[list[int]], drafts: int,
+                       rows: int) -> list[Tensor]:
+    """`decode` of the forced tokens as verify rows of 1 + `drafts` tokens (the last shorter), `rows` prompts a step:
+    the logits [num_tokens, V] of each prompt, as a speculative engine gets them when every draft is accepted."""
+    bs = runner.block_size
+    tables, first = [], 0
+    for prompt, tokens in zip(prompts, forced):
+        n = math.ceil((len(prompt) + len(tokens)) / bs)
+        tables.append(list(range(first, first + n)))
+        first += n
+    if first > runner.config.num_kv_blocks:
+        raise ValueError(f"{first} KV blocks needed, the runner has {runner.config.num_kv_blocks}")
+    logits = [[runner.execute([ForwardItem(p, 0, t)])[0:1]] for p, t in zip(prompts, tables)]
+    num_tokens = len(forced[0])
+    for step in range(0, num_tokens - 1, 1 + drafts):  # the row: forced[step] (committed), then drafts after it
+        for start in range(0, len(prompts), rows):
+            group = range(start, min(start + rows, len(prompts)))
+            row_len = min(1 + drafts, num_tokens - 1 - step)
+            items = [ForwardItem(forced[p][step : step + row_len], len(prompts[p]) + step, tables[p], num_logits=row_len)
+                     for p in group]
+            out = runner.execute(items)
+            for i, p in enumerate(group):
+                logits[p].append(out[i * row_len : (i + 1) * row_len])
+    return [torch.cat(parts) for parts in logits]
+
+
+def compare(reference: ModelRunner, subject: ModelRunner, prompts: list[list[int]], num_tokens: int, rows: int,
+            drafts: int = 0) -> Agreement:
     ref_tokens, ref_logits = decode(reference, prompts, num_tokens, rows=len(prompts))
-    _, forced_logits = decode(subject, prompts, num_tokens, rows, forced=ref_tokens)
+    if drafts:
+        forced_logits = decode_verify_rows(subject, prompts, ref_tokens, drafts, rows)
+    else:
+        _, forced_logits = decode(subject, prompts, num_tokens, rows, forced=ref_tokens)
     free_tokens, _ = decode(subject, prompts, num_tokens, rows)
     result = Agreement()
     for sub, ref in zip(forced_logits, ref_logits):

@@ -7,6 +7,11 @@ a machine compiles it once (the Makefile's install step does: `python -m engines
 later processes only load the shared library. Where the CPU lacks AVX2/FMA/F16C, the compiler is
 missing, the build fails, or EDGERUN_KERNELS=off, `load()` returns False after one log line and the
 engine keeps torch's own ops.
+
+The kernels are AVX2 code on every x86 CPU; what differs on an AVX-512 one is the engine around them: steps
+of more rows than the kernels take run through torch's int4 op there (`config.int4_matmul_available`), through
+float16 GEMM on AVX2-only CPUs. `ATEN_CPU_CAPABILITY=avx2` (torch's own setting, which that check reads) runs an
+AVX-512 machine as an AVX2-only one, kernels and fallbacks alike, to test or measure that configuration.
 """
 
 from __future__ import annotations
