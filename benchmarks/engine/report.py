@@ -26,6 +26,7 @@ def machine_info() -> dict[str, str]:
         "cpu": cpu,
         "torch": torch.__version__,
         "torch_threads": str(torch.get_num_threads()),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),  # AVX512 or AVX2 (ATEN_CPU_CAPABILITY=avx2 forces it)
         "python": platform.python_version(),
         "load_average_at_start": " ".join(f"{x:.1f}" for x in os.getloadavg()),
     }
@@ -89,7 +90,7 @@ def render(results: dict) -> str:
         f"Weights: edgerun {p.get('weights', 'float32')}{' (' + ', '.join(p['set']) + ')' if p['set'] else ''}; "
         "transformers float32, dequantised from the same GGUF"
         + (f" (load {h['load_s']:.1f} s)" if h else ""),
-        f"Machine: {m['nproc']} CPUs ({m['cpu']}), torch {m['torch']} ({m['torch_threads']} threads), "
+        f"Machine: {m['nproc']} CPUs ({m['cpu']}, {m.get('cpu_capability', '?')}), torch {m['torch']} ({m['torch_threads']} threads), "
         f"Python {m['python']}; load average (1/5/15 min) at start {m['load_average_at_start']}, "
         f"at end {m.get('load_average_at_end', '?')}",
         "Cold start split (last run, s): " + ", ".join(f"{k} {v:.2f}" for k, v in o["cold_start_splits_s"].items()),
