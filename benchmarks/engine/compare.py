@@ -203,7 +203,8 @@ def measure(args: argparse.Namespace, ours: Ours, hf: HFBaseline | None) -> dict
     ours.generate_one(chat, 8)  # warm-ups
     if hf is not None:
         hf.generate_one(chat, 8)
-    s: dict[str, list] = {k: [] for k in ("b1", "hf_b1", "streams", "cpu", "off", "hf_wall", "cold", "cached", "hf_cold")}
+    s: dict[str, list] = {k: [] for k in ("b1", "hf_b1", "streams", "cpu", "off", "hf_wall", "cold", "cached",
+                                              "num_cached", "hf_cold")}
     with KernelsOffStreams(args) if args.kernels_off else nullcontext() as off:
         for rep in range(args.repeats):
             print(f"round {rep + 1}/{args.repeats}: batch-1 decode, {args.streams} streams, TTFT", file=sys.stderr)
@@ -212,11 +213,11 @@ def measure(args: argparse.Namespace, ours: Ours, hf: HFBaseline | None) -> dict
             s["cpu"].append(ours.streams_cpu_s)
             if off is not None:
                 s["off"].append(off.round())
-            rest_of_round(args, ours, hf, chat, streams, rep, s)
+            ttft_and_baseline(args, ours, hf, chat, streams, rep, s)
     return summarise(args, ours, hf, chat, s)
 
 
-def rest_of_round(args: argparse.Namespace, ours: Ours, hf: HFBaseline | None, chat: list[int], streams: list[list[int]],
+def ttft_and_baseline(args: argparse.Namespace, ours: Ours, hf: HFBaseline | None, chat: list[int], streams: list[list[int]],
                   rep: int, s: dict[str, list]) -> None:
     """The round's TTFT measurements, then the transformers baseline's."""
     encode = ours.runner.tokenizer.encode
@@ -227,7 +228,7 @@ def rest_of_round(args: argparse.Namespace, ours: Ours, hf: HFBaseline | None, c
     ours.generate_one(long[:900] + long_prompt(encode, 100, seed=f"other{rep}"), 1, salt=f"warm{rep}")
     start, times, num_cached = ours.generate_one(long, 1, salt=f"warm{rep}")
     s["cached"].append(times[0] - start)
-    s["num_cached"] = [num_cached]
+    s["num_cached"].append(num_cached)
     if hf is not None:
         s["hf_b1"].append(hf.generate_one(chat, args.tokens)[1])
         s["hf_wall"].append(hf.generate_batch(streams, args.tokens))
@@ -248,7 +249,7 @@ def summarise(args: argparse.Namespace, ours: Ours, hf: HFBaseline | None, chat:
             "streams_ttft_ms_p50": percentile(ttfts, 50), "streams_ttft_ms_p90": percentile(ttfts, 90),
             "streams_itl_ms_p50": percentile(gaps, 50), "streams_itl_ms_p90": percentile(gaps, 90),
             "streams_cpu_ms_per_token": 1000 * statistics.median(s["cpu"]) / num_tokens,
-            "ttft_prompt_tokens": 1000, "ttft_cached_tokens": s["num_cached"][0],
+            "ttft_prompt_tokens": 1000, "ttft_cached_tokens": s["num_cached"][-1],
             "ttft_cold_s": statistics.median(s["cold"]), "ttft_cached_s": statistics.median(s["cached"]),
         },
         "transformers": {},
