@@ -10,8 +10,9 @@ engine keeps torch's own ops.
 
 The kernels are AVX2 code on every x86 CPU; what differs on an AVX-512 one is the engine around them: steps
 of more rows than the kernels take run through torch's int4 op there (`config.int4_matmul_available`), through
-float16 GEMM on AVX2-only CPUs. `ATEN_CPU_CAPABILITY=avx2` (torch's own setting, which that check reads) runs an
-AVX-512 machine as an AVX2-only one, kernels and fallbacks alike, to test or measure that configuration.
+float16 GEMM on AVX2-only CPUs. `ATEN_CPU_CAPABILITY=avx2 FBGEMM_ENABLE_INSTRUCTIONS=AVX2` (torch's and fbgemm's own
+settings; the first is what that check reads) run an AVX-512 machine as an AVX2-only one, kernels and fallbacks alike,
+to test or measure that configuration (BENCHMARKS.md, "4-bit kernels on AVX2").
 """
 
 from __future__ import annotations
