@@ -93,7 +93,8 @@ async def run_model(request: Request) -> Response:
     g = services(request)
     principal = await _admitted(request)
     model = _model(request, principal, request.path_params["model"])
-    queued_in_url = queue_flag(request.query_params.get(QUEUE_FLAG))
+    # (a URL without a query string, nearly every request, is not parsed)
+    queued_in_url = bool(request.scope.get("query_string")) and queue_flag(request.query_params.get(QUEUE_FLAG))
     limit = g.settings.batch.batch_max_payload_bytes if queued_in_url else g.settings.http.max_body_bytes
     body = await read_json_object(request, limit, offload=g.offload)
     call = batch_call(body, queued_in_url)

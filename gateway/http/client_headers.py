@@ -104,8 +104,14 @@ def _first(request: Request, names: tuple[str, ...]) -> tuple[str, str] | None:
     return None
 
 
+_CACHE_HEADERS = frozenset(name.encode() for name in (*CACHE_TTL_HEADERS, *SKIP_CACHE_HEADERS, CACHE_KEY_HEADER))
+
+
 def cache_directive(request: Request) -> CacheDirective | None:
-    """What the request asks of the response cache; None when it sends none of its headers."""
+    """What the request asks of the response cache; None when it sends none of its headers (found in
+    one pass over the raw headers, which ASGI gives lower-cased: most requests send none)."""
+    if _CACHE_HEADERS.isdisjoint(dict(request.scope["headers"])):
+        return None
     ttl = _first(request, CACHE_TTL_HEADERS)
     skip = _first(request, SKIP_CACHE_HEADERS)
     key = header_text(request, CACHE_KEY_HEADER)
