@@ -16,4 +16,5 @@ Starlette for the one shared streaming response, pydantic-settings for the setti
     chat_tokens.py  chat prompts as token ids where only the template's special tokens are control tokens
     settings.py     `TomlSettings`, the base of every part's settings (env vars + TOML)
     reject_if_busy.py  the header by which the gateway asks a backend to refuse what it cannot start at once
+    lora_adapter.py    a LoRA adapter's PEFT files and what may be served (checked on upload and on load)
 """

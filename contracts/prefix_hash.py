@@ -13,7 +13,10 @@ same hashes in every process, and another salt never does. Encoding, fixed once:
 - H(parent || block) = BLAKE2b-64 over the parent's 8 bytes (little-endian two's complement)
   followed by the block's token ids as little-endian signed int32, personalised b"edgerun-block";
 - each hash is the digest read as a little-endian *signed* 64-bit integer, so it fits a SQLite
-  INTEGER, a numpy int64 and JSON without loss.
+  INTEGER, a numpy int64 and JSON without loss;
+- a request under a LoRA adapter hashes its chain with `adapter_salt(salt, adapter)` (as vLLM puts its
+  lora id in the block hash): a prefix computed under one adapter is never found under another or the
+  base model, in the engine's cache or in the gateway's index.
 
 A 4,096-token prompt in 16-token blocks (256 hashes) takes well under a millisecond
 (tests/policies/test_prefix.py measures it).
@@ -38,6 +41,11 @@ def salt_root(salt: str | None) -> int:
     """The parent hash of a chain's first block: the salt's namespace."""
     digest = hashlib.blake2b((salt or "").encode(), digest_size=8, person=_SALT_PERSON).digest()
     return int.from_bytes(digest, "little", signed=True)
+
+
+def adapter_salt(salt: str | None, adapter: str | None) -> str | None:
+    """The salt of a request under LoRA adapter `adapter` (None: the base model, the salt as it is)."""
+    return salt if adapter is None else f"{salt or ''}\x1flora:{adapter}"
 
 
 def hash_packed(parent: int, block_bytes: bytes) -> int:

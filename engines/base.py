@@ -28,6 +28,9 @@ class GenerationRequest:
     # Disaggregated serving's context step: when the request stops at its token budget, its KV
     # blocks are pinned (not freed) for a decode backend to pull; the final output carries the pin.
     pin_kv_on_finish: bool = False
+    # A LoRA adapter to run under (its name where the engine finds adapters); None: the base model.
+    # Its prefix cache entries are its own (`contracts.prefix_hash.adapter_salt`).
+    lora: str | None = None
 
 
 @dataclass(slots=True)
@@ -79,6 +82,7 @@ class EngineStats:
     num_accepted_draft_tokens: int = 0  # cumulative drafts the target accepted
     num_kv_blocks_pinned: int = 0  # blocks held for decode backends to pull (disaggregated serving)
     host_tier: KVTierCounters | None = None  # the host-memory tier below the KV pool, where there is one
+    resident_adapters: tuple[str, ...] = ()  # LoRA adapters loaded now, most recently used first
 
 
 @dataclass(slots=True)

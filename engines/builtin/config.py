@@ -74,6 +74,12 @@ class EngineConfig:
     # the measured cost of a verify row make pay best (0 when none does; speculative/draft_policy.py).
     # False: always num_speculative_tokens (as far as max_tokens and the context allow).
     speculative_adaptive: bool = True
+    # LoRA adapters (runner/lora.py): a request naming adapter "<name>" runs under the PEFT adapter in
+    # lora_dir/<name>/ (adapter_config.json + adapter_model.safetensors), loaded on first use; at most
+    # max_loras are resident at once (least recently used ones unloaded), of rank up to max_lora_rank.
+    lora_dir: Path | None = None
+    max_loras: int = 16
+    max_lora_rank: int = 32
 
     def __post_init__(self) -> None:
         if self.block_size < 1 or self.block_size & (self.block_size - 1):
@@ -119,6 +125,8 @@ class EngineConfig:
             raise ValueError("speculative='eagle3' needs speculative_model: the EAGLE-3 head's directory")
         if self.speculative_max_concurrency < 1:
             raise ValueError("speculative_max_concurrency must be >= 1")
+        if self.max_loras < 1 or not 1 <= self.max_lora_rank <= 256:
+            raise ValueError("max_loras must be >= 1 and max_lora_rank in [1, 256]")
         if not (self.device == "cpu" or self.device.startswith("cuda")):
             raise ValueError(f"device={self.device!r}: use cpu or cuda[:N]")
 

@@ -9,6 +9,7 @@
     kv_events.py      the log of stored/removed blocks that the backend publishes
     kv_pins.py        KV blocks kept after a context step until a decode backend pulls them
     kv_handoff.py     starting a request from KV computed elsewhere (disaggregated serving)
+    adapters.py       which LoRA adapters are resident in the runner's slots (LRU, loaded on first use)
 
 Each step the scheduler picks the sequences and token chunks, the block manager gives them KV
 blocks, and llm_engine hands the batch to the model runner (engines.builtin.runner).

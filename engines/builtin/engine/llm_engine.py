@@ -5,10 +5,14 @@ Not thread-safe: one thread owns it (`AsyncEngine` runs it in its worker thread)
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
+from contracts.prefix_hash import adapter_salt
 from engines.base import EngineStats, FinishReason, GenerationOutput, GenerationRequest, KVCacheEvent
 from engines.builtin.config import EngineConfig
+from engines.builtin.engine.adapters import ResidentAdapters
 from engines.builtin.engine.block_manager import BlockManager
 from engines.builtin.engine.host_tier import HostTier, KVBlockIO
 from engines.builtin.engine.kv_events import KVEventLog
@@ -61,6 +65,8 @@ class LLMEngine:
         if proposer is None:
             proposer = build_proposer(config, self.runner)
         self.speculator = Speculator(config, proposer, self.sampler, self.max_model_len, self.vocab_size)
+        lora_dir = None if config.lora_dir is None else Path(config.lora_dir)
+        self.adapters = ResidentAdapters(self.runner.lora_slots, model_config, lora_dir, config.max_lora_rank)
         self.seqs: dict[str, Sequence] = {}
         self.streams: dict[str, TextStream] = {}
         self.num_generated_tokens = 0
@@ -97,7 +103,10 @@ class LLMEngine:
             raise InvalidRequest(f"request id {request.request_id!r} is already in use")
         if len(self.scheduler.waiting) >= self.config.max_waiting:
             raise EngineOverloaded(f"{len(self.scheduler.waiting)} requests are already waiting: retry later")
-        seq = Sequence(request.request_id, list(request.prompt_token_ids), request.sampling, request.cache_salt)
+        salt = adapter_salt(request.cache_salt, request.lora)
+        seq = Sequence(request.request_id, list(request.prompt_token_ids), request.sampling, salt)
+        if request.lora is not None:
+            seq.lora_slot = self.adapters.acquire(request.lora)
         if request.sampling.guide is not None:
             seq.matcher = self.grammars.matcher(request.sampling.guide)  # compiled already by AsyncEngine
         self.seqs[seq.request_id] = seq
@@ -142,7 +151,7 @@ class LLMEngine:
         token_ids = chunk.token_ids  # with the drafts to verify, if any
         end = chunk.start_pos + len(token_ids)
         blocks = chunk.seq.block_table[: self.block_manager.num_blocks_for(end)]
-        return ForwardItem(token_ids, chunk.start_pos, blocks, 1 + len(chunk.draft_token_ids))
+        return ForwardItem(token_ids, chunk.start_pos, blocks, 1 + len(chunk.draft_token_ids), chunk.seq.lora_slot)
 
     def commit(self, chunk: ScheduledChunk, token_ids: list[int]) -> GenerationOutput:
         """Append the step's new tokens (accepted drafts + one of the target's) to the sequence."""
@@ -183,6 +192,8 @@ class LLMEngine:
                 pin = self.pins.pin(seq)
         self.scheduler.finish(seq, reason)
         self.speculator.finish(seq)
+        if seq.lora_slot is not None:
+            self.adapters.release(seq.lora_slot)
         del self.seqs[seq.request_id]
         del self.streams[seq.request_id]
         output = self._output(seq, new_token_ids, text, reason)
@@ -222,6 +233,7 @@ class LLMEngine:
             num_accepted_draft_tokens=self.speculator.num_accepted_tokens,
             num_kv_blocks_pinned=self.pins.num_pinned_blocks,
             host_tier=None if self.block_manager.host_tier is None else self.block_manager.host_tier.snapshot(),
+            resident_adapters=tuple(self.adapters.names),
         )
 
     def drain_kv_events(self) -> list[KVCacheEvent]:

@@ -33,7 +33,8 @@ class Sequence:
     request_id: str
     token_ids: list[int]
     sampling: SamplingParams
-    cache_salt: str | None = None
+    cache_salt: str | None = None  # the prefix cache's salt: the request's, with its adapter's name when it has one
+    lora_slot: int | None = None  # the runner's slot of the LoRA adapter it runs under (engine/adapters.py)
     status: SequenceStatus = SequenceStatus.WAITING
     num_prompt_tokens: int = 0
     num_computed_tokens: int = 0

@@ -15,6 +15,7 @@ device and dtype, the others on the CPU as stored, for the model runner to place
     random.py       seeded random Llamas of known shapes (the presets)
     cache.py        the converted-model cache: a GGUF parsed and dequantised once
     export.py       a model written back as a Hugging Face checkpoint (`edgerun export-hf`)
+    peft.py         a PEFT LoRA adapter directory in runtime layout (format: contracts.lora_adapter)
 """
 
 from __future__ import annotations

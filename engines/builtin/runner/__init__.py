@@ -11,5 +11,6 @@
     thread_choice.py  1 or all threads for a fused step, by recent times
     step_split.py     a step split into parts on one-thread workers (CPU)
     sampler.py        logits -> next tokens (penalties, top-k/p, grammar masks)
+    lora.py           per-row LoRA: resident adapters' slots, each row's delta B (A x) (S-LoRA / Punica style)
     kernels/          edgerun's C++ CPU kernels, built once: `python -m engines.builtin.runner.kernels`
 """

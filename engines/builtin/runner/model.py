@@ -12,6 +12,7 @@ from torch import Tensor
 
 from engines.builtin.runner.attention import AttentionMetadata, paged_attention, write_kv
 from engines.builtin.runner.linear import Linear
+from engines.builtin.runner.lora import LoraBatch
 from engines.builtin.runner.model_config import ModelConfig
 from engines.builtin.runner.weights import LayerWeights, LlamaWeights
 
@@ -54,24 +55,40 @@ def residual_linear(x: Tensor, a: Tensor, w: Linear) -> Tensor:
     return torch.addmm(x, a, w.t()) if isinstance(w, Tensor) else x + w(a)
 
 
+def lora_linear(x: Tensor, w: Linear, lora: LoraBatch | None, index: int, name: str) -> Tensor:
+    # linear(x, w), plus the LoRA delta of the rows that run under an adapter (lora.py)
+    y = linear(x, w)
+    if lora is not None:
+        lora.apply(index, name, x, y)
+    return y
+
+
 def attention_block(
-    x: Tensor, layer: LayerWeights, kv_cache: Tensor, meta: AttentionMetadata, freqs_cis: Tensor, config: ModelConfig
+    x: Tensor, layer: LayerWeights, kv_cache: Tensor, meta: AttentionMetadata, freqs_cis: Tensor, config: ModelConfig,
+    lora: LoraBatch | None = None, index: int = 0,
 ) -> Tensor:
-    # x: [T, D] -> x + attention(x)   [T, D]
+    # x: [T, D] -> x + attention(x)   [T, D]; `lora`: per-row adapters, `index` this layer's
     num_tokens = x.shape[0]
     h, kh, hd = config.num_heads, config.num_kv_heads, config.head_dim
-    qkv = linear(rms_norm(x, layer.attn_norm, config.rms_norm_eps), layer.qkv)  # [T, (H + 2KH) * hd]
+    qkv = lora_linear(rms_norm(x, layer.attn_norm, config.rms_norm_eps), layer.qkv, lora, index, "qkv")  # [T, (H + 2KH) * hd]
     apply_rope_(qkv[:, : (h + kh) * hd].view(num_tokens, h + kh, hd), freqs_cis)
     write_kv(kv_cache, qkv[:, h * hd :].view(num_tokens, 2, kh, hd), meta)
     out = paged_attention(qkv[:, : h * hd], kv_cache, meta)  # [T, H*hd]
-    return residual_linear(x, out, layer.o)
+    y = residual_linear(x, out, layer.o)
+    if lora is not None:
+        lora.apply(index, "o", out, y)
+    return y
 
 
-def mlp_block(x: Tensor, layer: LayerWeights, config: ModelConfig) -> Tensor:
+def mlp_block(x: Tensor, layer: LayerWeights, config: ModelConfig, lora: LoraBatch | None = None, index: int = 0) -> Tensor:
     # x: [T, D] -> x + down(silu(gate(x)) * up(x))   [T, D]
-    gate_up = linear(rms_norm(x, layer.mlp_norm, config.rms_norm_eps), layer.gate_up)  # [T, 2I]
+    gate_up = lora_linear(rms_norm(x, layer.mlp_norm, config.rms_norm_eps), layer.gate_up, lora, index, "gate_up")  # [T, 2I]
     gate, up = gate_up.chunk(2, dim=-1)
-    return residual_linear(x, F.silu(gate, inplace=True).mul_(up), layer.down)
+    act = F.silu(gate, inplace=True).mul_(up)
+    y = residual_linear(x, act, layer.down)
+    if lora is not None:
+        lora.apply(index, "down", act, y)
+    return y
 
 
 def forward(
@@ -83,14 +100,16 @@ def forward(
     meta: AttentionMetadata,
     logit_indices: Tensor,
     aux_layers: tuple[int, ...] = (),
+    lora: LoraBatch | None = None,
 ) -> tuple[Tensor, Tensor | None]:
     # token_ids [T] (all sequences' new tokens, packed) -> logits of the rows logit_indices [N, V] float32,
-    # and the residual stream after each layer of aux_layers, joined [T, len(aux_layers) * D] (None without)
+    # and the residual stream after each layer of aux_layers, joined [T, len(aux_layers) * D] (None without);
+    # `lora`: the rows that run under an adapter (None: none does)
     x = F.embedding(token_ids, weights.embed)  # [T, D]
     captured: dict[int, Tensor] = {}
     for i, (layer, kv_cache) in enumerate(zip(weights.layers, kv_caches)):
-        x = attention_block(x, layer, kv_cache, meta, freqs_cis, config)
-        x = mlp_block(x, layer, config)  # a new tensor each block: a captured one is never overwritten
+        x = attention_block(x, layer, kv_cache, meta, freqs_cis, config, lora, i)
+        x = mlp_block(x, layer, config, lora, i)  # a new tensor each block: a captured one is never overwritten
         if i in aux_layers:
             captured[i] = x
     aux = torch.cat([captured[i] for i in aux_layers], dim=-1) if aux_layers else None

@@ -29,6 +29,7 @@ from engines.builtin.runner.attention import (
     attention_backends,
 )
 from engines.builtin.runner.fused_decode import FusedDecode
+from engines.builtin.runner.lora import LoraBatch, LoraSlots
 from engines.builtin.runner.model import forward, rope_freqs_cis, rope_inv_freq
 from engines.builtin.runner.model_config import ModelConfig
 from engines.builtin.runner.step_split import StepWorkers, plan_parts
@@ -50,6 +51,7 @@ class ForwardItem:
     start_pos: int  # absolute position of token_ids[0]; KV of positions < start_pos is already in the cache
     block_table: list[int]  # physical KV block ids covering positions [0, start_pos + len(token_ids))
     num_logits: int = 1  # logits of the last num_logits tokens (1 + k to verify k drafted tokens)
+    lora_slot: int | None = None  # the resident adapter it runs under (runner.lora_slots), None: the base model
 
     def __post_init__(self) -> None:
         if not self.token_ids:
@@ -137,6 +139,8 @@ class ModelRunner:
         self.max_model_len = min(config.max_model_len or mc.max_position_embeddings, mc.max_position_embeddings)
         num_workers = config.step_workers if config.step_workers is not None else torch.get_num_threads()
         self.step_workers = StepWorkers(num_workers) if self.device.type == "cpu" and num_workers > 1 else None
+        # resident LoRA adapters' weights; which adapter holds which slot is the engine's (engine/adapters.py)
+        self.lora_slots = LoraSlots(mc, config.max_loras, self.device, self.dtype)
 
     def close(self) -> None:
         """Stop the step workers, if they run (the next split step starts them again)."""
@@ -165,9 +169,11 @@ class ModelRunner:
             split    on the CPU with step workers, a step whose items divide into parts of about equal size
                      (step_split.plan_parts) runs its parts at once on one-thread workers; each part then
                      takes one of the two paths below for itself (`may_split=False`)
-            fused    a step of a few decodes and verify rows over weights in the q4_1 format: one call of
-                     edgerun's C++ decode step (fused_decode.py), on 1 or all threads (thread_choice.py)
-            forward  everything else: model.py's forward pass over the batch `prepare_batch` packs
+            fused    a step of a few decodes and verify rows over weights in the q4_1 format, none under a LoRA
+                     adapter: one call of edgerun's C++ decode step (fused_decode.py), on 1 or all threads
+                     (thread_choice.py)
+            forward  everything else: model.py's forward pass over the batch `prepare_batch` packs, each row
+                     under its adapter, if any (lora.py)
         """
         parts = self.split_parts(items) if may_split else None
         if parts is not None:
@@ -195,15 +201,17 @@ class ModelRunner:
         with torch.inference_mode(), attention_backends(self.device):
             batch = self.prepare_batch(items)
             freqs_cis = rope_freqs_cis(batch.positions, self.inv_freq)
+            rows = [(start, end, item.lora_slot) for (start, end), item in zip(batch.item_rows, items)]
+            lora = LoraBatch.prepare(self.lora_slots, rows, self.device)
             logits, aux = forward(self.weights, self.model_config, self.kv_caches, batch.token_ids, freqs_cis,
-                                  batch.meta, batch.logit_indices, aux_layers)
+                                  batch.meta, batch.logit_indices, aux_layers, lora)
         hidden = None if aux is None else [aux[start:end] for start, end in batch.item_rows]
         return RunOutput(logits, hidden)
 
     def fused_for(self, items: list[ForwardItem]) -> FusedDecode | None:
         """The fused step if this step runs through it (decodes and verify rows only, few enough tokens), else None."""
         fused = self.fused
-        if fused is None or not all(len(item.token_ids) == 1 or item.is_verify for item in items):
+        if fused is None or not all((len(item.token_ids) == 1 or item.is_verify) and item.lora_slot is None for item in items):
             return None
         return fused if fused.can_run([len(item.token_ids) for item in items]) else None
 
