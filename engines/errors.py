@@ -2,6 +2,7 @@
 
     EngineError
     ├── InvalidRequest      the request itself is wrong (empty prompt, too long, bad sampling value)
+    │   └── AdapterNotFound the LoRA adapter it names is not where the engine finds adapters
     ├── EngineOverloaded    no room now (queue full, KV cache cannot ever hold it); retry later
     └── EngineStopped       the engine is shutting down or has stopped
 
@@ -16,6 +17,10 @@ class EngineError(Exception):
 
 
 class InvalidRequest(EngineError):
+    pass
+
+
+class AdapterNotFound(InvalidRequest):
     pass
 
 

@@ -22,7 +22,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from contracts.openai_error import error_body
-from engines.errors import EngineError, EngineOverloaded, EngineStopped, InvalidRequest
+from engines.errors import AdapterNotFound, EngineError, EngineOverloaded, EngineStopped, InvalidRequest
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +66,8 @@ def error_response(error: APIError) -> JSONResponse:
 
 def from_engine_error(exc: EngineError) -> APIError:
     """The HTTP error for an engine error (engines.errors)."""
+    if isinstance(exc, AdapterNotFound):
+        return ModelNotFound(str(exc), param="model")
     if isinstance(exc, InvalidRequest):
         return BadRequest(str(exc))
     if isinstance(exc, EngineOverloaded):

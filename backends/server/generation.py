@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from backends.server.admission import Admission
 from backends.server.errors import APIError, from_engine_error
 from backends.server.metrics import BackendMetrics
+from contracts.prefix_hash import adapter_salt
 from engines.base import Engine, GenerationOutput, GenerationRequest
 from engines.errors import EngineError
 from engines.sampling_params import SamplingParams
@@ -160,29 +161,31 @@ class GenerationService:
         pin_kv: bool = False,
         submit: Callable[[GenerationRequest], AsyncIterator[GenerationOutput]] | None = None,
         may_queue: bool = True,
+        lora: str | None = None,
     ) -> Generation:
         """Admit and submit the request and wait for its first output (raises APIError).
 
         `pin_kv`: a context step (its KV is pinned if it stops at its budget); `submit` replaces
         `engine.generate` (a generation step that imports its KV); `may_queue`: False refuses the
-        request (429) unless it runs at once (admission.py)."""
+        request (429) unless it runs at once (admission.py); `lora`: the LoRA adapter it runs under (None: the base model)."""
         try:
             self.admission.admit(request_id, may_queue=may_queue)
         except APIError as exc:
             self.metrics.requests.labels(route, outcome_of(exc)).inc()
             raise
+        pool_salt = adapter_salt(cache_salt, lora)  # a LoRA request's blocks are its adapter's (the engine's chain)
         if self.region is not None and submit is None:
             try:
-                await self.region.fill(prompt_token_ids, cache_salt)
+                await self.region.fill(prompt_token_ids, pool_salt)
             except BaseException:  # cancelled (the client left) or the engine stopped: give the slot back
                 self.admission.release(request_id)
                 raise
-        request = GenerationRequest(request_id, prompt_token_ids, sampling, cache_salt, pin_kv_on_finish=pin_kv)
+        request = GenerationRequest(request_id, prompt_token_ids, sampling, cache_salt, pin_kv_on_finish=pin_kv, lora=lora)
         outputs = (submit or self.engine.generate)(request)
         generation = Generation(self, route, request_id, outputs)
         if self.region is not None:
             region = self.region
-            generation.on_finished = lambda: region.share_later(prompt_token_ids, cache_salt)
+            generation.on_finished = lambda: region.share_later(prompt_token_ids, pool_salt)
         try:
             await generation.prime()
         except BaseException:

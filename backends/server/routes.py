@@ -61,7 +61,6 @@ async def completions(request: Request) -> Response:
     state = backend(request)
     body = CompletionRequest.model_validate(await read_json(request))
     engine = state.ready_engine()
-    state.check_model(body.model)
     prompt = body.prompt
     # the validator left one prompt: its text or its token ids
     prompt_ids = cast(list[int], list(prompt)) if isinstance(prompt, list) else engine.tokenizer.encode(prompt)
@@ -73,7 +72,6 @@ async def chat_completions(request: Request) -> Response:
     state = backend(request)
     body = ChatCompletionRequest.model_validate(await read_json(request))
     engine = state.ready_engine()
-    state.check_model(body.model)
     if body.prompt_token_ids is not None:  # a generation step: the context step's tokens
         prompt_ids = list(body.prompt_token_ids)
     else:
@@ -87,8 +85,11 @@ async def chat_completions(request: Request) -> Response:
 async def _generate(
     request: Request, state: BackendState, body: SamplingFields, prompt_ids: list[int], max_tokens: int, kind: Kind
 ) -> Response:
+    lora = state.adapter_of(body.model)
     params = disagg.context_params(body)
     disagg.check_role(state, params)
+    if lora is not None and params is not None:
+        raise BadRequest("LoRA adapters are not served in disaggregated steps: send the request whole", param="model")
     prefix = "cmpl" if kind == "completion" else "chatcmpl"
     request_id = engine_request_id(request, prefix, state)
     renderer = Renderer(request_id, state.model_name, kind, return_token_ids=body.return_token_ids)
@@ -105,7 +106,7 @@ async def _generate(
         )
     else:
         start = state.service.start(
-            kind, renderer.request_id, prompt_ids, sampling, body.cache_salt, may_queue=may_queue
+            kind, renderer.request_id, prompt_ids, sampling, body.cache_salt, may_queue=may_queue, lora=lora
         )
     generation = await until_disconnect(request.receive, start)
     if body.stream:
@@ -153,7 +154,11 @@ async def models(request: Request) -> Response:
         "owned_by": "edgerun",
         "max_model_len": engine.max_model_len,
     }
-    return JSONResponse({"object": "list", "data": [card]})
+    # resident LoRA adapters, as vLLM lists them: a model each, its parent the base model
+    adapters = [{"id": name, "object": "model", "created": state.started_at, "owned_by": "edgerun",
+                 "parent": state.model_name, "max_model_len": engine.max_model_len}
+                for name in engine.stats().resident_adapters]
+    return JSONResponse({"object": "list", "data": [card, *adapters]})
 
 
 async def metrics(request: Request) -> Response:

@@ -87,6 +87,16 @@ class BackendState:
         message = f"model {model!r} is not served here; this backend serves {self.model_name!r}"
         raise ModelNotFound(message, param="model")
 
+    def adapter_of(self, model: str | None) -> str | None:
+        """The LoRA adapter a request's `model` names (vLLM's convention: the adapter's name as the model),
+        None for the served base model. Only the built-in engine with a `lora_dir` serves adapters."""
+        engine_name = self.engine.model_name if self.engine is not None else None
+        if model is None or model in (self.model_name, engine_name):
+            return None
+        if self.settings.engine_kind != "builtin" or self.settings.engine.lora_dir is None:
+            self.check_model(model)  # raises: not the served model, and no adapters here
+        return model
+
     def kv_events(self, consumer: str | None) -> list[KVEvent]:
         """The KV events `consumer` has not read yet, in TensorRT-LLM's JSON (see kv_feed.py)."""
         if self.engine is None:
@@ -121,6 +131,7 @@ class BackendState:
             "kv_blocks_pinned": stats.num_kv_blocks_pinned,
             "kv_pins_exported": len(self.kv.exports) if self.kv is not None else 0,
             "kv_tier_hit_blocks": self.tier_hits(stats),
+            "adapters": list(stats.resident_adapters),
         }
 
     def tier_hits(self, stats: EngineStats) -> dict[str, int]:

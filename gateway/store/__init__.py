@@ -6,7 +6,8 @@
     ledger.py     Ledger: usage records (exactly once per request id), ranges, hourly sums
     cache.py      Cache: answers kept per tenant for a TTL (the opt-in response cache), size-capped
     queue.py      BatchQueue: asynchronous batch items under leases, and their answers for a while
-    factory.py    open_store(settings) -> Store (the six, from one backend)
+    factory.py    open_store(settings) -> Store (the seven, from one backend)
+    adapters.py   Adapters: tenants' LoRA finetunes (metadata; the files are the gateway's adapter directory)
     local/        one machine: memory plus the SQLite file (and the file's shared mode for several processes)
     redis/        several replicas on one Redis
     regional/     one region of several: tenancy replicated from home, budgets leased, the ledger shipped home

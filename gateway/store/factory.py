@@ -10,9 +10,10 @@ tables for several (`sqlite_shared`, which `serve --workers N` sets for its work
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from gateway.store.adapters import Adapters
 from gateway.store.admission import Admission
 from gateway.store.cache import Cache
 from gateway.store.ledger import Ledger, Savings, no_savings
@@ -38,6 +39,7 @@ class Store:
     # What /healthz shows of the store beyond its answers (a region: its tenancy copy's link to home,
     # the ledger records not yet shipped); None: nothing.
     health: Callable[[], Awaitable[dict[str, Any]]] | None = None
+    adapters: Adapters = field(kw_only=True)
 
     async def aclose(self) -> None:
         """Release connections, files and background tasks (what was queued is written first); this

@@ -12,10 +12,9 @@ import torch
 
 from engines.base import GenerationRequest
 from engines.builtin.config import EngineConfig
-from engines.builtin.engine.adapters import AdapterNotFound
 from engines.builtin.engine.llm_engine import LLMEngine
 from engines.builtin.runner.model_runner import ForwardItem, ModelRunner
-from engines.errors import EngineOverloaded, InvalidRequest
+from engines.errors import AdapterNotFound, EngineOverloaded, InvalidRequest
 from engines.sampling_params import SamplingParams
 from tests.engines.lora_files import ALL_MODULES, merged_weights, write_adapter
 

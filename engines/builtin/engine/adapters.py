@@ -17,13 +17,9 @@ from contracts.lora_adapter import AdapterError
 from engines.builtin.loader.peft import load_adapter
 from engines.builtin.runner.lora import LoraSlots
 from engines.builtin.runner.model_config import ModelConfig
-from engines.errors import EngineOverloaded, InvalidRequest
+from engines.errors import AdapterNotFound, EngineOverloaded, InvalidRequest
 
 log = logging.getLogger(__name__)
-
-
-class AdapterNotFound(InvalidRequest):
-    """The request names an adapter this engine cannot find."""
 
 
 class ResidentAdapters:

@@ -14,6 +14,7 @@
     shared.py         SharedAdmission, SharedRouting and this process's lease on them
     file_claim.py     one process per file, unless all share it
     cache.py          MemoryCache: the response cache, an LRU in memory with a byte cap
+    adapters.py       LocalAdapters: tenants' LoRA finetunes (metadata) in the file's own table
 
 `open_local(settings, savings)`: one process keeps admission and routing state in its memory; with
 `sqlite_shared` (several processes on the file: `serve --workers N` without Redis) they live in the
@@ -31,6 +32,7 @@ from gateway.store.checks import check_id
 from gateway.store.factory import Store
 from gateway.store.lease import default_replica_id
 from gateway.store.ledger import Savings, savings_or_zero
+from gateway.store.local.adapters import LocalAdapters
 from gateway.store.local.admission import MemoryAdmission
 from gateway.store.local.budgets import BudgetBook
 from gateway.store.local.cache import MemoryCache
@@ -65,7 +67,8 @@ def open_local(settings: StoreSettings, savings: Savings, clock: Callable[[], fl
                 await queue.aclose()
 
         return Store(tenancy, SharedAdmission(lease, savings_or_zero(savings), clock), SharedRouting(lease), ledger,
-                     MemoryCache(settings), queue, close_shared)
+                     MemoryCache(settings), queue, close_shared,
+                     adapters=LocalAdapters(file))
     budgets = BudgetBook(file)
     ledger = LocalLedger(file, savings, budgets)
     routing = MemoryRouting(settings)
@@ -80,4 +83,4 @@ def open_local(settings: StoreSettings, savings: Savings, clock: Callable[[], fl
             await queue.aclose()  # (its own connection and thread)
 
     return Store(tenancy, MemoryAdmission(budgets, routing, ledger, clock), routing, ledger, MemoryCache(settings), queue,
-                 close)
+                 close, adapters=LocalAdapters(file))

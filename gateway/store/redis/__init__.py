@@ -12,6 +12,7 @@
     queue.py       RedisQueue: batch items under leases, answers kept for a while
     archive.py     the ledger's durable archive (a SQLite file)
     cache.py       RedisCache: the response cache (SET PX, and a total bound kept by one script)
+    adapters.py    RedisAdapters: tenants' LoRA finetunes (metadata)
 
 Every request's call is one round trip: one script (`authenticate`, `check_and_consume`, `lookup`,
 `admit`, `started`, `settle` with the ledger record, the first token's `release_inflight`).
@@ -24,6 +25,7 @@ from collections.abc import Callable
 
 from gateway.store.factory import Store
 from gateway.store.ledger import Savings
+from gateway.store.redis.adapters import RedisAdapters
 from gateway.store.redis.admission import RedisAdmission
 from gateway.store.redis.cache import RedisCache
 from gateway.store.redis.connection import RedisConnection
@@ -57,4 +59,4 @@ def redis_store(connection: RedisConnection, savings: Savings, clock: Callable[[
         await connection.aclose()
 
     return Store(RedisTenancy(connection, clock), admission, RedisRouting(connection, clock), ledger,
-                 RedisCache(connection), queue, close)
+                 RedisCache(connection), queue, close, adapters=RedisAdapters(connection))

@@ -22,6 +22,7 @@ from gateway.store.factory import Store
 from gateway.store.lease import default_replica_id
 from gateway.store.ledger import Savings
 from gateway.store.redis import redis_store
+from gateway.store.redis.adapters import RedisAdapters
 from gateway.store.redis.connection import RedisConnection
 from gateway.store.redis.ledger import RedisLedger
 from gateway.store.regional.admission import LeasedAdmission
@@ -74,4 +75,6 @@ def open_regional(settings: StoreSettings, savings: Savings) -> Store:
         close,
         background=tuple(background),
         health=health,
+        # finetunes are the tenant's, kept with its tenancy at home: a request naming one reads it there
+        adapters=RedisAdapters(tenancy_home),
     )

@@ -69,4 +69,4 @@ def counted(store: Store, counts: Counts) -> Store:
     parts = {name: CountedConcern(getattr(store, name), name, counts)
              for name in ("tenancy", "admission", "routing", "ledger", "cache")}
     return Store(parts["tenancy"], parts["admission"], parts["routing"], parts["ledger"], parts["cache"],  # type: ignore[arg-type]
-                 store.queue, store.aclose)  # the batch queue: background work on its own connections
+                 store.queue, store.aclose, adapters=store.adapters)  # the batch queue: background work on its own connections
