@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import struct
 from collections.abc import Iterable, Sequence
+from typing import overload
 
 _BLOCK_PERSON = b"edgerun-block"
 _SALT_PERSON = b"edgerun-tenant"
@@ -43,6 +44,10 @@ def salt_root(salt: str | None) -> int:
     return int.from_bytes(digest, "little", signed=True)
 
 
+@overload
+def adapter_salt(salt: str, adapter: str | None) -> str: ...
+@overload
+def adapter_salt(salt: str | None, adapter: str | None) -> str | None: ...
 def adapter_salt(salt: str | None, adapter: str | None) -> str | None:
     """The salt of a request under LoRA adapter `adapter` (None: the base model, the salt as it is)."""
     return salt if adapter is None else f"{salt or ''}\x1flora:{adapter}"

@@ -37,7 +37,9 @@ class RequestContext:
     session_id: str | None  # the client's x-session-affinity
     arrived_perf: float  # time.perf_counter() at arrival: time to first token and the request deadline
     arrived_at: float  # time.time() at arrival: the ledger record's start and the budget month
-    metadata: Mapping[str, Any] = field(default_factory=dict)  # cf-aig-metadata (+ client_request_id)
+    metadata: Mapping[str, Any] = field(default_factory=dict)  # cf-aig-metadata (+ client_request_id, lora)
+    # the tenant's LoRA finetune it runs under (its id: the backend's adapter name), None for the base model
+    adapter: str | None = None
 
     @property
     def tenant_id(self) -> str:

@@ -34,6 +34,7 @@ from gateway.pipeline.auth import Authenticator
 from gateway.pipeline.concurrency import TenantSlots
 from gateway.pipeline.disagg import Disaggregator
 from gateway.pipeline.embedding import Embedder
+from gateway.pipeline.finetunes import Finetunes
 from gateway.pipeline.generation import Generator
 from gateway.pipeline.offload import Offload
 from gateway.pipeline.routing import Router
@@ -68,6 +69,7 @@ class Services:
     admin_guard: AdminGuard
     offload: Offload
     kv_streams: EngineEventStreams  # vLLM's and SGLang's KV events over ZMQ
+    finetunes: Finetunes  # tenants' LoRA adapters
     owns_store: bool
     owns_client: bool
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
@@ -131,7 +133,7 @@ class Services:
         metering = Metering(store, prices, metrics, LedgerSpool(spool) if spool is not None else None)
         salt_secret = routing.cache_salt_secret
         salts = TenantSalts(store.tenancy, salt_secret.get_secret_value() if salt_secret is not None else None)
-        router = Router(store.routing, policy, regions, monitor, metrics, salts)
+        router = Router(store.routing, policy, regions, monitor, metrics, salts, settings.finetunes.adapter_load_cost_tokens)
         tokenizers = TokenizerRegistry(limits.tokenizer_cache_dir, client)
         admitter = Admitter(store.admission, metering, TenantSlots(limits.tenant_max_concurrent_requests))
         disagg = Disaggregator(router, client, monitor, metrics, settings.disagg.disagg_max_local_prefill_length)
@@ -169,6 +171,7 @@ class Services:
             ),
             offload,
             EngineEventStreams(catalog, store.routing, metrics),
+            Finetunes(store.adapters, catalog, settings.finetunes),
             owns_store,
             owns_client,
         )

@@ -11,6 +11,7 @@ that part, and each part is handed only its own section:
     limits           gateway/pipeline/settings.py     LimitSettings    (tenant concurrency, setup, offload, deadline)
     disagg           gateway/pipeline/settings.py     DisaggSettings   (prefill/decode flow)
     batch            gateway/pipeline/settings.py     BatchSettings    (the asynchronous batch API)
+    finetunes        gateway/pipeline/settings.py     FinetuneSettings (tenants' LoRA adapters)
     billing          gateway/billing/settings.py      BillingSettings  (prices, history, spool)
     logging          here                             LoggingSettings  (level, JSON)
 
@@ -39,7 +40,7 @@ from gateway.billing.settings import BillingSettings
 from gateway.fleet.settings import FleetSettings
 from gateway.http.listener_limits import ListenerLimits
 from gateway.http.settings import HttpSettings
-from gateway.pipeline.settings import BatchSettings, DisaggSettings, LimitSettings, RoutingSettings
+from gateway.pipeline.settings import BatchSettings, DisaggSettings, FinetuneSettings, LimitSettings, RoutingSettings
 from gateway.store.settings import StoreSettings
 
 
@@ -59,6 +60,7 @@ class GatewaySettings(TomlSettings):
     limits: LimitSettings = Field(default_factory=LimitSettings)
     disagg: DisaggSettings = Field(default_factory=DisaggSettings)
     batch: BatchSettings = Field(default_factory=BatchSettings)
+    finetunes: FinetuneSettings = Field(default_factory=FinetuneSettings)
     billing: BillingSettings = Field(default_factory=BillingSettings)
     logging: LoggingSettings = Field(default_factory=LoggingSettings)
 

@@ -15,6 +15,7 @@ billing), limits.py (rate-limit window arithmetic) and sim/ (trace replay of the
     breaker.py           outlier ejection: a circuit breaker with a half-open probe
     regions.py           region choice
     prefix.py            tenant-salted block hashes
+    adapters.py          a LoRA adapter not loaded on a backend, as prefill tokens
     pricing.py           integer micro-unit billing
     limits.py            rate-limit window arithmetic
     errors.py            errors on bad configuration or input

@@ -58,13 +58,14 @@ class Candidate:
     cached_prefix_tokens: int = 0  # leading tokens of this request's prompt cached there (its KV pool)
     host_tier_tokens: int = 0  # the tokens right after those that its host-memory tier holds
     region_pool_tokens: int = 0  # the tokens right after those that its region's shared pool holds
+    adapter_load_tokens: int = 0  # loading the request's LoRA adapter there, in prefill tokens (policies/adapters.py)
 
     def __post_init__(self) -> None:
         if not self.id:
             raise PolicyError("Candidate.id must be a non-empty backend id")
         for name in (
             "in_flight_prefill_tokens", "in_flight_decode_tokens", "cached_prefix_tokens", "host_tier_tokens",
-            "region_pool_tokens",
+            "region_pool_tokens", "adapter_load_tokens",
         ):
             if getattr(self, name) < 0:
                 raise PolicyError(f"Candidate {self.id!r}: {name}={getattr(self, name)} must be >= 0")
@@ -85,8 +86,8 @@ class Candidate:
     def prefill_cost(self, num_prompt_tokens: int, costs: TierCosts) -> float:
         """The work before its first token there, in prefill tokens: what no tier holds, plus the
         tier hits' copies and fetches. A hit in its own pool is cheapest, then its host tier, then
-        the regional pool, then a miss."""
-        return max(0, num_prompt_tokens - self.reusable_prefix_tokens) + self.tier_cost(costs)
+        the regional pool, then a miss. A backend that must first load the request's LoRA adapter pays that too."""
+        return max(0, num_prompt_tokens - self.reusable_prefix_tokens) + self.tier_cost(costs) + self.adapter_load_tokens
 
     def effective_cached_tokens(self, costs: TierCosts) -> float:
         """Cached prefix tokens, tier hits counted at the share of a prefill they save."""

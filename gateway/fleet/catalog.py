@@ -46,11 +46,33 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from backends.client import Endpoint
 from backends.client.kinds import DEFAULT_KIND, kind_of
 from backends.client.zmq_events import EventSource
+from contracts.lora_adapter import BaseShape
 from gateway.errors import NoSuchModel
 
 DEFAULT_MODEL_ID = "@cf/huggingface/smollm2-135m-instruct"
 EMBEDDING_MODEL_ID = "@cf/sentence-transformers/all-minilm-l6-v2"  # what `edgerun dev` serves for embeddings
 EMBEDDING_TASK = "Text Embeddings"  # a model with this task is encoded by embedding backends, never generated
+
+
+class LoraShape(BaseModel):
+    """What a LoRA adapter of a model must fit (its Llama shape): set on a model that accepts adapters."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    num_layers: int = Field(ge=1)
+    hidden_size: int = Field(ge=1)
+    num_heads: int = Field(ge=1)
+    num_kv_heads: int = Field(ge=1)
+    head_dim: int = Field(ge=1)
+    intermediate_size: int = Field(ge=1)
+
+    def base_shape(self) -> BaseShape:
+        return BaseShape.llama(self.num_layers, self.hidden_size, self.num_heads, self.num_kv_heads, self.head_dim,
+                               self.intermediate_size)
+
+
+SMOLLM2_LORA_SHAPE = LoraShape(num_layers=30, hidden_size=576, num_heads=9, num_kv_heads=3, head_dim=64,
+                               intermediate_size=1536)
 
 
 class ModelSpec(BaseModel):
@@ -73,6 +95,9 @@ class ModelSpec(BaseModel):
     # Deprecated (a server's setting: [[backends]] return_token_ids, default by kind). False here still
     # keeps every backend of this model from being asked for each chunk's token ids.
     return_token_ids: bool = True
+    # Tenants' LoRA finetunes of this model (gateway/pipeline/finetunes.py): the shape an adapter must fit;
+    # None: the model takes no adapters. Its backends must serve adapters (edgerun with a lora_dir).
+    lora: LoraShape | None = None
 
 
 class BackendSpec(BaseModel):
@@ -162,6 +187,7 @@ def default_models() -> list[ModelSpec]:
             backend_model="smollm2",
             author="huggingface",
             description="SmolLM2-135M-Instruct: a small Llama-architecture instruct model (Q4_1 GGUF).",
+            lora=SMOLLM2_LORA_SHAPE,
         )
     ]
 
@@ -265,6 +291,8 @@ class Catalog:
                 properties.append({"property_id": "context_window", "value": str(model.context_length)})
             if name != model.id:
                 properties.append({"property_id": "alias_of", "value": model.id})
+            if model.lora is not None:
+                properties.append({"property_id": "lora", "value": "true"})
             found.append(
                 {
                     "id": str(uuid.uuid5(uuid.NAMESPACE_URL, name)),

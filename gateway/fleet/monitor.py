@@ -54,6 +54,7 @@ class MonitoredBackend:
     has_kv_events_route: bool = True
     # prompt blocks its tiers below the KV pool supplied so far, by tier ("host", "region"), from /load
     kv_tier_hit_blocks: dict[str, int] = field(default_factory=dict)
+    adapters: frozenset[str] = frozenset()  # LoRA adapters it has loaded, as its last /load said
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +100,17 @@ class BackendMonitor:
             self._set_gauge(state)
 
     # -- queries ------------------------------------------------------------------------------
+
+    def resident_adapters(self, backend_id: str) -> frozenset[str]:
+        """The LoRA adapters `backend_id` has loaded (its last /load, plus those routed there since)."""
+        state = self.states.get(backend_id)
+        return state.adapters if state is not None else frozenset()
+
+    def note_adapter(self, backend_id: str, adapter: str) -> None:
+        """A request under `adapter` was routed to `backend_id`, which loads it: prefer it for the next ones."""
+        state = self.states.get(backend_id)
+        if state is not None:
+            state.adapters = state.adapters | {adapter}
 
     def is_healthy(self, backend_id: str) -> bool:
         state = self.states.get(backend_id)
@@ -158,6 +170,8 @@ class BackendMonitor:
                 tiers = load.get("kv_tier_hit_blocks")
                 if isinstance(tiers, dict):
                     state.kv_tier_hit_blocks = {str(k): int(v) for k, v in tiers.items()}
+                adapters = load.get("adapters", [])
+                state.adapters = frozenset(a for a in adapters if isinstance(a, str)) if isinstance(adapters, list) else frozenset()
             except BackendError as exc:
                 if isinstance(exc, BackendRejected) and exc.status in (404, 405):
                     state.has_load_route = False

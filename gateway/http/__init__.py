@@ -11,6 +11,8 @@
     api_billing.py      `GET /admin/v1/billing/export`
     api_batch.py        the batch calls of `ai/run` (`queueRequest`): queue a batch, poll it by request_id
     batch_worker.py     runs queued batch items on spare capacity, as their synchronous requests, billed once
+    api_finetunes.py    `ai/finetunes`: tenants' LoRA adapters (create, upload assets, list, delete)
+    multipart.py        a multipart/form-data body's fields (the finetune asset upload)
     admin.py            tenants and keys: the service behind the admin API and `edgerun tenants|keys`
     admin_guard.py      the admin token check of every admin route (constant time; failures throttled by surface)
     body.py             reading a JSON body within a size bound

@@ -33,6 +33,7 @@ from gateway.pipeline.schemas import (
     parse_completions,
     parse_responses,
     parse_workers_ai,
+    split_finetune,
 )
 from gateway.services import Services
 
@@ -74,8 +75,13 @@ def _model(request: Request, principal: Principal, model_id: str) -> ModelSpec:
     return model
 
 
-def _context(request: Request, principal: Principal, model: ModelSpec) -> RequestContext:
-    """The request's one context (gateway/context.py), built once its caller and model are known."""
+async def _context(request: Request, principal: Principal, model: ModelSpec, lora: str | None = None) -> RequestContext:
+    """The request's one context (gateway/context.py), built once its caller and model are known; `lora`: the
+    finetune the request names (its account's own, else 404), recorded in the ledger record's metadata."""
+    finetune = await services(request).finetunes.resolve(principal, model, lora) if lora is not None else None
+    meta = metadata(request)
+    if finetune is not None:
+        meta = {**meta, "lora": finetune.id, "lora_name": finetune.name}
     return RequestContext(
         request_id=request.state.request_id,
         principal=principal,
@@ -83,7 +89,8 @@ def _context(request: Request, principal: Principal, model: ModelSpec) -> Reques
         session_id=session_id(request),
         arrived_perf=request.state.arrived_perf,
         arrived_at=request.state.arrived_at,
-        metadata=metadata(request),
+        metadata=meta,
+        adapter=finetune.id if finetune is not None else None,
     )
 
 
@@ -107,7 +114,7 @@ async def run_model(request: Request) -> Response:
             return Response(status_code=render.CLIENT_CLOSED_REQUEST)
         return JSONBytes(envelopes.workers_ai_success(envelopes.workers_ai_embeddings(embedded.vectors)))
     inp = parse_workers_ai(body)
-    started = await g.answers.start(_context(request, principal, model), inp, "run", cache_directive(request))
+    started = await g.answers.start(await _context(request, principal, model, inp.lora), inp, "run", cache_directive(request))
     request.state.backend = started.backend_id
     return _answered(request, started, await render.workers_ai_response(started.answer, inp, request.receive))
 
@@ -116,11 +123,12 @@ async def _openai(request: Request, *, chat: bool) -> Response:
     g = services(request)
     principal = await _admitted(request)  # before the body: strangers never get JSON parsed
     body = await _body(request)
-    model = _model(request, principal, openai_model(body))
+    name, lora = split_finetune(openai_model(body))
+    model = _model(request, principal, name)
     if model.task == EMBEDDING_TASK:
         raise InvalidInput(f"{model.id} is an embedding model: send it to /ai/v1/embeddings", param="model")
     inp = parse_chat_completions(body) if chat else parse_completions(body)
-    ctx = _context(request, principal, model)
+    ctx = await _context(request, principal, model, lora)
     started = await g.answers.start(ctx, inp, "chat" if chat else "completions", cache_directive(request))
     request.state.backend = started.backend_id
     response = await render.openai_response(started.answer, inp, request.receive, chat=chat)
@@ -150,7 +158,7 @@ def _explained(request: Request, generation: Generation, response: Response) -> 
 async def _embed(request: Request, principal: Principal, model: ModelSpec, texts: tuple[str, ...]) -> Embedded | None:
     """The vectors, or None when the client hung up first (the request is then cancelled: recorded `cancelled`
     at no cost, its backend request closed)."""
-    work = services(request).embedder.embed(_context(request, principal, model), texts)
+    work = services(request).embedder.embed(await _context(request, principal, model), texts)
     embedded = await render.unless_disconnected(work, request.receive)
     if embedded is not None:
         request.state.backend = embedded.endpoint.id
@@ -181,7 +189,7 @@ async def create_response(request: Request) -> Response:
     if model.task == EMBEDDING_TASK:
         raise InvalidInput(f"{model.id} is an embedding model: send it to /ai/v1/embeddings", param="model")
     inp = parse_responses(body)
-    generation = await g.generator.start(_context(request, principal, model), inp.generation)
+    generation = await g.generator.start(await _context(request, principal, model), inp.generation)
     request.state.backend = generation.endpoint.id
     return _explained(request, generation, await responses.responses_response(generation, inp, request.receive))
 

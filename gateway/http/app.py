@@ -19,7 +19,7 @@ from starlette.routing import Route
 
 from backends.client import BackendClient
 from gateway.errors import AuthenticationFailed, GatewayError, NoRoute, ServiceUnavailable
-from gateway.http import api_admin, api_billing, api_inference
+from gateway.http import api_admin, api_billing, api_finetunes, api_inference
 from gateway.http.admin_guard import presented_bearer, token_matches
 from gateway.http.dashboard import dashboard_routes
 from gateway.http.dashboard.limits import TenantQueries
@@ -127,6 +127,10 @@ def routes() -> list[Route]:
         Route(f"{ACCOUNT}/ai/models/schema", api_inference.model_schema, methods=["GET"]),
         Route(f"{ACCOUNT}/ai/v1/models", api_inference.list_models, methods=["GET"]),
         Route(f"{ACCOUNT}/ai/v1/models/{{model:path}}", api_inference.get_model, methods=["GET"]),
+        Route(f"{ACCOUNT}/ai/finetunes", api_finetunes.create_finetune, methods=["POST"]),
+        Route(f"{ACCOUNT}/ai/finetunes", api_finetunes.list_finetunes, methods=["GET"]),
+        Route(f"{ACCOUNT}/ai/finetunes/{{finetune_id}}/finetune-assets", api_finetunes.upload_asset, methods=["POST"]),
+        Route(f"{ACCOUNT}/ai/finetunes/{{finetune_id}}", api_finetunes.delete_finetune, methods=["DELETE"]),
         Route("/admin/v1/tenants", api_admin.create_tenant, methods=["POST"]),
         Route("/admin/v1/tenants", api_admin.list_tenants, methods=["GET"]),
         Route("/admin/v1/tenants/{tenant_id}/keys", api_admin.create_key, methods=["POST"]),

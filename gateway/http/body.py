@@ -15,15 +15,9 @@ def _too_large(max_bytes: int) -> RequestTooLarge:
     return RequestTooLarge(f"Request is too large: the body may be at most {max_bytes} bytes")
 
 
-async def read_json_object(
-    request: Request, max_bytes: int, *, allow_empty: bool = False, offload: Offload | None = None
-) -> dict[str, Any]:
-    """The body as a JSON object (an empty body is `{}` when `allow_empty`).
-
-    A declared Content-Length over `max_bytes` is refused before reading anything; a chunked
-    body is refused as soon as the bytes read pass the bound (the rest is never buffered). A large
-    body is parsed on `offload`'s threads when given.
-    """
+async def read_bounded(request: Request, max_bytes: int) -> bytes:
+    """The whole body, refused (413) before reading when its declared length is over `max_bytes`, and as
+    soon as the bytes read pass it (the rest is never buffered)."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > max_bytes:
         raise _too_large(max_bytes)
@@ -34,11 +28,24 @@ async def read_json_object(
         if size > max_bytes:
             raise _too_large(max_bytes)
         chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def read_json_object(
+    request: Request, max_bytes: int, *, allow_empty: bool = False, offload: Offload | None = None
+) -> dict[str, Any]:
+    """The body as a JSON object (an empty body is `{}` when `allow_empty`).
+
+    A declared Content-Length over `max_bytes` is refused before reading anything; a chunked
+    body is refused as soon as the bytes read pass the bound (the rest is never buffered). A large
+    body is parsed on `offload`'s threads when given.
+    """
+    raw = await read_bounded(request, max_bytes)
+    size = len(raw)
     if size == 0:
         if allow_empty:
             return {}
         raise IncompleteRequest("Request is missing headers or body: send a JSON object body")
-    raw = b"".join(chunks)
     try:
         if offload is None or not is_large(size):  # inline: no closure, no coroutine more
             body = loads_strict(raw)

@@ -277,6 +277,24 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
         "OpenAI-compatible model retrieval (404 for a model this key may not use)",
         params=(ACCOUNT_ID, _path_param("model", "A model id or alias.")), openai=True,
     ),
+    (f"{ACCOUNT}/ai/finetunes", "post"): _operation(
+        "Workers AI: create a LoRA finetune of a base model that accepts adapters", params=(ACCOUNT_ID,),
+        body={"type": "object", "required": ["model", "name"], "properties": {
+            "model": {"type": "string"}, "name": {"type": "string", "minLength": 1, "maxLength": 128},
+            "description": {"type": "string", "maxLength": 1024}}},
+    ),
+    (f"{ACCOUNT}/ai/finetunes", "get"): _operation("Workers AI: the account's finetunes", params=(ACCOUNT_ID,)),
+    (f"{ACCOUNT}/ai/finetunes/{{finetune_id}}/finetune-assets", "post"): {
+        **_operation("Workers AI: upload a finetune's adapter_config.json or adapter_model.safetensors (PEFT)",
+                     params=(ACCOUNT_ID, _path_param("finetune_id", "The finetune's id."))),
+        "requestBody": {"required": True, "content": {"multipart/form-data": {"schema": {
+            "type": "object", "required": ["file", "file_name"], "properties": {
+                "file": {"type": "string", "format": "binary"},
+                "file_name": {"type": "string", "enum": ["adapter_config.json", "adapter_model.safetensors"]}}}}}},
+    },
+    (f"{ACCOUNT}/ai/finetunes/{{finetune_id}}", "delete"): _operation(
+        "Delete a finetune and its files", params=(ACCOUNT_ID, _path_param("finetune_id", "The finetune's id."))
+    ),
     ("/admin/v1/tenants", "post"): _operation("Create a tenant", security="adminToken", body=TENANT_BODY, ok="201"),
     ("/admin/v1/tenants", "get"): _operation("List tenants", security="adminToken"),
     ("/admin/v1/tenants/{tenant_id}/keys", "post"): _operation(

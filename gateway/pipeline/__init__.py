@@ -24,5 +24,6 @@ No module here imports Starlette; they import downwards only (fleet, billing, st
     setup_gate.py       a bound on how many requests do their CPU-bound setup at once
     structured.py       JSON mode: a client's `response_format` in the form every backend takes
     tools.py            function calling: tools into the prompt and a grammar, the answer into tool calls
+    finetunes.py        tenants' LoRA finetunes: upload checks, the adapter directory, a request's `lora`
     settings.py         the `[routing]`, `[limits]`, `[disagg]` and `[batch]` sections
 """

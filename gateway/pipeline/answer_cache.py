@@ -88,15 +88,21 @@ def clamp_ttl(seconds: int) -> int:
     return min(MAX_TTL_S, max(MIN_TTL_S, seconds))
 
 
-def cache_key(route: Route, model_id: str, inp: GenerationInput, custom_key: str | None = None) -> str:
-    """The entry's name within its tenant: a SHA-256 of what makes two requests identical."""
+def cache_key(
+    route: Route, model_id: str, inp: GenerationInput, custom_key: str | None = None, adapter: str | None = None
+) -> str:
+    """The entry's name within its tenant: a SHA-256 of what makes two requests identical; `adapter` (the
+    finetune id the request runs under) keeps a finetune's answers apart from its base model's and others'."""
     if custom_key is not None:
         material: list[object] = ["key", custom_key]
     else:
         fields = asdict(inp)
         for encoding_only in ("stream", "include_usage", "reject_if_busy"):
             del fields[encoding_only]
+        del fields["lora"]  # the name as sent: the finetune's id below is what ran
         material = ["request", route, model_id, fields]
+    if adapter is not None:
+        material.append(["lora", adapter])
     text = json.dumps(material, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -128,7 +134,7 @@ class AnswerCache:
         the generation, whose complete answer is kept when the request asked for it."""
         if directive is None:
             return Started(await self.generator.start(ctx, inp))
-        key = cache_key(route, ctx.model_id, inp, directive.key)
+        key = cache_key(route, ctx.model_id, inp, directive.key, ctx.adapter)
         counted = self.metering.metrics.response_cache
         if directive.may_read:
             found = await self._get(ctx, key)

@@ -85,8 +85,12 @@ def _item(index: int, request: Any, model: ModelSpec) -> Item:
     try:
         if model.task == EMBEDDING_TASK:
             parse_workers_ai_embedding(fields)
-        elif parse_workers_ai(fields).stream:
-            raise InvalidInput("a batch item cannot stream: its answer is read by polling", param="stream")
+        else:
+            parsed = parse_workers_ai(fields)
+            if parsed.stream:
+                raise InvalidInput("a batch item cannot stream: its answer is read by polling", param="stream")
+            if parsed.lora is not None:  # the batch worker runs base models only (gateway/pipeline/finetunes.py)
+                raise InvalidInput("a batch item cannot name a finetune (lora) yet: send it on its own", param="lora")
     except GatewayError as exc:
         param = f"{where}.{exc.param}" if exc.param else where
         raise type(exc)(f"{where}: {exc.message}", param=param) from None

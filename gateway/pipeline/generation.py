@@ -361,7 +361,8 @@ class Generator:
         try:
             cache_salt = await self.router.salts.salt(ctx.tenant_id)
             body = {
-                "model": model.backend_model,
+                # a finetune is asked for by its id, vLLM's convention for a LoRA adapter (finetunes.py)
+                "model": ctx.adapter or model.backend_model,
                 "prompt": prompt_ids,
                 **inp.sampling.backend_fields(),
                 "cache_salt": cache_salt,  # HMAC of the tenant id: not guessable (gateway/pipeline/tenant_salt.py)

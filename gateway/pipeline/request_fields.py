@@ -86,7 +86,7 @@ GENERATION_REFUSED: Mapping[str, FieldRule] = {
     "tool_choice": refused("applies to tools, which need a chat request", "none"),
     "guided_json": refused("is Workers AI's JSON mode on /ai/run: send response_format here"),
     "raw": refused("applies to /ai/run prompts: send a raw prompt to /ai/v1/completions", False),
-    "lora": refused("names a LoRA adapter; edgerun serves base models only"),
+    "lora": refused("names a LoRA finetune on /ai/run; on /ai/v1 name it in model as \"<base model>:<finetune>\""),
     "image": refused("is an image input; the served models read text only"),
     "functions": refused(_LEGACY_FUNCTIONS, []),
     "function_call": refused(_LEGACY_FUNCTIONS, "none"),
@@ -123,7 +123,7 @@ GENERATION_REFUSED: Mapping[str, FieldRule] = {
 
 WORKERS_AI: Mapping[str, FieldRule] = {
     **{name: HONOURED for name in ("prompt", "messages", "stream", "raw", "stop", *_SAMPLING, *_PENALTIES)},
-    **{name: HONOURED for name in ("response_format", "guided_json", "tools", "tool_choice", OPTIONS_FIELD)},
+    **{name: HONOURED for name in ("response_format", "guided_json", "tools", "tool_choice", OPTIONS_FIELD, "lora")},
     "model": ignored("the URL names the model"),
 }
 

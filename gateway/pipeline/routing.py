@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 import structlog
 
 from backends.client import Endpoint
+from contracts.prefix_hash import adapter_salt
 from gateway.context import RequestContext
 from gateway.errors import OutOfCapacity
 from gateway.fleet.kv_tiers import tier_tokens
@@ -45,6 +46,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.pipeline.tenant_salt import TenantSalts
 from gateway.store.admission import Inflight
 from gateway.store.routing import RouteView, RoutingState
+from policies.adapters import adapter_load_tokens
 from policies.base import Candidate, Policy, RouteInfo
 from policies.prefix import block_hashes
 from policies.regions import RegionPreference, choose_region
@@ -63,7 +65,7 @@ class Flight:
     info: RouteInfo  # what the policy saw (policies cannot import the context); given back to on_complete
     endpoints: list[Endpoint]  # the chosen backend first, then failover targets
     expected_cached_tokens: int  # what the prefix index predicted for the chosen backend
-    cache_salt: str  # the tenant's derived salt: the backend request's `cache_salt`
+    cache_salt: str  # the tenant's derived salt: the backend request's `cache_salt` (the adapter is sent apart)
     backend_id: str  # where the tokens are counted now
     prefill_tokens: int  # still counted
     decode_tokens: int
@@ -107,8 +109,10 @@ class Router:
         monitor: BackendMonitor,
         metrics: GatewayMetrics,
         salts: TenantSalts,
+        adapter_load_cost_tokens: int = 0,
     ) -> None:
         self.salts = salts
+        self.adapter_load_cost_tokens = adapter_load_cost_tokens  # a backend without the request's adapter
         self.routing = routing
         self.policy = policy
         self.regions = regions
@@ -123,10 +127,14 @@ class Router:
         its `max_tokens` and prompt tokens in flight on the first choice now (else its admission does)."""
         tenant_id, session_id, model = ctx.tenant_id, ctx.session_id, ctx.model
         cache_salt = await self.salts.salt(tenant_id)
-        hashes = block_hashes(prompt_ids, model.block_size, cache_salt)
+        # under a LoRA adapter the chain is the adapter's own, as the backend's is (contracts.prefix_hash)
+        hashes = block_hashes(prompt_ids, model.block_size, adapter_salt(cache_salt, ctx.adapter))
         view = await self.routing.lookup(hashes, tenant_id, session_id)
-        candidates = [candidate(e, view, self.monitor.is_healthy(e.id), model.block_size, len(prompt_ids))
-                      for e in endpoints]
+        candidates = [
+            candidate(e, view, self.monitor.is_healthy(e.id), model.block_size, len(prompt_ids),
+                      adapter_load_tokens(ctx.adapter, self.monitor.resident_adapters(e.id), self.adapter_load_cost_tokens))
+            for e in endpoints
+        ]
         info = route_info(ctx, hashes, len(prompt_ids), max_tokens, view.previous_backend_id)
         ordered = self.order(candidates, info)
         if not ordered:  # every backend down or ejected: say when the first ejection runs out
@@ -149,6 +157,8 @@ class Router:
             prefill_tokens=prefill,
             decode_tokens=max_tokens,
         )
+        if ctx.adapter is not None:  # it will be loaded there; the next /load poll confirms it
+            self.monitor.note_adapter(first.id, ctx.adapter)
         if count:
             await self.routing.add_inflight(flight.inflight)
         self.metrics.routing_decisions.labels(self.policy.name, first.id).inc()
@@ -216,14 +226,18 @@ class Router:
         return left
 
 
-def candidate(endpoint: Endpoint, view: RouteView, healthy: bool, block_size: int, num_prompt_tokens: int) -> Candidate:
-    """One backend for this request: its load, and how much of the prompt its pool, its host tier
-    and its region's pool hold, one after the other (gateway/fleet/kv_tiers.py)."""
+def candidate(
+    endpoint: Endpoint, view: RouteView, healthy: bool, block_size: int, num_prompt_tokens: int, adapter_load: int = 0
+) -> Candidate:
+    """One backend for this request: its load, how much of the prompt its pool, its host tier and its
+    region's pool hold, one after the other (gateway/fleet/kv_tiers.py), and what loading the request's LoRA
+    adapter there costs (`adapter_load`, prefill tokens: policies/adapters.py)."""
     pool, host, region = tier_tokens(view.matched, endpoint.id, endpoint.region, block_size, num_prompt_tokens)
     prefill, decode = view.loads.get(endpoint.id, (0, 0))
     return Candidate(
         id=endpoint.id, region=endpoint.region, healthy=healthy, in_flight_prefill_tokens=prefill,
         in_flight_decode_tokens=decode, cached_prefix_tokens=pool, host_tier_tokens=host, region_pool_tokens=region,
+        adapter_load_tokens=adapter_load,
     )
 
 

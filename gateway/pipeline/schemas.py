@@ -111,6 +111,7 @@ class GenerationInput:
     response_format: dict[str, Any] | None = None
     tools: ToolUse | None = None  # function calling (gateway/pipeline/tools.py)
     reject_if_busy: bool = False  # options.rejectIfBusy: 429 / 3040 at once rather than wait for capacity
+    lora: str | None = None  # a LoRA finetune of the caller's account, by name or id (gateway/pipeline/finetunes.py)
 
     @property
     def backend_response_format(self) -> dict[str, Any] | None:
@@ -269,8 +270,11 @@ def parse_workers_ai(body: dict[str, Any]) -> GenerationInput:
     tools = _tool_use(body, prompt, response_format)
     if tools is not None:
         prompt = Prompt(messages=prompt.messages, tools=tools)
+    lora = body.get("lora")
+    if lora is not None and (not isinstance(lora, str) or not lora):
+        raise InvalidInput("lora must name a finetune of this account (its name or id)", param="lora")
     return GenerationInput(prompt, sampling, _boolean(body, "stream"), False, response_format, tools,
-                           _reject_if_busy(body))
+                           _reject_if_busy(body), lora)
 
 
 def _tool_use(body: dict[str, Any], prompt: Prompt, response_format: dict[str, Any] | None) -> ToolUse | None:
@@ -310,6 +314,13 @@ def openai_model(body: dict[str, Any]) -> str:
     if not isinstance(model, str) or not model:
         raise InvalidInput("model must be a model id string, e.g. @cf/huggingface/smollm2-135m-instruct", param="model")
     return model
+
+
+def split_finetune(model: str) -> tuple[str, str | None]:
+    """OpenAI routes name a LoRA finetune in `model` as "<base model>:<finetune name or id>" (model ids hold
+    no ':'): -> (base model, finetune), or (model, None)."""
+    base, sep, finetune = model.rpartition(":")
+    return (base, finetune) if sep and base and finetune else (model, None)
 
 
 def parse_chat_completions(body: dict[str, Any]) -> GenerationInput:

@@ -1,6 +1,7 @@
 """The request pipeline's settings sections: `[routing]` (regions, the policy, the tenants' cache
 salt), `[limits]` (how much of the process one request, one tenant or a burst may take),
-`[disagg]` (the two-step prefill/decode flow) and `[batch]` (the asynchronous batch API). Each field
+`[disagg]` (the two-step prefill/decode flow), `[batch]` (the asynchronous batch API) and `[finetunes]`
+(tenants' LoRA adapters). Each field
 is also accepted by its own name, e.g. `EDGERUN_ROUTING_POLICY`, as gateway/settings.py explains."""
 
 from __future__ import annotations
@@ -81,3 +82,16 @@ class BatchSettings(BaseModel):
     batch_lease_s: float = Field(default=30.0, gt=0, le=3600.0)  # a claim's lease, renewed every third of it
     batch_poll_interval_s: float = Field(default=0.5, gt=0)  # how often an idle worker looks for items
     batch_max_attempts: int = Field(default=3, ge=1)  # claims that lapsed (a worker died) before an item fails
+
+
+class FinetuneSettings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    # Where uploaded LoRA adapters are kept, one directory per finetune id (PEFT files): the backends must
+    # read the same directory (their `lora_dir`: a shared volume). None: the finetunes API answers 400.
+    finetunes_dir: Path | None = None
+    finetunes_per_account: int = Field(default=100, ge=1)  # Workers AI's limit
+    finetune_max_bytes: int = Field(default=300_000_000, ge=1)  # per uploaded file (Workers AI: 300 MB)
+    # Routing: a backend that does not have a request's adapter loaded costs this many prompt tokens more
+    # (loading it from disk), weighed like a prefix miss (policies/adapters.py)
+    adapter_load_cost_tokens: int = Field(default=256, ge=0)

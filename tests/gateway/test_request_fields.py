@@ -22,7 +22,13 @@ from gateway.pipeline.request_fields import (
     WORKERS_AI_EMBEDDINGS,
     Treatment,
 )
-from gateway.pipeline.schemas import parse_chat_completions, parse_completions, parse_responses, parse_workers_ai
+from gateway.pipeline.schemas import (
+    parse_chat_completions,
+    parse_completions,
+    parse_responses,
+    parse_workers_ai,
+    split_finetune,
+)
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 MESSAGES = [{"role": "user", "content": "hi"}]
@@ -52,6 +58,19 @@ def test_a_null_field_is_absent(field: str) -> None:
     assert parse_chat_completions({**CHAT, field: None}) == parse_chat_completions(CHAT)
 
 
+def test_lora_names_a_finetune_on_ai_run_and_in_model_on_openai_routes() -> None:
+    assert parse_workers_ai({"prompt": "hi", "lora": "french"}).lora == "french"
+    with pytest.raises(InvalidInput) as caught:
+        parse_workers_ai({"prompt": "hi", "lora": 7})
+    assert caught.value.param == "lora"
+    with pytest.raises(InvalidInput) as caught:
+        parse_chat_completions({**CHAT, "lora": "french"})
+    assert caught.value.param == "lora" and "<base model>:<finetune>" in caught.value.message
+    assert split_finetune("@cf/huggingface/smollm2-135m-instruct:french") == ("@cf/huggingface/smollm2-135m-instruct", "french")
+    assert split_finetune("@cf/huggingface/smollm2-135m-instruct") == ("@cf/huggingface/smollm2-135m-instruct", None)
+    assert split_finetune("m:") == ("m:", None)
+
+
 def test_stop_strings_are_honoured_on_every_route() -> None:
     assert parse_workers_ai({"prompt": "hi", "stop": "\n"}).sampling.stop == ("\n",)
     assert parse_workers_ai({"messages": MESSAGES, "stop": [f"s{i}" for i in range(16)]}).sampling.stop[-1] == "s15"
@@ -72,7 +91,6 @@ def test_stop_strings_are_honoured_on_every_route() -> None:
         ("functions", [{"name": "f", "parameters": {"type": "object"}}], "tools"),
         ("response_format", {"type": "regex"}, "response_format"),
         ("tool_choice", "required", "tool"),  # without tools
-        ("lora", "my-adapter", "LoRA"),
         ("image", [1, 2, 3], "text only"),
         ("n", 2, "one per request"),
         ("logit_bias", {"50256": -100}, "bias"),
