@@ -36,6 +36,8 @@ _OVERRIDES: dict[str, tuple[str | None, str]] = {
     "max_num_batched_tokens": ("engine", "max_num_batched_tokens"),
     "max_model_len": ("engine", "max_model_len"),
     "speculative_adaptive": ("engine", "speculative_adaptive"),
+    "lora_dir": ("engine", "lora_dir"),
+    "max_loras": ("engine", "max_loras"),
     "trtllm_version": ("trtllm", "trtllm_version"),
     "kv_transport": (None, "kv_transport"),
     "kv_port": (None, "kv_port"),
@@ -101,6 +103,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--prompt-lookup-max", type=int, help="longest n-gram matched by --speculative ngram")
     add("--prompt-lookup-min", type=int, help="shortest n-gram matched by --speculative ngram (built-in engine)")
     add("--speculative-max-concurrency", type=int, help="no speculation with more running requests than this")
+    add("--lora-dir", help="where LoRA adapters are, one PEFT directory per name (the gateway's finetunes_dir; "
+        "built-in engine): a request whose model names one runs under it")
+    add("--max-loras", type=int, help="LoRA adapters resident at once, least recently used unloaded (built-in engine)")
     add("--trtllm-version", help="installed TensorRT-LLM version (picks the EAGLE-3 decoding_type)")
     add("--trtllm-in-process", action="store_true", default=None, help="host tensorrt_llm.LLM in our server")
 

@@ -1,0 +1,182 @@
+"""Tenants' LoRA finetunes end to end: the real gateway in front of a real built-in backend (the tiny random
+Llama, deterministic) that loads adapters from the gateway's finetunes directory. Upload, list, call, another
+tenant's 404, delete, the prefix cache never shared across adapters, and two tenants' adapters in one batch."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from engines.builtin.loader.random import preset_config
+from tests.engines.lora_files import ALL_MODULES, write_adapter
+from tests.gateway.fixtures_e2e import BackendProcess, InProcessGateway, gateway_settings, running_tiny_backend
+
+pytestmark = pytest.mark.slow
+MODEL = "@cf/test/tiny-lora"
+PLAIN = "@cf/test/tiny-plain"  # in the catalog, without adapters
+TINY = preset_config("tiny")
+TINY_SHAPE = {"num_layers": TINY.num_layers, "hidden_size": TINY.hidden_size, "num_heads": TINY.num_heads,
+              "num_kv_heads": TINY.num_kv_heads, "head_dim": TINY.head_dim, "intermediate_size": TINY.intermediate_size}
+PROMPT = "The quick brown fox jumps over the lazy dog, then naps in the afternoon sun."  # > 4 blocks of bytes
+
+
+@pytest.fixture(scope="module")
+def finetunes_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("finetunes")
+
+
+@pytest.fixture(scope="module")
+def backend(finetunes_dir: Path) -> Iterator[BackendProcess]:
+    with running_tiny_backend("lora", "--mode", "deterministic", "--weight-dtype", "float32",
+                              "--lora-dir", str(finetunes_dir)) as process:
+        yield process
+
+
+@pytest.fixture(scope="module")
+def gateway(backend: BackendProcess, finetunes_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessGateway]:
+    settings = gateway_settings(tmp_path_factory.mktemp("gw"), [backend.spec([MODEL])],
+                                models=[{"id": MODEL, "backend_model": "random:tiny", "lora": TINY_SHAPE},
+                                        {"id": PLAIN, "backend_model": "random:tiny"}],
+                                finetunes_dir=finetunes_dir)
+    started = InProcessGateway(settings).start()
+    yield started
+    started.stop()
+
+
+@pytest.fixture
+def tenants(gateway: InProcessGateway) -> Iterator[Callable[[str], Tenant]]:
+    made: list[Tenant] = []
+
+    def make(name: str) -> Tenant:
+        made.append(Tenant(gateway, name))
+        return made[-1]
+
+    yield make
+    for tenant in made:
+        tenant.client.close()
+
+
+class Tenant:
+    def __init__(self, gateway: InProcessGateway, name: str) -> None:
+        self.account = f"acct-{name}"
+        secret = gateway.new_key(f"tenant-{name}", self.account)
+        self.client = httpx.Client(base_url=f"{gateway.url}/client/v4/accounts/{self.account}",
+                                   headers={"authorization": f"Bearer {secret}"}, timeout=60)
+
+    def create(self, name: str, model: str = MODEL) -> httpx.Response:
+        return self.client.post("/ai/finetunes", json={"model": model, "name": name, "description": "test"})
+
+    def upload(self, finetune_id: str, file_name: str, data: bytes) -> httpx.Response:
+        return self.client.post(f"/ai/finetunes/{finetune_id}/finetune-assets",
+                                files={"file": (file_name, data)}, data={"file_name": file_name})
+
+    def upload_dir(self, finetune_id: str, directory: Path) -> None:
+        for file_name in ("adapter_config.json", "adapter_model.safetensors"):
+            answer = self.upload(finetune_id, file_name, (directory / file_name).read_bytes())
+            assert answer.status_code == 200, answer.text
+
+    def run(self, lora: str | None = None, prompt: str = PROMPT) -> dict[str, Any]:
+        body: dict[str, Any] = {"prompt": prompt, "raw": True, "max_tokens": 8, "temperature": 0}
+        if lora is not None:
+            body["lora"] = lora
+        answer = self.client.post(f"/ai/run/{MODEL}", json=body)
+        return {"status": answer.status_code, "json": answer.json(), "ray": answer.headers.get("cf-ray")}
+
+
+def adapter(tmp: Path, name: str, seed: int, rank: int = 8, targets: tuple[str, ...] = ALL_MODULES) -> Path:
+    return write_adapter(tmp / name, TINY, rank, targets, seed=seed, std=0.5)
+
+
+def test_upload_list_call_isolate_and_delete(
+    gateway: InProcessGateway, tenants: Callable[[str], Tenant], tmp_path: Path
+) -> None:
+    acme, beta = tenants("acme"), tenants("beta")
+    created = acme.create("french")
+    assert created.status_code == 200, created.text
+    finetune = created.json()["result"]
+    assert finetune["name"] == "french" and finetune["model"] == MODEL
+    acme.upload_dir(finetune["id"], adapter(tmp_path, "french", seed=1))
+    listed = acme.client.get("/ai/finetunes").json()["result"]
+    assert [f["id"] for f in listed] == [finetune["id"]]
+    assert beta.client.get("/ai/finetunes").json()["result"] == []
+
+    base = acme.run()
+    by_name, by_id = acme.run("french"), acme.run(finetune["id"])
+    assert base["status"] == by_name["status"] == 200, (base, by_name)
+    assert by_name["json"]["result"]["response"] == by_id["json"]["result"]["response"]
+    assert by_name["json"]["result"]["response"] != base["json"]["result"]["response"]
+    record = gateway.ledger_record(by_name["ray"])
+    assert record.model == MODEL and record.metadata["lora"] == finetune["id"]  # billed as its base model
+
+    for name_or_id in ("french", finetune["id"]):  # another tenant's finetune does not exist for beta
+        refused = beta.run(name_or_id)
+        assert refused["status"] == 404 and "no finetune" in refused["json"]["errors"][0]["message"]
+    assert beta.client.delete(f"/ai/finetunes/{finetune['id']}").status_code == 404
+    assert acme.client.delete(f"/ai/finetunes/{finetune['id']}").status_code == 200
+    assert acme.run("french")["status"] == 404
+    assert acme.client.get("/ai/finetunes").json()["result"] == []
+
+
+def test_uploads_are_checked_with_clear_400s(tenants: Callable[[str], Tenant], tmp_path: Path) -> None:
+    acme = tenants("checks")
+    no_lora = acme.create("x", model=PLAIN)
+    assert no_lora.status_code == 400 and "does not accept LoRA" in no_lora.text, no_lora.text
+    finetune_id = acme.create("checked").json()["result"]["id"]
+    assert acme.create("checked").status_code == 400  # the name is taken
+    good = adapter(tmp_path, "good", seed=2)
+    config = json.loads((good / "adapter_config.json").read_text())
+    cases = [
+        ("notes.txt", b"{}", "file_name must be"),
+        ("adapter_config.json", json.dumps({**config, "r": 64}).encode(), "rank"),
+        ("adapter_config.json", json.dumps({**config, "target_modules": ["lm_head"]}).encode(), "target_modules"),
+        ("adapter_model.safetensors", b"not safetensors", "safetensors"),
+    ]
+    for file_name, data, words in cases:
+        answer = acme.upload(finetune_id, file_name, data)
+        assert answer.status_code == 400 and words in answer.text, (file_name, answer.text)
+    wrong_shape = write_adapter(tmp_path / "wide", TINY, 4, ("q_proj",), seed=3)  # rank 4 weights
+    assert acme.upload(finetune_id, "adapter_config.json", (good / "adapter_config.json").read_bytes()).status_code == 200
+    answer = acme.upload(finetune_id, "adapter_model.safetensors", (wrong_shape / "adapter_model.safetensors").read_bytes())
+    assert answer.status_code == 400 and "shape" in answer.text, answer.text
+    incomplete = acme.run("checked")
+    assert incomplete["status"] == 400 and "adapter_model.safetensors" in incomplete["json"]["errors"][0]["message"]
+
+
+def test_prefix_cache_is_per_adapter_and_two_tenants_adapters_share_a_batch(
+    backend: BackendProcess, tenants: Callable[[str], Tenant], tmp_path: Path
+) -> None:
+    one, two = tenants("one"), tenants("two")
+    ids = []
+    for tenant, seed in ((one, 11), (two, 12)):
+        finetune_id = tenant.create("mine").json()["result"]["id"]
+        tenant.upload_dir(finetune_id, adapter(tmp_path, f"t{seed}", seed=seed, rank=4 * (seed - 10)))
+        ids.append(finetune_id)
+    second = f"{PROMPT} And again."  # one's own prefix, never served to its other adapter or base
+    first = one.run("mine", second)
+    again = one.run("mine", second)
+    assert again["json"]["result"]["usage"]["prompt_tokens_details"]["cached_tokens"] >= 64, again
+    assert again["json"]["result"]["response"] == first["json"]["result"]["response"]
+    base = one.run(None, second)
+    assert base["json"]["result"]["usage"]["prompt_tokens_details"]["cached_tokens"] == 0, base
+    finetune_b = one.create("other").json()["result"]["id"]
+    one.upload_dir(finetune_b, adapter(tmp_path, "other", seed=13))
+    other = one.run("other", second)
+    assert other["json"]["result"]["usage"]["prompt_tokens_details"]["cached_tokens"] == 0, other
+
+    solo = {name: t.run("mine")["json"]["result"]["response"] for name, t in (("one", one), ("two", two))}
+    solo_base = one.run()["json"]["result"]["response"]
+    calls = [(one, "mine"), (two, "mine"), (one, None), (two, "mine"), (one, "mine")] * 2
+    with ThreadPoolExecutor(len(calls)) as pool:
+        answers = list(pool.map(lambda c: c[0].run(c[1]), calls))
+    for (tenant, lora), answer in zip(calls, answers):
+        assert answer["status"] == 200, answer
+        expected = solo_base if lora is None else solo["one" if tenant is one else "two"]
+        assert answer["json"]["result"]["response"] == expected
+    load = httpx.get(f"{backend.url}/load", timeout=10).json()
+    assert set(ids) <= set(load["adapters"])
