@@ -270,7 +270,8 @@ class Catalog:
         return {"id": name, "object": "model", "created": self.loaded_at, "owned_by": owner}
 
     def search(
-        self, *, search: str | None = None, task: str | None = None, author: str | None = None
+        self, *, search: str | None = None, task: str | None = None, author: str | None = None,
+        capabilities: str | None = None,
     ) -> list[dict[str, Any]]:
         """Models in the Workers AI model-search shape, filtered like its query parameters.
 
@@ -285,6 +286,8 @@ class Catalog:
             if task and task.lower() != model.task.lower():
                 continue
             if author and author.lower() not in (model.author.lower(), _author(name)):
+                continue
+            if capabilities and capabilities.lower() == "lora" and model.lora is None:  # those that take finetunes
                 continue
             properties = []
             if model.context_length:

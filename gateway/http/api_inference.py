@@ -224,7 +224,8 @@ async def search_models(request: Request) -> Response:
     q = request.query_params
     found = [
         m
-        for m in g.catalog.search(search=q.get("search"), task=q.get("task"), author=q.get("author"))
+        for m in g.catalog.search(search=q.get("search"), task=q.get("task"), author=q.get("author"),
+                                  capabilities=q.get("capabilities"))
         if _may_use(principal, g.catalog.get(m["name"]).id)
     ]
     page, per_page = _page_param(request, "page", 1, 1_000_000), _page_param(request, "per_page", 50, 1000)

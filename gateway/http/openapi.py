@@ -262,6 +262,7 @@ OPERATIONS: dict[tuple[str, str], dict[str, Any]] = {
             _query("search", "Text in the model's name or description."),
             _query("task", "A task name, e.g. Text Generation."),
             _query("author", "The model's author."),
+            _query("capabilities", "LoRA: only models that accept finetunes."),
             _query("page", "Page number, from 1.", {"type": "integer", "minimum": 1}),
             _query("per_page", "Models per page.", {"type": "integer", "minimum": 1}),
         ),
