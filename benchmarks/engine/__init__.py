@@ -13,4 +13,5 @@
     guided.py           what JSON mode costs inside the engine
     grammar_mask.py     per-token grammar masks: xgrammar against llguidance
     cuda.py             decode and prefill on a CUDA device, random Llama weights
+    lora_batch.py       16 streams under 0, 1, 4, 16 distinct LoRA adapters; adapter load time
 """
