@@ -50,6 +50,8 @@ JSON_MODE: dict[str, dict[str, Any]] = {
         "required": ["type"],
     },
     "guided_json": {"type": "object", "description": "A JSON Schema the answer must match (as response_format)."},
+    "lora": {"type": "string", "minLength": 1,
+             "description": "A LoRA finetune of this account, by name or id (POST .../ai/finetunes)."},
 }
 
 _STOP_TEXT = {"type": "string", "minLength": 1}
