@@ -6,8 +6,9 @@ adapters sit in slots of per-module buffers (`LoraSlots`): A [S, R, in] and B [S
 zero beyond an adapter's own rank, so a step may mix ranks. A step's rows are described once
 (`LoraBatch`), then each adapted module of each layer applies the delta in two shapes:
 
-    decode rows     one token per row: the rows' A and B gathered by slot, two batched matmuls
-                    (Punica's BGMV): h = A[slot] x [n, r], delta = B[slot] h [n, out]
+    decode rows     one token per row, grouped by adapter (k groups of at most m rows, padded): each
+                    distinct adapter's A and B gathered once, two batched matmuls (Punica's BGMV, one
+                    matrix per adapter rather than per row): h = x_g A_g^T [k, m, r], delta = h B_g^T
     prefill chunks  many tokens of one adapter: two plain matmuls over the chunk's rows (SGMV's segment)
 
 Rows without an adapter are never touched, so their output is bit for bit what it is without
@@ -98,8 +99,10 @@ class LoraBatch:
     slots: LoraSlots
     rank: int  # the step's largest adapter rank
     modules: dict[str, list[str]]  # runtime linear -> the PEFT modules some row's adapter targets
-    decode_rows: Tensor | None  # [n] packed rows of single-token items that have an adapter
-    decode_slots: Tensor | None  # [n] their slots
+    decode_rows: Tensor | None  # [n] packed rows of single-token items that have an adapter, grouped by slot
+    group_slots: Tensor | None  # [k] the distinct slots of those rows
+    group_rows: Tensor | None  # [k * m] each group's rows, padded with its first (decode_rows' order: `picked`)
+    picked: Tensor | None  # [n] where each of decode_rows sits in the [k * m] padded layout
     segments: list[tuple[int, int, int]] = field(default_factory=list)  # (start, end, slot) of multi-token items
 
     @classmethod
@@ -114,12 +117,23 @@ class LoraBatch:
         modules: dict[str, list[str]] = {}
         for module in sorted(targeted):
             modules.setdefault(slots.columns[module][0], []).append(module)
-        decode_rows = decode_slots = None
+        decode_rows = group_slots = group_rows = picked = None
         if decodes:
-            decode_rows = torch.tensor([row for row, _ in decodes], dtype=torch.long, device=device)
-            decode_slots = torch.tensor([slot for _, slot in decodes], dtype=torch.long, device=device)
+            groups: dict[int, list[int]] = {}
+            for row, slot in decodes:
+                groups.setdefault(slot, []).append(row)
+            m = max(len(rows) for rows in groups.values())
+            ordered = [row for rows in groups.values() for row in rows]
+            padded = [row for rows in groups.values() for row in rows + [rows[0]] * (m - len(rows))]
+            where = [g * m + i for g, rows in enumerate(groups.values()) for i in range(len(rows))]
+
+            def as_tensor(values: list[int]) -> Tensor:
+                return torch.tensor(values, dtype=torch.long, device=device)
+
+            decode_rows, group_slots = as_tensor(ordered), as_tensor(list(groups))
+            group_rows, picked = as_tensor(padded), as_tensor(where)
         rank = max(slots.slot_rank[slot] for _, _, slot in used)
-        return cls(slots, rank, modules, decode_rows, decode_slots, segments)
+        return cls(slots, rank, modules, decode_rows, group_slots, group_rows, picked, segments)
 
     def apply(self, layer: int, linear: str, x: Tensor, y: Tensor) -> None:
         """Add the rows' deltas of `linear` in decoder layer `layer` into y [T, out]; x [T, in] is its input."""
@@ -127,17 +141,20 @@ class LoraBatch:
         if not modules:
             return
         r = self.rank
-        xd = None if self.decode_rows is None else x.index_select(0, self.decode_rows)  # [n, in]
+        xg = None
+        if self.group_rows is not None:
+            assert self.group_slots is not None
+            xg = x.index_select(0, self.group_rows).view(len(self.group_slots), -1, x.shape[1])  # [k, m, in]
         for module in modules:
             slots = self.slots.modules[module]
             a_all, b_all = slots.a[layer][:, :r], slots.b[layer][:, :, :r]  # [S, r, in], [S, out, r]
             cols = y[:, slots.start : slots.end]
-            if xd is not None:
-                assert self.decode_slots is not None and self.decode_rows is not None
-                # BGMV: h[i] = A[slot_i] x_i   [n, r];  delta[i] = B[slot_i] h[i]   [n, out]
-                h = torch.bmm(a_all.index_select(0, self.decode_slots), xd.unsqueeze(-1))
-                delta = torch.bmm(b_all.index_select(0, self.decode_slots), h).squeeze(-1)
-                cols.index_add_(0, self.decode_rows, delta)
+            if xg is not None:
+                assert self.group_slots is not None and self.picked is not None and self.decode_rows is not None
+                # BGMV by adapter: h = x_g A_g^T   [k, m, r];  delta = h B_g^T   [k, m, out]
+                h = torch.bmm(xg, a_all.index_select(0, self.group_slots).transpose(1, 2))
+                delta = torch.bmm(h, b_all.index_select(0, self.group_slots).transpose(1, 2))
+                cols.index_add_(0, self.decode_rows, delta.view(-1, delta.shape[-1]).index_select(0, self.picked))
             for start, end, slot in self.segments:
                 # one adapter over a chunk: x [m, in] @ A.T [in, r] @ B.T [r, out]
                 cols[start:end].add_((x[start:end] @ a_all[slot].t()) @ b_all[slot].t())
