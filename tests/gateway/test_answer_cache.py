@@ -53,3 +53,14 @@ def test_a_kept_answer_reads_back_and_a_foreign_one_is_ignored() -> None:
     for foreign in ("", "[]", '{"v": 2}', '{"v": 1, "deltas": [1], "finish_reason": null, "usage": [1, 1, 0]}',
                     '{"v": 1, "deltas": [], "finish_reason": "stop", "usage": [1, 1, 5]}'):
         assert CachedAnswer.from_json(foreign) is None, foreign
+
+
+def test_a_finetunes_answers_are_its_own() -> None:
+    chat = parse_chat_completions({"model": MODEL, "messages": MESSAGES})
+    keys = {cache_key("chat", MODEL, chat), cache_key("chat", MODEL, chat, adapter="ft-1"),
+            cache_key("chat", MODEL, chat, adapter="ft-2"), cache_key("chat", MODEL, chat, "k", "ft-1"),
+            cache_key("chat", MODEL, chat, "k")}
+    assert len(keys) == 5
+    by_name = parse_workers_ai({"messages": MESSAGES, "lora": "french"})
+    by_id = parse_workers_ai({"messages": MESSAGES, "lora": "ft-1"})
+    assert cache_key("run", MODEL, by_name, adapter="ft-1") == cache_key("run", MODEL, by_id, adapter="ft-1")
