@@ -5,7 +5,7 @@
     {p}finetune_names:{account}   hash    name -> finetune id
 
 Create, add-asset and delete are one Lua script each, so the per-account cap and unique names hold
-across replicas.
+across replicas; every command is one the shipped ACL allows (tests/gateway/store/redis/test_acl.py).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from gateway.store.redis.connection import RedisConnection, redis_errors
 
 # KEYS: finetune, list, names; ARGV: id, name, json, created_at, max
 _CREATE = """
-if redis.call('HEXISTS', KEYS[3], ARGV[2]) == 1 then return 'name' end
+if redis.call('HGET', KEYS[3], ARGV[2]) then return 'name' end
 if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[5]) then return 'full' end
 redis.call('SET', KEYS[1], ARGV[3])
 redis.call('ZADD', KEYS[2], ARGV[4], ARGV[1])
@@ -86,7 +86,8 @@ class RedisAdapters:
 
     @redis_errors
     async def list_finetunes(self, account_id: str) -> list[Finetune]:
-        ids = await self._redis.zrange(f"{self._p}finetunes:{check_id('account id', account_id)}", 0, -1)
+        # ZRANGEBYSCORE, not ZRANGE: the shipped ACL (infra/compose.yaml) allows the former only
+        ids = await self._redis.zrangebyscore(f"{self._p}finetunes:{check_id('account id', account_id)}", "-inf", "+inf")
         if not ids:
             return []
         found = await self._redis.mget([f"{self._p}finetune:{i}" for i in ids])

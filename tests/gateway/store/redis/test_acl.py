@@ -16,6 +16,7 @@ import yaml
 from cli.processes import ROOT
 from gateway.settings import GatewaySettings
 from gateway.store import open_store
+from gateway.store.adapters import new_finetune
 from tests.gateway.redis_server import start_redis
 from tests.gateway.store.calls import (
     acquire_request_slot,
@@ -84,6 +85,12 @@ async def test_the_gateway_does_all_its_work_as_the_acl_user(shipped_redis: tupl
         assert await store.ledger.archive(T0 + 1) == 1
         assert await collect(store, T0 - 1, T0 + 1) == [first]
         assert await store.tenancy.revoke_key(key.id) and await store.tenancy.lookup_key(secret) is None
+        finetune = new_finetune("acc", "french", "@cf/m/m")
+        await store.adapters.create_finetune(finetune, 100)
+        assert (await store.adapters.add_asset("acc", finetune.id, "adapter_config.json")).assets
+        assert [f.id for f in await store.adapters.list_finetunes("acc")] == [finetune.id]
+        assert await store.adapters.get_finetune("acc", "french") is not None
+        assert await store.adapters.delete_finetune("acc", finetune.id)
         assert await store.cache.put(tenant.id, "k1", "answer", 0.05) and await store.cache.get(tenant.id, "k1")
         await asyncio.sleep(0.1)
         assert await store.cache.put(tenant.id, "k1", "again", 60)  # forgets the expired entry on the way
