@@ -2,6 +2,7 @@
 
     overhead.py       throughput and latency through the gateway vs the backend directly
     threads.py        a gateway's CPU per streamed request, thread by thread
+    instructions.py   instructions per streamed request under callgrind (load-proof), against a baseline tree
     streams.py        thousands of open streams through one gateway process
     workers.py        `edgerun serve --workers N` for several N, in one run
     dashboard.py      what the usage dashboard's API costs against ledger size
