@@ -12,7 +12,11 @@ Bounded: a tenant's unanswered items, and the bytes of their requests, are cappe
 local queue is in the SQLite file, the Redis one in Redis (with its persistence), so queued work
 survives a gateway restart.
 
-Claim order is first in, first out (a released item goes behind what is ready). Ids are the
+Claim order is fair between tenants: claims go round the tenants with unanswered items in turn
+(round-robin; a tenant whose items are all running or waiting is passed over, and goes to the back
+like the one served), each claim looking at a bounded number of tenants (`TURNS_LOOKED_AT`);
+within a tenant, first in, first out (a released item goes behind what is ready). So one tenant's
+10,000-item batch does not hold back another tenant's later one. Ids are the
 gateway's own (`batch_id`); an item's index is its place in the request, and answers come back in
 that order.
 
@@ -27,6 +31,8 @@ from typing import Literal, Protocol
 from gateway.store.checks import check_count, check_id, check_text
 
 BatchStatus = Literal["queued", "running", "done"]
+TURNS_LOOKED_AT = 16  # tenants one claim looks at, at most (bounded work per claim, in both stores)
+EXPIRED_PER_CALL = 20  # answered batches one `expire` drops, at most (bounded work per call)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,8 +109,8 @@ class BatchQueue(Protocol):
         ...
 
     async def claim(self, lease_s: float) -> ClaimedItem | None:
-        """The oldest ready item (never answered, not under a live lease), now leased for `lease_s`;
-        None when there is none."""
+        """A ready item (never answered, not under a live lease), now leased for `lease_s`: the oldest of
+        the tenant next in turn that has one (see the module's doc); None when there is none."""
         ...
 
     async def renew(self, item: ClaimedItem, lease_s: float) -> bool:
@@ -130,6 +136,12 @@ class BatchQueue(Protocol):
         """The tenant's items not answered yet and their requests' bytes (what `enqueue` bounds)."""
         ...
 
+    async def depth(self) -> tuple[int, int]:
+        """Unanswered items of every tenant: (queued, running), running being those under a live lease.
+        Cheap (counters, or a count over the leased items), for a metrics gauge every few seconds."""
+        ...
+
     async def expire(self) -> int:
-        """Drop batches answered more than their `keep_s` ago; how many (Redis expires keys itself: 0)."""
+        """Drop up to `EXPIRED_PER_CALL` batches answered more than their `keep_s` ago; how many (Redis
+        expires keys itself: 0)."""
         ...

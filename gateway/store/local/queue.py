@@ -7,7 +7,10 @@ and `synchronous=NORMAL` as the rest of the file: a queued batch survives a proc
 
     batch_jobs   one row per batch: owner, model, item count, answered count, started, keep_until
     batch_items  one row per item: its request (dropped once answered), ready_at (enqueue time, or its
-                 lease's end while claimed), the claim's token, claims and releases, its answer
+                 lease's end while claimed), the claim's token (cleared when given back), claims and
+                 releases, its answer
+    batch_turns  one row per tenant with unanswered items: its turn (claims go round the tenants in
+                 turn order; a tenant served, or looked at with nothing ready, goes to the back)
 """
 
 from __future__ import annotations
@@ -23,7 +26,16 @@ from gateway.store.checks import check_id
 from gateway.store.errors import InvalidArgument, StoreUnavailable
 from gateway.store.local.database import make_private
 from gateway.store.local.serial_worker import SerialWorker
-from gateway.store.queue import BatchState, ClaimedItem, NewBatch, check_bounds, check_lease, payload_bytes
+from gateway.store.queue import (
+    EXPIRED_PER_CALL,
+    TURNS_LOOKED_AT,
+    BatchState,
+    ClaimedItem,
+    NewBatch,
+    check_bounds,
+    check_lease,
+    payload_bytes,
+)
 from gateway.store.settings import StoreSettings
 
 T = TypeVar("T")
@@ -40,7 +52,14 @@ CREATE TABLE IF NOT EXISTS batch_items (
     attempts INTEGER NOT NULL DEFAULT 0, released INTEGER NOT NULL DEFAULT 0, result TEXT, UNIQUE (batch_id, idx));
 CREATE INDEX IF NOT EXISTS batch_items_ready ON batch_items (ready_at, seq) WHERE result IS NULL;
 CREATE INDEX IF NOT EXISTS batch_items_open ON batch_items (tenant_id) WHERE result IS NULL;
+CREATE INDEX IF NOT EXISTS batch_items_tenant_ready ON batch_items (tenant_id, ready_at, seq) WHERE result IS NULL;
+CREATE INDEX IF NOT EXISTS batch_items_leased ON batch_items (ready_at) WHERE result IS NULL AND token IS NOT NULL;
+CREATE TABLE IF NOT EXISTS batch_turns (tenant_id TEXT PRIMARY KEY, turn INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS batch_turns_order ON batch_turns (turn);
+INSERT OR IGNORE INTO batch_turns SELECT DISTINCT tenant_id, 0 FROM batch_items WHERE result IS NULL;
 """
+_ITEM = ("SELECT i.seq, i.batch_id, i.idx, i.payload, i.attempts, i.released, j.tenant_id, j.account_id, j.key_id,"
+         " j.model FROM batch_items i JOIN batch_jobs j ON j.id = i.batch_id WHERE i.seq = ?")
 
 
 class _QueueFile:
@@ -75,19 +94,42 @@ class _QueueFile:
                 raise InvalidArgument(f"batch {batch.batch_id!r} is queued already") from None
             c.executemany("INSERT INTO batch_items (batch_id, idx, tenant_id, payload, ready_at) VALUES (?, ?, ?, ?, ?)",
                           [(batch.batch_id, i, batch.tenant_id, p, now) for i, p in enumerate(batch.items)])
+            c.execute("INSERT OR IGNORE INTO batch_turns VALUES (?, (SELECT coalesce(max(turn), 0) + 1 FROM batch_turns))",
+                      (batch.tenant_id,))
             return True
+
+    def _next_turn(self, tenant_ids: list[str]) -> None:
+        """`tenant_ids`, in order, to the back of the turns."""
+        for tenant_id in tenant_ids:
+            self.conn.execute("UPDATE batch_turns SET turn = (SELECT max(turn) + 1 FROM batch_turns) WHERE tenant_id = ?",
+                              (tenant_id,))
+
+    def _fair_pick(self, now: float) -> int | None:
+        """The oldest ready item of the first of the `TURNS_LOOKED_AT` tenants next in turn that has one;
+        they and those before it go to the back. None: none of them has one (the oldest ready item of any
+        tenant, then: a tenant further back is never starved by ones whose items all run)."""
+        c = self.conn
+        looked: list[str] = []
+        for (tenant_id,) in c.execute("SELECT tenant_id FROM batch_turns ORDER BY turn LIMIT ?", (TURNS_LOOKED_AT,)).fetchall():
+            looked.append(tenant_id)
+            row = c.execute("SELECT seq FROM batch_items WHERE tenant_id = ? AND result IS NULL AND ready_at <= ?"
+                            " ORDER BY ready_at, seq LIMIT 1", (tenant_id, now)).fetchone()
+            if row is not None:
+                self._next_turn(looked)
+                return int(row[0])
+        self._next_turn(looked)
+        row = c.execute("SELECT seq FROM batch_items WHERE result IS NULL AND ready_at <= ? ORDER BY ready_at, seq LIMIT 1",
+                        (now,)).fetchone()
+        return None if row is None else int(row[0])
 
     def claim(self, lease_s: float, now: float) -> ClaimedItem | None:
         c = self.conn
         with c:
             c.execute("BEGIN IMMEDIATE")
-            row = c.execute(
-                "SELECT i.seq, i.batch_id, i.idx, i.payload, i.attempts, i.released, j.tenant_id, j.account_id, j.key_id, j.model"
-                " FROM batch_items i JOIN batch_jobs j ON j.id = i.batch_id"
-                " WHERE i.result IS NULL AND i.ready_at <= ? ORDER BY i.ready_at, i.seq LIMIT 1", (now,)
-            ).fetchone()
-            if row is None:
+            seq = self._fair_pick(now)
+            if seq is None:
                 return None
+            row = c.execute(_ITEM, (seq,)).fetchone()
             seq, batch_id, idx, payload, attempts, released, tenant_id, account_id, key_id, model = row
             token = secrets.token_hex(8)
             c.execute("UPDATE batch_items SET ready_at = ?, token = ?, attempts = ? WHERE seq = ?",
@@ -96,13 +138,15 @@ class _QueueFile:
         return ClaimedItem(batch_id, idx, tenant_id, account_id, key_id, model, payload, token, attempts + 1, released)
 
     def move(self, item: ClaimedItem, ready_at: float, released: bool) -> bool:
-        """The item's claim moved to `ready_at`, if the claim is still its own (renew, release)."""
+        """The item's claim moved to `ready_at`, if the claim is still its own (renew; release ends it)."""
         c = self.conn
         with c:
             c.execute("BEGIN IMMEDIATE")
             cursor = c.execute(
-                "UPDATE batch_items SET ready_at = ?, released = released + ? WHERE batch_id = ? AND idx = ?"
-                " AND token = ? AND result IS NULL", (ready_at, int(released), item.batch_id, item.index, item.token))
+                "UPDATE batch_items SET ready_at = ?, released = released + ?,"
+                " token = CASE WHEN ? THEN NULL ELSE token END WHERE batch_id = ? AND idx = ?"
+                " AND token = ? AND result IS NULL",
+                (ready_at, int(released), int(released), item.batch_id, item.index, item.token))
             return cursor.rowcount == 1
 
     def complete(self, item: ClaimedItem, result: str, keep_until: float) -> bool:
@@ -116,6 +160,8 @@ class _QueueFile:
             c.execute("UPDATE batch_jobs SET answered = answered + 1,"
                       " keep_until = CASE WHEN answered + 1 >= items THEN ? ELSE keep_until END WHERE id = ?",
                       (keep_until, item.batch_id))
+            c.execute("DELETE FROM batch_turns WHERE tenant_id = ? AND NOT EXISTS"
+                      " (SELECT 1 FROM batch_items WHERE tenant_id = ? AND result IS NULL)", (item.tenant_id, item.tenant_id))
             return True
 
     def state(self, tenant_id: str, batch_id: str, now: float) -> BatchState | None:
@@ -138,11 +184,20 @@ class _QueueFile:
             " WHERE tenant_id = ? AND result IS NULL", (tenant_id,)).fetchone()
         return int(count), int(size)
 
+    def depth(self, now: float) -> tuple[int, int]:
+        (open_items,) = self.conn.execute(
+            "SELECT coalesce(sum(items - answered), 0) FROM batch_jobs WHERE keep_until IS NULL").fetchone()
+        (running,) = self.conn.execute(
+            "SELECT count(*) FROM batch_items WHERE result IS NULL AND token IS NOT NULL AND ready_at > ?", (now,)
+        ).fetchone()
+        return int(open_items) - int(running), int(running)
+
     def expire(self, now: float) -> int:
         c = self.conn
         with c:
             c.execute("BEGIN IMMEDIATE")
-            gone = [b for (b,) in c.execute("SELECT id FROM batch_jobs WHERE keep_until <= ?", (now,))]
+            gone = [b for (b,) in c.execute("SELECT id FROM batch_jobs WHERE keep_until <= ? LIMIT ?",
+                                            (now, EXPIRED_PER_CALL))]
             c.executemany("DELETE FROM batch_items WHERE batch_id = ?", [(b,) for b in gone])
             c.executemany("DELETE FROM batch_jobs WHERE id = ?", [(b,) for b in gone])
             return len(gone)
@@ -182,6 +237,9 @@ class LocalQueue:
 
     async def queued_items(self, tenant_id: str) -> tuple[int, int]:
         return await self._run(self._file.queued_items, check_id("tenant id", tenant_id))
+
+    async def depth(self) -> tuple[int, int]:
+        return await self._run(self._file.depth, self._clock())
 
     async def expire(self) -> int:
         return await self._run(self._file.expire, self._clock())

@@ -126,3 +126,47 @@ async def test_concurrent_claims_from_two_instances_take_each_item_once(open_ins
     claims = await asyncio.gather(*(s.queue.claim(30) for s in [a, b] * 25))
     indexes = [c.index for c in claims if c is not None]
     assert sorted(indexes) == list(range(40))
+
+
+async def test_claims_go_round_the_tenants(store: Store) -> None:
+    q = store.queue
+    assert await q.enqueue(batch("big", 50, tenant_id="a"), max_queued=100, max_bytes=10_000)
+    assert await q.enqueue(batch("small", 2, tenant_id="b"), max_queued=100, max_bytes=10_000)  # queued after a's 50
+    first = [await q.claim(30) for _ in range(4)]
+    assert [(c.tenant_id, c.index) for c in first if c is not None] == [("a", 0), ("b", 0), ("a", 1), ("b", 1)]
+    for item in first:  # b has nothing left: a's items come one after the other
+        assert item is not None and await q.complete(item, "answered", keep_s=60)
+    rest = [await q.claim(30) for _ in range(3)]
+    assert [(c.tenant_id, c.index) for c in rest if c is not None] == [("a", 2), ("a", 3), ("a", 4)]
+    assert await q.enqueue(batch("late", 1, tenant_id="b"), max_queued=100, max_bytes=10_000)  # b comes back
+    assert {(c.tenant_id, c.batch_id) for c in [await q.claim(30), await q.claim(30)] if c is not None} == {
+        ("a", "big"), ("b", "late")}
+
+
+async def test_a_tenant_past_the_first_turns_is_reached(store: Store) -> None:
+    q = store.queue
+    for t in range(20):  # more tenants than a claim looks at, each with one item claimed and running
+        assert await q.enqueue(batch(f"t{t}", 2, tenant_id=f"t{t}"), max_queued=100, max_bytes=10_000)
+    claimed = [await q.claim(30) for _ in range(40)]
+    assert sorted((c.tenant_id, c.index) for c in claimed if c is not None) == sorted(
+        (f"t{t}", i) for t in range(20) for i in range(2))
+    assert await q.enqueue(batch("last", 1, tenant_id="late"), max_queued=100, max_bytes=10_000)
+    found = [await q.claim(30) for _ in range(3)]  # looking further after each claim that found none
+    assert [c.batch_id for c in found if c is not None] == ["last"]
+
+
+async def test_depth_counts_queued_and_running_items(store: Store) -> None:
+    q = store.queue
+    assert await q.depth() == (0, 0)
+    await q.enqueue(batch("q1", 3), max_queued=10, max_bytes=10_000)
+    await q.enqueue(batch("q2", 1, tenant_id="other"), max_queued=10, max_bytes=10_000)
+    first, second = await q.claim(30), await q.claim(0.2)
+    assert first is not None and second is not None and await q.depth() == (2, 2)
+    await q.release(first, 30)  # given back: waiting, not running
+    assert not await q.renew(first, 30)  # its claim ended
+    assert await q.depth() == (3, 1)
+    await asyncio.sleep(0.3)  # second's lease lapsed: its worker is gone, the item waits again
+    assert await q.depth() == (4, 0)
+    again = await q.claim(30)
+    assert again is not None and await q.complete(again, "x", keep_s=60)
+    assert await q.depth() == (3, 0)
