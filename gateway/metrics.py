@@ -160,5 +160,19 @@ class GatewayMetrics:
             registry=r,
         )
 
+        self.batch_items = Gauge(
+            "edgerun_gateway_batch_items",
+            "Batch items not answered yet, every tenant's, by state (queued, running), read every few seconds",
+            ["state"],
+            registry=r,
+        )
+        self.batch_item_runs = Counter(
+            "edgerun_gateway_batch_item_runs",
+            "Batch items this process ran, by outcome: ok, error (answered with an error), given_back (no spare"
+            " capacity: later), duplicate (another worker's answer came first), interrupted (runs again later)",
+            ["outcome"],
+            registry=r,
+        )
+
     def render(self) -> bytes:
         return generate_latest(self.registry)

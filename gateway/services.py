@@ -26,6 +26,7 @@ from gateway.fleet.monitor import BackendMonitor, MonitorIntervals
 from gateway.fleet.outliers import OutlierDetector
 from gateway.http.admin import AdminService
 from gateway.http.admin_guard import AdminGuard
+from gateway.http.batch_upkeep import queue_upkeep
 from gateway.http.batch_worker import BatchWorker
 from gateway.http.drain import Drain
 from gateway.metrics import GatewayMetrics
@@ -180,8 +181,9 @@ class Services:
         """Start the background loops; `drain`: the app's graceful drain, which waits for batch items too."""
         self.monitor.start()
         self.batch_worker = BatchWorker(self.store.queue, self.store.tenancy, self.catalog, self.auth, self.generator,
-                                        self.embedder, self.client, self.settings.batch, drain)
+                                        self.embedder, self.client, self.settings.batch, self.metrics, drain)
         self.batch_worker.start()
+        self._tasks.append(asyncio.create_task(queue_upkeep(self.store.queue, self.metrics), name="batch-upkeep"))
         self.kv_streams.start()
         probing = self.monitor.cached_reports.probe_all(self.client, self.catalog, self.settings.fleet.health_interval_s)
         self._tasks.append(asyncio.create_task(probing, name="cached-tokens-probe"))

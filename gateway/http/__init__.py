@@ -11,6 +11,7 @@
     api_billing.py      `GET /admin/v1/billing/export`
     api_batch.py        the batch calls of `ai/run` (`queueRequest`): queue a batch, poll it by request_id
     batch_worker.py     runs queued batch items on spare capacity, as their synchronous requests, billed once
+    batch_upkeep.py     the batch queue's housekeeping on every gateway: expired answers dropped, depth metrics
     api_finetunes.py    `ai/finetunes`: tenants' LoRA adapters (create, upload assets, list, delete)
     multipart.py        a multipart/form-data body's fields (the finetune asset upload)
     admin.py            tenants and keys: the service behind the admin API and `edgerun tenants|keys`

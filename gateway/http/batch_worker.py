@@ -17,7 +17,9 @@ whose claims lapsed `batch_max_attempts` times (it crashes its worker?) is answe
 Its running items count as requests in flight for the graceful drain (gateway/http/drain.py): on
 SIGTERM it claims nothing more and the drain waits for them, within the one `shutdown_timeout_s`;
 what is still running after it is cancelled (billed, like any cancelled request, for what was
-generated) and given back, to run again under a new request id.
+generated) and given back, to run again under a new request id. Each run's outcome is counted on
+/metrics (`batch_item_runs`); dropping expired answers and the queue's depth are the upkeep's
+(gateway/http/batch_upkeep.py), which runs on gateways that run no items too.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from gateway.fleet.catalog import EMBEDDING_TASK, Catalog
 from gateway.http import envelopes
 from gateway.http.drain import Drain
 from gateway.http.render import workers_ai_result
+from gateway.metrics import GatewayMetrics
 from gateway.pipeline.auth import Authenticator
 from gateway.pipeline.batch import Item, answered, failed, generation_input
 from gateway.pipeline.embedding import Embedder
@@ -57,7 +60,6 @@ from gateway.store.tenancy import Tenancy
 
 log = structlog.get_logger("edgerun.gateway.batch")
 
-EXPIRE_EVERY_S = 60.0  # how often answered batches past their keep time are dropped (the local queue)
 MAX_RETRY_S = 10.0  # the longest a busy item waits before it may be claimed again
 PAUSE_WHEN_BUSY_S = 0.2  # after a refusal, the worker claims nothing for this long
 
@@ -88,9 +90,11 @@ class BatchWorker:
         embedder: Embedder,
         client: BackendClient,
         settings: BatchSettings,
+        metrics: GatewayMetrics,
         drain: Drain | None = None,
     ) -> None:
         self.queue = queue
+        self.metrics = metrics
         self.drain = drain  # the app's graceful drain: items count as in flight, none starts once it runs
         self.tenancy = tenancy
         self.catalog = catalog
@@ -102,7 +106,6 @@ class BatchWorker:
         self._running: dict[asyncio.Task[None], ClaimedItem] = {}
         self._loop_task: asyncio.Task[None] | None = None
         self._quiet_until = 0.0
-        self._next_expiry = 0.0
 
     def start(self) -> None:
         if self.settings.batch_concurrency > 0 and self._loop_task is None:
@@ -134,9 +137,6 @@ class BatchWorker:
         s = self.settings
         while True:
             try:
-                if time.monotonic() >= self._next_expiry:
-                    self._next_expiry = time.monotonic() + EXPIRE_EVERY_S
-                    await self.queue.expire()
                 item = await self.queue.claim(s.batch_lease_s) if self.has_room() else None
             except StoreUnavailable as exc:
                 log.warning("the batch queue cannot be read", error=str(exc))
@@ -156,22 +156,28 @@ class BatchWorker:
         renewing = asyncio.get_running_loop().create_task(self._renew(item))
         if self.drain is not None:
             self.drain.enter()
+        outcome = "interrupted"
         try:
             try:
-                answer = await self._answer(item)
+                answer, outcome = await self._answer(item)
             except Busy as busy:
                 self._quiet_until = time.monotonic() + PAUSE_WHEN_BUSY_S
+                outcome = "given_back"
                 await self.queue.release(item, min(busy.retry_in_s, MAX_RETRY_S))
                 return
             finally:
                 renewing.cancel()
-            await self.queue.complete(item, answer, s.batch_results_ttl_s)
+            if not await self.queue.complete(item, answer, s.batch_results_ttl_s):
+                outcome = "duplicate"
         except StoreUnavailable as exc:  # its lease lapses: the item is claimed again later
+            outcome = "interrupted"
             log.warning("a batch item could not be stored; it will run again", request_id=item.request_id,
                         error=str(exc))
         except Exception:
+            outcome = "interrupted"
             log.exception("a batch item failed; it will run again", request_id=item.request_id)
         finally:
+            self.metrics.batch_item_runs.labels(outcome).inc()
             if self.drain is not None:
                 self.drain.leave()
 
@@ -183,19 +189,19 @@ class BatchWorker:
                     log.warning("a batch item's lease was lost; another worker may run it", request_id=item.request_id)
                     return
 
-    async def _answer(self, item: ClaimedItem) -> str:
-        """The item's answer entry (JSON text), or Busy."""
+    async def _answer(self, item: ClaimedItem) -> tuple[str, str]:
+        """The item's answer entry (JSON text) and its outcome (ok, error), or Busy."""
         entry = Item.from_json(item.payload)
         if item.attempt - item.released > self.settings.batch_max_attempts:
             error = InternalError(f"the item was tried {self.settings.batch_max_attempts} times and its worker "
                                   "stopped each time; send it again")
-            return failed(item.index, entry.reference, error)
+            return failed(item.index, entry.reference, error), "error"
         try:
-            return answered(item.index, entry.reference, await self._result(item, entry))
+            return answered(item.index, entry.reference, await self._result(item, entry)), "ok"
         except GatewayError as exc:
             if is_busy(exc):
                 raise Busy(exc.retry_after_s or 1.0) from exc
-            return failed(item.index, entry.reference, exc)
+            return failed(item.index, entry.reference, exc), "error"
         except StoreUnavailable as exc:
             raise Busy(1.0) from exc
 
