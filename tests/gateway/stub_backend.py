@@ -1,6 +1,7 @@
 """A backend that answers at once, for measuring what sits in front of it (the gateway, metering).
 
     python -m tests.gateway.stub_backend --port PORT [--chunks 8] [--chunk-delay-ms 0] [--reuse-port] [--fail-guided]
+        [--prefix-cache]
 
 A tiny Starlette app speaking the streaming /v1/completions protocol plus the routes the gateway
 polls (health, load, KV events, tokenizer), /v1/embeddings (each text's vector: [its length, 1.0];
@@ -13,7 +14,10 @@ holding many streams open (benchmarks/gateway/streams.py). With `--reuse-port` s
 bind one port and the kernel spreads connections over them, so the stub keeps up with several
 gateway workers (benchmarks/gateway/workers.py). With `--fail-guided` every request with a `response_format`
 is answered 500, as by a backend whose grammar library fails on what one client sends (the tests
-of outlier ejection: one tenant's failed answers must not eject a backend).
+of outlier ejection: one tenant's failed answers must not eject a backend). Its usage says 0 cached
+tokens, unless `--prefix-cache`: then a completion's cached tokens are those of its prompt's leading
+full 16-token blocks that began an earlier prompt with the same `cache_salt` (`PrefixCache`, as
+vLLM's prefix cache counts them), so the tests of the cached-token discount can use it.
 
 `start_stub` runs one as a child process, `start_gateway` an `edgerun serve` in front of it, and
 `create_key` a tenant and key through that gateway's admin API: the gateway tests where the model adds
@@ -43,11 +47,13 @@ PROMPT = "Summarise the design of an inference gateway in front of regional GPU 
 
 
 def command(
-    port: int, num_chunks: int = 8, chunk_delay_ms: float = 0.0, reuse_port: bool = False, fail_guided: bool = False
+    port: int, num_chunks: int = 8, chunk_delay_ms: float = 0.0, reuse_port: bool = False, fail_guided: bool = False,
+    prefix_cache: bool = False,
 ) -> list[str]:
     """The argv that starts the stub on `port` as its own process (one of several with `reuse_port`)."""
     argv = [sys.executable, "-m", "tests.gateway.stub_backend", "--port", str(port), "--chunks", str(num_chunks)]
     argv += ["--chunk-delay-ms", str(chunk_delay_ms)] if chunk_delay_ms else []
+    argv += ["--prefix-cache"] if prefix_cache else []
     return argv + (["--reuse-port"] if reuse_port else []) + (["--fail-guided"] if fail_guided else [])
 
 
@@ -113,11 +119,36 @@ def stub_tokenizer_json() -> str:
     return tokenizer.to_str()
 
 
+class PrefixCache:
+    """The full blocks of token ids that began earlier prompts, per `cache_salt`, as chained hashes (at
+    most `max_blocks`, then forgotten all at once: a stub's bound)."""
+
+    BLOCK = 16
+
+    def __init__(self, max_blocks: int = 100_000) -> None:
+        self.max_blocks = max_blocks
+        self.blocks: set[int] = set()
+
+    def cached(self, prompt: object, salt: object) -> int:
+        """The prompt's leading tokens found cached (never its last one, as vLLM), then remembered."""
+        if not isinstance(prompt, list):
+            return 0
+        if len(self.blocks) > self.max_blocks:
+            self.blocks.clear()
+        chain, num_cached, hit = hash(str(salt)), 0, True
+        for start in range(0, len(prompt) - 1 - self.BLOCK + 1, self.BLOCK):
+            chain = hash((chain, tuple(prompt[start:start + self.BLOCK])))
+            hit = hit and chain in self.blocks
+            num_cached += self.BLOCK if hit else 0
+            self.blocks.add(chain)
+        return num_cached
+
+
 def _event(obj: dict[str, Any]) -> bytes:
     return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
 
 
-def stub_app(num_chunks: int, chunk_delay_ms: float = 0.0, fail_guided: bool = False) -> Any:
+def stub_app(num_chunks: int, chunk_delay_ms: float = 0.0, fail_guided: bool = False, prefix_cache: bool = False) -> Any:
     import asyncio
 
     from starlette.applications import Starlette
@@ -134,7 +165,9 @@ def stub_app(num_chunks: int, chunk_delay_ms: float = 0.0, fail_guided: bool = F
         "max_model_len": 8192,
     }
 
-    async def stream(num_prompt: int, chat: bool) -> AsyncIterator[bytes]:
+    cache = PrefixCache() if prefix_cache else None
+
+    async def stream(num_prompt: int, chat: bool, num_cached: int = 0) -> AsyncIterator[bytes]:
         kind = "chat.completion.chunk" if chat else "text_completion"
         for i in range(num_chunks):
             if chunk_delay_ms:
@@ -146,7 +179,7 @@ def stub_app(num_chunks: int, chunk_delay_ms: float = 0.0, fail_guided: bool = F
             "prompt_tokens": num_prompt,
             "completion_tokens": num_chunks,
             "total_tokens": num_prompt + num_chunks,
-            "prompt_tokens_details": {"cached_tokens": 0},
+            "prompt_tokens_details": {"cached_tokens": num_cached},
         }
         yield _event({"id": "x", "object": kind, "choices": [], "usage": usage})
         yield b"data: [DONE]\n\n"
@@ -157,7 +190,8 @@ def stub_app(num_chunks: int, chunk_delay_ms: float = 0.0, fail_guided: bool = F
             return JSONResponse({"error": {"message": "the grammar failed to compile (stub --fail-guided)"}}, 500)
         prompt = body["prompt"]
         num_prompt = len(prompt) if isinstance(prompt, list) else len(prompt.split())
-        return StreamingResponse(stream(num_prompt, chat=False), media_type="text/event-stream")
+        num_cached = cache.cached(prompt, body.get("cache_salt")) if cache is not None else 0
+        return StreamingResponse(stream(num_prompt, chat=False, num_cached=num_cached), media_type="text/event-stream")
 
     async def chat_completions(request: Request) -> StreamingResponse:
         """The same stream as chat chunks; prompt tokens: the messages' words (no template, no tokenizer)."""
@@ -208,8 +242,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--reuse-port", action="store_true", help="bind with SO_REUSEPORT (one of several stubs)")
     parser.add_argument("--fail-guided", action="store_true", help="answer 500 to every request with a response_format")
+    parser.add_argument("--prefix-cache", action="store_true", help="report cached tokens of repeated prompt prefixes")
     args = parser.parse_args(argv)
-    app = stub_app(args.chunks, args.chunk_delay_ms, args.fail_guided)
+    app = stub_app(args.chunks, args.chunk_delay_ms, args.fail_guided, args.prefix_cache)
     config = uvicorn.Config(
         app,
         host="127.0.0.1",

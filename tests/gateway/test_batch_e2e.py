@@ -5,9 +5,12 @@ with each store: the local store's SQLite file and Redis.
 item is answered once, in order, with its external_reference, and billed once (one ledger record
 per item, under the item's request id). Limits: a tenant's queued items, the 10 MB payload, the
 ordinary body bound without ?queueRequest=true, a bad item; another tenant's request_id is a 404.
-Embedding items answer vectors. SIGTERM drains the running items (none cut, none billed twice) and the queued ones wait for the next
-gateway. Interactive first: an item whose tenant has no free concurrency slot waits (given back, not queued
-behind the interactive request) and runs once the slot is free."""
+Embedding items answer vectors. A batch item whose prompt the backend has cached is billed with the
+cached-token discount exactly as the same synchronous request, and the item's run is counted on
+/metrics. Fair: another tenant's later one-item batch is answered while a 40-item batch still runs.
+SIGTERM drains the running items (none cut, none billed twice) and the queued ones wait for the next
+gateway. Interactive first: an item whose tenant has no free concurrency slot waits (given back, not
+queued behind the interactive request) and runs once the slot is free."""
 
 from __future__ import annotations
 
@@ -36,9 +39,11 @@ LEASE_S = 1.5  # a killed gateway's items are claimed again this long after its 
 
 @pytest.fixture(scope="module")
 def stub() -> Iterator[ChildProcess]:
-    """Answers of 8 chunks 25 ms apart: 0.2 s an item, so a 100-item batch is mid-way when the gateway is killed."""
+    """Answers of 8 chunks 25 ms apart: 0.2 s an item, so a 100-item batch is mid-way when the gateway is killed;
+    repeated prompt prefixes reported cached."""
     port = free_port()
-    child = ChildProcess.launch("batch stub", stub_backend.command(port, num_chunks=8, chunk_delay_ms=25), port)
+    argv = stub_backend.command(port, num_chunks=8, chunk_delay_ms=25, prefix_cache=True)
+    child = ChildProcess.launch("batch stub", argv, port)
     try:
         child.wait_ready("/health", timeout_s=60)
         yield child
@@ -260,3 +265,49 @@ def test_embedding_items_answer_vectors(stub: ChildProcess, tmp_path: Path) -> N
     assert first["result"]["shape"] == [2, 2] and first["result"]["data"] == [[7.0, 1.0], [6.0, 1.0]]
     assert second["result"]["data"] == [[3.0, 1.0]]
     assert result["usage"]["prompt_tokens"] == first["result"]["usage"]["prompt_tokens"] + 1
+
+
+def test_a_batch_item_is_billed_with_the_cached_token_discount_as_its_synchronous_request(
+    stub: ChildProcess, tmp_path: Path
+) -> None:
+    price = {"version": "t1", "input": "60000", "cached_input": "10000", "output": "100000"}  # micro-units a token
+    env = {"EDGERUN_SQLITE_PATH": str(tmp_path / "gateway.sqlite3"),
+           "EDGERUN_PRICES": json.dumps({stub_backend.MODEL_ID: price})}
+    gateway = serve(stub, tmp_path, env, metrics_public="true")
+    try:
+        key = stub_backend.create_key(gateway.url, "acct-c")
+        request = {"prompt": stub_backend.PROMPT + " " + stub_backend.PROMPT, "max_tokens": 8}
+        cold, warm = post(gateway, "acct-c", key, request), post(gateway, "acct-c", key, request)
+        queued = post(gateway, "acct-c", key, {"requests": [request]}, "?queueRequest=true")
+        batch_id = queued.json()["result"]["request_id"]
+        item = poll_until_done(gateway, "acct-c", key, batch_id, timeout_s=30)["responses"][0]
+        tenant_id = tenant_of(gateway, "acct-c")
+        runs = httpx.get(gateway.url + "/metrics").text
+    finally:
+        gateway.stop()
+    assert 'edgerun_gateway_batch_item_runs_total{outcome="ok"} 1.0' in runs
+    synchronous = warm.json()["result"]["usage"]
+    assert synchronous["prompt_tokens_details"]["cached_tokens"] >= 32  # two blocks of the prompt, at least
+    assert item["result"]["usage"] == synchronous  # the item's answer says what the request's said
+    records = {r.request_id: r for r in ledger(env, tmp_path, tenant_id)}
+    first, second, batched = records[cold.headers["cf-ray"]], records[warm.headers["cf-ray"]], records[f"{batch_id}.0"]
+    assert first.cached_tokens == 0 and second.cached_tokens == batched.cached_tokens > 0
+    fields = ("prompt_tokens", "cached_tokens", "completion_tokens", "cost_micro", "price_version")
+    assert [getattr(batched, f) for f in fields] == [getattr(second, f) for f in fields]  # billed as the request
+    discount = (60_000 - 10_000) * batched.cached_tokens
+    assert batched.cost_micro == first.cost_micro - discount > 0
+
+
+def test_a_later_small_batch_is_not_held_back_by_another_tenants_big_one(stub: ChildProcess, tmp_path: Path) -> None:
+    env = {"EDGERUN_SQLITE_PATH": str(tmp_path / "gateway.sqlite3")}
+    gateway = serve(stub, tmp_path, env, batch_concurrency=1)  # one item at a time, 0.2 s each
+    try:
+        big_key, small_key = stub_backend.create_key(gateway.url, "acct-big"), stub_backend.create_key(gateway.url, "acct-small")
+        big = post(gateway, "acct-big", big_key, {"requests": [{"prompt": f"big {i}"} for i in range(40)]},
+                   "?queueRequest=true").json()["result"]["request_id"]
+        small = post(gateway, "acct-small", small_key, {"requests": [{"prompt": "small"}]},
+                     "?queueRequest=true").json()["result"]["request_id"]
+        assert poll_until_done(gateway, "acct-small", small_key, small, timeout_s=5)["responses"][0]["success"]
+        assert post(gateway, "acct-big", big_key, {"request_id": big}).json()["result"]["status"] == "running"  # 8 s of work
+    finally:
+        gateway.stop()
