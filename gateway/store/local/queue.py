@@ -46,6 +46,7 @@ CREATE TABLE IF NOT EXISTS batch_jobs (
     model TEXT NOT NULL, items INTEGER NOT NULL, answered INTEGER NOT NULL DEFAULT 0,
     started INTEGER NOT NULL DEFAULT 0, keep_until REAL);
 CREATE INDEX IF NOT EXISTS batch_jobs_expiry ON batch_jobs (keep_until) WHERE keep_until IS NOT NULL;
+CREATE INDEX IF NOT EXISTS batch_jobs_open ON batch_jobs (items, answered) WHERE keep_until IS NULL;
 CREATE TABLE IF NOT EXISTS batch_items (
     seq INTEGER PRIMARY KEY AUTOINCREMENT, batch_id TEXT NOT NULL, idx INTEGER NOT NULL,
     tenant_id TEXT NOT NULL, payload TEXT, ready_at REAL NOT NULL, token TEXT,

@@ -80,6 +80,7 @@ for _, tenant in ipairs(tenants) do
   redis.call('ZADD', KEYS[1], tonumber(last[2]) + 1, tenant)
   local ready = ARGV[3] .. 'batch_ready:' .. tenant
   local found = redis.call('ZRANGEBYSCORE', ready, '-inf', now, 'LIMIT', 0, 1)
+  if #found == 0 and redis.call('EXISTS', ready) == 0 then redis.call('ZREM', KEYS[1], tenant) end
   if #found > 0 then
     local member = found[1]
     local held = redis.call('HGET', KEYS[2], member)
