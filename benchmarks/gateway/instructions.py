@@ -3,11 +3,13 @@
     python -m benchmarks.gateway.instructions [--baseline-tree PATH] [--requests 200] [--clients 4] [--rounds 2]
 
 CPU time per request on a shared 2-core machine moves by 10-20% between runs with its neighbours'
-load; an instruction count does not (the same tree gives the same count within ~1%). Each side is
+load; an instruction count hardly does. Each side is
 `edgerun serve` (local store, a temporary SQLite file) started under callgrind with instrumentation
 off, in front of the stub backend; after a warm-up, instrumentation is switched on
 (`callgrind_control -i on`), `--clients` threads send `--requests` streamed Workers AI requests in
-all (8 chunks each), and the count is dumped. Sides alternate within each round (this tree, then
+all (8 chunks each), and the count is dumped; then the gateway idles as long again (at most 20 s)
+and that count, its background tasks' (health checks, polls) per second, is taken out of the
+requests' window before dividing by the requests. Sides alternate within each round (this tree, then
 `--baseline-tree`, e.g. `git worktree add /tmp/base <commit>`); the table gives each round's
 millions of instructions per request and the ratio of the medians. Needs valgrind (Debian's
 package); the gateway runs some 50x slower under it, so a side takes a minute or two.
@@ -33,6 +35,7 @@ from cli.processes import ROOT, free_port
 from tests.gateway.stub_backend import ADMIN_TOKEN, MODEL_ID, PROMPT, create_key, gateway_env, start_stub
 
 READY_TIMEOUT_S = 300.0  # the gateway's start under valgrind
+IDLE_S = 20.0  # the longest idle window measured after the requests
 
 
 def count(tree: Path, stub_port: int, requests: int, clients: int, workdir: Path) -> float:
@@ -64,12 +67,19 @@ def count(tree: Path, stub_port: int, requests: int, clients: int, workdir: Path
         _send(url, key, clients, 5)  # warm-up: connections, tokenizer, routes
         subprocess.run(["callgrind_control", "-i", "on", str(gateway.pid)], check=True, capture_output=True)
         per_client = max(1, requests // clients)
+        started = time.monotonic()
         _send(url, key, clients, per_client)
+        busy_s = time.monotonic() - started
+        subprocess.run(["callgrind_control", "-d", str(gateway.pid)], check=True, capture_output=True)
+        idle_s = min(busy_s, IDLE_S)
+        time.sleep(idle_s)  # the background tasks alone (health checks, polls), to take out of the count
         subprocess.run(["callgrind_control", "-d", str(gateway.pid)], check=True, capture_output=True)
     finally:
         gateway.terminate()
         gateway.wait(120)
-    return _summary(workdir / "callgrind.out.1") / (per_client * clients) / 1e6  # the dump: the measured part
+    background_per_s = _summary(workdir / "callgrind.out.2") / idle_s
+    requests_only = _summary(workdir / "callgrind.out.1") - background_per_s * busy_s
+    return requests_only / (per_client * clients) / 1e6
 
 
 def _ready(base: str) -> bool:
