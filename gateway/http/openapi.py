@@ -5,7 +5,7 @@ Built from what the handlers really accept: the Workers AI input schemas of `gat
 `gateway.pipeline.request_fields` lists them, and the admin bodies of `gateway.api_admin`. Every error is
 documented as the envelope `gateway.envelopes` renders: Workers AI's under the Workers AI and
 admin routes, OpenAI's `{"error": {...}}` under `/ai/v1/`. `OPERATIONS` has one entry per
-(path, method) the app routes; tests/gateway/test_openapi.py holds the two together, and a
+(path, method) the app routes; tests/gateway/http/test_openapi.py holds the two together, and a
 schemathesis run against a live gateway checks the document against the gateway's answers.
 """
 

@@ -83,7 +83,7 @@ class ModelTokenizer:
 
         `encode_batch_fast` gives `encode`'s ids without working out character offsets, which the
         gateway never reads: 17-20% less time for SmolLM2's tokenizer, short prompts and long
-        (tests/gateway/test_tokenization.py compares the ids). Like `encode_batch`, it lets go of
+        (tests/gateway/pipeline/test_tokenization.py compares the ids). Like `encode_batch`, it lets go of
         the GIL while it runs, so the offload pool's threads tokenize beside the event loop."""
         ids = self.tokenizer.encode_batch_fast([text], add_special_tokens=False)[0].ids
         return [self.bos_token_id, *ids] if is_raw and self.bos_token_id is not None else ids

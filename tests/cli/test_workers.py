@@ -1,6 +1,6 @@
 """The supervisor of `edgerun serve --workers N` (cli/workers.py), on small stand-in "worker" processes
 that note when they start and stop. Every process appends its events to one file, in the order they
-happen. (tests/gateway/test_serve_workers.py runs the real gateway and store.)"""
+happen. (tests/gateway/e2e/test_serve_workers.py runs the real gateway and store.)"""
 
 from __future__ import annotations
 

@@ -224,7 +224,7 @@ def gateway_settings(tmp: Path, backends: list[dict[str, Any]], **overrides: Any
         ],
         "log_level": "warning",
         "shutdown_timeout_s": 5.0,  # a test stopping with a stream still open waits this long, not 30 s
-        "metrics_public": True,  # the tests read /metrics without a token; tests/gateway/test_listeners.py checks it
+        "metrics_public": True,  # the tests read /metrics without a token; tests/gateway/http/test_listeners.py checks it
         **overrides,
     }
     return GatewaySettings(**values)

@@ -3,7 +3,7 @@ transports: a context step's pinned blocks arrive byte for byte, generation cont
 if collocated, pins are released on pull or expiry, and bad pulls are refused before any write.
 
 The engines run a seeded random 2-layer Llama (the same weights in both), so the test is fast;
-the real model goes through the same code in tests/gateway/test_disagg.py.
+the real model goes through the same code in tests/gateway/e2e/test_disagg.py.
 """
 
 from __future__ import annotations

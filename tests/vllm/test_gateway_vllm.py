@@ -32,9 +32,9 @@ from gateway.billing.prices import default_prices
 from gateway.store.models import UsageRecord
 from policies.prefix import block_hashes
 from policies.pricing import Price, cost_micros
+from tests.gateway.e2e.test_structured_e2e import ASK_CITY, ASK_WEATHER, CITY, WEATHER
 from tests.gateway.fixtures_e2e import InProcessGateway, gateway_settings
 from tests.gateway.store.calls import match_prefix
-from tests.gateway.test_structured_e2e import ASK_CITY, ASK_WEATHER, CITY, WEATHER
 from tests.vllm.fixtures import VLLM_API_KEY, VLLM_BACKEND_ID, VLLM_MODEL_ID, vllm_model_spec
 from tests.vllm.server import BLOCK_SIZE, VllmProcess
 

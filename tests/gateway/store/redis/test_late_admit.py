@@ -17,9 +17,9 @@ from gateway.store import Store, open_store
 from gateway.store.errors import StoreUnavailable
 from gateway.store.redis import scripts as redis_scripts
 from gateway.store.settings import StoreSettings
+from tests.gateway.e2e.test_store_pause import debug_command_option
 from tests.gateway.redis_server import EPHEMERAL, start_redis
 from tests.gateway.store.calls import reserve_budget
-from tests.gateway.test_store_pause import debug_command_option
 
 pytestmark = pytest.mark.process
 
@@ -135,7 +135,7 @@ async def test_a_cancelled_caller_is_given_back_once_not_also_undone(debug_redis
     from gateway.metrics import GatewayMetrics
     from gateway.pipeline.concurrency import TenantSlots
     from gateway.pipeline.ticket import Admitter
-    from tests.gateway.test_metering import PRICES, request_for
+    from tests.gateway.billing.test_metering import PRICES, request_for
 
     store = open_store(StoreSettings(redis_url=debug_redis, redis_timeout_s=2.0, key_prefix="late3:"))
     try:

@@ -17,7 +17,7 @@ from gateway.http.dashboard.summary import UsageSummary, Window
 from gateway.settings import GatewaySettings
 from gateway.store import Store, UsageRecord, open_store
 from gateway.store.ledger import HOUR_S
-from tests.gateway.dashboard.records import record
+from tests.gateway.http.dashboard.records import record
 
 T0 = 1_800_000_000.0  # a whole hour (and day): 2027-01-15 08:00 UTC
 HISTORY = PriceHistory.from_config(default_prices(), {})

@@ -2,7 +2,7 @@
 4-second streams): the ones that fit are served to the end, every other one is answered 429 /
 3040 with Retry-After at once, without waiting for a slot; nothing times out, nothing is lost,
 and the refused requests leave no ledger record. (A tenant at its concurrency limit and the cap on
-connections with the real model: tests/gateway/test_overload.py.)"""
+connections with the real model: tests/gateway/e2e/test_overload.py.)"""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ from gateway.fleet.catalog import DEFAULT_MODEL_ID
 from tests.gateway.fixtures_e2e import BackendProcess, InProcessGateway
 
 pytestmark = pytest.mark.slow
-INFRA = Path(__file__).resolve().parents[2] / "infra"
+INFRA = Path(__file__).resolve().parents[3] / "infra"
 GRAFANA = INFRA / "grafana"
 METRIC = re.compile(r"\b(edgerun_[a-zA-Z0-9_]+)\b")
 SUFFIXES = {"histogram": ("_bucket", "_sum", "_count"), "summary": ("", "_sum", "_count")}

@@ -36,7 +36,7 @@ from tests.gateway.redis_server import delete_prefix, new_prefix
 from tests.process_tree import command_lines, gateway_pids
 
 pytestmark = pytest.mark.slow
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SLOW_MODEL_ID = "@cf/edgerun/bench-stub-slow"  # served by the slow stub only
 PATH = f"/client/v4/accounts/acc-w/ai/run/{stub_backend.MODEL_ID}"
 CAPPED_PATH = f"/client/v4/accounts/acc-c/ai/run/{stub_backend.MODEL_ID}"

@@ -21,8 +21,8 @@ from gateway.billing.prices import PriceHistory, default_prices
 from gateway.billing.recompute import reprice
 from gateway.fleet.catalog import DEFAULT_MODEL_ID
 from gateway.store.models import UsageRecord
-from tests.gateway.dashboard.records import record
 from tests.gateway.fixtures_e2e import ADMIN_TOKEN, InProcessGateway
+from tests.gateway.http.dashboard.records import record
 
 pytestmark = pytest.mark.slow
 CHROMIUM_PATHS = ("/usr/lib/chromium/chromium", "/usr/bin/chromium", "/usr/bin/chromium-browser")

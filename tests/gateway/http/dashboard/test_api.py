@@ -17,8 +17,8 @@ import pytest
 
 from gateway.billing.prices import DEFAULT_PRICE_VERSION
 from gateway.http.dashboard.limits import TenantQueries
-from tests.gateway.dashboard.records import record
 from tests.gateway.fixtures_e2e import ADMIN_TOKEN, InProcessGateway, gateway_settings
+from tests.gateway.http.dashboard.records import record
 
 ADMIN = {"authorization": f"Bearer {ADMIN_TOKEN}"}
 

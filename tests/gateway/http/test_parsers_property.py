@@ -1,7 +1,7 @@
 """Property tests of the request parsers: whatever a client sends (arbitrary JSON, deep nesting,
 huge numbers, NaN and infinities, lone surrogates, oversized strings), each parser either returns
 or raises its own typed error (a 4xx), never anything else (a 500). The live counterpart, with
-the ledger checked too, is tests/gateway/test_openapi_fuzz.py."""
+the ledger checked too, is tests/gateway/e2e/test_openapi_fuzz.py."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ pile-up); a request whose answer went out while it stalled has its record spoole
 every answered request ends up with exactly one ledger record and no refused one has any; a key's
 requests-per-minute limit is never exceeded (the store is the limit: no store, no admission); and
 the gateway recovers by itself as soon as Redis answers again. (Redis stopped and restarted:
-tests/gateway/billing/test_e2e_spool.py; Redis full: tests/gateway/test_store_full.py.)"""
+tests/gateway/billing/test_e2e_spool.py; Redis full: tests/gateway/e2e/test_store_full.py.)"""
 
 from __future__ import annotations
 

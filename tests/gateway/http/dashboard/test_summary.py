@@ -14,7 +14,7 @@ from gateway.http.dashboard.summary import (
     Window,
     percentile,
 )
-from tests.gateway.dashboard.records import record
+from tests.gateway.http.dashboard.records import record
 
 T0 = 1_800_000_000.0
 

@@ -142,7 +142,7 @@ def _common_full_blocks(prompt: list[int], cached: list[int]) -> int:
 async def test_a_real_vllms_events_index_each_tenants_prompt_under_its_own_salt(store: Store) -> None:
     """vLLM 0.32.0's own messages (tests/backends/fixtures/kv_events): engine blocks of 32 tokens,
     ours of 4; the unsalted request's blocks stay out."""
-    recorded = Path(__file__).parents[1] / "backends" / "fixtures" / "kv_events" / "vllm_0_32_recorded.msgpack"
+    recorded = Path(__file__).parents[2] / "backends" / "fixtures" / "kv_events" / "vllm_0_32_recorded.msgpack"
     index = EngineBlockMap(store.routing, "vllm-a", BLOCK)
     for _, _, payload in msgpack.unpackb(recorded.read_bytes())["live"]:
         await index.apply(decode_batch(payload).events)
