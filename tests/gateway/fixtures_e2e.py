@@ -266,19 +266,26 @@ def gateway(backend_pair: list[BackendProcess], tmp_path_factory: pytest.TempPat
     started.stop()
 
 
+@contextlib.contextmanager
+def running_child(name: str, command: Callable[[int], list[str]]) -> Iterator[ChildProcess]:
+    """A child server (`command(port)`, a stub) on a free port, ready at /health, stopped at the end."""
+    port = free_port()
+    child = ChildProcess.launch(name, command(port), port)
+    try:
+        child.wait_ready("/health", timeout_s=60)
+        yield child
+    finally:
+        child.stop()
+
+
 @pytest.fixture(scope="session")
 def stub_backend() -> Iterator[ChildProcess]:
     """tests/gateway/stub_backend.py (64 chunks an answer) for the tests where the model adds nothing:
     faults between gateway and backend, fuzzing the gateway's API."""
     from tests.gateway import stub_backend as stub
 
-    port = free_port()
-    child = ChildProcess.launch("stub backend", stub.command(port, num_chunks=64), port)
-    try:
-        child.wait_ready("/health", timeout_s=60)
+    with running_child("stub backend", lambda port: stub.command(port, num_chunks=64)) as child:
         yield child
-    finally:
-        child.stop()
 
 
 SLOW_STUB_CHUNKS, SLOW_STUB_DELAY_MS = 40, 100  # 4-second streams
@@ -289,13 +296,8 @@ def slow_stub_backend() -> Iterator[ChildProcess]:
     """The stub backend with 40 chunks 100 ms apart (4-second streams): shutdown, deadlines, overload."""
     from tests.gateway import stub_backend as stub
 
-    port = free_port()
-    child = ChildProcess.launch("slow stub backend", stub.command(port, SLOW_STUB_CHUNKS, SLOW_STUB_DELAY_MS), port)
-    try:
-        child.wait_ready("/health", timeout_s=60)
+    with running_child("slow stub backend", lambda port: stub.command(port, SLOW_STUB_CHUNKS, SLOW_STUB_DELAY_MS)) as child:
         yield child
-    finally:
-        child.stop()
 
 
 EMBEDDING_BACKEND_KEY = "embedding-backend-test-secret-0123456789"

@@ -19,10 +19,10 @@ from typing import Any
 import httpx
 import pytest
 
-from cli.processes import ChildProcess, free_port
+from cli.processes import ChildProcess
 from gateway.fleet.catalog import DEFAULT_MODEL_ID
 from tests.gateway import stub_backend
-from tests.gateway.fixtures_e2e import BackendProcess, InProcessGateway, gateway_settings
+from tests.gateway.fixtures_e2e import BackendProcess, InProcessGateway, gateway_settings, running_child
 
 pytestmark = pytest.mark.slow
 
@@ -104,13 +104,8 @@ def test_the_schema_bomb_is_a_400_naming_its_path_and_leaves_other_tenants_serve
 
 @pytest.fixture(scope="module")
 def failing_stub() -> Iterator[ChildProcess]:
-    port = free_port()
-    child = ChildProcess.launch("failing stub", stub_backend.command(port, num_chunks=4, fail_guided=True), port)
-    try:
-        child.wait_ready("/health", timeout_s=60)
+    with running_child("failing stub", lambda port: stub_backend.command(port, num_chunks=4, fail_guided=True)) as child:
         yield child
-    finally:
-        child.stop()
 
 
 @pytest.fixture(scope="module")

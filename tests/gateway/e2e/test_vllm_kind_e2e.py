@@ -20,10 +20,10 @@ import msgpack
 import pytest
 import zmq
 
-from cli.processes import ChildProcess, free_port
+from cli.processes import ChildProcess
 from policies.prefix import block_hashes
 from tests.gateway import vllm_stub
-from tests.gateway.fixtures_e2e import ADMIN_TOKEN, InProcessGateway, gateway_settings
+from tests.gateway.fixtures_e2e import ADMIN_TOKEN, InProcessGateway, gateway_settings, running_child
 from tests.gateway.store.calls import match_prefix
 from tests.gateway.stub_backend import MODEL_ID
 
@@ -35,13 +35,8 @@ BILLING_PROBLEM = "cached tokens unknown for vllm-a: start vLLM with --enable-pr
 
 @pytest.fixture(scope="module")
 def stub() -> Iterator[ChildProcess]:
-    port = free_port()
-    child = ChildProcess.launch("vllm stub", vllm_stub.command(port), port)
-    try:
-        child.wait_ready("/health", timeout_s=60)
+    with running_child("vllm stub", vllm_stub.command) as child:
         yield child
-    finally:
-        child.stop()
 
 
 @pytest.fixture(scope="module")
