@@ -26,6 +26,7 @@ from backends.client import (
 from backends.client.client import DRAIN_TIMEOUT_S
 from cli.processes import free_port
 from tests.backends.conftest import BackendProcess, long_prompt_ids, running_backend
+from tests.backends.loopback import LoopbackServer
 
 pytestmark = pytest.mark.slow
 
@@ -72,7 +73,7 @@ async def silent_server() -> AsyncIterator[Endpoint]:
         await server.wait_closed()
 
 
-class CountingSSEServer:
+class CountingSSEServer(LoopbackServer):
     """A loopback HTTP/1.1 peer that answers every POST with a chunked SSE stream (two text events,
     usage, [DONE]) and counts the TCP connections it accepts and sees closed.
 
@@ -81,26 +82,15 @@ class CountingSSEServer:
     """
 
     def __init__(self, after_done: str = "end", hold_after_first: bool = False) -> None:
+        super().__init__()
         self.after_done = after_done
         self.hold_after_first = hold_after_first
         self.accepted = 0
         self.closed = 0
-        self.port = 0
-        self._server: asyncio.Server | None = None
 
     @property
     def endpoint(self) -> Endpoint:
         return Endpoint(id="counting", base_url=f"http://127.0.0.1:{self.port}", region="eu-west")
-
-    async def __aenter__(self) -> CountingSSEServer:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        self.port = self._server.sockets[0].getsockname()[1]
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._server is not None
-        self._server.close()
-        await self._server.wait_closed()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.accepted += 1

@@ -13,6 +13,7 @@ import pytest
 
 from backends.client import BackendClient, Endpoint
 from backends.client.kinds import KINDS, kind_of
+from tests.backends.loopback import LoopbackServer
 
 BODY = {"model": "m", "prompt": [1, 2, 3], "max_tokens": 2, "cache_salt": "salt-a", "return_token_ids": True}
 ANSWER = [
@@ -22,11 +23,10 @@ ANSWER = [
 ]
 
 
-class RecordingServer:
+class RecordingServer(LoopbackServer):
     def __init__(self) -> None:
+        super().__init__()
         self.bodies: list[dict[str, Any]] = []
-        self.port = 0
-        self._server: asyncio.Server | None = None
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         head = await reader.readuntil(b"\r\n\r\n")
@@ -37,16 +37,6 @@ class RecordingServer:
                      + f"content-length: {len(events)}\r\n\r\n".encode() + events)
         await writer.drain()
         writer.close()
-
-    async def __aenter__(self) -> RecordingServer:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        self.port = self._server.sockets[0].getsockname()[1]
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._server is not None
-        self._server.close()
-        await self._server.wait_closed()
 
 
 @pytest.fixture
