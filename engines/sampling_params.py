@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from engines.errors import InvalidRequest
 from engines.guided import Guide
+
+# The knobs that keep their names from a request to the engine's own sampling parameters (the
+# backend's request body, vLLM's and TensorRT-LLM's SamplingParams): copied by name, not listed again.
+KNOBS = ("temperature", "top_p", "top_k", "seed", "repetition_penalty", "frequency_penalty", "presence_penalty")
 
 
 @dataclass(slots=True)
@@ -53,3 +58,8 @@ class SamplingParams:
     @property
     def is_greedy(self) -> bool:
         return self.temperature == 0.0
+
+
+def knobs_of(source: object) -> dict[str, Any]:
+    """The KNOBS of anything that has them as attributes (a request, SamplingParams), by name."""
+    return {name: getattr(source, name) for name in KNOBS}

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, Stri
 
 from engines.errors import InvalidRequest
 from engines.guided import Guide
-from engines.sampling_params import SamplingParams
+from engines.sampling_params import SamplingParams, knobs_of
 
 TokenId = Annotated[StrictInt, Field(ge=0)]
 
@@ -166,13 +166,7 @@ class SamplingFields(BaseModel):
         """Engine sampling parameters (raises engines.errors.InvalidRequest on a bad combination)."""
         return SamplingParams(
             max_tokens=max_tokens,
-            temperature=self.temperature,
-            top_p=self.top_p,
-            top_k=self.top_k,
-            seed=self.seed,
-            repetition_penalty=self.repetition_penalty,
-            frequency_penalty=self.frequency_penalty,
-            presence_penalty=self.presence_penalty,
+            **knobs_of(self),
             stop=[self.stop] if isinstance(self.stop, str) else list(self.stop or []),
             ignore_eos=self.ignore_eos,
             guide=self.guide(),

@@ -23,6 +23,7 @@ from contracts.chat_tokens import ChatTokens
 from engines.base import EngineStats, GenerationOutput, GenerationRequest, KVCacheEvent
 from engines.errors import EngineStopped, InvalidRequest
 from engines.guided import Guide
+from engines.sampling_params import knobs_of
 from engines.tensorrt_llm.config import TrtllmConfig, llm_api_options
 from engines.tensorrt_llm.launcher import INSTALL_HINT
 
@@ -112,13 +113,7 @@ class TrtllmEngine:
         s = request.sampling
         sampling = self._trt.SamplingParams(
             max_tokens=s.max_tokens,
-            temperature=s.temperature,
-            top_p=s.top_p,
-            top_k=s.top_k,
-            seed=s.seed,
-            repetition_penalty=s.repetition_penalty,
-            frequency_penalty=s.frequency_penalty,
-            presence_penalty=s.presence_penalty,
+            **knobs_of(s),
             stop=s.stop or None,
             ignore_eos=s.ignore_eos,
         )
