@@ -8,9 +8,9 @@ shows no one layer and goes to e2e/, named for the behaviour it shows. billing/,
 regional/ were grouped by layer before and keep their own end-to-end modules (`test_e2e_*`,
 regional/test_regions.py).
 
-- http/: the ASGI app, listeners, bodies, envelopes, SSE, OpenAPI, admin guard, parsers' properties;
+- http/: the ASGI app, listeners, batch upkeep, bodies, envelopes, SSE, OpenAPI, admin guard, parsers' properties;
   http/dashboard/: the dashboard's API, page, summary and browser tests.
-- pipeline/: auth, admission holds, request fields and schemas, routing, tokenization, tools,
+- pipeline/: auth, admission holds, the batch queue, request fields and schemas, routing, tokenization, tools,
   generation, answer cache, offload, setup gate, tenant salt.
 - fleet/: the catalog, engine and KV indexes, the monitor, outlier ejection.
 - billing/: metering, prices, exports, the spool, recompute, the billing API.
