@@ -12,7 +12,7 @@ regional/test_regions.py).
   http/dashboard/: the dashboard's API, page, summary and browser tests.
 - pipeline/: auth, admission holds, the batch queue, request fields and schemas, routing, tokenization, tools,
   generation, answer cache, offload, setup gate, tenant salt.
-- fleet/: the catalog, engine and KV indexes, the monitor, outlier ejection.
+- fleet/: the catalog, engine and KV indexes, the KV tiers, the monitor, outlier ejection.
 - billing/: metering, prices, exports, the spool, recompute, the billing API.
 - store/: the store's contracts, once per implementation (store/local/, store/redis/).
 - regional/: two regions as real processes.
