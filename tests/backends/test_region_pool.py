@@ -20,7 +20,7 @@ import pytest
 
 from cli.kv_pool import pool_flags, spawn_master
 from cli.processes import free_port
-from tests.gateway.fixtures_e2e import BackendProcess
+from tests.gateway.fixtures_e2e import BackendProcess, serving
 
 # Installed (make installs it): tested, and a broken install fails. Absent: skipped, except under CI=true.
 MOONCAKE_MISSING = importlib.util.find_spec("mooncake") is None and os.environ.get("CI") != "true"
@@ -46,12 +46,9 @@ def pool(master_port: int) -> Iterator[list[Any]]:
     backends = [BackendProcess.spawn(name, "backend", flags, env=env, threads=1) for name in ("pool-a", "pool-b")]
     processes: list[Any] = [master, *backends]
     try:
-        for backend in backends:
-            backend.wait_ready()
-        yield processes
+        with serving(backends):
+            yield processes
     finally:
-        for backend in backends:
-            backend.stop()
         processes[0].stop(timeout_s=5)  # the master now running
 
 

@@ -76,10 +76,8 @@ def start_backend(backend_id: str, region: str = "local", *flags: str, threads: 
 
 
 @contextlib.contextmanager
-def running_backends(*ids_and_regions: tuple[str, str]) -> Iterator[list[BackendProcess]]:
-    """Start several backends at once (each with its share of the cores), wait for all; stop them at the end."""
-    threads = threads_per_backend(len(ids_and_regions))
-    started = [start_backend(backend_id, region, threads=threads) for backend_id, region in ids_and_regions]
+def serving(started: list[BackendProcess]) -> Iterator[list[BackendProcess]]:
+    """Wait for spawned backends (all at once), hand them out, stop them at the end."""
     try:
         with ThreadPoolExecutor(len(started)) as pool:
             list(pool.map(lambda b: b.wait_ready(), started))
@@ -87,6 +85,14 @@ def running_backends(*ids_and_regions: tuple[str, str]) -> Iterator[list[Backend
     finally:
         for backend in started:
             backend.stop()
+
+
+@contextlib.contextmanager
+def running_backends(*ids_and_regions: tuple[str, str]) -> Iterator[list[BackendProcess]]:
+    """Start several backends at once (each with its share of the cores), wait for all; stop them at the end."""
+    threads = threads_per_backend(len(ids_and_regions))
+    with serving([start_backend(backend_id, region, threads=threads) for backend_id, region in ids_and_regions]) as started:
+        yield started
 
 
 @contextlib.contextmanager

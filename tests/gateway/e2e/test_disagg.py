@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.gateway.fixtures_e2e import BackendProcess, InProcessGateway, gateway_settings, start_backend
+from tests.gateway.fixtures_e2e import BackendProcess, InProcessGateway, gateway_settings, serving, start_backend
 
 pytestmark = pytest.mark.process
 
@@ -33,17 +33,6 @@ def as_role(backend: BackendProcess, role: str, region: str = "local") -> dict[s
     return {**backend.spec(), "role": role, "region": region}
 
 
-def serving(started: list[BackendProcess]) -> Iterator[list[BackendProcess]]:
-    """Wait for the spawned backends, hand them out, stop them at the end."""
-    try:
-        for backend in started:
-            backend.wait_ready()
-        yield started
-    finally:
-        for backend in started:
-            backend.stop()
-
-
 @pytest.fixture(scope="module")
 def victims() -> Iterator[list[BackendProcess]]:
     """Two real backends to kill: a prefill and a decode one (a tiny random model: quick to start, and
@@ -53,7 +42,8 @@ def victims() -> Iterator[list[BackendProcess]]:
                              env={"EDGERUN_LOG_JSON": "false"}, threads=1, region="near")
         for name, role in (("p-victim", "prefill"), ("d-victim", "decode"))
     ]
-    yield from serving(started)
+    with serving(started) as backends:
+        yield backends
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +53,8 @@ def exact_pair() -> Iterator[list[BackendProcess]]:
     to within a tolerance, not exactly, so only the exact model can promise equal greedy answers."""
     # (the later --weight-dtype replaces the shared fixture's float16, a fast-mode format)
     exact = ("--mode", "deterministic", "--weight-dtype", "auto")
-    yield from serving([start_backend(name, "local", *exact) for name in ("b1", "b2")])
+    with serving([start_backend(name, "local", *exact) for name in ("b1", "b2")]) as backends:
+        yield backends
 
 
 @pytest.fixture(scope="module")
