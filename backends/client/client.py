@@ -20,9 +20,11 @@ import contextlib
 import json
 from collections import deque
 from collections.abc import AsyncGenerator, Callable, Coroutine, Iterator
+from functools import partial
 from typing import Any, NoReturn, cast
 from urllib.parse import urlencode
 
+from backends.client.adapters import ALREADY_LOADED, ENABLE_HINT, LOAD_PATH, ResidentAdapters, adapter_path
 from backends.client.errors import (
     BackendError,
     BackendOverloaded,
@@ -85,6 +87,7 @@ class BackendClient:
         headers = {"authorization": f"Bearer {api_key}"} if api_key else None
         # The cap is ours (above); the pool itself never makes a request wait.
         self._http = transport or HTTPTransport(connect_timeout_s=connect_timeout_s, max_connections=0, headers=headers)
+        self.adapters = ResidentAdapters()  # LoRA adapters this client loaded on vLLM servers (`load_adapter`)
 
     @property
     def open_requests(self) -> int:
@@ -116,13 +119,17 @@ class BackendClient:
             await batches.aclose()
 
     async def stream_completion_batches(
-        self, endpoint: Endpoint, body: dict[str, Any], request_id: str | None = None, *, reject_if_busy: bool = False
+        self, endpoint: Endpoint, body: dict[str, Any], request_id: str | None = None, *, reject_if_busy: bool = False,
+        adapter: str | None = None,
     ) -> AsyncGenerator[list[CompletionChunk], None]:
         """`stream_completion`'s chunks, a list of them per read of the response body (never empty):
         the events that arrived together, handed on in one step instead of one generator step per
         token in every layer above (the gateway's generation and its renderers take them the same way).
         A bad event raises after the good ones before it were yielded, as one at a time would.
-        `reject_if_busy`: ask the backend for 429 rather than a place in its queue (contracts/reject_if_busy.py)."""
+        `reject_if_busy`: ask the backend for 429 rather than a place in its queue (contracts/reject_if_busy.py).
+        `adapter`: the body's model is this LoRA adapter, which a kind that `loads_adapters` (vLLM) is
+        made to load first (`load_adapter`), and again when the server answers that it has no such model
+        (it restarted and forgot it)."""
         # continuous_usage_stats (vLLM's extension, also spoken by our backend): the usage so far
         # rides on every chunk, so a stream that ends early still knows its cached prompt tokens
         stream_options = {**(body.get("stream_options") or {}), "include_usage": True, "continuous_usage_stats": True}
@@ -130,7 +137,17 @@ class BackendClient:
         with self._open_slot():
             deadline = asyncio.get_running_loop().time() + self.first_byte_timeout_s
             headers = _headers(request_id, reject_if_busy)
-            response = await self._send_before_first_byte(endpoint, "/v1/completions", payload, deadline, headers)
+            loads = adapter is not None and endpoint.server.loads_adapters
+            if adapter is not None and loads:
+                await self.adapters.ensure(endpoint, adapter, partial(self.load_adapter, endpoint, adapter))
+            try:
+                response = await self._send_before_first_byte(endpoint, "/v1/completions", payload, deadline, headers)
+            except BackendRejected as exc:
+                if adapter is None or not loads or exc.status != 404:
+                    raise
+                self.adapters.forget(endpoint, adapter)  # the server lost it (a restart): load it again, once
+                await self.adapters.ensure(endpoint, adapter, partial(self.load_adapter, endpoint, adapter))
+                response = await self._send_before_first_byte(endpoint, "/v1/completions", payload, deadline, headers)
             events = _Events(response.iter_bytes())
             try:
                 is_first = True
@@ -228,6 +245,7 @@ class BackendClient:
         *,
         may_try: Callable[[Endpoint], bool] | None = None,
         reject_if_busy: bool = False,
+        adapter: str | None = None,
     ) -> tuple[Endpoint, AsyncGenerator[list[CompletionChunk], None]]:
         """Open a stream on the first endpoint that produces a first chunk, trying them in order;
         the stream yields `stream_completion_batches`' lists of chunks.
@@ -238,7 +256,7 @@ class BackendClient:
         iterator starts with the batch that was already read. `on_failure` hears of every error
         an endpoint answered (the gateway's outlier ejection counts them); `may_try` is asked just
         before each endpoint is tried, and one it refuses is passed over (BackendOverloaded when it
-        refuses them all).
+        refuses them all). `adapter`: the LoRA adapter the body's model names (`stream_completion_batches`).
         """
         if not endpoints:
             raise BackendUnavailable("no backend endpoints to try")
@@ -246,7 +264,8 @@ class BackendClient:
         for endpoint in endpoints:
             if may_try is not None and not may_try(endpoint):
                 continue  # e.g. a backend on trial that already has its one trial request
-            stream = self.stream_completion_batches(endpoint, body, request_id, reject_if_busy=reject_if_busy)
+            stream = self.stream_completion_batches(endpoint, body, request_id, reject_if_busy=reject_if_busy,
+                                                    adapter=adapter)
             try:
                 first = await anext(stream)
             except (BackendUnavailable, BackendTimeout, BackendOverloaded) as exc:
@@ -277,6 +296,30 @@ class BackendClient:
         error = type(last)(f"all {len(endpoints)} endpoints failed ({summary})", endpoint_id=last.endpoint_id)
         error.answered = last.answered
         raise error from last
+
+    async def load_adapter(self, endpoint: Endpoint, name: str) -> None:
+        """POST /v1/load_lora_adapter: have `endpoint`'s vLLM load LoRA adapter `name` from its `lora_dir`.
+        One it already has counts as loaded. A server that cannot load adapters (no --enable-lora, no
+        runtime updating, no `lora_dir`, an unreadable directory) is a BackendRejected (400) saying what
+        its operator must do; a connection failure or a 503 is the usual BackendUnavailable (fail over)."""
+        path = adapter_path(endpoint, name)
+        if path is None:
+            raise BackendRejected(f"{endpoint.id} answered 400: cannot serve finetunes: {ENABLE_HINT}",
+                                  status=400, endpoint_id=endpoint.id)
+        body = _json_bytes({"lora_name": name, "lora_path": path})
+        try:
+            await self._exchange(endpoint, "POST", LOAD_PATH, body, self._read_timeout_s)
+        except BackendRejected as exc:
+            if exc.status == 400 and ALREADY_LOADED in exc.message:
+                return
+            raise BackendRejected(f"{endpoint.id} answered 400: cannot serve finetunes: {ENABLE_HINT} "
+                                  f"(loading the adapter answered {exc.status})", status=400, endpoint_id=endpoint.id) from exc
+        except BackendUnavailable as exc:
+            if not exc.answered or "answered 503" in exc.message:
+                raise
+            raise BackendRejected(f"{endpoint.id} answered 400: cannot serve finetunes: {ENABLE_HINT} "
+                                  f"(loading the adapter failed: {exc.message.split(': ', 1)[-1][:300]})",
+                                  status=400, endpoint_id=endpoint.id) from exc
 
     # -- polling ----------------------------------------------------------------------------
 

@@ -19,6 +19,8 @@ class Endpoint:
     role: str = "mixed"  # "mixed", "prefill" (context servers) or "decode" (generation servers)
     kind: str = DEFAULT_KIND  # the server's kind (backends.client.kinds): how requests are shaped for it
     return_token_ids: bool | None = None  # ask for each chunk's token ids; None: the kind's default
+    # the finetunes directory as this server reads it (a kind that `loads_adapters`): adapter X is `<lora_dir>/X`
+    lora_dir: str | None = None
 
     def url(self, path: str) -> str:
         return self.base_url.rstrip("/") + path

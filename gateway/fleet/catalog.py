@@ -122,6 +122,9 @@ class BackendSpec(BaseModel):
     kv_events_bind: bool = False
     # ask for each chunk's token ids (`return_token_ids`); None: the kind's default
     return_token_ids: bool | None = None
+    # vLLM serving tenants' finetunes: the gateway's finetunes_dir as this server reads it (a shared
+    # volume; the same path on one machine). The gateway loads adapter X from `<lora_dir>/X` there.
+    lora_dir: str | None = None
 
     @field_validator("kind")
     @classmethod
@@ -164,6 +167,7 @@ class BackendSpec(BaseModel):
             role=self.role,
             kind=self.kind,
             return_token_ids=self.return_token_ids,
+            lora_dir=self.lora_dir,
         )
 
     def event_source(self) -> EventSource | None:

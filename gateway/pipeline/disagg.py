@@ -194,7 +194,7 @@ class Disaggregator:
         try:
             endpoint, chunks = await self.client.stream_with_failover(
                 flight.endpoints, body, attempt.on_failure(self.monitor.errors_of(ctx.tenant_id, ctx.request_id)),
-                ctx.request_id, reject_if_busy=attempt.reject_if_busy,
+                ctx.request_id, reject_if_busy=attempt.reject_if_busy, adapter=ctx.adapter,
             )
         except BackendError as exc:
             self.metrics.disagg_steps.labels(step, exc.endpoint_id or "", "error").inc()

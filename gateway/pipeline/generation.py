@@ -378,7 +378,7 @@ class Generator:
                 endpoint, chunks = await self.client.stream_with_failover(
                     flight.endpoints, body, attempt.on_failure(self.monitor.errors_of(ctx.tenant_id, ctx.request_id)),
                     ctx.request_id, may_try=lambda e: self.monitor.may_try(e, ctx.request_id),
-                    reject_if_busy=inp.reject_if_busy,
+                    reject_if_busy=inp.reject_if_busy, adapter=ctx.adapter,  # a vLLM loads it first
                 )
             else:
                 assert pools is not None

@@ -6,6 +6,8 @@ It is started as README's "Backends" section says, plus what a small CPU box nee
 (no torch.compile warm-up: about half the start time on 2 cores), a 4,096-token context and 1 GiB
 of KV cache (`VLLM_CPU_KVCACHE_SPACE`), one OpenMP thread without core binding (vLLM binds every
 server to core 0 by default, which would stack two of them on one core), and no usage reports.
+Tenants' finetunes are served as README says: `--enable-lora --max-lora-rank 32` and runtime loading
+(`VLLM_ALLOW_RUNTIME_LORA_UPDATING`), the gateway loading each adapter from the finetunes directory.
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ def vllm_command(python: Path, checkpoint: Path, port: int, api_key: str, kv_eve
         "--block-size", str(BLOCK_SIZE),
         "--max-model-len", str(MAX_MODEL_LEN),
         "--enforce-eager",
+        "--enable-lora", "--max-lora-rank", "32",  # tenants' finetunes, loaded at runtime (tests/vllm/test_vllm_lora.py)
         "--enable-log-requests",  # its log names each request (by the gateway's x-request-id) and each abort
         "--disable-uvicorn-access-log",
     ]  # fmt: skip
@@ -88,6 +91,7 @@ def start_vllm(
         "DO_NOT_TRACK": "1",
         "HF_HUB_OFFLINE": "1",  # everything is local; nothing may be fetched
         "VLLM_SERVER_DEV_MODE": "1" if dev_mode else "0",
+        "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True",  # POST /v1/load_lora_adapter: the gateway loads finetunes
     }
     argv = vllm_command(python, checkpoint, port, api_key, kv_events, replay)
     return VllmProcess.launch(

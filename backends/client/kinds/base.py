@@ -2,7 +2,8 @@
 
 A `BackendKind` says how KV events arrive from such a server (polled over HTTP, a ZMQ stream, or
 none), whether it serves our `/load` snapshot, whether it takes `return_token_ids`, which
-request fields it must not be sent, and how an operator makes it report cached prompt tokens.
+request fields it must not be sent, whether a LoRA adapter must be loaded on it before it is called
+by name, and how an operator makes it report cached prompt tokens.
 The backend client shapes every request with `shape` just before sending it to an endpoint of
 that kind, so one request body serves a failover list that mixes kinds.
 """
@@ -27,6 +28,9 @@ class BackendKind:
     # (None: this kind always reports them)
     cached_tokens_fix: str | None
     dropped_fields: frozenset[str] = frozenset()  # request fields this server must not get
+    # serves a LoRA adapter by name once it is loaded through POST /v1/load_lora_adapter (vLLM's
+    # runtime loading): the client loads a request's adapter there first (backends.client.adapters)
+    loads_adapters: bool = False
     dropped_stream_options: frozenset[str] = frozenset()
 
     def shape(self, body: dict[str, Any], *, return_token_ids: bool) -> dict[str, Any]:
