@@ -25,6 +25,7 @@ over ZMQ (`zmq_events.EventSubscriber`, decoded by `engine_events`), not through
     types.py            `Endpoint`, `CompletionChunk` and the other plain data the client returns
     errors.py           the error tree (`BackendError` and its subclasses), drawn once
     kinds/              the kinds of backend server, one module each
+    adapters.py         the LoRA adapters loaded on each vLLM endpoint (loaded before a request names one)
     zmq_events.py       a subscriber to vLLM's and SGLang's ZMQ KV event streams
     engine_events.py    those events decoded into the gateway's KV events
 """
