@@ -304,7 +304,7 @@ class BackendClient:
         its operator must do; a connection failure or a 503 is the usual BackendUnavailable (fail over)."""
         path = adapter_path(endpoint, name)
         if path is None:
-            raise BackendRejected(f"{endpoint.id} answered 400: cannot serve finetunes: {ENABLE_HINT}",
+            raise BackendRejected(f"{endpoint.id} has no lora_dir: cannot serve finetunes: {ENABLE_HINT}",
                                   status=400, endpoint_id=endpoint.id)
         body = _json_bytes({"lora_name": name, "lora_path": path})
         try:
