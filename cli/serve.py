@@ -10,7 +10,7 @@ import sys
 
 import structlog
 
-from cli.workers import Supervisor
+from cli.workers import EXIT_REFUSED, Supervisor
 from gateway.http.app import create_app
 from gateway.http.descriptors import raise_open_file_limit
 from gateway.http.listeners import Listeners, listener_configs
@@ -102,7 +102,8 @@ def run(args: argparse.Namespace) -> int:
         claimed = claim_store_file(settings)
     except FileInUse as exc:
         log.error("the SQLite file is in use; not serving", error=str(exc))
-        return 1
+        # a worker says so to its supervisor, which then stops rather than start it again
+        return 1 if settings.http.worker_index is None else EXIT_REFUSED
     try:
         serve(settings)
     finally:

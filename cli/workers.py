@@ -15,8 +15,9 @@ polls them), its tokenizer cache, its /metrics counters, its connection caps (`m
 shared prefix index. The ledger spool is one file shared under a lock (gateway/billing/spool.py).
 
 The supervisor starts the workers and waits for a signal to stop. A worker that dies is started
-again; one that dies within `min_uptime_s` of its start (a port taken, a bad setting, the file
-claimed by another serve) stops them all and the supervisor exits with its status. A dead worker's
+again; one that dies within `min_uptime_s` of its start (a port taken, a bad setting) or that
+refused to start (`EXIT_REFUSED`: the file claimed by another serve) stops them all and the
+supervisor exits with its status (1 for a refusal). A dead worker's
 request slots and in-flight tokens stop counting within `inflight_lease_s` (its lease in the shared
 tables). On SIGTERM / SIGINT / SIGHUP it stops the workers (each drains its streams as a lone
 gateway does and settles its ledger records). A supervisor killed outright runs none of this: its
@@ -39,6 +40,10 @@ from cli.parent_death import stop_with_parent
 log = structlog.get_logger("edgerun.serve.workers")
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+# A worker's status for "refused to start" (sysexits' EX_CONFIG: the file claimed by another serve):
+# the supervisor stops then however long the start took, where a slow machine's start could pass
+# `min_uptime_s` and the worker be started again and again.
+EXIT_REFUSED = 78
 
 
 @dataclass(slots=True)
@@ -90,6 +95,9 @@ class Supervisor:
                 code = worker.process.poll()
                 if code is None or self._stopping:
                     continue
+                if code == EXIT_REFUSED:
+                    log.error("a worker refused to start; stopping", worker=worker.index)
+                    return 1
                 if time.monotonic() - worker.started < self.min_uptime_s:
                     log.error("worker exited at start; stopping", worker=worker.index, status=code)
                     return code or 1

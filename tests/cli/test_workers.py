@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from cli.workers import Supervisor
+from cli.workers import EXIT_REFUSED, Supervisor
 
 pytestmark = pytest.mark.process
 
@@ -111,6 +111,14 @@ def test_a_worker_that_exits_at_start_stops_the_serve_with_its_status(tmp_path: 
     assert _supervisor(events, script="import sys; sys.exit(3)", min_uptime_s=30).run() == 3
 
 
+def test_a_worker_that_refuses_to_start_stops_the_serve_however_late(tmp_path: Path) -> None:
+    """A refusal (EXIT_REFUSED) after min_uptime_s, as on a machine so slow that a worker's imports
+    take longer, still stops the serve with status 1 instead of starting the worker again and again."""
+    events = tmp_path / "events"
+    script = f"import time, sys; time.sleep(0.5); sys.exit({EXIT_REFUSED})"
+    assert _supervisor(events, script=script, min_uptime_s=0.1).run() == 1
+
+
 def test_a_killed_worker_is_started_again_and_the_others_keep_running(tmp_path: Path) -> None:
     events = tmp_path / "events"
     supervisor = _supervisor(events)
@@ -141,7 +149,7 @@ while True:
 
 SUPERVISED = """
 import sys
-from cli.workers import Supervisor
+from cli.workers import EXIT_REFUSED, Supervisor
 events, worker_script = sys.argv[1], sys.argv[2]
 workers = Supervisor(2, lambda i: [sys.executable, worker_script, events], min_uptime_s=0.5)
 sys.exit(workers.run())
