@@ -3,6 +3,7 @@
     machine()        one line every report states: CPU, cores, Python, OS (and torch, with its GPU)
     process_cpu_s()  user + system CPU seconds of a process, or of one thread (stat_cpu_s)
     rss_mb()         a process's resident memory now
+    tree_rss_mb()    the same summed over a process and its descendants, now and at peak
     interleave()     baseline and subject measured in one run, in alternating rounds
 
 A shared machine's speed drifts with its neighbours' load, so a baseline measured a minute before
@@ -51,6 +52,39 @@ def rss_mb(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return 0.0
+
+
+def descendants(pid: int) -> list[int]:
+    """`pid` and every process below it (Linux /proc)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # ended meanwhile
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        found.append(todo.pop())
+        todo.extend(children.get(found[-1], []))
+    return found
+
+
+def tree_rss_mb(pid: int) -> tuple[float, float]:
+    """Resident memory of `pid` and its descendants in MiB, summed: (now, each one's peak). Pages two
+    of them share count twice."""
+    now = peak = 0.0
+    for member in descendants(pid):
+        try:
+            lines = Path(f"/proc/{member}/status").read_text().splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            if line.startswith("VmRSS:"):
+                now += int(line.split()[1]) / 1024
+            elif line.startswith("VmHWM:"):
+                peak += int(line.split()[1]) / 1024
+    return now, peak
 
 
 def process_cpu_s(pid: int) -> float:

