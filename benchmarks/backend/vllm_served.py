@@ -6,7 +6,8 @@ set to edgerun's `num_kv_blocks x block_size` tokens at vLLM's KV dtype (both fl
 bytes); vLLM's older VLLM_CPU_KVCACHE_SPACE takes whole GiB only (and, when set, overrides it).
 The launch is the benchmark's own, not tests/vllm/process.py's (no KV events, API key or request log):
 `--enforce-eager` (no torch.compile warm-up), `--max-num-seqs` the largest concurrency, OpenMP threads
-as edgerun's, not bound to cores (a shared machine), no usage reports, nothing fetched.
+as edgerun's, not bound to cores (a shared machine), no usage reports, nothing fetched. On a busy machine
+vLLM's OpenMP threads spin against each other: `--vllm-threads 1` (BENCHMARKS.md, "Engine against vLLM").
 """
 
 from __future__ import annotations
