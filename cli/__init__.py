@@ -15,6 +15,7 @@
     billing.py   `edgerun billing export|recompute|replay-spool`
     simulate.py  `edgerun simulate`: replay a trace through the routing policies
     draft.py     `edgerun draft train|eval`: an EAGLE-3 draft head for the built-in engine
+    lora.py      `edgerun lora train`: a LoRA adapter (PEFT files) for the built-in engine's model
     processes.py child processes on loopback: start, wait until ready, stop (also for tests and tools)
     export_hf.py    `edgerun export-hf`: a built-in engine model written as a Hugging Face checkpoint
     workers.py      `edgerun serve --workers N`: N gateway processes on one port, kept by a supervisor

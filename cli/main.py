@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("loadtests.bench.cli", "benchmark a gateway: replay workloads at fixed load and compare routing policies"),
     "export-hf": ("cli.export_hf", "write a built-in engine model as a Hugging Face checkpoint (to serve it with vLLM, SGLang, ...)"),
     "draft": ("cli.draft", "train an EAGLE-3 draft head for the built-in engine (train), or measure one (eval)"),
+    "lora": ("cli.lora", "train a LoRA adapter for the built-in engine's model, written as PEFT files (train)"),
 }
 
 
