@@ -17,7 +17,7 @@ from engines.sampling_params import SamplingParams
 from tests.engines.conftest import NUM_KV_BLOCKS
 
 LORA_DIR = Path(__file__).resolve().parents[2] / "data" / "lora"
-HELD_OUT = ["What is the capital of Italy?", "How do I make a cup of tea?", "Why is the sky blue?"]
+HELD_OUT = ["Why is the sky blue?", "What is the capital of Canada?", "What is a rainbow?"]
 FRENCH = {"le", "la", "les", "l", "est", "de", "des", "du", "et", "un", "une", "en", "je", "vous", "pour", "que",
           "qui", "dans", "il", "elle", "sont", "au", "avec", "pas", "ne", "d", "c", "se", "sur", "plus"}
 ENGLISH = {"the", "is", "of", "and", "an", "to", "in", "you", "i", "it", "for", "that", "are", "with", "your",
@@ -31,7 +31,7 @@ def language_counts(text: str) -> tuple[int, int]:
 
 
 def test_language_counts_tell_french_from_english() -> None:
-    assert language_counts("La capitale de l'Italie est Rome, et elle est belle.") == (6, 0)
+    assert language_counts("La capitale de l'Italie est Rome, et elle est belle.") == (7, 0)
     assert language_counts("The capital of Italy is Rome, and it is beautiful.") == (0, 6)
 
 
