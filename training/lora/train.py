@@ -73,7 +73,7 @@ def train_adapter(out: Path, model: str = "smollm2", config: LoraTrainConfig | N
     queue: list[int] = []
     losses: list[float] = []
     for step in range(config.num_steps):
-        if len(queue) < config.batch_size:
+        while len(queue) < config.batch_size:  # whole shuffled passes over the rows
             queue += order.sample(range(len(rows)), len(rows))
         picked = [queue.pop() for _ in range(config.batch_size)]
         labels = answer_labels([rows[i] for i in picked])  # [B, T]
