@@ -82,7 +82,7 @@ def start_gateway(
     cwd: Path = ROOT,
     args: Sequence[str] = (),
 ) -> ChildProcess:
-    """`edgerun serve` with the embedded store under `workdir`, the stub as its one backend; `env` adds or
+    """`edgerun serve` with the local store under `workdir`, the stub as its one backend; `env` adds or
     overrides; `cwd`: the checkout it runs from (a baseline); `args`: more `edgerun serve` options."""
     workdir.mkdir(parents=True, exist_ok=True)
     settings = {
