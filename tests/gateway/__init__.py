@@ -21,5 +21,6 @@ regional/test_regions.py).
 - here: the top-level gateway/settings.py (test_settings.py), and the helpers every folder shares:
   conftest.py, fixtures_context.py, fixtures_e2e.py, fixtures_store.py, fixtures_tokenizer.py (fixtures,
   registered in tests/conftest.py), stub_backend.py, fault_proxy.py, redis_server.py, vllm_stub.py,
+  finetune_tenants.py (tenants speaking the finetunes API, for the built-in and the vLLM finetune tests),
   with the tests of the stub and the proxy themselves (test_stub_backend.py, test_fault_proxy.py).
 """

@@ -13,13 +13,13 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
 from engines.builtin.runner.model_config import ModelConfig
 from tests.engines.lora_files import write_adapter
+from tests.gateway.finetune_tenants import FinetuneTenant, finetune_tenants
 from tests.gateway.fixtures_e2e import InProcessGateway, gateway_settings
 from tests.vllm.fixtures import VLLM_API_KEY, VLLM_BACKEND_ID, VLLM_MODEL_ID, vllm_model_spec
 from tests.vllm.server import VllmProcess
@@ -51,43 +51,16 @@ def gateway(
 
 @pytest.fixture
 def tenants(gateway: InProcessGateway) -> Iterator[Callable[[str], Tenant]]:
-    made: list[Tenant] = []
-
-    def make(name: str) -> Tenant:
-        made.append(Tenant(gateway, name))
-        return made[-1]
-
-    yield make
-    for tenant in made:
-        tenant.client.close()
+    with finetune_tenants(gateway, VLLM_MODEL_ID, Tenant, timeout_s=120) as make:
+        yield make
 
 
-class Tenant:
-    def __init__(self, gateway: InProcessGateway, name: str) -> None:
-        self.account = f"acct-{name}"
-        secret = gateway.new_key(f"tenant-{name}", self.account)
-        self.client = httpx.Client(base_url=f"{gateway.url}/client/v4/accounts/{self.account}",
-                                   headers={"authorization": f"Bearer {secret}"}, timeout=120)
-
-    def upload(self, name: str, directory: Path) -> str:
-        created = self.client.post("/ai/finetunes", json={"model": VLLM_MODEL_ID, "name": name})
-        assert created.status_code == 200, created.text
-        finetune_id: str = created.json()["result"]["id"]
-        for file_name in ("adapter_config.json", "adapter_model.safetensors"):
-            answer = self.client.post(f"/ai/finetunes/{finetune_id}/finetune-assets",
-                                      files={"file": (file_name, (directory / file_name).read_bytes())},
-                                      data={"file_name": file_name})
-            assert answer.status_code == 200, answer.text
-        return finetune_id
-
-    def run(self, lora: str | None = None) -> httpx.Response:
-        body: dict[str, Any] = {"prompt": PROMPT, "raw": True, "max_tokens": 12, "temperature": 0}
-        if lora is not None:
-            body["lora"] = lora
-        return self.client.post(f"/ai/run/{VLLM_MODEL_ID}", json=body)
+class Tenant(FinetuneTenant):
+    def ask(self, lora: str | None = None) -> httpx.Response:
+        return self.run(PROMPT, 12, lora)
 
     def answer(self, lora: str | None = None) -> str:
-        response = self.run(lora)
+        response = self.ask(lora)
         assert response.status_code == 200, response.text
         text: str = response.json()["result"]["response"]
         return text
@@ -103,7 +76,7 @@ def test_finetune_is_loaded_on_vllm_and_called_by_name(
     tenants: Callable[[str], Tenant], vllm_server: VllmProcess, vllm_checkpoint: Path, tmp_path: Path
 ) -> None:
     acme, beta = tenants("acme"), tenants("beta")
-    finetune_id = acme.upload("noisy", random_adapter(tmp_path / "noisy", vllm_checkpoint))
+    finetune_id = acme.create_and_upload("noisy", random_adapter(tmp_path / "noisy", vllm_checkpoint))
 
     base = acme.answer()
     tuned = acme.answer("noisy")
@@ -112,7 +85,7 @@ def test_finetune_is_loaded_on_vllm_and_called_by_name(
     assert finetune_id in served(vllm_server)  # vLLM has it under the finetune's id
 
     for name_or_id in ("noisy", finetune_id):  # another tenant cannot name it
-        refused = beta.run(name_or_id)
+        refused = beta.ask(name_or_id)
         assert refused.status_code == 404 and "no finetune" in refused.json()["errors"][0]["message"]
 
     # the server forgets it (as a restart would): its 404 makes the gateway load it again

@@ -15,6 +15,7 @@ import pytest
 
 from engines.builtin.loader.random import preset_config
 from tests.engines.lora_files import ALL_MODULES, write_adapter
+from tests.gateway.finetune_tenants import FinetuneTenant, finetune_tenants
 from tests.gateway.fixtures_e2e import BackendProcess, InProcessGateway, gateway_settings, running_tiny_backend
 
 pytestmark = pytest.mark.slow
@@ -51,41 +52,14 @@ def gateway(backend: BackendProcess, finetunes_dir: Path, tmp_path_factory: pyte
 
 @pytest.fixture
 def tenants(gateway: InProcessGateway) -> Iterator[Callable[[str], Tenant]]:
-    made: list[Tenant] = []
-
-    def make(name: str) -> Tenant:
-        made.append(Tenant(gateway, name))
-        return made[-1]
-
-    yield make
-    for tenant in made:
-        tenant.client.close()
+    with finetune_tenants(gateway, MODEL, Tenant) as make:
+        yield make
 
 
-class Tenant:
-    def __init__(self, gateway: InProcessGateway, name: str) -> None:
-        self.account = f"acct-{name}"
-        secret = gateway.new_key(f"tenant-{name}", self.account)
-        self.client = httpx.Client(base_url=f"{gateway.url}/client/v4/accounts/{self.account}",
-                                   headers={"authorization": f"Bearer {secret}"}, timeout=60)
-
-    def create(self, name: str, model: str = MODEL) -> httpx.Response:
-        return self.client.post("/ai/finetunes", json={"model": model, "name": name, "description": "test"})
-
-    def upload(self, finetune_id: str, file_name: str, data: bytes) -> httpx.Response:
-        return self.client.post(f"/ai/finetunes/{finetune_id}/finetune-assets",
-                                files={"file": (file_name, data)}, data={"file_name": file_name})
-
-    def upload_dir(self, finetune_id: str, directory: Path) -> None:
-        for file_name in ("adapter_config.json", "adapter_model.safetensors"):
-            answer = self.upload(finetune_id, file_name, (directory / file_name).read_bytes())
-            assert answer.status_code == 200, answer.text
-
-    def run(self, lora: str | None = None, prompt: str = PROMPT) -> dict[str, Any]:
-        body: dict[str, Any] = {"prompt": prompt, "raw": True, "max_tokens": 8, "temperature": 0}
-        if lora is not None:
-            body["lora"] = lora
-        answer = self.client.post(f"/ai/run/{MODEL}", json=body)
+class Tenant(FinetuneTenant):
+    def ask(self, lora: str | None = None, prompt: str = PROMPT) -> dict[str, Any]:
+        """`run`'s status, body and request id."""
+        answer = self.run(prompt, 8, lora)
         return {"status": answer.status_code, "json": answer.json(), "ray": answer.headers.get("cf-ray")}
 
 
@@ -106,8 +80,8 @@ def test_upload_list_call_isolate_and_delete(
     assert [f["id"] for f in listed] == [finetune["id"]]
     assert beta.client.get("/ai/finetunes").json()["result"] == []
 
-    base = acme.run()
-    by_name, by_id = acme.run("french"), acme.run(finetune["id"])
+    base = acme.ask()
+    by_name, by_id = acme.ask("french"), acme.ask(finetune["id"])
     assert base["status"] == by_name["status"] == 200, (base, by_name)
     assert by_name["json"]["result"]["response"] == by_id["json"]["result"]["response"]
     assert by_name["json"]["result"]["response"] != base["json"]["result"]["response"]
@@ -115,11 +89,11 @@ def test_upload_list_call_isolate_and_delete(
     assert record.model == MODEL and record.metadata["lora"] == finetune["id"]  # billed as its base model
 
     for name_or_id in ("french", finetune["id"]):  # another tenant's finetune does not exist for beta
-        refused = beta.run(name_or_id)
+        refused = beta.ask(name_or_id)
         assert refused["status"] == 404 and "no finetune" in refused["json"]["errors"][0]["message"]
     assert beta.client.delete(f"/ai/finetunes/{finetune['id']}").status_code == 404
     assert acme.client.delete(f"/ai/finetunes/{finetune['id']}").status_code == 200
-    assert acme.run("french")["status"] == 404
+    assert acme.ask("french")["status"] == 404
     assert acme.client.get("/ai/finetunes").json()["result"] == []
 
 
@@ -144,7 +118,7 @@ def test_uploads_are_checked_with_clear_400s(tenants: Callable[[str], Tenant], t
     assert acme.upload(finetune_id, "adapter_config.json", (good / "adapter_config.json").read_bytes()).status_code == 200
     answer = acme.upload(finetune_id, "adapter_model.safetensors", (wrong_shape / "adapter_model.safetensors").read_bytes())
     assert answer.status_code == 400 and "shape" in answer.text, answer.text
-    incomplete = acme.run("checked")
+    incomplete = acme.ask("checked")
     assert incomplete["status"] == 400 and "adapter_model.safetensors" in incomplete["json"]["errors"][0]["message"]
 
 
@@ -158,22 +132,22 @@ def test_prefix_cache_is_per_adapter_and_two_tenants_adapters_share_a_batch(
         tenant.upload_dir(finetune_id, adapter(tmp_path, f"t{seed}", seed=seed, rank=4 * (seed - 10)))
         ids.append(finetune_id)
     second = f"{PROMPT} And again."  # one's own prefix, never served to its other adapter or base
-    first = one.run("mine", second)
-    again = one.run("mine", second)
+    first = one.ask("mine", second)
+    again = one.ask("mine", second)
     assert again["json"]["result"]["usage"]["prompt_tokens_details"]["cached_tokens"] >= 64, again
     assert again["json"]["result"]["response"] == first["json"]["result"]["response"]
-    base = one.run(None, second)
+    base = one.ask(None, second)
     assert base["json"]["result"]["usage"]["prompt_tokens_details"]["cached_tokens"] == 0, base
     finetune_b = one.create("other").json()["result"]["id"]
     one.upload_dir(finetune_b, adapter(tmp_path, "other", seed=13))
-    other = one.run("other", second)
+    other = one.ask("other", second)
     assert other["json"]["result"]["usage"]["prompt_tokens_details"]["cached_tokens"] == 0, other
 
-    solo = {name: t.run("mine")["json"]["result"]["response"] for name, t in (("one", one), ("two", two))}
-    solo_base = one.run()["json"]["result"]["response"]
+    solo = {name: t.ask("mine")["json"]["result"]["response"] for name, t in (("one", one), ("two", two))}
+    solo_base = one.ask()["json"]["result"]["response"]
     calls = [(one, "mine"), (two, "mine"), (one, None), (two, "mine"), (one, "mine")] * 2
     with ThreadPoolExecutor(len(calls)) as pool:
-        answers = list(pool.map(lambda c: c[0].run(c[1]), calls))
+        answers = list(pool.map(lambda c: c[0].ask(c[1]), calls))
     for (tenant, lora), answer in zip(calls, answers):
         assert answer["status"] == 200, answer
         expected = solo_base if lora is None else solo["one" if tenant is one else "two"]
