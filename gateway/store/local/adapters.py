@@ -18,22 +18,18 @@ CREATE TABLE IF NOT EXISTS finetunes (
 """
 
 
-def _connection(file: LocalFile) -> sqlite3.Connection:
-    conn: sqlite3.Connection = file.db._conn  # the worker's connection: every call below runs on its thread
-    return conn
-
-
 class LocalAdapters:
     def __init__(self, file: LocalFile) -> None:
         self._file = file
-        self._ready = False
+        self._ready = False  # its table made (on first use: a file with no finetunes gets none)
 
     async def _run(self, fn: Any, *args: object) -> Any:
-        conn = _connection(self._file)
+        """`fn(connection, *args)` on the file's worker thread, through the database's own connection."""
+        run_with_connection = self._file.db.with_connection
         if not self._ready:
-            await self._file.run(conn.executescript, _SCHEMA)
+            await self._file.run(run_with_connection, sqlite3.Connection.executescript, _SCHEMA)
             self._ready = True
-        return await self._file.run(fn, conn, *args)
+        return await self._file.run(run_with_connection, fn, *args)
 
     async def create_finetune(self, finetune: Finetune, max_per_account: int) -> None:
         await self._run(_create, finetune, max_per_account)

@@ -19,11 +19,14 @@ import sqlite3
 import stat
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 import structlog
 
 from gateway.store.ledger import HOUR_S, HourUsage, UsageGroup, UsageSums, hour_of, to_latency_us
 from gateway.store.models import ApiKey, Tenant, UsageRecord
+
+T = TypeVar("T")
 
 log = structlog.get_logger("edgerun.gateway.store")
 
@@ -141,6 +144,11 @@ class Database:
             self._conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
             self._conn.execute("INSERT OR IGNORE INTO meta VALUES ('id', ?)", (secrets.token_hex(8),))
         return str(self._conn.execute("SELECT value FROM meta WHERE key = 'id'").fetchone()[0])
+
+    def with_connection(self, fn: Callable[..., T], *args: object) -> T:
+        """`fn(connection, *args)`: for a concern that keeps its own statements (local/adapters.py), on
+        the thread this database is used from."""
+        return fn(self._conn, *args)
 
     def catalog_version(self) -> int:
         """Goes up (by triggers, whoever writes) whenever a tenant or a key is added or changed, so a
