@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Unpack
 
 from gateway.errors import GatewayError, InvalidInput
 from gateway.store.errors import Conflict, InvalidArgument, NotFound
-from gateway.store.models import ApiKey, Tenant
+from gateway.store.models import ApiKey, KeyOptions, Tenant, TenantOptions
 from gateway.store.tenancy import Tenancy
 
 
@@ -56,40 +56,19 @@ class AdminService:
         self.tenancy = tenancy
 
     async def create_tenant(
-        self,
-        name: str,
-        account_ids: Sequence[str],
-        *,
-        allowed_models: Sequence[str] | None = None,
-        monthly_budget_micro: int | None = None,
-        tenant_id: str | None = None,
-        max_concurrent_requests: int | None = None,
+        self, name: str, account_ids: Sequence[str], **options: Unpack[TenantOptions]
     ) -> dict[str, Any]:
         with _store_errors():
-            tenant = await self.tenancy.create_tenant(
-                name,
-                list(account_ids),
-                allowed_models=allowed_models,
-                monthly_budget_micro=monthly_budget_micro,
-                tenant_id=tenant_id,
-                max_concurrent_requests=max_concurrent_requests,
-            )
+            tenant = await self.tenancy.create_tenant(name, list(account_ids), **options)
         return tenant_json(tenant)
 
     async def list_tenants(self) -> list[dict[str, Any]]:
         return [tenant_json(t) for t in await self.tenancy.list_tenants()]
 
-    async def create_key(
-        self,
-        tenant_id: str,
-        *,
-        allowed_models: Sequence[str] | None = None,
-        rpm: int | None = None,
-        tpm: int | None = None,
-    ) -> dict[str, Any]:
+    async def create_key(self, tenant_id: str, **options: Unpack[KeyOptions]) -> dict[str, Any]:
         """The new key and, under "secret", its secret: shown this once, stored only as a hash."""
         with _store_errors():
-            key, secret = await self.tenancy.create_key(tenant_id, allowed_models=allowed_models, rpm=rpm, tpm=tpm)
+            key, secret = await self.tenancy.create_key(tenant_id, **options)
         return {**key_json(key), "secret": secret}
 
     async def list_keys(self, tenant_id: str) -> list[dict[str, Any]]:

@@ -8,9 +8,9 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypedDict, TypeVar, Unpack
 
-from gateway.store.apikeys import new_id
+from gateway.store import apikeys
 from gateway.store.checks import check_accounts, check_count, check_id, check_models, check_text
 from gateway.store.errors import InvalidArgument
 
@@ -43,21 +43,31 @@ class Tenant:
         return self.allowed_models is None or model in self.allowed_models
 
 
-def new_tenant(
-    name: str,
-    account_ids: Iterable[str],
-    allowed_models: Iterable[str] | None,
-    monthly_budget_micro: int | None,
-    tenant_id: str | None,
-    *,
-    now: float,
-    max_concurrent_requests: int | None = None,
-) -> Tenant:
+class TenantOptions(TypedDict, total=False):
+    """`create_tenant`'s optional settings, each None (or left out) for its default."""
+
+    allowed_models: Iterable[str] | None  # None: every model
+    monthly_budget_micro: int | None  # None: unlimited
+    tenant_id: str | None  # None: a fresh id
+    max_concurrent_requests: int | None  # None: the gateway's default
+
+
+class KeyOptions(TypedDict, total=False):
+    """`create_key`'s optional settings, each None (or left out) for no limit of its own."""
+
+    allowed_models: Iterable[str] | None  # None: whatever the tenant allows
+    rpm: int | None
+    tpm: int | None
+
+
+def new_tenant(name: str, account_ids: Iterable[str], *, now: float, **options: Unpack[TenantOptions]) -> Tenant:
     """A validated tenant, with a fresh id unless `tenant_id` is given (both stores create them so)."""
+    tenant_id = options.get("tenant_id")
     return Tenant(
-        id=tenant_id if tenant_id is not None else new_id("ten"), name=name,
-        account_ids=check_accounts(account_ids), allowed_models=check_models(allowed_models),
-        monthly_budget_micro=monthly_budget_micro, created_at=now, max_concurrent_requests=max_concurrent_requests,
+        id=tenant_id if tenant_id is not None else apikeys.new_id("ten"), name=name,
+        account_ids=check_accounts(account_ids), allowed_models=check_models(options.get("allowed_models")),
+        monthly_budget_micro=options.get("monthly_budget_micro"), created_at=now,
+        max_concurrent_requests=options.get("max_concurrent_requests"),
     )
 
 
@@ -85,6 +95,19 @@ class ApiKey:
 
     def allows_model(self, model: str) -> bool:
         return self.allowed_models is None or model in self.allowed_models
+
+
+def new_key(tenant_id: str, *, now: float, **options: Unpack[KeyOptions]) -> tuple[ApiKey, str, str]:
+    """A validated key for `tenant_id`, its secret and the secret's hash (both stores create them so)."""
+    secret = apikeys.new_secret()
+    key = ApiKey(
+        id=apikeys.new_id("key"), tenant_id=tenant_id, prefix=apikeys.shown_prefix(secret),
+        allowed_models=check_models(options.get("allowed_models")), rpm=options.get("rpm"), tpm=options.get("tpm"),
+        created_at=now,
+    )
+    key_hash = apikeys.hash_secret(secret)
+    assert key_hash is not None
+    return key, secret, key_hash
 
 
 RecordT = TypeVar("RecordT", Tenant, ApiKey)

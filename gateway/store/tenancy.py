@@ -8,10 +8,10 @@ key is only ever added or revoked.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import Protocol
+from collections.abc import Sequence
+from typing import Protocol, Unpack
 
-from gateway.store.models import ApiKey, Tenant
+from gateway.store.models import ApiKey, KeyOptions, Tenant, TenantOptions
 
 
 class Tenancy(Protocol):
@@ -20,16 +20,7 @@ class Tenancy(Protocol):
         unknown or revoked. What a request needs to know who is calling (`lookup_key`, then the tenant)."""
         ...
 
-    async def create_tenant(
-        self,
-        name: str,
-        account_ids: Sequence[str],
-        *,
-        allowed_models: Iterable[str] | None = None,
-        monthly_budget_micro: int | None = None,
-        tenant_id: str | None = None,
-        max_concurrent_requests: int | None = None,
-    ) -> Tenant:
+    async def create_tenant(self, name: str, account_ids: Sequence[str], **options: Unpack[TenantOptions]) -> Tenant:
         """Create a tenant owning `account_ids` (a random id unless `tenant_id` is given).
 
         Raises Conflict if the tenant id exists or any account is owned by another tenant;
@@ -49,14 +40,7 @@ class Tenancy(Protocol):
         """Every tenant, oldest first (ties by id)."""
         ...
 
-    async def create_key(
-        self,
-        tenant_id: str,
-        *,
-        allowed_models: Iterable[str] | None = None,
-        rpm: int | None = None,
-        tpm: int | None = None,
-    ) -> tuple[ApiKey, str]:
+    async def create_key(self, tenant_id: str, **options: Unpack[KeyOptions]) -> tuple[ApiKey, str]:
         """Create a key for an existing tenant; returns the key and its secret.
 
         The secret is returned only here: the store keeps its SHA-256 hash. Raises NotFound

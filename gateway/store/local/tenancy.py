@@ -17,13 +17,14 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Unpack
 
 from gateway.store import apikeys
-from gateway.store.checks import check_id, check_models
+from gateway.store.checks import check_id
 from gateway.store.errors import Conflict, NotFound
 from gateway.store.local.file import LocalFile
-from gateway.store.models import ApiKey, Tenant, copied, new_tenant
+from gateway.store.models import ApiKey, KeyOptions, Tenant, TenantOptions, copied, new_key, new_tenant
 
 
 class LocalTenancy:
@@ -94,21 +95,9 @@ class LocalTenancy:
 
     # --- tenants ---
 
-    async def create_tenant(
-        self,
-        name: str,
-        account_ids: Sequence[str],
-        *,
-        allowed_models: Iterable[str] | None = None,
-        monthly_budget_micro: int | None = None,
-        tenant_id: str | None = None,
-        max_concurrent_requests: int | None = None,
-    ) -> Tenant:
+    async def create_tenant(self, name: str, account_ids: Sequence[str], **options: Unpack[TenantOptions]) -> Tenant:
         await self._may_refresh()
-        tenant = new_tenant(
-            name, account_ids, allowed_models, monthly_budget_micro, tenant_id, now=self._clock(),
-            max_concurrent_requests=max_concurrent_requests,
-        )
+        tenant = new_tenant(name, account_ids, now=self._clock(), **options)
         if tenant.id in self._tenants:
             raise Conflict(f"tenant {tenant.id!r} already exists")
         for account in tenant.account_ids:
@@ -151,24 +140,11 @@ class LocalTenancy:
         self._key_hashes[key.id] = key_hash
         self._key_by_hash[key_hash] = key.id
 
-    async def create_key(
-        self,
-        tenant_id: str,
-        *,
-        allowed_models: Iterable[str] | None = None,
-        rpm: int | None = None,
-        tpm: int | None = None,
-    ) -> tuple[ApiKey, str]:
+    async def create_key(self, tenant_id: str, **options: Unpack[KeyOptions]) -> tuple[ApiKey, str]:
         await self._may_refresh()
         if tenant_id not in self._tenants:
             raise NotFound(f"tenant {tenant_id!r} does not exist")
-        secret = apikeys.new_secret()
-        key = ApiKey(
-            id=apikeys.new_id("key"), tenant_id=tenant_id, prefix=apikeys.shown_prefix(secret),
-            allowed_models=check_models(allowed_models), rpm=rpm, tpm=tpm, created_at=self._clock(),
-        )
-        key_hash = apikeys.hash_secret(secret)
-        assert key_hash is not None
+        key, secret, key_hash = new_key(tenant_id, now=self._clock(), **options)
         await self._file.run(self._file.db.insert_key, key, key_hash)
         self._remember_key(key, key_hash)
         return copied(key), secret

@@ -7,13 +7,13 @@ script), so a revocation holds on every replica at once.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Unpack
 
 from gateway.store import apikeys
-from gateway.store.checks import check_id, check_models
+from gateway.store.checks import check_id
 from gateway.store.errors import Conflict, NotFound
-from gateway.store.models import ApiKey, Tenant, new_tenant
+from gateway.store.models import ApiKey, KeyOptions, Tenant, TenantOptions, new_key, new_tenant
 from gateway.store.redis.connection import RedisConnection, redis_errors
 from gateway.store.redis.keys import decode_key, decode_tenant, encode_key, encode_tenant
 
@@ -54,20 +54,8 @@ class RedisTenancy:
     # --- tenants ---
 
     @redis_errors
-    async def create_tenant(
-        self,
-        name: str,
-        account_ids: Sequence[str],
-        *,
-        allowed_models: Iterable[str] | None = None,
-        monthly_budget_micro: int | None = None,
-        tenant_id: str | None = None,
-        max_concurrent_requests: int | None = None,
-    ) -> Tenant:
-        tenant = new_tenant(
-            name, account_ids, allowed_models, monthly_budget_micro, tenant_id, now=self._clock(),
-            max_concurrent_requests=max_concurrent_requests,
-        )
+    async def create_tenant(self, name: str, account_ids: Sequence[str], **options: Unpack[TenantOptions]) -> Tenant:
+        tenant = new_tenant(name, account_ids, now=self._clock(), **options)
         n = self._names
         fields = [x for pair in encode_tenant(tenant).items() for x in pair]
         status = await self._c.script("CREATE_TENANT")(
@@ -103,23 +91,10 @@ class RedisTenancy:
     # --- API keys ---
 
     @redis_errors
-    async def create_key(
-        self,
-        tenant_id: str,
-        *,
-        allowed_models: Iterable[str] | None = None,
-        rpm: int | None = None,
-        tpm: int | None = None,
-    ) -> tuple[ApiKey, str]:
+    async def create_key(self, tenant_id: str, **options: Unpack[KeyOptions]) -> tuple[ApiKey, str]:
         if not await self._redis.exists(self._names.tenant(tenant_id)):
             raise NotFound(f"tenant {tenant_id!r} does not exist")
-        secret = apikeys.new_secret()
-        key = ApiKey(
-            id=apikeys.new_id("key"), tenant_id=tenant_id, prefix=apikeys.shown_prefix(secret),
-            allowed_models=check_models(allowed_models), rpm=rpm, tpm=tpm, created_at=self._clock(),
-        )
-        key_hash = apikeys.hash_secret(secret)
-        assert key_hash is not None
+        key, secret, key_hash = new_key(tenant_id, now=self._clock(), **options)
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.hset(self._names.apikey(key_hash), mapping=encode_key(key, key_hash))
             pipe.set(self._names.apikey_id(key.id), key_hash)

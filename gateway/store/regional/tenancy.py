@@ -13,12 +13,13 @@ lookups find nothing (requests get 401) rather than stale keys.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
+from typing import Unpack
 
 from redis.exceptions import RedisError
 
 from gateway.store.checks import check_id
-from gateway.store.models import ApiKey, Tenant
+from gateway.store.models import ApiKey, KeyOptions, Tenant, TenantOptions
 from gateway.store.redis.connection import RedisConnection, redis_errors
 from gateway.store.redis.tenancy import RedisTenancy
 
@@ -65,30 +66,11 @@ class ReplicatedTenancy:
 
     # --- writes: home ---
 
-    async def create_tenant(
-        self,
-        name: str,
-        account_ids: Sequence[str],
-        *,
-        allowed_models: Iterable[str] | None = None,
-        monthly_budget_micro: int | None = None,
-        tenant_id: str | None = None,
-        max_concurrent_requests: int | None = None,
-    ) -> Tenant:
-        return await self._write.create_tenant(
-            name, account_ids, allowed_models=allowed_models, monthly_budget_micro=monthly_budget_micro,
-            tenant_id=tenant_id, max_concurrent_requests=max_concurrent_requests,
-        )
+    async def create_tenant(self, name: str, account_ids: Sequence[str], **options: Unpack[TenantOptions]) -> Tenant:
+        return await self._write.create_tenant(name, account_ids, **options)
 
-    async def create_key(
-        self,
-        tenant_id: str,
-        *,
-        allowed_models: Iterable[str] | None = None,
-        rpm: int | None = None,
-        tpm: int | None = None,
-    ) -> tuple[ApiKey, str]:
-        return await self._write.create_key(tenant_id, allowed_models=allowed_models, rpm=rpm, tpm=tpm)
+    async def create_key(self, tenant_id: str, **options: Unpack[KeyOptions]) -> tuple[ApiKey, str]:
+        return await self._write.create_key(tenant_id, **options)
 
     async def revoke_key(self, key_id: str) -> bool:
         return await self._write.revoke_key(key_id)
