@@ -19,14 +19,15 @@ KVEventDelivery = Literal["poll", "zmq"]
 @dataclass(frozen=True, slots=True)
 class BackendKind:
     name: str
-    # how the server reports its KV cache: "poll" (POST /kv_cache_events, TensorRT-LLM's JSON),
-    # "zmq" (a PUB socket, backends.client.zmq_events), or None (it does not)
-    kv_events: KVEventDelivery | None
-    has_load_route: bool  # GET /load: our backend's token-level load snapshot
-    returns_token_ids: bool  # takes `return_token_ids` and sends each chunk's ids (default of [[backends]])
     # what the operator does when answers carry no `prompt_tokens_details.cached_tokens`
     # (None: this kind always reports them)
     cached_tokens_fix: str | None
+    # The defaults below are a plain OpenAI-compatible server's; a kind states only where it differs.
+    # how the server reports its KV cache: "poll" (POST /kv_cache_events, TensorRT-LLM's JSON),
+    # "zmq" (a PUB socket, backends.client.zmq_events), or None (it does not)
+    kv_events: KVEventDelivery | None = None
+    has_load_route: bool = False  # GET /load: our backend's token-level load snapshot
+    returns_token_ids: bool = False  # takes `return_token_ids` and sends each chunk's ids (default of [[backends]])
     dropped_fields: frozenset[str] = frozenset()  # request fields this server must not get
     # serves a LoRA adapter by name once it is loaded through POST /v1/load_lora_adapter (vLLM's
     # runtime loading): the client loads a request's adapter there first (backends.client.adapters)

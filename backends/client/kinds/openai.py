@@ -11,9 +11,6 @@ from backends.client.kinds.base import BackendKind
 
 OPENAI = BackendKind(
     name="openai",
-    kv_events=None,
-    has_load_route=False,
-    returns_token_ids=False,
     cached_tokens_fix="use a server version that reports usage.prompt_tokens_details.cached_tokens",
     dropped_fields=frozenset({"cache_salt", "return_token_ids", "disaggregated_params"}),
     dropped_stream_options=frozenset({"continuous_usage_stats"}),

@@ -10,7 +10,5 @@ from backends.client.kinds.base import BackendKind
 SGLANG = BackendKind(
     name="sglang",
     kv_events="zmq",
-    has_load_route=False,
-    returns_token_ids=False,
     cached_tokens_fix="start SGLang with --enable-cache-report",
 )

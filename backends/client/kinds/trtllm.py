@@ -10,7 +10,5 @@ from backends.client.kinds.base import BackendKind
 TRTLLM = BackendKind(
     name="trtllm",
     kv_events="poll",
-    has_load_route=False,
-    returns_token_ids=False,
     cached_tokens_fix="run a trtllm-serve that reports usage.prompt_tokens_details (with KV cache reuse enabled)",
 )

@@ -19,7 +19,6 @@ from backends.client.kinds.base import BackendKind
 VLLM = BackendKind(
     name="vllm",
     kv_events="zmq",
-    has_load_route=False,
     returns_token_ids=True,
     cached_tokens_fix="start vLLM with --enable-prompt-tokens-details",
     loads_adapters=True,
