@@ -26,6 +26,7 @@ import math
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Literal
 
 from gateway.errors import AuthenticationFailed, GatewayError
@@ -57,26 +58,21 @@ def token_matches(expected: str | None, presented: str | None) -> bool:
     return hmac.compare_digest(expected.encode(), presented.encode())
 
 
+@dataclass(eq=False, slots=True)
 class AdminGuard:
     """The admin token check plus the throttle of failures per address, one table per listener and
     surface (one per process)."""
 
-    def __init__(
-        self,
-        token: str | None,
-        *,
-        max_failures: int = 10,
-        window_s: float = 60.0,
-        max_clients: int = 10_000,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.token = token
-        self.max_failures = max_failures
-        self.window_s = window_s
-        self.max_clients = max_clients
-        self._clock = clock
-        # (listener, surface) -> address -> failure times
-        self._failures: dict[tuple[str, Surface], OrderedDict[str, deque[float]]] = {}
+    token: str | None = field(repr=False)
+    _: KW_ONLY
+    max_failures: int = 10
+    window_s: float = 60.0
+    max_clients: int = 10_000
+    clock: Callable[[], float] = time.monotonic
+    # (listener, surface) -> address -> failure times
+    _failures: dict[tuple[str, Surface], OrderedDict[str, deque[float]]] = field(
+        default_factory=dict, init=False, repr=False
+    )
 
     def check(self, authorization: str | None, client: str | None, listener: str, surface: Surface = "admin") -> None:
         """Pass, or raise AdminThrottled (429) / AuthenticationFailed (401, counted as a failure)."""
@@ -111,13 +107,13 @@ class AdminGuard:
         failures = table.get(client) if table is not None else None
         if table is None or failures is None:
             return None
-        self._expire(failures, self._clock())
+        self._expire(failures, self.clock())
         if not failures:
             del table[client]
             return None
         if len(failures) < self.max_failures:
             return None
-        return max(failures[0] + self.window_s - self._clock(), 0.001)
+        return max(failures[0] + self.window_s - self.clock(), 0.001)
 
     def _refuse_if_throttled(self, client: str, listener: str, surface: Surface) -> None:
         wait = self.retry_after_s(client, listener, surface)
@@ -131,7 +127,7 @@ class AdminGuard:
     def record_failure(self, client: str, listener: str, surface: Surface = "admin") -> None:
         """Count one failed admin attempt from `client` on `surface` of `listener` (also for callers
         that check tokens themselves)."""
-        now = self._clock()
+        now = self.clock()
         table = self._failures.setdefault((listener, surface), OrderedDict())
         failures = table.pop(client, None) or deque()
         self._expire(failures, now)

@@ -83,6 +83,7 @@ def _line(medians: dict[int, float]) -> tuple[float, float] | None:
     return my - slope * mx, slope
 
 
+@dataclass(slots=True)
 class StepCosts:
     """What a batch-1 step costs per row length, and the proposer per draft, as the engine measures them.
 
@@ -92,29 +93,27 @@ class StepCosts:
     token (the kernels' thread splits and cache use change with the row count), so a row length that has
     `min_samples` times is priced from them alone. Others are read off a least-squares line through the
     lengths seen, never below the dearest shorter length measured; with fewer than two lengths seen,
-    each more token costs `prior` decode steps.
+    each more token costs `prior_verify_cost` decode steps.
 
     Only verify steps time verify rows, so times that stopped all drafting would never be replaced:
     a verify row length not seen in the last `max_age` steps is forgotten (decodes are timed whenever
     drafting stops, so their times stay). Rows timed during a burst of load are then tried again.
     """
 
-    def __init__(
-        self, prior_verify_cost: float, window: int = 16, min_samples: int = 3, decay: float = 0.9, max_age: int = 256
-    ) -> None:
-        self.prior = prior_verify_cost
-        self.window = window
-        self.min_samples = min_samples
-        self.decay = decay
-        self.max_age = max_age
-        self.samples: dict[int, deque[float]] = {}  # row length -> its latest step times
-        self.last_seen: dict[int, int] = {}  # row length -> the number of the step that last had it
-        self.num_steps = 0
-        self.draft_seconds: float | None = None  # decayed mean proposer time per drafted token
-        # the medians and their line, read by every decision (up to 1 + max_drafts step costs each): computed
-        # once per step observed, not per read
-        self._medians: dict[int, float] | None = None
-        self._fit: tuple[float, float] | None = None
+    prior_verify_cost: float
+    window: int = 16
+    min_samples: int = 3
+    decay: float = 0.9
+    max_age: int = 256
+    samples: dict[int, deque[float]] = field(default_factory=dict, init=False)  # row length -> its latest step times
+    # row length -> the number of the step that last had it
+    last_seen: dict[int, int] = field(default_factory=dict, init=False)
+    num_steps: int = field(default=0, init=False)
+    draft_seconds: float | None = field(default=None, init=False)  # decayed mean proposer time per drafted token
+    # the medians and their line, read by every decision (up to 1 + max_drafts step costs each): computed
+    # once per step observed, not per read
+    _medians: dict[int, float] | None = field(default=None, init=False, repr=False)
+    _fit: tuple[float, float] | None = field(default=None, init=False, repr=False)
 
     def observe_step(self, num_tokens: int, seconds: float) -> None:
         self._medians = None
@@ -155,14 +154,14 @@ class StepCosts:
         """The fitted cost of one more token in a verify row, in plain decode steps (clamped to [0.01, 2])."""
         fit, decode = self.fit(), self.decode_seconds
         if fit is None or decode is None or decode <= 0:
-            return self.prior
+            return self.prior_verify_cost
         return min(2.0, max(0.01, fit[1] / decode))
 
     def row_cost(self, k: int) -> float:
         """A batch-1 step of 1 + k tokens, in plain decode steps (1 for k = 0)."""
         decode = self.decode_seconds
         if k == 0 or decode is None or decode <= 0:
-            return 1.0 + self.prior * k
+            return 1.0 + self.prior_verify_cost * k
         medians = self.median_seconds()
         n = k + 1
         if len(self.samples.get(n, ())) >= self.min_samples:

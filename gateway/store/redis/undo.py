@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import KW_ONLY, dataclass, field
 
 import structlog
 from redis.exceptions import RedisError
@@ -26,29 +27,20 @@ from redis.exceptions import RedisError
 log = structlog.get_logger("edgerun.gateway.store")
 
 
+@dataclass(eq=False, slots=True)
 class ReservationUndo:
-    def __init__(
-        self,
-        undo: Callable[[list[str]], Awaitable[object]],
-        *,
-        first_delay_s: float = 0.05,
-        max_delay_s: float = 5.0,
-        give_up_after_s: float = 60.0,
-        max_pending: int = 10_000,
-        batch: int = 200,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        """`undo(keys)` runs UNDO_RESERVATIONS over (spend counter, token key) pairs, flattened."""
-        self._undo = undo
-        self._first_delay_s = first_delay_s
-        self._max_delay_s = max_delay_s
-        self._give_up_after_s = give_up_after_s
-        self._max_pending = max_pending
-        self._batch = batch
-        self._clock = clock
-        self._pending: dict[str, tuple[str, float]] = {}  # token key -> (spend counter, queued at)
-        self._task: asyncio.Task[None] | None = None
-        self._closed = False
+    undo: Callable[[list[str]], Awaitable[object]]  # runs UNDO_RESERVATIONS over (spend counter, token key) pairs, flattened
+    _: KW_ONLY
+    first_delay_s: float = 0.05
+    max_delay_s: float = 5.0
+    give_up_after_s: float = 60.0
+    max_pending: int = 10_000
+    batch: int = 200
+    clock: Callable[[], float] = time.monotonic
+    # token key -> (spend counter, queued at)
+    _pending: dict[str, tuple[str, float]] = field(default_factory=dict, init=False, repr=False)
+    _task: asyncio.Task[None] | None = field(default=None, init=False, repr=False)
+    _closed: bool = field(default=False, init=False, repr=False)
 
     @property
     def pending(self) -> int:
@@ -59,30 +51,30 @@ class ReservationUndo:
         if self._closed:
             log.warning("a reservation of unknown fate stays counted: the store is closing", token=token_key)
             return
-        if len(self._pending) >= self._max_pending:
+        if len(self._pending) >= self.max_pending:
             log.warning("a reservation of unknown fate stays counted: too many queued", token=token_key)
             return
-        self._pending[token_key] = (spend_key, self._clock())
+        self._pending[token_key] = (spend_key, self.clock())
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._run(), name="edgerun-budget-undo")
 
     async def _run(self) -> None:
-        delay = self._first_delay_s
+        delay = self.first_delay_s
         while self._pending:
             await asyncio.sleep(delay)
-            batch = list(self._pending.items())[: self._batch]
+            batch = list(self._pending.items())[: self.batch]
             try:
-                await self._undo([key for token, (spend, _) in batch for key in (spend, token)])
+                await self.undo([key for token, (spend, _) in batch for key in (spend, token)])
             except RedisError as exc:
-                delay = min(delay * 2, self._max_delay_s)
+                delay = min(delay * 2, self.max_delay_s)
                 self._drop_expired(exc)
                 continue
             for token, _ in batch:
                 self._pending.pop(token, None)
-            delay = self._first_delay_s
+            delay = self.first_delay_s
 
     def _drop_expired(self, exc: RedisError) -> None:
-        oldest = self._clock() - self._give_up_after_s
+        oldest = self.clock() - self.give_up_after_s
         expired = [token for token, (_, queued) in self._pending.items() if queued < oldest]
         for token in expired:
             del self._pending[token]
