@@ -7,6 +7,7 @@ import pytest
 from backends.server.kv_events import to_trtllm_json
 from backends.server.kv_feed import InvalidConsumer, KVEventFeed
 from engines.base import KVCacheEvent
+from tests.clock import Clock
 
 
 def stored(event_id: int) -> KVCacheEvent:
@@ -15,14 +16,6 @@ def stored(event_id: int) -> KVCacheEvent:
 
 def ids(events: list[KVCacheEvent]) -> list[int]:
     return [e.event_id for e in events]
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_one_consumer_does_not_take_events_from_another() -> None:
@@ -63,7 +56,7 @@ def test_the_ring_is_bounded_and_counts_drops() -> None:
 
 
 def test_silent_and_surplus_consumers_are_forgotten() -> None:
-    clock = Clock()
+    clock = Clock(0.0)
     feed = KVEventFeed(capacity=100, max_consumers=2, consumer_ttl_s=10, clock=clock)
     feed.read("gw-1", [])
     feed.read("gw-2", [stored(0)])

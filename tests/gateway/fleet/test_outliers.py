@@ -4,14 +4,7 @@ from backends.client import BackendOverloaded, BackendRejected, BackendStreamBro
 from gateway.fleet.outliers import OutlierDetector
 from gateway.metrics import GatewayMetrics
 from policies.breaker import BreakerConfig
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.clock import Clock
 
 
 def detector() -> tuple[OutlierDetector, Clock, GatewayMetrics]:

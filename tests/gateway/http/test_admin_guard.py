@@ -8,16 +8,9 @@ from pydantic import ValidationError
 from gateway.errors import AuthenticationFailed
 from gateway.http.admin_guard import AdminGuard, AdminThrottled, presented_bearer
 from gateway.settings import GatewaySettings
+from tests.clock import Clock
 
 TOKEN = "a" * 40
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_only_the_bearer_scheme_carries_the_token() -> None:

@@ -3,14 +3,7 @@
 from __future__ import annotations
 
 from gateway.store.local.tables import PrefixTable, TtlMap, WindowCounters
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.clock import Clock
 
 
 def test_ttl_map_expires_and_evicts_the_oldest_write() -> None:
