@@ -34,7 +34,7 @@ from typing import Any
 
 from benchmarks.common import machine, process_cpu_s
 from benchmarks.gateway.workers import start_private_redis
-from gateway.store import Claim, Inflight, Release, Store, UsageRecord, open_store
+from gateway.store import Claim, Inflight, Release, RouteKey, Store, UsageRecord, open_store
 from gateway.store.settings import StoreSettings
 
 MONTH = "2026-11"
@@ -66,13 +66,13 @@ async def one_request(store: Store, secret: str, request_id: str, n: int, work_u
     _spin(work_us / 4)
     await asyncio.sleep(0)
     hashes = [(n % PREFIXES) * 1000 + j for j in range(BLOCKS)]
-    await store.routing.lookup(hashes, tenant.id, f"s{n % PREFIXES}")
+    await store.routing.lookup(RouteKey(hashes, tenant.id, f"s{n % PREFIXES}"))
     backend = f"b{n % BACKENDS}"
     claim = Claim(tenant.id, request_id, slot_limit=1_000_000, key_id=key.id, tpm=key.tpm, tokens=estimate,
                   month=MONTH, amount_micro=RESERVE_MICRO, budget_micro=tenant.monthly_budget_micro,
                   inflight=Inflight(backend, prompt, max_tokens))
     assert (await store.admission.admit(claim)).allowed
-    await store.routing.started(backend, hashes, tenant.id, f"s{n % PREFIXES}")  # first chunk
+    await store.routing.started(backend, RouteKey(hashes, tenant.id, f"s{n % PREFIXES}"))  # first chunk
     await store.routing.release_inflight(Inflight(backend, prompt, 0))  # first token
     _spin(work_us / 4)
     await asyncio.sleep(0)

@@ -45,7 +45,7 @@ from gateway.fleet.monitor import BackendMonitor
 from gateway.metrics import GatewayMetrics
 from gateway.pipeline.tenant_salt import TenantSalts
 from gateway.store.admission import Inflight
-from gateway.store.routing import RouteView, RoutingState
+from gateway.store.routing import RouteKey, RouteView, RoutingState
 from policies.adapters import adapter_load_tokens
 from policies.base import Candidate, Policy, RouteInfo
 from policies.prefix import block_hashes
@@ -129,7 +129,7 @@ class Router:
         cache_salt = await self.salts.salt(tenant_id)
         # under a LoRA adapter the chain is the adapter's own, as the backend's is (contracts.prefix_hash)
         hashes = block_hashes(prompt_ids, model.block_size, adapter_salt(cache_salt, ctx.adapter))
-        view = await self.routing.lookup(hashes, tenant_id, session_id)
+        view = await self.routing.lookup(RouteKey(hashes, tenant_id, session_id))
         candidates = [
             candidate(e, view, self.monitor.is_healthy(e.id), model.block_size, len(prompt_ids),
                       adapter_load_tokens(ctx.adapter, self.monitor.resident_adapters(e.id), self.adapter_load_cost_tokens))
@@ -197,7 +197,7 @@ class Router:
                 flight.backend_id = endpoint.id
             ctx = flight.ctx
             if moved is not None or flight.hashes or ctx.session_id:
-                await self.routing.started(endpoint.id, flight.hashes, ctx.tenant_id, ctx.session_id, moved)
+                await self.routing.started(endpoint.id, RouteKey(flight.hashes, ctx.tenant_id, ctx.session_id), moved)
 
     async def first_token(self, flight: Flight) -> None:
         """Prefill is over: its tokens leave the backend's in-flight count."""

@@ -40,7 +40,7 @@ from gateway.store.errors import Conflict, InvalidArgument, NotFound, StoreError
 from gateway.store.factory import Store, open_store
 from gateway.store.ledger import Ledger
 from gateway.store.models import ApiKey, LimitDecision, Tenant, UsageRecord
-from gateway.store.routing import RouteView, RoutingState
+from gateway.store.routing import RouteKey, RouteView, RoutingState
 from gateway.store.tenancy import Tenancy
 
 __all__ = [
@@ -56,6 +56,7 @@ __all__ = [
     "LimitDecision",
     "NotFound",
     "Release",
+    "RouteKey",
     "RouteView",
     "RoutingState",
     "Store",

@@ -22,13 +22,16 @@ def to_ms(now: float) -> int:
     return math.floor(now * 1000)
 
 
-def check_limit_args(key_id: str, rpm: int | None, tpm: int | None, tokens_estimate: int) -> None:
+def limits_apply(key_id: str, rpm: int | None, tpm: int | None, tokens_estimate: int) -> bool:
+    """Whether `check_and_consume` has a limit to count against (False: it allows, counting nothing).
+    Raises InvalidArgument for a bad argument and TokensOverLimit for an estimate no window can hold."""
     check_id("key id", key_id)
     check_count("rpm", rpm, allow_none=True, positive=True)
     check_count("tpm", tpm, allow_none=True, positive=True)
     check_count("tokens_estimate", tokens_estimate)
     if tpm is not None and tokens_estimate > tpm:
         raise TokensOverLimit(tokens_estimate, tpm)
+    return rpm is not None or tpm is not None
 
 
 def refused(rpm_retry_ms: int | None, tpm_retry_ms: int | None) -> LimitDecision:

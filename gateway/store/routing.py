@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from gateway.store.admission import Inflight
+from gateway.store.checks import check_hashes, check_id, check_text
 
 Loads = dict[str, tuple[int, int]]  # backend id -> (prefill, decode) tokens in flight; backends at (0, 0) left out
 
@@ -33,20 +34,29 @@ class RouteView:
     previous_backend_id: str | None = None  # where the session went last (None: no session, or expired)
 
 
+@dataclass(frozen=True, slots=True)
+class RouteKey:
+    """Whose routing state a request reads (`lookup`) and writes (`started`): its prompt's block hash
+    chain, its tenant and its session (None: no session). Checked on construction (InvalidArgument)."""
+
+    block_hashes: Sequence[int]
+    tenant_id: str
+    session_id: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "block_hashes", check_hashes(self.block_hashes))
+        check_id("tenant id", self.tenant_id)
+        if self.session_id is not None:
+            check_text("session id", self.session_id)
+
+
 class RoutingState(Protocol):
-    async def lookup(self, block_hashes: Sequence[int], tenant_id: str, session_id: str | None) -> RouteView:
+    async def lookup(self, key: RouteKey) -> RouteView:
         """Every backend's in-flight tokens, how many leading blocks of the chain each holds, and the
-        tenant's session's last backend (when `session_id` is given), in one call."""
+        tenant's session's last backend (when the key has a session), in one call."""
         ...
 
-    async def started(
-        self,
-        backend_id: str,
-        block_hashes: Sequence[int],
-        tenant_id: str,
-        session_id: str | None,
-        moved: Inflight | None = None,
-    ) -> None:
+    async def started(self, backend_id: str, key: RouteKey, moved: Inflight | None = None) -> None:
         """A request's backend answered: it holds the chain's blocks now (`record_prefix`), the session
         is pinned to it for `session_ttl_s` from now (each call renews it), and `moved` (the tokens
         counted on the backend first chosen, when another one answered after a failover) moves to it."""

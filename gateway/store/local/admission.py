@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from gateway.store.admission import Admitted, Claim, Release, check_release_record
 from gateway.store.checks import check_month
-from gateway.store.limits import ALLOWED, WINDOW_MS, check_limit_args, refused, to_ms
+from gateway.store.limits import ALLOWED, WINDOW_MS, limits_apply, refused, to_ms
 from gateway.store.local.budgets import BudgetBook
 from gateway.store.local.ledger import LocalLedger
 from gateway.store.local.routing import MemoryRouting
@@ -45,7 +45,8 @@ class MemoryAdmission:
     async def check_and_consume(
         self, key_id: str, rpm: int | None, tpm: int | None, tokens_estimate: int, now: float | None = None
     ) -> LimitDecision:
-        check_limit_args(key_id, rpm, tpm, tokens_estimate)
+        if not limits_apply(key_id, rpm, tpm, tokens_estimate):
+            return ALLOWED
         now_ms = to_ms(self._clock() if now is None else now)
         rpm_retry = None if rpm is None else self._retry_ms(f"{key_id}:rpm", rpm, 1, now_ms)
         tpm_retry = None if tpm is None else self._retry_ms(f"{key_id}:tpm", tpm, tokens_estimate, now_ms)

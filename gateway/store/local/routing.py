@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from gateway.store.admission import Inflight
 from gateway.store.checks import check_hashes, check_id, check_text, check_tokens
 from gateway.store.local.tables import PrefixTable, TtlMap
-from gateway.store.routing import Loads, RouteView
+from gateway.store.routing import Loads, RouteKey, RouteView
 from gateway.store.settings import StoreSettings
 
 
@@ -26,22 +26,15 @@ class MemoryRouting:
         self._prefixes = PrefixTable(settings.prefix_index_max_entries, settings.prefix_index_ttl_s, time.monotonic)
         self._inflight: dict[str, list[int]] = {}  # backend -> [prefill, decode]
 
-    async def lookup(self, block_hashes: Sequence[int], tenant_id: str, session_id: str | None) -> RouteView:
-        previous = None if session_id is None else self._sessions.get(_session_key(tenant_id, session_id))
-        matched = self._prefixes.match(check_hashes(block_hashes)) if block_hashes else {}
+    async def lookup(self, key: RouteKey) -> RouteView:
+        previous = None if key.session_id is None else self._sessions.get(_session_key(key.tenant_id, key.session_id))
+        matched = self._prefixes.match(list(key.block_hashes)) if key.block_hashes else {}
         return RouteView(self.current_loads(), matched, previous)
 
-    async def started(
-        self,
-        backend_id: str,
-        block_hashes: Sequence[int],
-        tenant_id: str,
-        session_id: str | None,
-        moved: Inflight | None = None,
-    ) -> None:
+    async def started(self, backend_id: str, key: RouteKey, moved: Inflight | None = None) -> None:
         check_text("backend id", backend_id)
-        hashes = check_hashes(block_hashes)
-        session = None if session_id is None else _session_key(tenant_id, session_id)
+        hashes = list(key.block_hashes)
+        session = None if key.session_id is None else _session_key(key.tenant_id, key.session_id)
         if moved is not None:
             self.change(moved, sign=-1)
             self.change(Inflight(backend_id, moved.prefill_tokens, moved.decode_tokens), sign=1)

@@ -27,11 +27,11 @@ from gateway.store.admission import Admitted, Claim, Inflight, Release, check_re
 from gateway.store.checks import check_hashes, check_id, check_month, check_text, check_tokens
 from gateway.store.lease import LeaseTask
 from gateway.store.ledger import SavingsOf
-from gateway.store.limits import ALLOWED, WINDOW_MS, check_limit_args, refused, to_ms
+from gateway.store.limits import ALLOWED, WINDOW_MS, limits_apply, refused, to_ms
 from gateway.store.local.file import LocalFile
 from gateway.store.local.shared_tables import SharedTables
 from gateway.store.models import LimitDecision, UsageRecord
-from gateway.store.routing import Loads, RouteView
+from gateway.store.routing import Loads, RouteKey, RouteView
 from gateway.store.settings import StoreSettings
 
 T = TypeVar("T")
@@ -95,8 +95,7 @@ class SharedAdmission:
     async def check_and_consume(
         self, key_id: str, rpm: int | None, tpm: int | None, tokens_estimate: int, now: float | None = None
     ) -> LimitDecision:
-        check_limit_args(key_id, rpm, tpm, tokens_estimate)
-        if rpm is None and tpm is None:
+        if not limits_apply(key_id, rpm, tpm, tokens_estimate):
             return ALLOWED
         scopes = [(f"{key_id}:{which}", limit, cost)
                   for which, limit, cost in (("rpm", rpm, 1), ("tpm", tpm, tokens_estimate)) if limit is not None]
@@ -137,27 +136,16 @@ class SharedRouting:
         self._tables = lease.tables
         self._settings = lease.settings
 
-    async def lookup(self, block_hashes: Sequence[int], tenant_id: str, session_id: str | None) -> RouteView:
-        check_id("tenant id", tenant_id)
-        if session_id is not None:
-            check_text("session id", session_id)
+    async def lookup(self, key: RouteKey) -> RouteView:
         return await self._lease.run(
-            self._tables.lookup, check_hashes(block_hashes), self._settings.prefix_index_ttl_s, tenant_id, session_id
+            self._tables.lookup, list(key.block_hashes), self._settings.prefix_index_ttl_s, key.tenant_id, key.session_id
         )
 
-    async def started(
-        self,
-        backend_id: str,
-        block_hashes: Sequence[int],
-        tenant_id: str,
-        session_id: str | None,
-        moved: Inflight | None = None,
-    ) -> None:
+    async def started(self, backend_id: str, key: RouteKey, moved: Inflight | None = None) -> None:
         check_text("backend id", backend_id)
-        check_id("tenant id", tenant_id)
-        hashes = list(dict.fromkeys(check_hashes(block_hashes)))
+        hashes = list(dict.fromkeys(key.block_hashes))
         s = self._settings
-        session = None if session_id is None else (tenant_id, check_text("session id", session_id), s.session_ttl_s)
+        session = None if key.session_id is None else (key.tenant_id, key.session_id, s.session_ttl_s)
         if session is not None or moved is not None:
             self._lease.start()  # its renewals also drop expired sessions
         await self._lease.run(self._tables.started, backend_id, hashes, s.prefix_index_ttl_s,

@@ -29,7 +29,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway.store.admission import Admitted, Claim, Release, check_release_record
 from gateway.store.checks import check_id, check_month
-from gateway.store.limits import ALLOWED, WINDOW_MS, check_limit_args, refused, to_ms
+from gateway.store.limits import ALLOWED, WINDOW_MS, limits_apply, refused, to_ms
 from gateway.store.models import LimitDecision, UsageRecord
 from gateway.store.redis.connection import RedisConnection, redis_errors
 from gateway.store.redis.ledger import RedisLedger
@@ -62,8 +62,7 @@ class RedisAdmission:
     async def check_and_consume(
         self, key_id: str, rpm: int | None, tpm: int | None, tokens_estimate: int, now: float | None = None
     ) -> LimitDecision:
-        check_limit_args(key_id, rpm, tpm, tokens_estimate)
-        if rpm is None and tpm is None:
+        if not limits_apply(key_id, rpm, tpm, tokens_estimate):
             return ALLOWED
         # The script names the window counters itself, from Redis's clock unless a time is given.
         rpm_retry, tpm_retry = await self._c.script("CHECK_AND_CONSUME")(

@@ -11,10 +11,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from gateway.store.admission import Inflight
-from gateway.store.checks import check_hashes, check_id, check_text, check_tokens
+from gateway.store.checks import check_hashes, check_text, check_tokens
 from gateway.store.models import to_us
 from gateway.store.redis.connection import RedisConnection, ms, redis_errors
-from gateway.store.routing import Loads, RouteView
+from gateway.store.routing import Loads, RouteKey, RouteView
 
 
 def decode_loads(flat: list[str]) -> Loads:
@@ -35,12 +35,10 @@ class RedisRouting:
                 s.prefix_index_max_entries, self._names.prefix_hash()]
 
     @redis_errors
-    async def lookup(self, block_hashes: Sequence[int], tenant_id: str, session_id: str | None) -> RouteView:
-        check_id("tenant id", tenant_id)
-        hashes = check_hashes(block_hashes)
+    async def lookup(self, key: RouteKey) -> RouteView:
+        hashes, session_id = key.block_hashes, key.session_id
         n = self._names
-        session_key = n.session(tenant_id, check_text("session id", session_id)) if session_id is not None \
-            else n.session(tenant_id, "")
+        session_key = n.session(key.tenant_id, session_id or "")
         fresh = f"({to_us(self._clock()) - to_us(self._settings.prefix_index_ttl_s)}"
         loads, previous, matched = await self._c.script("LOOKUP")(
             keys=[n.inflight_replicas(), session_key, *(n.prefix_hash(h) for h in hashes)],
@@ -53,20 +51,12 @@ class RedisRouting:
         )
 
     @redis_errors
-    async def started(
-        self,
-        backend_id: str,
-        block_hashes: Sequence[int],
-        tenant_id: str,
-        session_id: str | None,
-        moved: Inflight | None = None,
-    ) -> None:
+    async def started(self, backend_id: str, key: RouteKey, moved: Inflight | None = None) -> None:
         check_text("backend id", backend_id)
-        check_id("tenant id", tenant_id)
-        hashes = [str(h) for h in dict.fromkeys(check_hashes(block_hashes))]
+        hashes = [str(h) for h in dict.fromkeys(key.block_hashes)]
+        session_id = key.session_id
         n, c = self._names, self._c
-        session_key = n.session(tenant_id, check_text("session id", session_id)) if session_id is not None \
-            else n.session(tenant_id, "")
+        session_key = n.session(key.tenant_id, session_id or "")
         if moved is not None:
             c.hold_lease()
         prefix_keys = [n.prefix_lru(), *(n.prefix_hash(h) for h in hashes)] if hashes else []

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gateway.store import Claim, Inflight, Release, Store
+from gateway.store import Claim, Inflight, Release, RouteKey, Store
 
 TENANT = "t-any"  # the tenant a key's window or a backend's counts are asked through (they ignore it)
 
@@ -54,12 +54,12 @@ async def release_inflight(store: Store, backend_id: str, prefill_tokens: int, d
 
 
 async def match_prefix(store: Store, block_hashes: list[int]) -> dict[str, int]:
-    return (await store.routing.lookup(block_hashes, TENANT, None)).matched
+    return (await store.routing.lookup(RouteKey(block_hashes, TENANT))).matched
 
 
 async def get_session(store: Store, tenant_id: str, session_id: str) -> str | None:
-    return (await store.routing.lookup([], tenant_id, session_id)).previous_backend_id
+    return (await store.routing.lookup(RouteKey([], tenant_id, session_id))).previous_backend_id
 
 
 async def set_session(store: Store, tenant_id: str, session_id: str, backend_id: str) -> None:
-    await store.routing.started(backend_id, [], tenant_id, session_id)
+    await store.routing.started(backend_id, RouteKey([], tenant_id, session_id))
