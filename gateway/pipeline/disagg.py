@@ -95,20 +95,13 @@ class Opened:
     disaggregated: bool
 
 
+@dataclass(eq=False)
 class Disaggregator:
-    def __init__(
-        self,
-        router: Router,
-        client: BackendClient,
-        monitor: BackendMonitor,
-        metrics: GatewayMetrics,
-        max_local_prefill_length: int,
-    ) -> None:
-        self.router = router
-        self.client = client
-        self.monitor = monitor
-        self.metrics = metrics
-        self.max_local_prefill_length = max_local_prefill_length
+    router: Router
+    client: BackendClient
+    monitor: BackendMonitor
+    metrics: GatewayMetrics
+    max_local_prefill_length: int
 
     async def open(
         self,

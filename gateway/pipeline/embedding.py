@@ -73,26 +73,17 @@ def check_input_size(texts: tuple[str, ...], max_input_tokens: int) -> int:
     return bound
 
 
+@dataclass(eq=False)
 class Embedder:
     """The services one embedding request needs, wired once by the app."""
 
-    def __init__(
-        self,
-        catalog: Catalog,
-        admitter: Admitter,
-        metering: Metering,
-        monitor: BackendMonitor,
-        client: BackendClient,
-        salts: TenantSalts,
-        max_input_tokens: int,
-    ) -> None:
-        self.catalog = catalog
-        self.admitter = admitter
-        self.metering = metering
-        self.monitor = monitor
-        self.client = client
-        self.salts = salts
-        self.max_input_tokens = max_input_tokens
+    catalog: Catalog
+    admitter: Admitter
+    metering: Metering
+    monitor: BackendMonitor
+    client: BackendClient
+    salts: TenantSalts
+    max_input_tokens: int
 
     async def embed(self, ctx: RequestContext, texts: tuple[str, ...]) -> Embedded:
         """Each hold is pushed onto `Holds` as it is taken (as a generation's are) and settled once."""

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 
 import structlog
@@ -274,36 +274,23 @@ class StreamWatch:
     deadline_s: float | None  # a whole generation's limit, from its arrival (request_deadline_s)
 
 
+@dataclass(eq=False)
 class Generator:
     """The services one generation needs, wired once by the app."""
 
-    def __init__(
-        self,
-        catalog: Catalog,
-        tokenizers: TokenizerRegistry,
-        metering: Metering,
-        router: Router,
-        monitor: BackendMonitor,
-        client: BackendClient,
-        metrics: GatewayMetrics,
-        admitter: Admitter,
-        disagg: Disaggregator,
-        offload: Offload | None = None,
-        setup: SetupGate | None = None,
-        deadline_s: float | None = None,
-    ) -> None:
-        self.catalog = catalog
-        self.tokenizers = tokenizers
-        self.metering = metering
-        self.router = router
-        self.monitor = monitor
-        self.client = client
-        self.metrics = metrics
-        self.admitter = admitter
-        self.disagg = disagg
-        self.offload = offload  # large prompts are templated and tokenized there, off the event loop
-        self.setup = setup or SetupGate(32)  # requests in their CPU-bound setup at once (setup_gate.py)
-        self.deadline_s = deadline_s  # a whole generation's limit, from its arrival (request_deadline_s)
+    catalog: Catalog
+    tokenizers: TokenizerRegistry
+    metering: Metering
+    router: Router
+    monitor: BackendMonitor
+    client: BackendClient
+    metrics: GatewayMetrics
+    admitter: Admitter
+    disagg: Disaggregator
+    offload: Offload | None = None  # large prompts are templated and tokenized there, off the event loop
+    # requests in their CPU-bound setup at once (setup_gate.py)
+    setup: SetupGate = field(default_factory=lambda: SetupGate(32))
+    deadline_s: float | None = None  # a whole generation's limit, from its arrival (request_deadline_s)
 
     async def tokenizer(self, model: ModelSpec) -> ModelTokenizer:
         return await self.tokenizers.get(model, lambda: self.monitor.healthy_first(self.catalog.endpoints(model.id)))
