@@ -14,40 +14,16 @@ from typing import Any
 from backends.server.auth import InsecureBinding, check_exposure
 from backends.settings import BackendSettings
 
-# flag dest -> (settings section or None for top level, field name)
-_OVERRIDES: dict[str, tuple[str | None, str]] = {
-    "engine_kind": (None, "engine_kind"),
-    "region": (None, "region"),
-    "role": (None, "role"),
-    "host": (None, "host"),
-    "port": (None, "port"),
-    "max_queue": (None, "max_queue"),
-    "shutdown_timeout_s": (None, "shutdown_timeout_s"),
-    "log_level": (None, "log_level"),
-    "trtllm_in_process": (None, "trtllm_in_process"),
-    "allow_unauthenticated": (None, "allow_unauthenticated"),
-    "device": ("engine", "device"),
-    "dtype": ("engine", "dtype"),
-    "mode": ("engine", "mode"),
-    "weight_dtype": ("engine", "weight_dtype"),
-    "block_size": ("engine", "block_size"),
-    "num_kv_blocks": ("engine", "num_kv_blocks"),
-    "max_num_seqs": ("engine", "max_num_seqs"),
-    "max_num_batched_tokens": ("engine", "max_num_batched_tokens"),
-    "max_model_len": ("engine", "max_model_len"),
-    "speculative_adaptive": ("engine", "speculative_adaptive"),
-    "lora_dir": ("engine", "lora_dir"),
-    "max_loras": ("engine", "max_loras"),
-    "trtllm_version": ("trtllm", "trtllm_version"),
-    "kv_transport": (None, "kv_transport"),
-    "kv_port": (None, "kv_port"),
-    "kv_pin_ttl_s": (None, "kv_pin_ttl_s"),
-    "kv_mooncake_trusted_network": (None, "kv_mooncake_trusted_network"),
-    "host_tier_blocks": ("engine", "host_tier_blocks"),
-    "host_tier_dtype": ("engine", "host_tier_dtype"),
-    "kv_region_pool_master": (None, "kv_region_pool_master"),
-    "kv_advertise_host": (None, "kv_advertise_host"),
-    "kv_region_pool_segment_mb": (None, "kv_region_pool_segment_mb"),
+# flag dests that set the BackendSettings field of the same name, by settings section (None: top level)
+_OVERRIDES: dict[str | None, tuple[str, ...]] = {
+    None: ("engine_kind", "region", "role", "host", "port", "max_queue", "shutdown_timeout_s", "log_level",
+           "trtllm_in_process", "allow_unauthenticated", "kv_transport", "kv_port", "kv_pin_ttl_s",
+           "kv_mooncake_trusted_network", "kv_region_pool_master", "kv_advertise_host",
+           "kv_region_pool_segment_mb"),
+    "engine": ("device", "dtype", "mode", "weight_dtype", "block_size", "num_kv_blocks", "max_num_seqs",
+               "max_num_batched_tokens", "max_model_len", "speculative_adaptive", "lora_dir",
+               "max_loras", "host_tier_blocks", "host_tier_dtype"),
+    "trtllm": ("trtllm_version",),
 }
 # flags that set the same field of both engines' sections (speculative decoding is configured one way)
 _BOTH_ENGINES = ("speculative", "num_speculative_tokens", "speculative_model", "prompt_lookup_max",
@@ -113,14 +89,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def build_settings(args: argparse.Namespace) -> BackendSettings:
     """BackendSettings with every given flag applied on top of env vars / TOML / defaults."""
     overrides: dict[str, Any] = {}
-    for dest, (section, name) in _OVERRIDES.items():
-        value = getattr(args, dest, None)
-        if value is None:
-            continue
-        if section is None:
-            overrides[name] = value
-        else:
-            overrides.setdefault(section, {})[name] = value
+    for section, names in _OVERRIDES.items():
+        for name in names:
+            value = getattr(args, name, None)
+            if value is not None:
+                (overrides if section is None else overrides.setdefault(section, {}))[name] = value
     for name in _BOTH_ENGINES:
         if getattr(args, name, None) is not None:
             overrides.setdefault("engine", {})[name] = getattr(args, name)
