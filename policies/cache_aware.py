@@ -41,33 +41,32 @@ State: the in-flight tokens per session key, added when a request is chosen and 
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from policies.base import DEFAULT_TIER_COSTS, Candidate, Policy, RouteInfo, TierCosts, load_bound, stable_hash
 from policies.errors import PolicyConfigError
 
 
+@dataclass(eq=False)
 class CacheAware(Policy):
     name = "cache_aware"
 
-    def __init__(
-        self,
-        load_weight: float = 1.0,
-        decode_weight: float = 1.0,
-        eps: float = 0.25,
-        sticky_margin: float = 0.25,
-        host_tier_cost: float = DEFAULT_TIER_COSTS.host_tier,
-        region_pool_cost: float = DEFAULT_TIER_COSTS.region_pool,
-    ) -> None:
-        if load_weight < 0 or decode_weight < 0 or eps < 0 or not 0 <= sticky_margin <= 1:
+    load_weight: float = 1.0
+    decode_weight: float = 1.0
+    eps: float = 0.25
+    sticky_margin: float = 0.25
+    host_tier_cost: float = DEFAULT_TIER_COSTS.host_tier
+    region_pool_cost: float = DEFAULT_TIER_COSTS.region_pool
+    tier_costs: TierCosts = field(init=False)
+    _session_tokens: dict[str, int] = field(default_factory=dict, init=False)  # session key -> tokens in flight
+    _total_tokens: int = field(default=0, init=False)
+
+    def __post_init__(self) -> None:
+        if self.load_weight < 0 or self.decode_weight < 0 or self.eps < 0 or not 0 <= self.sticky_margin <= 1:
             raise PolicyConfigError(
                 "cache_aware: load_weight, decode_weight and eps must be >= 0, sticky_margin within [0, 1]"
             )
-        self.tier_costs = TierCosts(host_tier_cost, region_pool_cost)
-        self.load_weight = load_weight
-        self.decode_weight = decode_weight
-        self.eps = eps
-        self.sticky_margin = sticky_margin
-        self._session_tokens: dict[str, int] = {}  # session key -> tokens in flight
-        self._total_tokens = 0
+        self.tier_costs = TierCosts(self.host_tier_cost, self.region_pool_cost)
 
     def choose(self, healthy: list[Candidate], info: RouteInfo) -> Candidate:
         choice = self.sticky_choice(healthy, info) or min(healthy, key=lambda c: self.score(c, info))

@@ -19,33 +19,32 @@ balance check (64 by default); we count tokens, so the absolute threshold is 64 
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from policies.base import DEFAULT_TIER_COSTS, Candidate, Policy, RouteInfo, TierCosts, stable_hash
 from policies.errors import PolicyConfigError
 
 
+@dataclass(eq=False)
 class PrefixThreshold(Policy):
     name = "prefix_threshold"
 
-    def __init__(
-        self,
-        cache_threshold: float = 0.5,
-        balance_rel: float = 1.5,
-        balance_abs_tokens: float = 64 * 512.0,
-        decode_weight: float = 1.0,
-        host_tier_cost: float = DEFAULT_TIER_COSTS.host_tier,
-        region_pool_cost: float = DEFAULT_TIER_COSTS.region_pool,
-    ) -> None:
-        if not 0 <= cache_threshold <= 1:
-            raise PolicyConfigError(f"prefix_threshold: cache_threshold={cache_threshold} must be within [0, 1]")
-        if balance_rel < 1 or balance_abs_tokens < 0 or decode_weight < 0:
+    cache_threshold: float = 0.5
+    balance_rel: float = 1.5
+    balance_abs_tokens: float = 64 * 512.0
+    decode_weight: float = 1.0
+    host_tier_cost: float = DEFAULT_TIER_COSTS.host_tier
+    region_pool_cost: float = DEFAULT_TIER_COSTS.region_pool
+    tier_costs: TierCosts = field(init=False)
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.cache_threshold <= 1:
+            raise PolicyConfigError(f"prefix_threshold: cache_threshold={self.cache_threshold} must be within [0, 1]")
+        if self.balance_rel < 1 or self.balance_abs_tokens < 0 or self.decode_weight < 0:
             raise PolicyConfigError(
                 "prefix_threshold: balance_rel must be >= 1, balance_abs_tokens and decode_weight >= 0"
             )
-        self.tier_costs = TierCosts(host_tier_cost, region_pool_cost)
-        self.cache_threshold = cache_threshold
-        self.balance_rel = balance_rel
-        self.balance_abs_tokens = balance_abs_tokens
-        self.decode_weight = decode_weight
+        self.tier_costs = TierCosts(self.host_tier_cost, self.region_pool_cost)
 
     def score_of(self, candidate: Candidate, info: RouteInfo) -> float:
         """The share of the prompt not cached there (the threshold compares its complement)."""
