@@ -75,32 +75,38 @@ def _csv_cell(value: str | int | None, is_client_text: bool) -> str:
     return '"' + text.replace('"', '""') + '"' if _NEEDS_QUOTES.search(text) else text
 
 
-class CsvWriter:
+class _LineWriter:
+    """Each row as one line of bytes on `out` (`_line`), in the columns' order."""
+
     def __init__(self, out: BinaryIO, columns: Columns) -> None:
         self._out = out
         self._columns = columns.names
+
+    def _line(self, row: Row) -> bytes:
+        raise NotImplementedError
+
+    def write(self, row: Row) -> None:
+        self._out.write(self._line(row))
+
+    def close(self) -> None:
+        self._out.flush()
+
+
+class CsvWriter(_LineWriter):
+    def __init__(self, out: BinaryIO, columns: Columns) -> None:
+        super().__init__(out, columns)
         self._escaped = tuple(c in columns.client_text for c in self._columns)
         self._out.write((",".join(_csv_cell(c, False) for c in self._columns) + "\n").encode())
 
-    def write(self, row: Row) -> None:
+    def _line(self, row: Row) -> bytes:
         cells = (_csv_cell(row[c], escaped) for c, escaped in zip(self._columns, self._escaped))
-        self._out.write((",".join(cells) + "\n").encode())
-
-    def close(self) -> None:
-        self._out.flush()
+        return (",".join(cells) + "\n").encode()
 
 
-class JsonlWriter:
-    def __init__(self, out: BinaryIO, columns: Columns) -> None:
-        self._out = out
-        self._columns = columns.names
-
-    def write(self, row: Row) -> None:
+class JsonlWriter(_LineWriter):
+    def _line(self, row: Row) -> bytes:
         ordered = {c: row[c] for c in self._columns}
-        self._out.write(json.dumps(ordered, ensure_ascii=False, separators=(",", ":")).encode() + b"\n")
-
-    def close(self) -> None:
-        self._out.flush()
+        return json.dumps(ordered, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
 
 
 class ParquetWriter:
