@@ -110,6 +110,17 @@ def tenant_of(gateway: ChildProcess, account: str) -> str:
     return str(next(t["id"] for t in tenants if account in t["account_ids"]))
 
 
+def finish_on_a_new_gateway(
+    stub: ChildProcess, workdir: Path, env: dict[str, str], account: str, key: str, batch_id: str, **batch: object
+) -> tuple[dict[str, Any], str]:
+    """A gateway started on the same store finishes the batch: its result, and the account's tenant id."""
+    gateway = serve(stub, workdir, env, **batch)
+    try:
+        return poll_until_done(gateway, account, key, batch_id, timeout_s=60), tenant_of(gateway, account)
+    finally:
+        gateway.stop()
+
+
 def test_a_batch_survives_a_killed_gateway_answered_and_billed_once_per_item(
     stub: ChildProcess, store_env: dict[str, str], tmp_path: Path
 ) -> None:
@@ -135,12 +146,7 @@ def test_a_batch_survives_a_killed_gateway_answered_and_billed_once_per_item(
         killed_at = time.time()
     finally:
         gateway.kill()
-    gateway = serve(stub, tmp_path, store_env, batch_concurrency=8)
-    try:
-        result = poll_until_done(gateway, "acct-batch", key, batch_id, timeout_s=60)
-        tenant_id = tenant_of(gateway, "acct-batch")
-    finally:
-        gateway.stop()
+    result, tenant_id = finish_on_a_new_gateway(stub, tmp_path, store_env, "acct-batch", key, batch_id, batch_concurrency=8)
     responses = result["responses"]
     assert [r["id"] for r in responses] == list(range(NUM_ITEMS))
     assert all(r["success"] for r in responses), [r for r in responses if not r["success"]][:3]
@@ -228,12 +234,7 @@ def test_sigterm_lets_running_items_finish_and_leaves_the_rest_queued(stub: Chil
     finally:
         gateway.stop()  # SIGTERM: the drain waits for the items in flight
     assert gateway.process.returncode == 0
-    gateway = serve(stub, tmp_path, env, batch_concurrency=4)
-    try:
-        result = poll_until_done(gateway, "acct-t", key, batch_id, timeout_s=60)
-        tenant_id = tenant_of(gateway, "acct-t")
-    finally:
-        gateway.stop()
+    result, tenant_id = finish_on_a_new_gateway(stub, tmp_path, env, "acct-t", key, batch_id, batch_concurrency=4)
     assert [r["id"] for r in result["responses"]] == list(range(30))
     records = [r for r in ledger(env, tmp_path, tenant_id) if r.request_id.startswith(batch_id)]
     assert sorted(r.request_id for r in records) == sorted(f"{batch_id}.{i}" for i in range(30))  # none cut, none twice
