@@ -35,13 +35,12 @@ from pathlib import Path
 
 import httpx
 
+from benchmarks.routing.agent_runs import add_agent_arguments, agent_config
 from cli.kv_pool import pool_flags, spawn_master
 from cli.processes import ChildProcess
 from loadtests.bench.metrics import LevelSummary
 from loadtests.bench.report import markdown_table, write_reports
-from loadtests.bench.runner import Load
 from loadtests.bench.suite import BenchConfig, BenchResult, run_levels, warm_up
-from loadtests.conversations import parse_range
 from loadtests.stack import STOP_TIMEOUT_S, StackConfig, running_stack
 
 GOAL_RATIO = 0.2  # issue 33: fetching a prefix's blocks under 0.2x of prefilling it
@@ -161,25 +160,15 @@ def measure_hit_cost(args: argparse.Namespace) -> HitCost:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.routing.kv_pool", description=__doc__.splitlines()[0])
-    parser.add_argument("--policies", default="round_robin,cache_aware")
-    parser.add_argument("--sessions", type=int, default=12, help="agent sessions per run (default 12)")
-    parser.add_argument("--turns", default="3-4", help="turns per agent session, MIN-MAX (default 3-4)")
-    parser.add_argument("--max-tokens", type=int, default=8)
-    parser.add_argument("--load", default="concurrency:2", help="one load level (default concurrency:2)")
+    add_agent_arguments(parser, policies="round_robin,cache_aware", sessions=12, turns="3-4", max_tokens=8)
     parser.add_argument("--num-kv-blocks", type=int, default=40, help="each backend's KV pool in 16-token blocks (default 40: 640 tokens)")
     parser.add_argument("--host-tier-blocks", type=int, default=512, help="each backend's host tier in blocks")
     parser.add_argument("--hit-tokens", type=int, default=1000, help="the prompt of the hit-cost measurement")
     parser.add_argument("--repeats", type=int, default=3, help="hit-cost measurements (default 3)")
     parser.add_argument("--skip-workload", action="store_true", help="only measure the hit cost")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--max-level-seconds", type=float, default=240.0)
     parser.add_argument("--out", type=Path, default=Path("reports/kv_pool"))
     args = parser.parse_args(argv)
-    config = BenchConfig(
-        policies=tuple(args.policies.split(",")), workloads=("agent",), agent_loads=(Load.parse(args.load),),
-        agent_sessions=args.sessions, agent_turns=parse_range(args.turns), max_tokens=args.max_tokens,
-        seed=args.seed, max_level_s=args.max_level_seconds,
-    )  # fmt: skip
+    config = agent_config(args)
     result = BenchResult(notes=["each row a fresh stack: two smollm2 backends (KV pool "
                                 f"{args.num_kv_blocks} blocks each) and a gateway; tiers: host tier "
                                 f"{args.host_tier_blocks} blocks each plus the regional pool (mooncake_master)"])

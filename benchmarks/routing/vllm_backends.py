@@ -35,14 +35,13 @@ from pathlib import Path
 
 import httpx
 
+from benchmarks.routing.agent_runs import add_agent_arguments, agent_config
 from cli.processes import ChildProcess
 from engines.builtin.config import EngineConfig
 from engines.builtin.loader.export import export_hf
 from loadtests.bench.metrics import LevelSummary
 from loadtests.bench.report import markdown_table, write_reports
-from loadtests.bench.runner import Load
 from loadtests.bench.suite import BenchConfig, BenchResult, run_levels, warm_up
-from loadtests.conversations import parse_range
 from loadtests.stack import STOP_TIMEOUT_S, StackConfig, gateway_toml, running_stack, spawn
 from loadtests.workers_ai import MODEL_ID
 from tests.vllm.process import MAX_MODEL_LEN, SERVED_MODEL, VENV_PYTHON, VllmProcess, start_vllm
@@ -126,11 +125,7 @@ def goal(summaries: Sequence[LevelSummary]) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> BenchResult:
-    config = BenchConfig(
-        policies=tuple(args.policies.split(",")), workloads=("agent",), agent_loads=(Load.parse(args.load),),
-        agent_sessions=args.sessions, agent_turns=parse_range(args.turns), max_tokens=args.max_tokens,
-        seed=args.seed, max_level_s=args.max_level_seconds,
-    )  # fmt: skip
+    config = agent_config(args)
     checkpoint = export_hf(EngineConfig(model="smollm2"))
     out: Path = args.out
     result = BenchResult(notes=[
@@ -157,13 +152,7 @@ def run(args: argparse.Namespace) -> BenchResult:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.routing.vllm_backends", description=__doc__.splitlines()[0])
-    parser.add_argument("--policies", default="cache_aware,round_robin")
-    parser.add_argument("--sessions", type=int, default=6, help="agent sessions per run (default 6)")
-    parser.add_argument("--turns", default="4-6", help="turns per agent session, MIN-MAX (default 4-6)")
-    parser.add_argument("--max-tokens", type=int, default=16)
-    parser.add_argument("--load", default="concurrency:2", help="one load level (default concurrency:2)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--max-level-seconds", type=float, default=240.0, help="a run stops sending after this long")
+    add_agent_arguments(parser, policies="cache_aware,round_robin", sessions=6, turns="4-6", max_tokens=16)
     parser.add_argument("--vllm-python", type=Path, default=VENV_PYTHON, help="the python of the vLLM install")
     parser.add_argument("--out", type=Path, default=Path("reports/vllm_routing"))
     args = parser.parse_args(argv)
