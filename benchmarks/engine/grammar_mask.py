@@ -21,6 +21,7 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import torch
@@ -76,6 +77,20 @@ class Walk:
     accept_s: list[float]
 
 
+def timed_walk(compile_s: float, token_ids: list[int], fill_mask: Callable[[], object],
+               accept: Callable[[int], bool], refused: Callable[[int], str]) -> Walk:
+    """Walk `token_ids` through a compiled grammar's matcher, timing each mask fill and each accept."""
+    masks, accepts = [], []
+    for token_id in token_ids:
+        t0 = time.perf_counter()
+        fill_mask()
+        t1 = time.perf_counter()
+        assert accept(token_id), refused(token_id)
+        masks.append(t1 - t0)
+        accepts.append(time.perf_counter() - t1)
+    return Walk(compile_s, masks, accepts)
+
+
 def xgrammar_tokenizer_info(tokenizer: Tokenizer) -> Any:
     """xgrammar's view of our byte-level BPE vocabulary (ids in order, raw byte-level spellings)."""
     import xgrammar as xgr
@@ -100,15 +115,8 @@ def xgrammar_runner(tokenizer: Tokenizer) -> Callable[[dict[str, Any], list[int]
         compile_s = time.perf_counter() - t0
         matcher = xgr.GrammarMatcher(compiled)
         bitmask = xgr.allocate_token_bitmask(1, info.vocab_size)
-        masks, accepts = [], []
-        for token_id in token_ids:
-            t0 = time.perf_counter()
-            matcher.fill_next_token_bitmask(bitmask)
-            t1 = time.perf_counter()
-            assert matcher.accept_token(token_id), f"xgrammar refused token {token_id}"
-            masks.append(t1 - t0)
-            accepts.append(time.perf_counter() - t1)
-        return Walk(compile_s, masks, accepts)
+        return timed_walk(compile_s, token_ids, partial(matcher.fill_next_token_bitmask, bitmask), matcher.accept_token,
+                          lambda token_id: f"xgrammar refused token {token_id}")
 
     return run
 
@@ -128,15 +136,9 @@ def llguidance_runner(tokenizer: Tokenizer) -> Callable[[dict[str, Any], list[in
         compile_s = time.perf_counter() - t0
         assert not matcher.is_error(), matcher.get_error()
         bitmask = llg_torch.allocate_token_bitmask(1, lltok.vocab_size)
-        masks, accepts = [], []
-        for token_id in token_ids:
-            t0 = time.perf_counter()
-            llg_torch.fill_next_token_bitmask(matcher, bitmask, 0)
-            t1 = time.perf_counter()
-            assert matcher.consume_token(token_id), f"llguidance refused token {token_id}: {matcher.get_error()}"
-            masks.append(t1 - t0)
-            accepts.append(time.perf_counter() - t1)
-        return Walk(compile_s, masks, accepts)
+        return timed_walk(compile_s, token_ids, partial(llg_torch.fill_next_token_bitmask, matcher, bitmask, 0),
+                          matcher.consume_token,
+                          lambda token_id: f"llguidance refused token {token_id}: {matcher.get_error()}")
 
     return run
 
