@@ -273,12 +273,12 @@ def gateway(backend_pair: list[BackendProcess], tmp_path_factory: pytest.TempPat
 
 
 @contextlib.contextmanager
-def running_child(name: str, command: Callable[[int], list[str]]) -> Iterator[ChildProcess]:
+def running_child(name: str, command: Callable[[int], list[str]], timeout_s: float = 60) -> Iterator[ChildProcess]:
     """A child server (`command(port)`, a stub) on a free port, ready at /health, stopped at the end."""
     port = free_port()
     child = ChildProcess.launch(name, command(port), port)
     try:
-        child.wait_ready("/health", timeout_s=60)
+        child.wait_ready("/health", timeout_s=timeout_s)
         yield child
     finally:
         child.stop()

@@ -24,7 +24,7 @@ import jsonschema
 import openai
 import pytest
 
-from cli.processes import ChildProcess, free_port
+from cli.processes import ChildProcess
 from contracts.usage import Usage
 from engines.builtin.config import EngineConfig
 from engines.builtin.runner.model_runner import ForwardItem, ModelRunner
@@ -33,7 +33,7 @@ from gateway.store.models import UsageRecord
 from policies.prefix import block_hashes
 from policies.pricing import Price, cost_micros
 from tests.gateway.e2e.test_structured_e2e import ASK_CITY, ASK_WEATHER, CITY, WEATHER
-from tests.gateway.fixtures_e2e import InProcessGateway, gateway_settings
+from tests.gateway.fixtures_e2e import InProcessGateway, gateway_settings, running_child
 from tests.gateway.store.calls import match_prefix
 from tests.vllm.fixtures import VLLM_API_KEY, VLLM_BACKEND_ID, VLLM_MODEL_ID, vllm_model_spec
 from tests.vllm.server import BLOCK_SIZE, VllmProcess
@@ -290,14 +290,13 @@ def vllm_link(vllm_server: VllmProcess) -> Iterator[ChildProcess]:
     """The session's vLLM reached through a TCP forwarder running as a process of its own
     (tests/gateway/fault_proxy.py), for a test that kills it: to the gateway that is vLLM dying mid-stream
     (its connection drops), without a second vLLM start (about 1 to 1.5 minutes on 2 cores)."""
-    port = free_port()
-    argv = [sys.executable, "-m", "tests.gateway.fault_proxy", "--listen-port", str(port), "--upstream", f"127.0.0.1:{vllm_server.port}"]
-    link = ChildProcess.launch("vllm link", argv, port)
-    try:
-        link.wait_ready("/health", timeout_s=30)
+    upstream = f"127.0.0.1:{vllm_server.port}"
+    with running_child(
+        "vllm link",
+        lambda port: [sys.executable, "-m", "tests.gateway.fault_proxy", "--listen-port", str(port), "--upstream", upstream],
+        timeout_s=30,
+    ) as link:
         yield link
-    finally:
-        link.stop()
 
 
 def test_vllm_gone_mid_stream_gives_an_error_event_and_one_ledger_record(

@@ -18,17 +18,18 @@ import collections
 import json
 import time
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from cli.processes import ChildProcess, free_port
+from cli.processes import ChildProcess
 from gateway.settings import GatewaySettings
 from gateway.store import UsageRecord, open_store
 from tests.gateway import stub_backend
-from tests.gateway.fixtures_e2e import held_stream
+from tests.gateway.fixtures_e2e import held_stream, running_child
 from tests.gateway.redis_server import delete_prefix, new_prefix
 
 pytestmark = pytest.mark.slow
@@ -41,14 +42,9 @@ LEASE_S = 1.5  # a killed gateway's items are claimed again this long after its 
 def stub() -> Iterator[ChildProcess]:
     """Answers of 8 chunks 25 ms apart: 0.2 s an item, so a 100-item batch is mid-way when the gateway is killed;
     repeated prompt prefixes reported cached."""
-    port = free_port()
-    argv = stub_backend.command(port, num_chunks=8, chunk_delay_ms=25, prefix_cache=True)
-    child = ChildProcess.launch("batch stub", argv, port)
-    try:
-        child.wait_ready("/health", timeout_s=60)
+    command = partial(stub_backend.command, num_chunks=8, chunk_delay_ms=25, prefix_cache=True)
+    with running_child("batch stub", command) as child:
         yield child
-    finally:
-        child.stop()
 
 
 @pytest.fixture(params=["sqlite", "redis"])
