@@ -30,6 +30,7 @@ from gateway.http.batch_upkeep import queue_upkeep
 from gateway.http.batch_worker import BatchWorker
 from gateway.http.drain import Drain
 from gateway.metrics import GatewayMetrics
+from gateway.pipeline.adapter_unload import AdapterUnloader
 from gateway.pipeline.answer_cache import AnswerCache
 from gateway.pipeline.auth import Authenticator
 from gateway.pipeline.concurrency import TenantSlots
@@ -172,7 +173,7 @@ class Services:
             ),
             offload,
             EngineEventStreams(catalog, store.routing, metrics),
-            Finetunes(store.adapters, catalog, settings.finetunes),
+            Finetunes(store.adapters, catalog, settings.finetunes, AdapterUnloader(catalog, client, monitor)),
             owns_store,
             owns_client,
         )

@@ -7,6 +7,9 @@ once per server; concurrent first requests for one pair wait on one load. A serv
 forgotten its adapters: the client sees its 404 ("The model `X` does not exist"), calls `forget`, and
 loads the adapter again (client.py). A server that already had it ("has already been loaded": another
 gateway replica loaded it, or this one restarted) counts as loaded.
+
+When a finetune is deleted, `POST /v1/unload_lora_adapter {lora_name}` (vLLM's, and the built-in backend's
+too) frees it on each server; one that does not have it ("cannot be found", 404) counts as unloaded.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from collections.abc import Awaitable, Callable
 from backends.client.types import Endpoint
 
 LOAD_PATH = "/v1/load_lora_adapter"
+UNLOAD_PATH = "/v1/unload_lora_adapter"
+NOT_LOADED = "cannot be found"  # vLLM's answer (404, 400 in older versions) for a name it does not have
 ALREADY_LOADED = "has already been loaded"  # vLLM's 400 for a name it has: loaded, as far as we are concerned
 ENABLE_HINT = ("start vLLM with --enable-lora --max-lora-rank 32 and the environment's VLLM_ALLOW_RUNTIME_LORA_UPDATING=True, "
                "and give the backend lora_dir (the finetunes directory as that server reads it)")
@@ -59,7 +64,7 @@ class ResidentAdapters:
             del self._loading[key]
 
     def forget(self, endpoint: Endpoint, name: str) -> None:
-        """The server no longer has `name` (it restarted): the next `ensure` loads it again."""
+        """The server no longer has `name` (it restarted, or it was unloaded): the next `ensure` loads it again."""
         self._loaded.discard((endpoint.id, name))
 
 

@@ -24,7 +24,15 @@ from functools import partial
 from typing import Any, NoReturn, cast
 from urllib.parse import urlencode
 
-from backends.client.adapters import ALREADY_LOADED, ENABLE_HINT, LOAD_PATH, ResidentAdapters, adapter_path
+from backends.client.adapters import (
+    ALREADY_LOADED,
+    ENABLE_HINT,
+    LOAD_PATH,
+    NOT_LOADED,
+    UNLOAD_PATH,
+    ResidentAdapters,
+    adapter_path,
+)
 from backends.client.errors import (
     BackendError,
     BackendOverloaded,
@@ -320,6 +328,19 @@ class BackendClient:
             raise BackendRejected(f"{endpoint.id} answered 400: cannot serve finetunes: {ENABLE_HINT} "
                                   f"(loading the adapter failed: {exc.message.split(': ', 1)[-1][:300]})",
                                   status=400, endpoint_id=endpoint.id) from exc
+
+    async def unload_adapter(self, endpoint: Endpoint, name: str) -> bool:
+        """POST /v1/unload_lora_adapter: have `endpoint`'s server (vLLM or ours) drop LoRA adapter `name`.
+        True when it had it, False when it did not (404, "cannot be found"); raises BackendError when it cannot
+        be reached or refuses. Either way this client loads it again before its next use there."""
+        self.adapters.forget(endpoint, name)
+        try:
+            await self._exchange(endpoint, "POST", UNLOAD_PATH, _json_bytes({"lora_name": name}), self._read_timeout_s)
+        except BackendRejected as exc:
+            if exc.status == 404 or NOT_LOADED in exc.message:
+                return False
+            raise
+        return True
 
     # -- polling ----------------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ from starlette.routing import Route
 
 from backends.server import disagg
 from backends.server.disconnect import until_disconnect
-from backends.server.errors import APIError, BadRequest
+from backends.server.errors import APIError, BadRequest, ModelNotFound
 from backends.server.generation import Generation
 from backends.server.kv_feed import InvalidConsumer
 from backends.server.openai import Kind, Renderer
@@ -161,6 +161,16 @@ async def models(request: Request) -> Response:
     return JSONResponse({"object": "list", "data": [card, *adapters]})
 
 
+async def unload_lora_adapter(request: Request) -> Response:
+    """vLLM's `POST /v1/unload_lora_adapter {lora_name}`: the gateway's call when a finetune is deleted."""
+    name = (await read_json(request)).get("lora_name")
+    if not isinstance(name, str) or not name:
+        raise BadRequest("'lora_name' needs to be provided to unload a LoRA adapter.", param="lora_name")
+    if not await backend(request).unload_adapter(name):
+        raise ModelNotFound(f"The lora adapter '{name}' cannot be found.", param="lora_name")
+    return JSONResponse(f"Success: LoRA adapter '{name}' removed successfully.")
+
+
 async def metrics(request: Request) -> Response:
     return Response(backend(request).metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
@@ -183,6 +193,7 @@ ROUTES = [
     Route("/v1/chat/completions", chat_completions, methods=["POST"]),
     Route("/health", health, methods=["GET"]),
     Route("/v1/models", models, methods=["GET"]),
+    Route("/v1/unload_lora_adapter", unload_lora_adapter, methods=["POST"]),
     Route("/metrics", metrics, methods=["GET"]),
     Route("/kv_cache_events", kv_cache_events, methods=["POST"]),
     Route("/load", load, methods=["GET"]),

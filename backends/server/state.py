@@ -97,6 +97,18 @@ class BackendState:
             self.check_model(model)  # raises: not the served model, and no adapters here
         return model
 
+    async def unload_adapter(self, name: str) -> bool:
+        """Forget LoRA adapter `name` (vLLM's `/v1/unload_lora_adapter`): False when it is not resident here
+        (or this backend serves no adapters). Requests running under it finish under it."""
+        engine = self.ready_engine()
+        if self.settings.engine_kind != "builtin":
+            return False
+        from engines.builtin.engine.async_engine import AsyncEngine  # imports torch: only where the engine is ours
+
+        assert isinstance(engine, AsyncEngine), "the built-in kind runs an AsyncEngine (engine_factory.py)"
+        unloaded: bool = await engine.call(lambda e: e.adapters.unload(name))
+        return unloaded
+
     def kv_events(self, consumer: str | None) -> list[KVEvent]:
         """The KV events `consumer` has not read yet, in TensorRT-LLM's JSON (see kv_feed.py)."""
         if self.engine is None:

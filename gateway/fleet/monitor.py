@@ -112,6 +112,12 @@ class BackendMonitor:
         if state is not None:
             state.adapters = state.adapters | {adapter}
 
+    def forget_adapter(self, backend_id: str, adapter: str) -> None:
+        """`adapter` was unloaded from `backend_id` (its finetune was deleted): no longer a reason to go there."""
+        state = self.states.get(backend_id)
+        if state is not None:
+            state.adapters = state.adapters - {adapter}
+
     def is_healthy(self, backend_id: str) -> bool:
         state = self.states.get(backend_id)
         return state is not None and state.healthy and self.outliers.admits(backend_id)

@@ -25,5 +25,6 @@ No module here imports Starlette; they import downwards only (fleet, billing, st
     structured.py       JSON mode: a client's `response_format` in the form every backend takes
     tools.py            function calling: tools into the prompt and a grammar, the answer into tool calls
     finetunes.py        tenants' LoRA finetunes: upload checks, the adapter directory, a request's `lora`
+    adapter_unload.py   a deleted finetune's adapter, unloaded from every backend of its base model
     settings.py         the `[routing]`, `[limits]`, `[disagg]` and `[batch]` sections
 """

@@ -8,6 +8,8 @@ backends load adapters from (their `lora_dir`). Metadata is the store's (`store.
 `finetunes_per_account` per account. A request names a finetune by name or id of its own account only:
 another account's is "not found", exactly like a missing one. The backend is asked for the adapter by
 its id (vLLM's convention: the adapter's name as the model), and the prefix chain is salted with it.
+Deleting a finetune removes its metadata and files, then unloads it from its model's backends
+(adapter_unload.py; a backend that cannot be told does not fail the delete).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from contracts.lora_adapter import (
 from gateway.context import Principal
 from gateway.errors import InvalidInput, ModelNotFound
 from gateway.fleet.catalog import Catalog, ModelSpec
+from gateway.pipeline.adapter_unload import AdapterUnloader
 from gateway.pipeline.settings import FinetuneSettings
 from gateway.store.adapters import Adapters, Finetune, new_finetune
 from gateway.store.errors import Conflict, NotFound
@@ -42,10 +45,11 @@ SAFETENSORS_DTYPES = {"F32", "F16", "BF16"}
 
 
 class Finetunes:
-    def __init__(self, adapters: Adapters, catalog: Catalog, settings: FinetuneSettings) -> None:
+    def __init__(self, adapters: Adapters, catalog: Catalog, settings: FinetuneSettings, unloader: AdapterUnloader) -> None:
         self.adapters = adapters
         self.catalog = catalog
         self.settings = settings
+        self.unloader = unloader
 
     @property
     def directory(self) -> Path:
@@ -101,6 +105,7 @@ class Finetunes:
         if not await self.adapters.delete_finetune(principal.account_id, finetune.id):
             raise ModelNotFound(f"no finetune {finetune_id} in this account", param="finetune_id")
         await asyncio.to_thread(shutil.rmtree, self.directory / finetune.id, True)
+        await self.unloader.unload(finetune.model, finetune.id)
 
     async def resolve(self, principal: Principal, model: ModelSpec, lora: str | None) -> Finetune | None:
         """The finetune a request's `lora` names (by name or id, in the caller's account), None without one."""

@@ -113,11 +113,16 @@ def test_prefix_cache_is_never_shared_across_adapters(tmp_path: Path) -> None:
     assert engine.last_cached["x2"] == 16, "the same adapter does reuse its own prefix"  # type: ignore[attr-defined]
 
 
-def test_least_recently_used_adapter_is_unloaded_and_busy_slots_refuse(tmp_path: Path) -> None:
+def two_slot_engine(tmp_path: Path, names: str) -> LLMEngine:
+    """An engine of 2 adapter slots over rank-4 adapters `names` (one letter each) in `tmp_path`."""
     runner = ModelRunner(tiny_config(max_loras=2))
-    for name in "abc":
+    for name in names:
         write_adapter(tmp_path / name, runner.model_config, 4, seed=ord(name))
-    engine = LLMEngine(tiny_config(tmp_path, max_loras=2), runner)
+    return LLMEngine(tiny_config(tmp_path, max_loras=2), runner)
+
+
+def test_least_recently_used_adapter_is_unloaded_and_busy_slots_refuse(tmp_path: Path) -> None:
+    engine = two_slot_engine(tmp_path, "abc")
     solo_a = run(engine, greedy("a0", PROMPT, "a"))["a0"]
     run(engine, greedy("b0", PROMPT, "b"))
     run(engine, greedy("c0", PROMPT, "c"))  # evicts a, the least recently used
@@ -128,6 +133,24 @@ def test_least_recently_used_adapter_is_unloaded_and_busy_slots_refuse(tmp_path:
     engine.add_request(greedy("hold-c", PROMPT, "c"))
     with pytest.raises(EngineOverloaded, match="adapter slots"):
         engine.add_request(greedy("b1", PROMPT, "b"))
+
+
+def test_an_unloaded_adapter_keeps_its_slot_for_running_requests_only(tmp_path: Path) -> None:
+    engine = two_slot_engine(tmp_path, "ab")
+    solo_a = run(engine, greedy("a0", PROMPT, "a"))["a0"]
+    engine.add_request(greedy("running", PROMPT, "a", max_tokens=4))
+    engine.step()  # prefilled under a, which is now deleted
+    assert engine.adapters.unload("a") and not engine.adapters.unload("a")
+    assert engine.adapters.names == [] and engine.stats().resident_adapters == ()
+    engine.add_request(greedy("b0", PROMPT, "b"))  # the free slot, not the one a's running request holds
+    with pytest.raises(EngineOverloaded, match="adapter slots"):
+        engine.add_request(greedy("a1", PROMPT, "a"))  # both slots held: a reload waits for running to end
+    while engine.has_unfinished:
+        engine.step()
+    assert engine.adapters.refs == [0, 0]
+    num_loads = engine.adapters.num_loads
+    assert run(engine, greedy("a2", PROMPT, "a"))["a2"] == solo_a  # read from lora_dir again
+    assert engine.adapters.num_loads == num_loads + 1
 
 
 def test_unknown_or_bad_adapters_are_refused(tmp_path: Path) -> None:

@@ -5,7 +5,8 @@ A random PEFT adapter for SmolLM2 (large enough B weights to change a greedy ans
 through the finetunes API into the gateway's finetunes directory, which is the vLLM backend's
 `lora_dir`; the gateway loads it on the server under the finetune's id and calls it by that name.
 Its greedy answer differs from the base model's and is the same twice; another tenant naming it gets
-404; a server that has lost it (unloaded here, as a restart would) gets it loaded again.
+404; a server that has lost it (unloaded here, as a restart would) gets it loaded again. Deleting the
+finetune unloads it from the server, and a new finetune of the same name serves its own weights.
 """
 
 from __future__ import annotations
@@ -66,10 +67,10 @@ class Tenant(FinetuneTenant):
         return text
 
 
-def random_adapter(directory: Path, checkpoint: Path) -> Path:
+def random_adapter(directory: Path, checkpoint: Path, seed: int = 3) -> Path:
     """Rank 8 on q and v of every layer, named as the exported checkpoint names its modules."""
     config = ModelConfig.from_hf(json.loads((checkpoint / "config.json").read_text()))
-    return write_adapter(directory, config, rank=8, targets=("q_proj", "v_proj"), seed=3, std=0.1)
+    return write_adapter(directory, config, rank=8, targets=("q_proj", "v_proj"), seed=seed, std=0.1)
 
 
 def test_finetune_is_loaded_on_vllm_and_called_by_name(
@@ -96,6 +97,27 @@ def test_finetune_is_loaded_on_vllm_and_called_by_name(
     assert acme.answer("noisy") == tuned
     assert finetune_id in served(vllm_server)
     assert acme.answer() == base  # and the base model is still itself
+
+
+def test_delete_unloads_it_from_vllm_and_the_name_serves_new_weights(
+    tenants: Callable[[str], Tenant], vllm_server: VllmProcess, vllm_checkpoint: Path, tmp_path: Path
+) -> None:
+    acme = tenants("deleter")
+    old_id = acme.create_and_upload("mine", random_adapter(tmp_path / "old", vllm_checkpoint, seed=5))
+    base, old = acme.answer(), acme.answer("mine")
+    assert old != base and old_id in served(vllm_server)
+
+    deleted = acme.client.delete(f"/ai/finetunes/{old_id}")
+    assert deleted.status_code == 200, deleted.text
+    assert old_id not in served(vllm_server)  # the gateway unloaded it before answering
+    for name_or_id in ("mine", old_id):
+        gone = acme.ask(name_or_id)
+        assert gone.status_code == 404 and "no finetune" in gone.json()["errors"][0]["message"], gone.text
+
+    new_id = acme.create_and_upload("mine", random_adapter(tmp_path / "new", vllm_checkpoint, seed=6))
+    new = acme.answer("mine")
+    assert new_id != old_id and new not in (old, base)  # its own weights, not the deleted finetune's
+    assert new_id in served(vllm_server) and old_id not in served(vllm_server)
 
 
 def served(server: VllmProcess) -> list[str]:

@@ -4,6 +4,9 @@ A request naming adapter `name` takes a reference on its slot when it is added a
 finishes. An adapter not resident is read from `lora_dir/<name>/` (PEFT files) into a free slot, or into
 the slot of the least recently used adapter that no request holds; when every slot is held the request
 is refused as an overload (retry later), never made to wait on another tenant's adapter.
+
+`unload(name)` forgets a resident adapter at once (its finetune was deleted): the next request naming it
+reads `lora_dir/<name>/` again, and its slot is free as soon as the requests still running under it finish.
 """
 
 from __future__ import annotations
@@ -51,6 +54,11 @@ class ResidentAdapters:
         assert self.refs[slot] > 0, f"adapter slot {slot} released twice"
         self.refs[slot] -= 1
 
+    def unload(self, name: str) -> bool:
+        """Drop adapter `name` from the resident ones (False: it was not resident). Requests running under it
+        keep their slot until they finish; no new one gets it."""
+        return self.by_name.pop(name, None) is not None
+
     def load(self, name: str) -> int:
         if self.lora_dir is None:
             raise AdapterNotFound(f"adapter {name!r}: this engine serves no LoRA adapters (no lora_dir is set)")
@@ -74,7 +82,7 @@ class ResidentAdapters:
     def free_slot(self) -> int:
         taken = set(self.by_name.values())
         for slot in range(self.slots.num_slots):
-            if slot not in taken:
+            if slot not in taken and self.refs[slot] == 0:  # an unloaded adapter's slot, once its requests end
                 return slot
         for name, slot in self.by_name.items():  # least recently used first
             if self.refs[slot] == 0:

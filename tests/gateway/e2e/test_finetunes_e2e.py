@@ -1,6 +1,8 @@
 """Tenants' LoRA finetunes end to end: the real gateway in front of a real built-in backend (the tiny random
 Llama, deterministic) that loads adapters from the gateway's finetunes directory. Upload, list, call, another
-tenant's 404, delete, the prefix cache never shared across adapters, and two tenants' adapters in one batch."""
+tenant's 404, delete (unloaded from the backend, a new finetune of the same name served its own weights, a backend
+that is down does not fail it), the prefix cache never shared across adapters, and two tenants' adapters in one
+batch."""
 
 from __future__ import annotations
 
@@ -13,7 +15,9 @@ from typing import Any
 import httpx
 import pytest
 
+from cli.processes import free_port
 from engines.builtin.loader.random import preset_config
+from gateway.settings import GatewaySettings
 from tests.engines.lora_files import ALL_MODULES, write_adapter
 from tests.gateway.finetune_tenants import FinetuneTenant, finetune_tenants
 from tests.gateway.fixtures_e2e import BackendProcess, InProcessGateway, gateway_settings, running_tiny_backend
@@ -39,13 +43,15 @@ def backend(finetunes_dir: Path) -> Iterator[BackendProcess]:
         yield process
 
 
+def settings_for(tmp: Path, backends: list[dict[str, Any]], finetunes_dir: Path) -> GatewaySettings:
+    return gateway_settings(tmp, backends, models=[{"id": MODEL, "backend_model": "random:tiny", "lora": TINY_SHAPE},
+                                                   {"id": PLAIN, "backend_model": "random:tiny"}],
+                            finetunes_dir=finetunes_dir)
+
+
 @pytest.fixture(scope="module")
 def gateway(backend: BackendProcess, finetunes_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessGateway]:
-    settings = gateway_settings(tmp_path_factory.mktemp("gw"), [backend.spec([MODEL])],
-                                models=[{"id": MODEL, "backend_model": "random:tiny", "lora": TINY_SHAPE},
-                                        {"id": PLAIN, "backend_model": "random:tiny"}],
-                                finetunes_dir=finetunes_dir)
-    started = InProcessGateway(settings).start()
+    started = InProcessGateway(settings_for(tmp_path_factory.mktemp("gw"), [backend.spec([MODEL])], finetunes_dir)).start()
     yield started
     started.stop()
 
@@ -95,6 +101,57 @@ def test_upload_list_call_isolate_and_delete(
     assert acme.client.delete(f"/ai/finetunes/{finetune['id']}").status_code == 200
     assert acme.ask("french")["status"] == 404
     assert acme.client.get("/ai/finetunes").json()["result"] == []
+
+
+def test_delete_unloads_the_adapter_and_a_new_one_of_that_name_serves_its_own_weights(
+    backend: BackendProcess, tenants: Callable[[str], Tenant], tmp_path: Path
+) -> None:
+    acme = tenants("renamer")
+    old_id = acme.create_and_upload("tuned", adapter(tmp_path, "old", seed=21))
+    base = acme.ask()["json"]["result"]["response"]
+    old = acme.ask("tuned")["json"]["result"]["response"]
+    assert old != base
+    assert old_id in resident(backend)
+
+    assert acme.client.delete(f"/ai/finetunes/{old_id}").status_code == 200
+    assert old_id not in resident(backend)  # unloaded from the backend's slots before the delete answered
+    for name_or_id in ("tuned", old_id):
+        gone = acme.ask(name_or_id)
+        assert gone["status"] == 404 and "no finetune" in gone["json"]["errors"][0]["message"], gone
+    unloaded_again = httpx.post(f"{backend.url}/v1/unload_lora_adapter", json={"lora_name": old_id}, timeout=10)
+    assert unloaded_again.status_code == 404 and "cannot be found" in unloaded_again.text  # vLLM's answer, as vLLM
+
+    new_id = acme.create_and_upload("tuned", adapter(tmp_path, "new", seed=22))  # the same name, other weights
+    assert new_id != old_id
+    new = acme.ask("tuned")["json"]["result"]["response"]
+    assert new not in (old, base)
+    assert new == acme.ask(new_id)["json"]["result"]["response"]
+    assert new_id in resident(backend) and old_id not in resident(backend)
+
+
+def test_a_backend_that_is_down_does_not_fail_the_delete(
+    backend: BackendProcess, finetunes_dir: Path, tmp_path: Path
+) -> None:
+    down = {"id": "down", "base_url": f"http://127.0.0.1:{free_port()}", "region": "local", "models": [MODEL]}
+    gateway = InProcessGateway(settings_for(tmp_path / "gw", [backend.spec([MODEL]), down], finetunes_dir)).start()
+    try:
+        with finetune_tenants(gateway, MODEL, Tenant) as make:
+            acme = make("downside")
+            finetune_id = acme.create_and_upload("tuned", adapter(tmp_path, "a", seed=31))
+            assert acme.ask("tuned")["status"] == 200  # on the live backend (the other one refuses connections)
+            assert finetune_id in resident(backend)
+            deleted = acme.client.delete(f"/ai/finetunes/{finetune_id}")
+            assert deleted.status_code == 200, deleted.text
+            assert finetune_id not in resident(backend)  # the live one was told all the same
+            assert acme.ask("tuned")["status"] == 404
+    finally:
+        gateway.stop()
+
+
+def resident(backend: BackendProcess) -> list[str]:
+    """The adapters the built-in backend reports resident (/load), as the gateway's router reads them."""
+    adapters: list[str] = httpx.get(f"{backend.url}/load", timeout=10).json()["adapters"]
+    return adapters
 
 
 def test_uploads_are_checked_with_clear_400s(tenants: Callable[[str], Tenant], tmp_path: Path) -> None:
