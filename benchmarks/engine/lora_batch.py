@@ -9,7 +9,8 @@ written to a temporary directory (its `lora_dir`). Each round runs `--streams` r
 `--max-tokens` tokens (greedy, ignore_eos, a fresh cache salt), the streams spread round-robin over N distinct
 adapters (N = 0: the base model); the N are interleaved within each round, so load drifts hit them alike.
 Reported per N: median aggregate tok/s (all generated tokens over the round's wall time), the median time of a
-step that is all decodes (every stream's one token), and that step against N = 0's. Then the time to load
+step that is all decodes (every stream's one token), and that step against N = 0's, in wall time and in the
+process's CPU time (all its threads: steadier than wall time on a machine others load). Then the time to load
 one adapter from disk into a slot (`ResidentAdapters.load`: read, check, copy), median of 8.
 """
 
@@ -33,8 +34,8 @@ if TYPE_CHECKING:
 
 def one_round(
     engine: LLMEngine, prompts: list[list[int]], max_tokens: int, salt: str, adapters: list[str]
-) -> tuple[float, list[float]]:
-    """-> (wall s of the round, the times of its all-decode steps)."""
+) -> tuple[float, list[float], list[float]]:
+    """-> (wall s of the round, the wall and the CPU times of its all-decode steps)."""
     from benchmarks.engine.compare import greedy
 
     for i, prompt in enumerate(prompts):
@@ -42,14 +43,16 @@ def one_round(
         request.lora = adapters[i % len(adapters)] if adapters else None
         engine.add_request(request)
     decode_steps: list[float] = []
+    decode_cpu: list[float] = []
     wall = time.perf_counter()
     while engine.has_unfinished:
         is_decode = not engine.scheduler.waiting and all(not s.is_prefilling for s in engine.scheduler.running)
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         engine.step()
         if is_decode and len(engine.scheduler.running) == len(prompts):
             decode_steps.append(time.perf_counter() - started)
-    return time.perf_counter() - wall, decode_steps
+            decode_cpu.append(time.process_time() - cpu)
+    return time.perf_counter() - wall, decode_steps, decode_cpu
 
 
 def load_times_ms(engine: LLMEngine, directory: Path, names: list[str]) -> list[float]:
@@ -100,22 +103,28 @@ def main(argv: list[str]) -> int:
     load_start = os.getloadavg()[0]
     walls: dict[int, list[float]] = {n: [] for n in counts}
     steps: dict[int, list[float]] = {n: [] for n in counts}
+    cpus: dict[int, list[float]] = {n: [] for n in counts}
     for r in range(args.rounds):
         for n in counts:
-            wall, decode_steps = one_round(engine, prompts, args.max_tokens, f"n{n}-r{r}", names[:n])
+            wall, decode_steps, decode_cpu = one_round(engine, prompts, args.max_tokens, f"n{n}-r{r}", names[:n])
             walls[n].append(wall)
             steps[n] += decode_steps
+            cpus[n] += decode_cpu
     load_ms = load_times_ms(engine, directory, [f"load{i}" for i in range(8)])
     tokens = args.streams * args.max_tokens
     base_step = statistics.median(steps[counts[0]]) if steps[counts[0]] else float("nan")
+    base_cpu = statistics.median(cpus[counts[0]]) if cpus[counts[0]] else float("nan")
     print(f"Command: `python -m benchmarks.engine.lora_batch {shlex.join(argv)}`")
     print(f"{cpu_model()}; weights {config.linear_format or config.dtype}, {args.threads} torch threads; rank {args.rank} "
           f"on {','.join(targets)}; load average {load_start:.1f} at start, {os.getloadavg()[0]:.1f} at end\n")
-    print(f"| distinct adapters in the batch | aggregate tok/s | decode step ms (median) | step vs {counts[0]} |")
-    print("| ---: | ---: | ---: | ---: |")
+    print(f"| distinct adapters in the batch | aggregate tok/s | decode step ms (median) | step vs {counts[0]} "
+          f"| step CPU ms (median) | CPU vs {counts[0]} |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: |")
     for n in counts:
         step = statistics.median(steps[n]) if steps[n] else float("nan")
-        print(f"| {n} | {tokens / statistics.median(walls[n]):.0f} | {1e3 * step:.1f} | {step / base_step:.2f}x |")
+        cpu = statistics.median(cpus[n]) if cpus[n] else float("nan")
+        print(f"| {n} | {tokens / statistics.median(walls[n]):.0f} | {1e3 * step:.1f} | {step / base_step:.2f}x "
+              f"| {1e3 * cpu:.1f} | {cpu / base_cpu:.2f}x |")
     print(f"\nadapter load from disk (rank {args.rank}, {','.join(targets)}): median {statistics.median(load_ms):.1f} ms "
           f"(min {min(load_ms):.1f}, max {max(load_ms):.1f})")
     return 0

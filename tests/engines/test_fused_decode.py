@@ -1,12 +1,14 @@
 """The fused decode step (engines/builtin/runner/fused_decode.py, kernels/decode_step.cpp) against model.py's torch path
 with the same q4_1 weights: logits, the k/v it writes, aux hidden states and long greedy runs agree, for decode
-rows and for speculative verify rows (k + 1 tokens of one sequence, causal within the row)."""
+rows and for speculative verify rows (k + 1 tokens of one sequence, causal within the row), and rows under LoRA
+adapters."""
 
 from __future__ import annotations
 
 import itertools
 import random
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import torch
@@ -14,6 +16,7 @@ import torch
 from engines.base import GenerationRequest
 from engines.builtin.config import EngineConfig
 from engines.builtin.engine.llm_engine import LLMEngine
+from engines.builtin.loader.peft import load_adapter
 from engines.builtin.runner import kernels
 from engines.builtin.runner.fused_decode import FusedDecode
 from engines.builtin.runner.model_runner import ForwardItem, ModelRunner, RunOutput
@@ -22,6 +25,7 @@ from engines.builtin.speculative.factory import build_proposer
 from engines.builtin.speculative.proposer import DraftInput
 from engines.sampling_params import SamplingParams
 from tests.engines.eagle3.conftest import random_head_for
+from tests.engines.lora_files import write_adapter
 from training.eagle3.export import save_head
 from training.eagle3.features import target_features
 
@@ -397,3 +401,29 @@ def test_greedy_speculation_with_fused_verify_rows_gives_the_tokens_of_plain_dec
         outputs[name] = out
     assert outputs["ngram"] == outputs["plain"]
     assert accepted > 0 and max(fused_tokens) > 1  # drafts were verified, fused, and some accepted
+
+
+def test_rows_under_lora_adapters_run_fused_and_match_the_torch_path(tiny_q4_runner: ModelRunner, tmp_path: Path,
+                                                                     num_threads: int) -> None:
+    """Two adapters of different ranks and targets and a row without one, in one fused step: the adapter rows'
+    logits are the torch path's (per-row LoRA, lora.py), and the plain row's are bit for bit the same step's
+    without any adapter."""
+    runner = tiny_q4_runner
+    for slot, (rank, targets) in enumerate([(8, ("q_proj", "v_proj")), (4, ("o_proj", "gate_proj", "down_proj"))]):
+        write_adapter(tmp_path / f"a{slot}", runner.model_config, rank, targets, seed=slot, std=0.3)
+        runner.lora_slots.install(slot, load_adapter(tmp_path / f"a{slot}", runner.model_config))
+    vocab = runner.model_config.vocab_size
+    items: list[ForwardItem] = []
+    for row, (context, slot) in enumerate([(20, 0), (35, None), (9, 1)]):
+        table = shuffled_blocks(3, seed=row, first=90 + 3 * row)
+        prompt = torch.randint(0, vocab, (context,), generator=torch.Generator().manual_seed(row)).tolist()
+        runner.execute([ForwardItem(prompt[:-1], 0, table)])
+        items.append(ForwardItem(prompt[-1:], context - 1, table, lora_slot=slot))
+    assert runner.fused_for(items) is runner.fused  # adapter rows no longer leave the fused path
+    fused, _ = with_fused(runner, runner.fused, items)
+    plain, _ = with_fused(runner, runner.fused, [ForwardItem(i.token_ids, i.start_pos, i.block_table) for i in items])
+    torch_path, _ = with_fused(runner, None, items)
+    assert torch.equal(fused[1], plain[1]), "a row without an adapter must not see its neighbours'"
+    assert (fused[[0, 2]] - plain[[0, 2]]).abs().max() > 1e-2  # the adapters do change their rows
+    assert (fused - torch_path).abs().max() <= 1e-2 * torch_path.abs().max()
+    assert torch.equal(fused.argmax(-1), torch_path.argmax(-1))

@@ -13,6 +13,10 @@ verify row runs fused up to `MAX_TOKENS` new tokens in all.
 
 model.py stays the reference and runs everything else (prefill chunks, longer steps, other formats, CUDA,
 EDGERUN_KERNELS=off). The runner picks the step's thread count (thread_choice.py).
+
+Rows under LoRA adapters run fused too: the step adds each row's low-rank delta after the base matmul of
+every linear its adapter targets (`FusedLora`, runner/lora.py), so rows without one are computed exactly as
+without neighbours' adapters.
 """
 
 from __future__ import annotations
@@ -24,8 +28,11 @@ import torch
 from torch import Tensor
 
 from engines.builtin.runner.linear import BlockLinear
+from engines.builtin.runner.lora import FusedLora
 from engines.builtin.runner.model_config import ModelConfig
 from engines.builtin.runner.weights import LlamaWeights
+
+NO_LORA: tuple[list[Tensor], list[Tensor], list[int], None, int] = ([], [], [], None, 0)  # decode_step's LoRA arguments, unused
 
 
 @dataclass(slots=True, eq=False)
@@ -90,11 +97,12 @@ class FusedDecode:
         return sum(token_counts) <= (self.MAX_ROWS if max(token_counts) == 1 else self.MAX_TOKENS)
 
     def __call__(self, token_ids: list[int], positions: list[int], block_tables: list[list[int]],
-                 aux_layers: tuple[int, ...] = (), num_threads: int = 0) -> tuple[Tensor, Tensor | None]:
+                 aux_layers: tuple[int, ...] = (), num_threads: int = 0, lora: FusedLora | None = None
+                 ) -> tuple[Tensor, Tensor | None]:
         """One new token per row at `positions` -> (logits [rows, V] float32, the residual stream after each layer
         of aux_layers [rows, len(aux_layers) * D], None without); the rows' k/v go into their cache slots, each layer's
         all before any row attends (so rows of one sequence at consecutive positions attend causally). On
-        `num_threads` OpenMP threads (0: as many as torch uses on this thread)."""
+        `num_threads` OpenMP threads (0: as many as torch uses on this thread). `lora`: the rows' adapters."""
         num_blocks = [pos // self.block_size + 1 for pos in positions]
         width = max(num_blocks)
         # padded with -1, which the kernel refuses where a row needs a block (a table too short for its position)
@@ -103,5 +111,5 @@ class FusedDecode:
         logits, aux = torch.ops.edgerun.decode_step(
             self.embed[token_ids], self.layers, self.kv_caches, torch.tensor(positions), torch.tensor(tables),
             self.inv_freq, self.norm, self.head.codes, self.head.scales, list(aux_layers), c.num_heads, c.num_kv_heads,
-            c.rms_norm_eps, num_threads)
+            c.rms_norm_eps, num_threads, *(NO_LORA if lora is None else (lora.a, lora.b, lora.terms, lora.row_slots, lora.rank)))
         return logits, aux if aux_layers else None

@@ -14,6 +14,10 @@ zero beyond an adapter's own rank, so a step may mix ranks. A step's rows are de
 Rows without an adapter are never touched, so their output is bit for bit what it is without
 neighbours' adapters. Only the modules some row's adapter targets are visited, at the step's largest
 rank.
+
+A step that runs fused (fused_decode.py: a few decodes over q4_1 weights) takes its LoRA as `FusedLora`:
+the same slot buffers, unsliced, as terms of the C++ step (kernels/decode_step.cpp), which adds each
+row's delta after the base matmul of each targeted linear, so adapter rows keep the fused path.
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ class LoraSlots:
         self.rank = 0  # the buffers' rank R
         self.slot_rank = [0] * num_slots
         self.slot_modules: list[frozenset[str]] = [frozenset()] * num_slots
+        self._fused_terms: dict[frozenset[str], tuple[list[Tensor], list[Tensor], list[int]]] = {}
 
     def install(self, slot: int, adapter: LoraAdapter) -> None:
         if adapter.rank > self.rank:
@@ -83,6 +88,7 @@ class LoraSlots:
             slots = ModuleSlots(linear, start, end, [torch.zeros(n, r, inp, device=dev, dtype=dtype) for _ in layers],
                                 [torch.zeros(n, end - start, r, device=dev, dtype=dtype) for _ in layers])
             self.modules[module] = slots
+            self._fused_terms.clear()
         return slots
 
     def grow(self, rank: int) -> None:
@@ -90,6 +96,43 @@ class LoraSlots:
             slots.a = [torch.cat([a, a.new_zeros(a.shape[0], rank - self.rank, a.shape[2])], dim=1) for a in slots.a]
             slots.b = [torch.cat([b, b.new_zeros(b.shape[0], b.shape[1], rank - self.rank)], dim=2) for b in slots.b]
         self.rank = rank
+        self._fused_terms.clear()
+
+    def fused(self, row_slots: list[int | None]) -> FusedLora | None:
+        """The LoRA of a fused step whose rows (one token each) run under these slots; None when none has one."""
+        used = {slot for slot in row_slots if slot is not None}
+        if not used:
+            return None
+        targeted = frozenset().union(*(self.slot_modules[slot] for slot in used))
+        terms = self._fused_terms.get(targeted)
+        if terms is None:
+            a: list[Tensor] = []
+            b: list[Tensor] = []
+            ints: list[int] = []
+            for layer in range(self.config.num_layers):
+                for module in sorted(targeted):
+                    slots = self.modules[module]
+                    a.append(slots.a[layer])
+                    b.append(slots.b[layer])
+                    ints += [layer, FUSED_LINEARS.index(slots.linear), slots.start, slots.end]
+            terms = self._fused_terms[targeted] = (a, b, ints)
+        rows = torch.tensor([-1 if slot is None else slot for slot in row_slots], dtype=torch.long)
+        return FusedLora(*terms, rows, max(self.slot_rank[slot] for slot in used))
+
+
+FUSED_LINEARS = ("qkv", "o", "gate_up", "down")  # the C++ step's numbering of a layer's linears
+
+
+@dataclass(frozen=True, slots=True)
+class FusedLora:
+    """A fused step's LoRA: per (layer, targeted module) a term (its A [S, R, in] and B [S, out, R] buffers, and
+    layer, linear, start, end in `terms`), each row's slot (-1: none) and the step's largest rank."""
+
+    a: list[Tensor]
+    b: list[Tensor]
+    terms: list[int]
+    row_slots: Tensor  # [rows] int64
+    rank: int
 
 
 @dataclass(slots=True)

@@ -169,9 +169,9 @@ class ModelRunner:
             split    on the CPU with step workers, a step whose items divide into parts of about equal size
                      (step_split.plan_parts) runs its parts at once on one-thread workers; each part then
                      takes one of the two paths below for itself (`may_split=False`)
-            fused    a step of a few decodes and verify rows over weights in the q4_1 format, none under a LoRA
-                     adapter: one call of edgerun's C++ decode step (fused_decode.py), on 1 or all threads
-                     (thread_choice.py)
+            fused    a step of a few decodes and verify rows over weights in the q4_1 format, each under its
+                     adapter, if any: one call of edgerun's C++ decode step (fused_decode.py), on 1 or all
+                     threads (thread_choice.py)
             forward  everything else: model.py's forward pass over the batch `prepare_batch` packs, each row
                      under its adapter, if any (lora.py)
         """
@@ -211,7 +211,9 @@ class ModelRunner:
     def fused_for(self, items: list[ForwardItem]) -> FusedDecode | None:
         """The fused step if this step runs through it (decodes and verify rows only, few enough tokens), else None."""
         fused = self.fused
-        if fused is None or not all((len(item.token_ids) == 1 or item.is_verify) and item.lora_slot is None for item in items):
+        if fused is None or not all(len(item.token_ids) == 1 or item.is_verify for item in items):
+            return None
+        if self.lora_slots.dtype != torch.float32 and any(item.lora_slot is not None for item in items):
             return None
         return fused if fused.can_run([len(item.token_ids) for item in items]) else None
 
@@ -223,18 +225,21 @@ class ModelRunner:
         token_ids: list[int] = []
         positions: list[int] = []
         tables: list[list[int]] = []
+        row_slots: list[int | None] = []
         for item in items:
             self.check_item(item)
             token_ids += item.token_ids
             positions += range(item.start_pos, item.start_pos + len(item.token_ids))
             tables += [item.block_table] * len(item.token_ids)
+            row_slots += [item.lora_slot] * len(item.token_ids)
+        lora = self.lora_slots.fused(row_slots)
         max_threads = torch.get_num_threads()  # 1 on a step worker (step_split.py): it leaves the choice alone
         if max_threads > 1 and self.fused_threads.max_threads != max_threads:
             self.fused_threads = ThreadChoices(max_threads, FusedDecode.MAX_ROWS)
         num_threads = self.fused_threads.pick(len(token_ids)) if max_threads > 1 else 1
         start = time.perf_counter()
         with torch.inference_mode():
-            logits, aux = fused(token_ids, positions, tables, aux_layers, num_threads)
+            logits, aux = fused(token_ids, positions, tables, aux_layers, num_threads, lora)
         if max_threads > 1:
             self.fused_threads.record(num_threads, 1000 * (time.perf_counter() - start), len(token_ids))
         if aux is None:

@@ -10,6 +10,10 @@
 //               h = rms_norm(x) * mlp_norm;  [g, u] = h @ Wgate_up.T;  x += (silu(g) * u) @ Wdown.T
 //   then:       logits = rms_norm(x) * norm @ Whead.T
 //
+// Rows may run under LoRA adapters (runner/lora.py): after a linear's base matmul, each term (layer, linear,
+// columns [start, end), the module's slot buffers A [S, R, in] and B [S, end - start, R]) adds a row's delta
+// y[start:end] += B[s] (A[s] x) at rank r for the row's slot s; rows of slot -1 are untouched (lora_delta).
+//
 // The cache is [num_blocks, block_size, 2, KH, hd] float32 (attention.py); position p of a row lives in
 // slot block_table[p / block_size] * block_size + p % block_size. Rope pairs are interleaved (weights.py):
 // (x[2i], x[2i+1]) turns by pos * inv_freq[i]. The matmuls split output rows over torch's threads
@@ -174,6 +178,71 @@ void add(float* x, const float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] += y[i];
 }
 
+// The step's LoRA terms (see the top): per layer and linear (qkv 0, o 1, gate_up 2, down 3), those to add
+struct Lora {
+  struct Term {
+    const float* a;  // [S, R, in]
+    const float* b;  // [S, cols, R]
+    int64_t start, cols;
+  };
+  std::vector<std::vector<Term>> by_linear;  // [layer * 4 + linear]
+  const int64_t* slots = nullptr;            // [rows]: each row's adapter slot, -1 for none
+  int64_t rank = 0, max_rank = 0;
+
+  // y [rows, out] += each row's delta of `linear` in `layer`; x [rows, in] is the linear's input. One task per
+  // (row, term): the terms of a linear write disjoint columns, so each output is one task's, in one order.
+  void add(int64_t layer, int64_t linear, const float* x, int64_t rows, int64_t in, float* y, int64_t out) const {
+    if (slots == nullptr) return;
+    const std::vector<Term>& terms = by_linear[layer * 4 + linear];
+    const int64_t num_terms = static_cast<int64_t>(terms.size());
+    if (num_terms == 0) return;
+    at::parallel_for(0, rows * num_terms, 1, [&](int64_t begin, int64_t end) {
+      std::vector<float> h(rank);
+      for (int64_t task = begin; task < end; ++task) {
+        const int64_t t = task / num_terms, slot = slots[t];
+        if (slot < 0) continue;
+        const Term& term = terms[task % num_terms];
+        const float* a = term.a + slot * max_rank * in;
+        const float* b = term.b + slot * term.cols * max_rank;
+        for (int64_t j = 0; j < rank; ++j) h[j] = dot(a + j * in, x + t * in, in);  // h = A x   [r]
+        float* yt = y + t * out + term.start;
+        for (int64_t c = 0; c < term.cols; ++c) yt[c] += dot(b + c * max_rank, h.data(), rank);  // y += B h
+      }
+    });
+  }
+};
+
+Lora lora_terms(at::TensorList a, at::TensorList b, at::IntArrayRef terms, const c10::optional<at::Tensor>& slots,
+                int64_t rank, int64_t rows, int64_t num_layers, const int64_t (&linear_in)[4], const int64_t (&linear_out)[4]) {
+  Lora lora;
+  lora.by_linear.resize(num_layers * 4);
+  if (!slots.has_value() || a.empty()) return lora;
+  TORCH_CHECK(static_cast<int64_t>(terms.size()) == 4 * static_cast<int64_t>(a.size()) && a.size() == b.size(),
+              "lora: 4 ints (layer, linear, start, end) and one A and one B per term");
+  TORCH_CHECK(slots->scalar_type() == at::kLong && slots->is_contiguous() && slots->numel() == rows, "lora_slots must be int64 [rows]");
+  const int64_t num_slots = a[0].size(0), max_rank = a[0].dim() == 3 ? a[0].size(1) : 0;
+  TORCH_CHECK(rank >= 0 && rank <= max_rank, "lora rank ", rank, " is outside the buffers' ", max_rank);
+  const int64_t* row_slots = slots->data_ptr<int64_t>();
+  for (int64_t t = 0; t < rows; ++t) TORCH_CHECK(row_slots[t] >= -1 && row_slots[t] < num_slots, "lora slot out of range");
+  for (size_t i = 0; i < a.size(); ++i) {
+    const int64_t layer = terms[4 * i], linear = terms[4 * i + 1], start = terms[4 * i + 2], end = terms[4 * i + 3];
+    TORCH_CHECK(layer >= 0 && layer < num_layers && linear >= 0 && linear < 4 && start >= 0 && start < end &&
+                    end <= linear_out[linear], "lora term ", i, " names no columns of the model");
+    const int64_t cols = end - start;
+    TORCH_CHECK(a[i].scalar_type() == at::kFloat && a[i].is_contiguous() && a[i].dim() == 3 &&
+                    a[i].sizes() == at::IntArrayRef({num_slots, max_rank, linear_in[linear]}),
+                "lora A of term ", i, " must be contiguous float32 [slots, rank, in]");
+    TORCH_CHECK(b[i].scalar_type() == at::kFloat && b[i].is_contiguous() && b[i].dim() == 3 &&
+                    b[i].sizes() == at::IntArrayRef({num_slots, cols, max_rank}),
+                "lora B of term ", i, " must be contiguous float32 [slots, end - start, rank]");
+    lora.by_linear[layer * 4 + linear].push_back({a[i].data_ptr<float>(), b[i].data_ptr<float>(), start, cols});
+  }
+  lora.slots = row_slots;
+  lora.rank = rank;
+  lora.max_rank = max_rank;
+  return lora;
+}
+
 // One step: x [rows, d] (the new tokens' embeddings) -> (logits [rows, vocab], the residual stream after
 // each layer of aux_layers [rows, len(aux_layers) * d]; [rows, 0] without), on num_threads threads (0: torch's)
 std::tuple<at::Tensor, at::Tensor> decode_step(const at::Tensor& x_in, at::TensorList layers, at::TensorList kv_caches,
@@ -181,7 +250,9 @@ std::tuple<at::Tensor, at::Tensor> decode_step(const at::Tensor& x_in, at::Tenso
                                                const at::Tensor& inv_freq, const at::Tensor& norm,
                                                const at::Tensor& head_codes, const at::Tensor& head_scales,
                                                at::IntArrayRef aux_layers, int64_t num_heads, int64_t num_kv_heads,
-                                               double eps, int64_t num_threads) {
+                                               double eps, int64_t num_threads, at::TensorList lora_a,
+                                               at::TensorList lora_b, at::IntArrayRef lora_terms_,
+                                               const c10::optional<at::Tensor>& lora_slots, int64_t lora_rank) {
   TORCH_CHECK(x_in.dim() == 2 && x_in.scalar_type() == at::kFloat && x_in.device().is_cpu(), "x must be a 2-D float32 CPU tensor");
   const int64_t rows = x_in.size(0), d = x_in.size(1), num_layers = static_cast<int64_t>(kv_caches.size());
   TORCH_CHECK(num_layers > 0 && static_cast<int64_t>(layers.size()) == kLayerTensors * num_layers,
@@ -211,6 +282,8 @@ std::tuple<at::Tensor, at::Tensor> decode_step(const at::Tensor& x_in, at::Tenso
   const Step s{rows, d, num_heads, num_kv_heads, hd, inter, block_size, max_blocks, static_cast<float>(eps), pos, tables,
                inv_freq.data_ptr<float>()};
   const int64_t qkv_width = (num_heads + 2 * num_kv_heads) * hd;
+  const int64_t linear_in[4] = {d, num_heads * hd, d, inter}, linear_out[4] = {qkv_width, d, 2 * inter, d};
+  const Lora lora = lora_terms(lora_a, lora_b, lora_terms_, lora_slots, lora_rank, rows, num_layers, linear_in, linear_out);
 
   const ThreadCount threads(num_threads);
   at::Tensor x = x_in.contiguous().clone();
@@ -230,18 +303,22 @@ std::tuple<at::Tensor, at::Tensor> decode_step(const at::Tensor& x_in, at::Tenso
 
     rms_norm(xs, norm_weight(w[0], d), rows, d, s.eps, h.data());
     edgerun::q4_1_matmul(h.data(), rows, d, wqkv.codes, wqkv.scales, qkv_width, qkv.data());
+    lora.add(layer, 0, h.data(), rows, d, qkv.data(), qkv_width);
     rope(s, qkv.data());
     attend(s, qkv.data(), cache.data_ptr<float>(), attn.data());
     edgerun::q4_1_matmul(attn.data(), rows, num_heads * hd, wo.codes, wo.scales, d, y.data());
+    lora.add(layer, 1, attn.data(), rows, num_heads * hd, y.data(), d);
     add(xs, y.data(), rows * d);
 
     rms_norm(xs, norm_weight(w[5], d), rows, d, s.eps, h.data());
     edgerun::q4_1_matmul(h.data(), rows, d, wgu.codes, wgu.scales, 2 * inter, gate_up.data());
+    lora.add(layer, 2, h.data(), rows, d, gate_up.data(), 2 * inter);
     for (int64_t t = 0; t < rows; ++t) {  // h = silu(gate) * up   [rows, I]
       const float* g = gate_up.data() + t * 2 * inter;
       for (int64_t i = 0; i < inter; ++i) h[t * inter + i] = g[i] / (1.f + std::exp(-g[i])) * g[inter + i];
     }
     edgerun::q4_1_matmul(h.data(), rows, inter, wdown.codes, wdown.scales, d, y.data());
+    lora.add(layer, 3, h.data(), rows, inter, y.data(), d);
     add(xs, y.data(), rows * d);
 
     for (size_t j = 0; j < aux_layers.size(); ++j)
@@ -261,7 +338,7 @@ std::tuple<at::Tensor, at::Tensor> decode_step(const at::Tensor& x_in, at::Tenso
 TORCH_LIBRARY_FRAGMENT(edgerun, m) {
   m.def("decode_step(Tensor x, Tensor[] layers, Tensor(a!)[] kv_caches, Tensor positions, Tensor block_tables, Tensor inv_freq, "
         "Tensor norm, Tensor head_codes, Tensor head_scales, int[] aux_layers, int num_heads, int num_kv_heads, float eps, "
-        "int num_threads) "
+        "int num_threads, Tensor[] lora_a, Tensor[] lora_b, int[] lora_terms, Tensor? lora_slots, int lora_rank) "
         "-> (Tensor, Tensor)");
 }
 
