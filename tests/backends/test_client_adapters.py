@@ -1,7 +1,8 @@
 """The client loading LoRA adapters on vLLM endpoints (backends/client/adapters.py), against a loopback
 peer that answers as vLLM does: loaded once per server, "already loaded" taken as loaded, reloaded after
-the server's 404, and a server that cannot load adapters refused with what its operator must do. The
-real vLLM runs the same path in tests/vllm/test_vllm_lora.py."""
+the server's 404, a server that cannot load adapters refused with what its operator must do, and unloading
+(a name it does not have counts as unloaded; the next use loads it again). The real vLLM runs the same path
+in tests/vllm/test_vllm_lora.py."""
 
 from __future__ import annotations
 
@@ -62,6 +63,11 @@ class FakeVllm:
             writer.close()
 
     def _answer(self, path: str, body: dict[str, Any]) -> tuple[int, bytes, str]:
+        if path == "/v1/unload_lora_adapter":
+            if body["lora_name"] not in self.loaded:
+                return 404, error(f"The lora adapter '{body['lora_name']}' cannot be found."), "application/json"
+            self.loaded.discard(body["lora_name"])
+            return 200, b'"Success"', "application/json"
         if path == "/v1/load_lora_adapter":
             self.loads.append(body)
             if self.load_status == 200:
@@ -124,3 +130,13 @@ async def test_a_server_that_cannot_load_adapters_is_refused_with_the_fix(
         assert refused.value.status == 400 and "--enable-lora" in refused.value.message
         assert vllm.completions == []
         assert await complete(client, vllm.endpoint(lora_dir), "base") == "hi"  # the base model still runs
+
+
+async def test_unloading_frees_the_adapter_and_the_next_use_loads_it_again(client: BackendClient) -> None:
+    async with FakeVllm() as vllm:
+        assert await complete(client, vllm.endpoint()) == "hi"
+        assert await client.unload_adapter(vllm.endpoint(), ADAPTER) is True
+        assert vllm.loaded == set()
+        assert await client.unload_adapter(vllm.endpoint(), ADAPTER) is False  # vLLM's 404 "cannot be found"
+        assert await complete(client, vllm.endpoint()) == "hi"  # loaded again first, no 404 round trip
+        assert len(vllm.loads) == 2 and vllm.completions == [ADAPTER, ADAPTER]
