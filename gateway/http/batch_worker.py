@@ -2,9 +2,12 @@
 
 Owned by the app's lifespan (`Services.start` / `aclose`). It claims an item from the store's queue
 (gateway/store/queue.py) only while it runs fewer than `batch_concurrency` and this process's open
-backend requests are under `batch_connection_share` of `backend_max_connections`; each item runs as
-its synchronous request would, through the same generation (or embedding) service, as the key that
-queued it, with `rejectIfBusy`: where an interactive request would wait for capacity (the tenant's
+backend requests are under `batch_connection_share` of `backend_max_connections`. When the queue has
+nothing ready it waits for an enqueue to wake it (`BatchQueue.wait_for_work`), or for the first item
+it gave back to come due, looking at the queue at least every `batch_idle_poll_s` (for leases that
+lapsed elsewhere): an idle gateway makes next to no store calls, and a new item starts at once.
+Each item runs as its synchronous request would, through the same generation (or embedding)
+service, as the key that queued it, with `rejectIfBusy`: where an interactive request would wait for capacity (the tenant's
 slots, the setup gate, every backend busy), the item is given back for later instead
 (`release`), so batch work never queues behind interactive traffic, and a queued batch is answered
 eventually rather than refused.
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
 import time
 from typing import Any
 
@@ -106,6 +110,7 @@ class BatchWorker:
         self._running: dict[asyncio.Task[None], ClaimedItem] = {}
         self._loop_task: asyncio.Task[None] | None = None
         self._quiet_until = 0.0
+        self._given_back: list[float] = []  # a heap: when the items this worker gave back for later come due
 
     def start(self) -> None:
         if self.settings.batch_concurrency > 0 and self._loop_task is None:
@@ -136,20 +141,34 @@ class BatchWorker:
     async def _claim_forever(self) -> None:
         s = self.settings
         while True:
+            if not self.has_room():  # room comes back with time: no store call meanwhile
+                await asyncio.sleep(s.batch_poll_interval_s)
+                continue
             try:
-                item = await self.queue.claim(s.batch_lease_s) if self.has_room() else None
+                item = await self.queue.claim(s.batch_lease_s)
             except StoreUnavailable as exc:
                 log.warning("the batch queue cannot be read", error=str(exc))
-                item = None
+                await asyncio.sleep(s.batch_poll_interval_s)
+                continue
             except Exception:  # a bug must not stop batch work for good: say it, and go on
                 log.exception("claiming a batch item failed")
-                item = None
-            if item is None:
                 await asyncio.sleep(s.batch_poll_interval_s)
+                continue
+            if item is None:
+                await self.queue.wait_for_work(self._idle_wait_s())
                 continue
             task = asyncio.get_running_loop().create_task(self._run(item), name=f"batch-item-{item.request_id}")
             self._running[task] = item
             task.add_done_callback(self._running.pop)
+
+    def _idle_wait_s(self) -> float:
+        """How long an idle worker may wait for a wake-up: until the first item it gave back comes due, at
+        most `batch_idle_poll_s`."""
+        now = time.monotonic()
+        while self._given_back and self._given_back[0] <= now:
+            heapq.heappop(self._given_back)
+        wait_s = self.settings.batch_idle_poll_s
+        return min(wait_s, self._given_back[0] - now) if self._given_back else wait_s
 
     async def _run(self, item: ClaimedItem) -> None:
         s = self.settings
@@ -163,7 +182,9 @@ class BatchWorker:
             except Busy as busy:
                 self._quiet_until = time.monotonic() + PAUSE_WHEN_BUSY_S
                 outcome = "given_back"
-                await self.queue.release(item, min(busy.retry_in_s, MAX_RETRY_S))
+                retry_in_s = min(busy.retry_in_s, MAX_RETRY_S)
+                await self.queue.release(item, retry_in_s)
+                heapq.heappush(self._given_back, time.monotonic() + retry_in_s)
                 return
             finally:
                 renewing.cancel()

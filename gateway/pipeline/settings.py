@@ -80,7 +80,11 @@ class BatchSettings(BaseModel):
     # backend_max_connections: the rest is kept for interactive requests.
     batch_connection_share: float = Field(default=0.5, gt=0, le=1.0)
     batch_lease_s: float = Field(default=30.0, gt=0, le=3600.0)  # a claim's lease, renewed every third of it
-    batch_poll_interval_s: float = Field(default=0.5, gt=0)  # how often an idle worker looks for items
+    # How often a worker with no room for another item looks again (no store call meanwhile).
+    batch_poll_interval_s: float = Field(default=0.5, gt=0)
+    # An idle worker waits for an enqueue to wake it (gateway/store/queue.py), and looks at the queue at
+    # least this often for what announces itself to nobody: a lapsed lease, an item given back for later.
+    batch_idle_poll_s: float = Field(default=5.0, gt=0)
     batch_max_attempts: int = Field(default=3, ge=1)  # claims that lapsed (a worker died) before an item fails
 
 

@@ -20,6 +20,12 @@ within a tenant, first in, first out (a released item goes behind what is ready)
 gateway's own (`batch_id`); an item's index is its place in the request, and answers come back in
 that order.
 
+An idle worker waits for work (`wait_for_work`) instead of claiming on a timer: an enqueue, or an
+item given back to be claimed at once, wakes the waiting workers (the local queue: this process's,
+by an in-process event; Redis: every replica's, by a pub/sub message). Nothing announces a lease that
+lapses, an item given back for later, nor an enqueue by another process on a shared SQLite file: the
+waiter's timeout (`batch_idle_poll_s`) covers those.
+
 Implementations: `local.queue.LocalQueue` (the SQLite file) and `redis.queue.RedisQueue`.
 """
 
@@ -139,6 +145,12 @@ class BatchQueue(Protocol):
     async def depth(self) -> tuple[int, int]:
         """Unanswered items of every tenant: (queued, running), running being those under a live lease.
         Cheap (counters, or a count over the leased items), for a metrics gauge every few seconds."""
+        ...
+
+    async def wait_for_work(self, timeout_s: float) -> None:
+        """Return once an item may be ready to claim: one was enqueued or given back to be claimed at once
+        (see the module's doc), or `timeout_s` passed. Never raises for the store being down (it waits
+        the timeout: the next claim says so)."""
         ...
 
     async def expire(self) -> int:

@@ -3,7 +3,9 @@
 Its own connection to the file and its own worker thread (batch work is background work: it never
 waits behind, nor delays, the requests' ledger writes); every call is one `BEGIN IMMEDIATE`
 transaction, so several processes sharing the file (`serve --workers N`) claim each item once. WAL
-and `synchronous=NORMAL` as the rest of the file: a queued batch survives a process crash.
+and `synchronous=NORMAL` as the rest of the file: a queued batch survives a process crash. An enqueue,
+or an item given back to be claimed at once, wakes this process's waiting worker (`wait_for_work`) by
+an in-process event; other processes on the file find it at their next look (their waits' timeout).
 
     batch_jobs   one row per batch: owner, model, item count, answered count, started, keep_until
     batch_items  one row per item: its request (dropped once answered), ready_at (enqueue time, or its
@@ -15,6 +17,8 @@ and `synchronous=NORMAL` as the rest of the file: a queued batch survives a proc
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import secrets
 import sqlite3
 import time
@@ -209,6 +213,7 @@ class LocalQueue:
         self._worker = SerialWorker("edgerun-batch-queue")
         self._file = _QueueFile(settings.sqlite_path, settings.sqlite_busy_timeout_s)
         self._clock = clock
+        self._work = asyncio.Event()  # set by what makes an item ready now; cleared by the waiter it wakes
 
     async def _run(self, fn: Callable[..., T], *args: object) -> T:
         try:
@@ -218,7 +223,10 @@ class LocalQueue:
 
     async def enqueue(self, batch: NewBatch, max_queued: int, max_bytes: int) -> bool:
         check_bounds(max_queued, max_bytes)
-        return await self._run(self._file.enqueue, batch, max_queued, max_bytes, self._clock())
+        queued = await self._run(self._file.enqueue, batch, max_queued, max_bytes, self._clock())
+        if queued:
+            self._work.set()
+        return queued
 
     async def claim(self, lease_s: float) -> ClaimedItem | None:
         return await self._run(self._file.claim, check_lease(lease_s), self._clock())
@@ -227,7 +235,15 @@ class LocalQueue:
         return await self._run(self._file.move, item, self._clock() + check_lease(lease_s), False)
 
     async def release(self, item: ClaimedItem, retry_in_s: float) -> None:
-        await self._run(self._file.move, item, self._clock() + max(0.0, retry_in_s), True)
+        released = await self._run(self._file.move, item, self._clock() + max(0.0, retry_in_s), True)
+        if released and retry_in_s <= 0:
+            self._work.set()
+
+    async def wait_for_work(self, timeout_s: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout_s):
+                await self._work.wait()
+        self._work.clear()  # the claims that follow take what was announced
 
     async def complete(self, item: ClaimedItem, result: str, keep_s: float) -> bool:
         return await self._run(self._file.complete, item, result, self._clock() + check_lease(keep_s))

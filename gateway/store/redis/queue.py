@@ -12,6 +12,7 @@
     {p}batch_leases         hash    "{id}:{index:06d}" -> "{token}:{claims}:{releases}" of its latest claim
                                     (the token emptied when the claim gives the item back)
     {p}batch_open:{tenant}  hash    items, bytes: the tenant's items not answered yet, their requests' bytes
+    {p}batch_work           channel a message on each enqueue, and each item given back to be claimed at once
 
 Each change is one Lua script (atomic across replicas), on Redis's clock (`TIME`), so replicas with
 skewed clocks agree on when a lease ends. Items of one batch share a score and order by index. A
@@ -19,15 +20,21 @@ claim looks at the next `TURNS_LOOKED_AT` tenants in turn and takes the first re
 (their `batch_ready:{tenant}` keys are built inside the script from the prefix: one Redis, or a
 Cluster with a {hash tag} in `key_prefix`, as the other scripts need). The
 queue has its own few connections (`QUEUE_CONNECTIONS`): batch work never takes one of the
-requests' bounded pool (`redis_max_connections`) nor waits for one.
+requests' bounded pool (`redis_max_connections`) nor waits for one. One of them, once a worker
+waits for work (`wait_for_work`), stays subscribed to `batch_work`: an enqueue on any replica wakes
+every replica's waiting worker at once, with no command sent while the queue is idle.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import secrets
+import time
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis.exceptions import RedisError
 
 from gateway.store.checks import check_id
 from gateway.store.errors import InvalidArgument
@@ -36,7 +43,7 @@ from gateway.store.redis.connection import ms, redis_errors
 from gateway.store.redis.pool import WaitingConnectionPool
 from gateway.store.settings import StoreSettings
 
-QUEUE_CONNECTIONS = 4
+QUEUE_CONNECTIONS = 5  # one of them subscribed to the wake-ups while a worker waits
 
 _NOW = """
 local t = redis.call('TIME')
@@ -156,6 +163,7 @@ class RedisQueue:
         self._redis: Any = aioredis.Redis(connection_pool=self._pool)
         self._p = settings.key_prefix
         self._scripts: dict[str, Any] = {}
+        self._wakeups: Any = None  # the subscription to `batch_work`, made by the first wait
 
     def _script(self, name: str, source: str) -> Any:
         found = self._scripts.get(name)
@@ -164,6 +172,9 @@ class RedisQueue:
         return found
 
     async def aclose(self) -> None:
+        if self._wakeups is not None:
+            with contextlib.suppress(RedisError, OSError):
+                await self._wakeups.aclose()
         await self._redis.aclose()
         await self._pool.disconnect()
 
@@ -188,6 +199,9 @@ class RedisQueue:
     def _open(self, tenant_id: str) -> str:
         return f"{self._p}batch_open:{tenant_id}"
 
+    def _work(self) -> str:
+        return f"{self._p}batch_work"
+
     @staticmethod
     def _member(item: ClaimedItem) -> str:
         return f"{item.batch_id}:{item.index:06d}"
@@ -203,6 +217,8 @@ class RedisQueue:
         outcome = int(await self._script("enqueue", ENQUEUE)(keys=keys, args=args))
         if outcome < 0:
             raise InvalidArgument(f"batch {b!r} is queued already")
+        if outcome == 1:
+            await self._redis.publish(self._work(), b)
         return outcome == 1
 
     @redis_errors
@@ -244,7 +260,26 @@ class RedisQueue:
 
     @redis_errors
     async def release(self, item: ClaimedItem, retry_in_s: float) -> None:
-        await self._move(item, retry_in_s, 1)
+        if await self._move(item, retry_in_s, 1) and retry_in_s <= 0:
+            await self._redis.publish(self._work(), item.batch_id)
+
+    async def wait_for_work(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        try:
+            if self._wakeups is None:
+                self._wakeups = self._redis.pubsub(ignore_subscribe_messages=True)
+                await self._wakeups.subscribe(self._work())
+            while (left := deadline - time.monotonic()) > 0:
+                if await self._wakeups.get_message(timeout=left) is not None:
+                    while await self._wakeups.get_message(timeout=0) is not None:
+                        pass  # the wake-ups that arrived together: one look at the queue takes them all
+                    return
+        except (RedisError, OSError):  # Redis is down: wait the timeout out, subscribe again next time
+            wakeups, self._wakeups = self._wakeups, None
+            if wakeups is not None:
+                with contextlib.suppress(RedisError, OSError):
+                    await wakeups.aclose()
+            await asyncio.sleep(max(0.0, deadline - time.monotonic()))
 
     @redis_errors
     async def complete(self, item: ClaimedItem, result: str, keep_s: float) -> bool:

@@ -1,11 +1,13 @@
 """The batch queue (gateway/store/queue.py), once per backend: all or nothing at enqueue, one claim per
 item under a lease, a lapsed lease's item claimed again, the first answer wins, answers in order,
-per-tenant bounds and isolation, answers kept for a while."""
+per-tenant bounds and isolation, answers kept for a while; a waiting worker woken by an enqueue (on
+Redis, another replica's) or an item given back at once, and otherwise by its timeout only."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import pytest
 
@@ -170,3 +172,32 @@ async def test_depth_counts_queued_and_running_items(store: Store) -> None:
     again = await q.claim(30)
     assert again is not None and await q.complete(again, "x", keep_s=60)
     assert await q.depth() == (3, 0)
+
+
+
+async def test_an_enqueue_or_an_item_given_back_at_once_wakes_a_waiting_worker(pair: tuple[Store, Store]) -> None:
+    worker, other = pair[0].queue, pair[1].queue  # local: one instance; Redis: another replica enqueues
+    started = time.monotonic()
+    await worker.wait_for_work(0.3)  # nothing announced: it waits its timeout
+    assert 0.25 < time.monotonic() - started < 2.0
+    waiting = asyncio.create_task(worker.wait_for_work(30))
+    await asyncio.sleep(0.2)
+    assert not waiting.done()
+    enqueued = time.monotonic()
+    assert await other.enqueue(batch("w1", 2), max_queued=10, max_bytes=10_000)
+    await asyncio.wait_for(waiting, 5)
+    assert time.monotonic() - enqueued < 1.0  # at once, not after its 30 s
+    first, second = await worker.claim(30), await worker.claim(30)
+    assert first is not None and second is not None
+
+    waiting = asyncio.create_task(worker.wait_for_work(30))
+    await asyncio.sleep(0.2)
+    await other.release(first, 60)  # given back for later: nobody is woken (its worker keeps its own time)
+    await asyncio.sleep(0.3)
+    assert not waiting.done()
+    released = time.monotonic()
+    await other.release(second, 0)  # at once (its worker is shutting down): claimable now, and announced
+    await asyncio.wait_for(waiting, 5)
+    assert time.monotonic() - released < 1.0
+    found = await worker.claim(30)
+    assert found is not None and found.index == second.index
