@@ -381,10 +381,10 @@ class HourSums:
     def add(self, record: UsageRecord, savings_micro: int) -> None:
         key = (hour_of(record.ended_at), record.tenant_id, record.model, record.backend_id or "", record.region or "",
                record.status, record.price_version)
-        sums = self._sums.setdefault(key, [0, 0, 0, 0, 0, 0])
-        for i, value in enumerate((1, record.prompt_tokens, record.cached_tokens, record.completion_tokens,
-                                   record.cost_micro, savings_micro)):
-            sums[i] += value
+        values = (1, record.prompt_tokens, record.cached_tokens, record.completion_tokens, record.cost_micro,
+                  savings_micro)
+        sums = self._sums.get(key)
+        self._sums[key] = list(values) if sums is None else [s + v for s, v in zip(sums, values)]
 
     def write(self, conn: sqlite3.Connection) -> None:
         if not self._sums:
