@@ -13,7 +13,7 @@ from gateway.http.batch_upkeep import expire_all, queue_upkeep
 from gateway.metrics import GatewayMetrics
 from gateway.settings import GatewaySettings
 from gateway.store.local.queue import LocalQueue
-from gateway.store.queue import EXPIRED_PER_CALL, BatchQueue, NewBatch
+from gateway.store.queue import EXPIRED_PER_CALL, NewBatch
 from tests.clock import Clock
 
 
@@ -38,7 +38,7 @@ async def settled(check: Callable[[], Awaitable[bool]], within_s: float = 10.0) 
 async def test_expired_answers_are_dropped_and_the_depth_is_published_without_a_worker(tmp_path: Path) -> None:
     # keep times run on a hand-moved clock: a loaded machine cannot expire an answer before the test looks
     clock = Clock()
-    q: BatchQueue = LocalQueue(GatewaySettings(sqlite_path=str(tmp_path / "gateway.sqlite3")).store, clock)
+    q = LocalQueue(GatewaySettings(sqlite_path=str(tmp_path / "gateway.sqlite3")).store, clock)
     metrics = GatewayMetrics()
     try:
         num_answered = 2 * EXPIRED_PER_CALL + 3  # more than one store call's worth
