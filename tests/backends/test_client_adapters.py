@@ -14,39 +14,32 @@ from typing import Any
 import pytest
 
 from backends.client import BackendClient, BackendRejected, Endpoint
+from tests.backends.loopback import LoopbackServer
 
 ADAPTER = "ft-0001"
 DONE = b'data: {"choices":[{"index":0,"text":"hi","finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'
 
 
-class FakeVllm:
+class FakeVllm(LoopbackServer):
     """Answers `/v1/load_lora_adapter` and `/v1/completions` as vLLM does; `load_status` / `load_body` set
     the load's answer (404 "Not Found": runtime loading is off), `loaded` the adapters it has."""
 
     def __init__(self, load_status: int = 200, load_body: str = "Success") -> None:
+        super().__init__()
         self.load_status, self.load_body = load_status, load_body
         self.loaded: set[str] = set()
         self.loads: list[dict[str, Any]] = []
         self.completions: list[str] = []
-        self.port = 0
-        self._server: asyncio.Server | None = None
         self._writers: list[asyncio.StreamWriter] = []
 
     def endpoint(self, lora_dir: str | None = "/srv/finetunes") -> Endpoint:
         return Endpoint(id="vllm-x", base_url=f"http://127.0.0.1:{self.port}", region="local", kind="vllm",
                         lora_dir=lora_dir)
 
-    async def __aenter__(self) -> FakeVllm:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        self.port = self._server.sockets[0].getsockname()[1]
-        return self
-
     async def __aexit__(self, *exc: object) -> None:
-        assert self._server is not None
         for writer in self._writers:
             writer.close()
-        self._server.close()
-        await self._server.wait_closed()
+        await super().__aexit__(*exc)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._writers.append(writer)
