@@ -7,6 +7,7 @@ so they cost nothing between scrapes; request counts and latencies are recorded 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from functools import partial
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -17,6 +18,7 @@ from engines.base import EngineStats, GenerationOutput, KVTierCounters
 PREFIX = "edgerun_backend"
 ACCEPTANCE_RATE_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 ACCEPTED_LENGTH_BUCKETS = (1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 8.0)
+KV_TRANSFER_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)  # region pool fetch, KV pull
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 
 
@@ -35,15 +37,12 @@ class _EngineCollector(Collector):
             return
         names, values = list(self._labels), list(self._labels.values())
 
-        def gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
-            family = GaugeMetricFamily(f"{PREFIX}_{name}", doc, labels=names)
+        def series(kind: type[GaugeMetricFamily | CounterMetricFamily], name: str, doc: str, value: float) -> Metric:
+            family = kind(f"{PREFIX}_{name}", doc, labels=names)
             family.add_metric(values, value)
             return family
 
-        def counter(name: str, doc: str, value: float) -> CounterMetricFamily:
-            family = CounterMetricFamily(f"{PREFIX}_{name}", doc, labels=names)
-            family.add_metric(values, value)
-            return family
+        gauge, counter = partial(series, GaugeMetricFamily), partial(series, CounterMetricFamily)
 
         yield gauge("requests_running", "Requests in the engine's running batch.", stats.num_running)
         yield gauge("requests_waiting", "Requests queued in the engine, not yet running.", stats.num_waiting)
@@ -103,70 +102,53 @@ class BackendMetrics:
         labels = {"model": model, "region": region, "role": role}
         self.region_tier: KVTierCounters | None = None  # set by region_service.py where a regional pool is used
         self.registry.register(_EngineCollector(stats, labels, lambda: self.region_tier))
-        self.kv_region_fetch_seconds = Histogram(
-            f"{PREFIX}_kv_region_fetch_seconds", "Time to look up and fetch a prompt's blocks from the region's pool.",
-            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5), registry=self.registry,
-        )
-        self.kv_region_pool_errors = Counter(
-            f"{PREFIX}_kv_region_pool_errors", "Calls to the region's KV pool that failed or timed out.",
-            registry=self.registry,
-        )
-        self.requests = Counter(
-            f"{PREFIX}_requests",
-            "Requests answered, by route and outcome.",
-            ["route", "outcome"],
-            registry=self.registry,
-        )
-        self.latency = Histogram(
-            f"{PREFIX}_request_latency_seconds",
-            "Time from admission to the last token.",
-            ["route"],
+        counter = partial(Counter, registry=self.registry)
+        histogram = partial(Histogram, registry=self.registry)
+        self.requests = counter(f"{PREFIX}_requests", "Requests answered, by route and outcome.", ["route", "outcome"])
+        self.latency = histogram(
+            f"{PREFIX}_request_latency_seconds", "Time from admission to the last token.", ["route"],
             buckets=LATENCY_BUCKETS,
-            registry=self.registry,
+        )
+        self.ttft = histogram(
+            f"{PREFIX}_time_to_first_token_seconds", "Time from admission to the first generated token.", ["route"],
+            buckets=LATENCY_BUCKETS,
         )
         # events the KV event ring dropped before every consumer had read them (kv_feed.py)
-        self.kv_events_dropped = Counter(
+        self.kv_events_dropped = counter(
             f"{PREFIX}_kv_events_dropped",
             "KV cache events dropped from the full event ring before every consumer had read them.",
-            registry=self.registry,
+        )
+        # a regional KV pool (region_service.py)
+        self.kv_region_fetch_seconds = histogram(
+            f"{PREFIX}_kv_region_fetch_seconds", "Time to look up and fetch a prompt's blocks from the region's pool.",
+            buckets=KV_TRANSFER_BUCKETS,
+        )
+        self.kv_region_pool_errors = counter(
+            f"{PREFIX}_kv_region_pool_errors", "Calls to the region's KV pool that failed or timed out."
         )
         # disaggregated serving (kv_service.py): pins nobody pulled in time, pulls and their cost
-        self.kv_pins_expired = Counter(
+        self.kv_pins_expired = counter(
             f"{PREFIX}_kv_pins_expired",
             "Pinned context-step KV released because no decode backend pulled it within kv_pin_ttl_s.",
-            registry=self.registry,
         )
-        self.kv_pulls = Counter(
-            f"{PREFIX}_kv_pulls", "KV pulls of generation steps, by transport and outcome.",
-            ["transport", "outcome"], registry=self.registry,
+        self.kv_pulls = counter(
+            f"{PREFIX}_kv_pulls", "KV pulls of generation steps, by transport and outcome.", ["transport", "outcome"]
         )
-        self.kv_pull_seconds = Histogram(
+        self.kv_pull_seconds = histogram(
             f"{PREFIX}_kv_pull_seconds", "Time to pull a request's KV blocks.", ["transport"],
-            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5), registry=self.registry,
+            buckets=KV_TRANSFER_BUCKETS,
         )
-        self.kv_pull_bytes = Counter(
-            f"{PREFIX}_kv_pull_bytes", "KV bytes pulled by generation steps.", ["transport"], registry=self.registry
-        )
-        self.ttft = Histogram(
-            f"{PREFIX}_time_to_first_token_seconds",
-            "Time from admission to the first generated token.",
-            ["route"],
-            buckets=LATENCY_BUCKETS,
-            registry=self.registry,
-        )
-
+        self.kv_pull_bytes = counter(f"{PREFIX}_kv_pull_bytes", "KV bytes pulled by generation steps.", ["transport"])
         # speculative decoding, one observation per finished request that verified drafts
-        self.spec_acceptance_rate = Histogram(
+        self.spec_acceptance_rate = histogram(
             f"{PREFIX}_spec_acceptance_rate",
             "Per request: drafted tokens the target accepted / drafted tokens verified.",
             buckets=ACCEPTANCE_RATE_BUCKETS,
-            registry=self.registry,
         )
-        self.spec_accepted_length = Histogram(
+        self.spec_accepted_length = histogram(
             f"{PREFIX}_spec_mean_accepted_length",
             "Per request: mean tokens emitted per verify step (accepted drafts + the target's own token).",
             buckets=ACCEPTED_LENGTH_BUCKETS,
-            registry=self.registry,
         )
 
     def observe_speculation(self, last: GenerationOutput) -> None:
