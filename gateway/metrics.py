@@ -3,6 +3,7 @@ apps in one process never share counters)."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -50,128 +51,103 @@ class GatewayMetrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        r = self.registry
-        self.requests = Counter(
-            "edgerun_gateway_requests", "HTTP requests answered", ["route", "status", "model"], registry=r
-        )
-        self.latency = Histogram(
-            "edgerun_gateway_request_seconds",
-            "Time from request start to the last response byte",
-            ["route", "model"],
+        counter = partial(Counter, registry=self.registry)
+        gauge = partial(Gauge, registry=self.registry)
+        histogram = partial(Histogram, registry=self.registry)
+        self.requests = counter("edgerun_gateway_requests", "HTTP requests answered", ["route", "status", "model"])
+        self.latency = histogram(
+            "edgerun_gateway_request_seconds", "Time from request start to the last response byte", ["route", "model"],
             buckets=LATENCY_BUCKETS,
-            registry=r,
         )
-        self.ttft = Histogram(
+        self.ttft = histogram(
             "edgerun_gateway_time_to_first_token_seconds",
             "Time from request start to the first generated text sent to the client",
             ["model"],
             buckets=LATENCY_BUCKETS,
-            registry=r,
         )
-        self.inter_token = Histogram(
+        self.inter_token = histogram(
             "edgerun_gateway_inter_token_seconds",
             "Mean gap between generated tokens of one streamed answer (first to last text), one per request",
             ["model"],
             buckets=INTER_TOKEN_BUCKETS,
-            registry=r,
         )
-        self.errors = Counter(
+        self.errors = counter(
             "edgerun_gateway_errors",
             "Responses answered with an error envelope, by Workers AI code and HTTP status",
             ["code", "status"],
-            registry=r,
         )
-        self.tokens = Counter(
-            "edgerun_gateway_tokens", "Tokens by kind (prompt, completion)", ["model", "kind"], registry=r
+        self.tokens = counter("edgerun_gateway_tokens", "Tokens by kind (prompt, completion)", ["model", "kind"])
+        self.cached_tokens = counter(
+            "edgerun_gateway_cached_tokens", "Prompt tokens served from a backend's prefix cache", ["model"]
         )
-        self.cached_tokens = Counter(
-            "edgerun_gateway_cached_tokens", "Prompt tokens served from a backend's prefix cache", ["model"], registry=r
+        self.routing_decisions = counter(
+            "edgerun_gateway_routing_decisions", "Backends chosen, by policy", ["policy", "backend"]
         )
-        self.routing_decisions = Counter(
-            "edgerun_gateway_routing_decisions", "Backends chosen, by policy", ["policy", "backend"], registry=r
+        self.failovers = counter(
+            "edgerun_gateway_failovers", "Requests served by another backend than the one chosen", ["backend"]
         )
-        self.failovers = Counter(
-            "edgerun_gateway_failovers",
-            "Requests served by another backend than the one chosen",
-            ["backend"],
-            registry=r,
+        self.backend_healthy = gauge(
+            "edgerun_gateway_backend_healthy", "1 when the last health check passed", ["backend", "region"]
         )
-        self.backend_healthy = Gauge(
-            "edgerun_gateway_backend_healthy", "1 when the last health check passed", ["backend", "region"], registry=r
-        )
-        self.backend_breaker_state = Gauge(
+        self.backend_breaker_state = gauge(
             "edgerun_gateway_backend_breaker_state",
             "Outlier ejection per backend: 0 closed (taking traffic), 1 half-open (on trial), 2 open (ejected)",
             ["backend"],
-            registry=r,
         )
-        self.backend_ejections = Counter(
+        self.backend_ejections = counter(
             "edgerun_gateway_backend_ejections",
             "Times a backend was ejected after repeated failures (or a failed trial or probe)",
             ["backend"],
-            registry=r,
         )
-        self.backend_in_flight = Gauge(
-            "edgerun_gateway_backend_in_flight_tokens",
-            "In-flight tokens per backend (store view)",
-            ["backend", "kind"],
-            registry=r,
+        self.backend_in_flight = gauge(
+            "edgerun_gateway_backend_in_flight_tokens", "In-flight tokens per backend (store view)", ["backend", "kind"]
         )
-        self.disagg_steps = Counter(
+        self.disagg_steps = counter(
             "edgerun_gateway_disagg_steps",
             "Steps of disaggregated requests (context, generation, local prefill), by backend and outcome",
             ["step", "backend", "outcome"],
-            registry=r,
         )
-        self.disagg_context_seconds = Histogram(
-            "edgerun_gateway_disagg_context_seconds", "Time of a disaggregated request's context step", registry=r
+        self.disagg_context_seconds = histogram(
+            "edgerun_gateway_disagg_context_seconds", "Time of a disaggregated request's context step"
         )
-        self.kv_event_batches = Counter(
-            "edgerun_gateway_kv_event_batches",
-            "KV event batches received over ZMQ from vLLM or SGLang backends",
+        self.kv_event_batches = counter(
+            "edgerun_gateway_kv_event_batches", "KV event batches received over ZMQ from vLLM or SGLang backends",
             ["backend"],
-            registry=r,
         )
-        self.kv_event_resets = Counter(
+        self.kv_event_resets = counter(
             "edgerun_gateway_kv_event_resets",
             "Times a backend's KV event stream lost messages for good or restarted (its index entries cleared)",
             ["backend"],
-            registry=r,
         )
-        self.kv_blocks_skipped = Gauge(
+        self.kv_blocks_skipped = gauge(
             "edgerun_gateway_kv_blocks_skipped",
             "Engine blocks from KV events not put in the prefix index, by reason (unsalted, orphan, foreign)",
             ["backend", "reason"],
-            registry=r,
         )
-        self.cached_tokens_unknown = Counter(
+        self.cached_tokens_unknown = counter(
             "edgerun_gateway_cached_tokens_unknown",
             "Completed requests whose backend reported no prompt_tokens_details.cached_tokens (billed uncached)",
             ["backend"],
-            registry=r,
         )
-        self.usage_records = Counter(
-            "edgerun_gateway_usage_records", "Usage records written to the ledger, by outcome", ["outcome"], registry=r
+        self.usage_records = counter(
+            "edgerun_gateway_usage_records", "Usage records written to the ledger, by outcome", ["outcome"]
         )
-        self.response_cache = Counter(
+        self.response_cache = counter(
             "edgerun_gateway_response_cache",
             "Requests that asked the response cache, by result (hit, miss), and answers kept or not (kept, too_large)",
             ["model", "result"],
-            registry=r,
         )
 
-        self.batch_items = Gauge(
+        self.batch_items = gauge(
             "edgerun_gateway_batch_items",
             "Batch items not answered yet, every tenant's, by state (queued, running), read every few seconds",
             ["state"],
-            registry=r,
         )
-        self.batch_item_runs = Counter(
+        self.batch_item_runs = counter(
             "edgerun_gateway_batch_item_runs",
             "Batch items this process ran, by outcome: ok, error (answered with an error), given_back (no spare"
             " capacity: later), duplicate (another worker's answer came first), interrupted (runs again later)",
             ["outcome"],
-            registry=r,
         )
 
     def render(self) -> bytes:
