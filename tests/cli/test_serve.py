@@ -34,6 +34,10 @@ def _lone_serve(env: dict[str, str]) -> GatewayProcess:
     return gateway
 
 
+def _serve(*flags: str) -> list[str]:
+    return [sys.executable, "-m", "cli", "serve", "--port", str(free_port()), *flags]
+
+
 def _refused(argv: list[str], env: dict[str, str]) -> str:
     """The output of `argv`, which must exit with status 1 before it serves (a refusal takes a few
     seconds: imports and settings; one that serves instead runs until killed)."""
@@ -43,7 +47,7 @@ def _refused(argv: list[str], env: dict[str, str]) -> str:
             capture_output=True, text=True, timeout=60,
         )  # fmt: skip
     except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"{argv[2]} was not refused: it ran for {exc.timeout:g} s")
+        pytest.fail(f"{argv[3]} was not refused: it ran for {exc.timeout:g} s")
     assert done.returncode == 1, done.stdout + done.stderr
     return done.stdout + done.stderr
 
@@ -53,7 +57,7 @@ def test_a_lone_serve_beside_serve_workers_is_refused(tmp_path: Path) -> None:
     workers = start_gateway_process({**env, "EDGERUN_WORKERS": "2"})  # its workers share the file
     try:
         workers.wait_ready()
-        said = _refused([sys.executable, "-m", "cli", "serve", "--port", str(free_port())], env)
+        said = _refused(_serve(), env)
         assert REFUSED in said and f"edgerun serve on port {workers.port}, shared mode" in said
     finally:
         workers.stop()
@@ -64,7 +68,7 @@ def test_serve_workers_beside_a_lone_serve_is_refused(tmp_path: Path) -> None:
     gateway = _lone_serve(env)
     try:
         # each worker is refused at its start: the supervisor stops there, with that status
-        said = _refused([sys.executable, "-m", "cli", "serve", "--port", str(free_port()), "--workers", "2"], env)
+        said = _refused(_serve("--workers", "2"), env)
         assert REFUSED in said and f"edgerun serve on port {gateway.port}, pid {gateway.process.pid}" in said
         assert gateway.process.poll() is None  # the first serves on
     finally:
@@ -75,7 +79,7 @@ def test_two_lone_serves_on_one_file_one_at_a_time(tmp_path: Path) -> None:
     env = _env(tmp_path)
     first = _lone_serve(env)
     try:
-        said = _refused([sys.executable, "-m", "cli", "serve", "--port", str(free_port())], env)
+        said = _refused(_serve(), env)
         assert REFUSED in said and f"pid {first.process.pid}" in said
     finally:
         first.stop()
@@ -94,7 +98,7 @@ def test_serves_in_the_shared_mode_share_the_file_but_never_with_a_lone_serve(tm
     try:
         for gateway in gateways:
             gateway.wait_ready()
-        said = _refused([sys.executable, "-m", "cli", "serve", "--port", str(free_port())], _env(tmp_path))
+        said = _refused(_serve(), _env(tmp_path))
         assert REFUSED in said and "shared mode" in said
     finally:
         for gateway in gateways:
@@ -102,7 +106,7 @@ def test_serves_in_the_shared_mode_share_the_file_but_never_with_a_lone_serve(tm
     assert [g.process.returncode for g in gateways] == [0, 0, 0, 0]
     lone = _lone_serve(_env(tmp_path))  # the shared serves' claims ended with them
     try:
-        said = _refused([sys.executable, "-m", "cli", "serve", "--port", str(free_port())], shared)
+        said = _refused(_serve(), shared)
         assert REFUSED in said and f"edgerun serve on port {lone.port}, pid {lone.process.pid}" in said
     finally:
         lone.stop()
