@@ -12,6 +12,7 @@ Every loader produces Hugging Face names and layout first; `hf_to_runtime` turns
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -156,15 +157,22 @@ def deinterleave_rope_rows(w: Tensor, num_heads: int) -> Tensor:
     return w.view(num_heads, rows // num_heads // 2, 2, cols).transpose(1, 2).reshape(rows, cols)
 
 
+def _same_tensors(config: ModelConfig) -> Iterator[tuple[str, str]]:
+    """(runtime name, Hugging Face name) of every tensor both layouts hold as it is (not fused, not permuted)."""
+    yield "embed", "model.embed_tokens.weight"
+    yield "norm", "model.norm.weight"
+    if not config.tie_word_embeddings:
+        yield "lm_head", "lm_head.weight"
+    for i in range(config.num_layers):
+        for name, hf_name in HF_LAYER_NAMES.items():
+            yield f"layers.{i}.{name}", f"model.layers.{i}.{hf_name}.weight"
+
+
 def hf_to_runtime(hf: dict[str, Tensor], config: ModelConfig) -> dict[str, Tensor]:
     """Hugging Face Llama names and layout -> runtime names and layout (fused, rope-interleaved)."""
-    out = {"embed": hf["model.embed_tokens.weight"], "norm": hf["model.norm.weight"]}
-    if not config.tie_word_embeddings:
-        out["lm_head"] = hf["lm_head.weight"]
+    out = {name: hf[hf_name] for name, hf_name in _same_tensors(config)}
     for i in range(config.num_layers):
         p = f"model.layers.{i}."
-        for name, hf_name in HF_LAYER_NAMES.items():
-            out[f"layers.{i}.{name}"] = hf[f"{p}{hf_name}.weight"]
         q = interleave_rope_rows(hf[f"{p}self_attn.q_proj.weight"], config.num_heads)
         k = interleave_rope_rows(hf[f"{p}self_attn.k_proj.weight"], config.num_kv_heads)
         out[f"layers.{i}.qkv"] = torch.cat([q, k, hf[f"{p}self_attn.v_proj.weight"]])
@@ -175,13 +183,9 @@ def hf_to_runtime(hf: dict[str, Tensor], config: ModelConfig) -> dict[str, Tenso
 def runtime_to_hf(state: dict[str, Tensor], config: ModelConfig) -> dict[str, Tensor]:
     """The inverse of `hf_to_runtime` (for exporting a checkpoint transformers can load)."""
     hd, h, kh = config.head_dim, config.num_heads, config.num_kv_heads
-    out = {"model.embed_tokens.weight": state["embed"], "model.norm.weight": state["norm"]}
-    if not config.tie_word_embeddings:
-        out["lm_head.weight"] = state["lm_head"]
+    out = {hf_name: state[name] for name, hf_name in _same_tensors(config)}
     for i in range(config.num_layers):
         p = f"model.layers.{i}."
-        for name, hf_name in HF_LAYER_NAMES.items():
-            out[f"{p}{hf_name}.weight"] = state[f"layers.{i}.{name}"]
         q, k, v = torch.split(state[f"layers.{i}.qkv"], [h * hd, kh * hd, kh * hd])
         out[f"{p}self_attn.q_proj.weight"] = deinterleave_rope_rows(q, h)
         out[f"{p}self_attn.k_proj.weight"] = deinterleave_rope_rows(k, kh)
