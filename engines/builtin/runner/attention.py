@@ -13,6 +13,11 @@ streams next to one 1,500-token prompt gathered and attended 7,500 keys a layer 
 Each prefill chunk runs alone, causal inside the chunk and fully attending to its cached prefix, with
 SDPA's own grouped-query support (4-D inputs, so that the CPU flash-attention kernel runs it).
 
+Where the runner says so (`AttentionMetadata.paged_decodes`: the fast mode on a float32 CPU cache with
+edgerun's kernels loaded), the decode rows skip the gather and SDPA: one call of edgerun's
+`paged_decode_attention` (kernels/paged_attention.cpp) per layer reads each row's keys and values where they
+lie in the cache. At 16 streams the gather and SDPA were about a third of a step's CPU on the torch path.
+
 On CUDA, every attention call runs inside `attention_backends(device)`: SDPA without cuDNN's kernel.
 On Hopper torch tries cuDNN first, and cuDNN builds a graph for each new shape; a decode step brings
 a new context length every time, so each layer's call paid a build (1.8 ms of CPU per call on an
@@ -62,11 +67,20 @@ class DecodeGroup:
 
 
 @dataclass(slots=True)
+class PagedDecodes:
+    """The decode rows for edgerun's paged_decode_attention: every row's keys where they lie in the cache."""
+
+    context_lens: Tensor  # [num_decodes] long: keys per row (its position + 1)
+    block_tables: Tensor  # [num_decodes, max_blocks] long, each row's blocks padded with block 0
+
+
+@dataclass(slots=True)
 class AttentionMetadata:
     slot_mapping: Tensor  # [T] long: cache slot of each new token
     num_decodes: int  # rows [0, num_decodes) are single-token items
-    decode_groups: list[DecodeGroup]  # covering rows [0, num_decodes) in order
+    decode_groups: list[DecodeGroup]  # covering rows [0, num_decodes) in order; [] when paged_decodes is set
     prefills: list[PrefillChunk]
+    paged_decodes: PagedDecodes | None = None  # set: the decode rows run through edgerun's kernel instead of SDPA
 
 
 def allocate_kv_caches(
@@ -108,6 +122,10 @@ def paged_attention(q: Tensor, kv_cache: Tensor, meta: AttentionMetadata) -> Ten
 
 def decode_attention(q: Tensor, kv_cache: Tensor, meta: AttentionMetadata) -> Tensor:
     # q: [num_decodes, H*hd], one token per sequence -> [num_decodes, H*hd]
+    paged = meta.paged_decodes
+    if paged is not None:
+        out: Tensor = torch.ops.edgerun.paged_decode_attention(q, kv_cache, paged.context_lens, paged.block_tables)
+        return out
     outs = [decode_group_attention(q[group.start : group.end], kv_cache, group) for group in meta.decode_groups]
     return outs[0] if len(outs) == 1 else torch.cat(outs)
 

@@ -24,6 +24,7 @@ from engines.builtin.loader import cache, load_model
 from engines.builtin.runner.attention import (
     AttentionMetadata,
     DecodeGroup,
+    PagedDecodes,
     PrefillChunk,
     allocate_kv_caches,
     attention_backends,
@@ -134,6 +135,9 @@ class ModelRunner:
         self.fused: FusedDecode | None = None
         if config.linear_format == "q4_1":
             self.fused = FusedDecode.may_build(self.weights, mc, self.kv_caches, self.inv_freq)
+        # where the fused step runs this model (edgerun's kernels, a float32 CPU cache: the fast mode), the torch
+        # path's decode rows attend through edgerun's paged_decode_attention instead of gathered blocks and SDPA
+        self.paged_decode = self.fused is not None and hasattr(torch.ops.edgerun, "paged_decode_attention")
         # 1 or all threads per fused step, by the times of steps of its size
         self.fused_threads = ThreadChoices(torch.get_num_threads(), FusedDecode.MAX_ROWS)
         self.max_model_len = min(config.max_model_len or mc.max_position_embeddings, mc.max_position_embeddings)
@@ -270,7 +274,8 @@ class ModelRunner:
             slots.append(item.block_table[pos // bs] * bs + pos % bs)
             logit_rows[i] = [row]
             item_rows[i] = (row, row + 1)
-        decode_groups = self.prepare_decode_groups([items[i] for i in decodes])
+        paged = self.prepare_paged_decodes([items[i] for i in decodes]) if self.paged_decode and decodes else None
+        decode_groups = [] if paged is not None else self.prepare_decode_groups([items[i] for i in decodes])
         chunks = []
         row = len(decodes)
         for i in prefills:
@@ -290,9 +295,17 @@ class ModelRunner:
             num_decodes=len(decodes),
             decode_groups=decode_groups,
             prefills=chunks,
+            paged_decodes=paged,
         )
         logit_indices = self.to_tensor([r for rows in logit_rows for r in rows])
         return PreparedBatch(self.to_tensor(token_ids), self.to_tensor(positions), logit_indices, item_rows, meta)
+
+    def prepare_paged_decodes(self, items: list[ForwardItem]) -> PagedDecodes:
+        # the decodes in row order -> their context lengths and block tables, padded with block 0 to the longest
+        context = [item.start_pos + 1 for item in items]
+        width = -(-max(context) // self.block_size)
+        tables = [item.block_table[:width] + [0] * (width - len(item.block_table[:width])) for item in items]
+        return PagedDecodes(self.to_tensor(context), self.to_tensor(tables))
 
     def prepare_decode_groups(self, items: list[ForwardItem]) -> list[DecodeGroup]:
         # items: the decodes in row order, shortest context first -> groups of consecutive rows

@@ -1,6 +1,8 @@
 """edgerun's own C++ CPU kernels, built once as a torch extension and registered as torch ops:
 block_gemv.cpp (`torch.ops.edgerun.q4_1_linear`, `q8_0_linear`: Q4_1 and Q8_0 matmuls for short inputs,
-AVX2) and decode_step.cpp (`torch.ops.edgerun.decode_step`: a whole decode step of a few rows in one call).
+AVX2), decode_step.cpp (`torch.ops.edgerun.decode_step`: a whole decode step of a few rows in one call) and
+paged_attention.cpp (`torch.ops.edgerun.paged_decode_attention`: single-token rows attending straight from
+the paged KV cache, for the torch path's decode rows in the fast mode).
 
 The build is cached under ~/.cache/edgerun/kernels/<hash of the sources, torch version and flags>, so
 a machine compiles it once (the Makefile's install step does: `python -m engines.builtin.runner.kernels`);
@@ -25,7 +27,7 @@ from pathlib import Path
 
 logger = logging.getLogger(__name__)
 
-SOURCES = [Path(__file__).with_name(name) for name in ("block_gemv.cpp", "decode_step.cpp")]
+SOURCES = [Path(__file__).with_name(name) for name in ("block_gemv.cpp", "decode_step.cpp", "paged_attention.cpp")]
 HEADERS = [Path(__file__).with_name("block_gemv.h")]
 # -fopenmp: at::parallel_for is inline OpenMP in torch's headers, so without it every kernel ran on one thread.
 # The library then needs libgomp.so.1, which the dynamic linker finds already loaded by torch (its own copy,
