@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from engines.builtin.runner import kernels
-from engines.builtin.runner.linear import BlockLinear, Fp16Linear, pack_q4_1
+from engines.builtin.runner.linear import BlockLinear, Fp16Linear, Int4Linear, pack_q4_1, pack_q8_0
 from engines.builtin.runner.quant import GROUP, dequantize_q8_0, may_quantize_q8_0, q4_1_blocks, q8_0_blocks
 from tests.engines.test_quant import random_q4_1_weight
 
@@ -61,9 +61,15 @@ def q4_1_reference(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return xq @ dq.t() + xe @ mm.t()
 
 
+# row counts: each tile height (1-4 rows) and several tiles with a ragged last one, up to many-stream decode steps
+# and prefill chunks; out_features: whole pairs of 8-column groups, a lone last group and a ragged one (37, 70)
+ROWS = [1, 2, 3, 4, 7, 16, 33, 64, 130]
+SHAPES = [(96, 576), (37, 1536), (70, 96), (8, 32)]  # in_features 96 and 32: an odd number of blocks
+
+
 @needs_avx2
-@pytest.mark.parametrize("rows", [1, 2, 3, 7])
-@pytest.mark.parametrize(("n", "k"), [(96, 576), (37, 1536), (70, 96)])  # 96: an odd number of blocks
+@pytest.mark.parametrize("rows", ROWS)
+@pytest.mark.parametrize(("n", "k"), SHAPES)
 def test_q4_1_kernel_matches_a_float64_reference(rows: int, n: int, k: int, num_threads: int) -> None:
     w = random_q4_1_weight(n, k, seed=rows + n)
     x = torch.randn(rows, k, generator=torch.Generator().manual_seed(k))
@@ -77,15 +83,16 @@ def test_q4_1_kernel_matches_a_float64_reference(rows: int, n: int, k: int, num_
 
 
 @needs_avx2
-@pytest.mark.parametrize("rows", [1, 2, 3, 7])
-@pytest.mark.parametrize(("n", "k"), [(96, 576), (37, 1536), (70, 96)])
+@pytest.mark.parametrize("rows", ROWS)
+@pytest.mark.parametrize(("n", "k"), SHAPES)
 def test_q8_0_kernel_matches_a_float64_reference(rows: int, n: int, k: int, num_threads: int) -> None:
     gen = torch.Generator().manual_seed(rows + n)
     codes = torch.randint(-128, 128, (n, k), dtype=torch.int8, generator=gen)
     codes[:, 0] = -128  # |q| = 128 still multiplies right
     d = (torch.rand(n, k // GROUP, generator=gen) * 0.01 + 1e-4).half()
     x = torch.randn(rows, k, generator=gen)
-    y = torch.ops.edgerun.q8_0_linear(x, codes, d)
+    y = torch.ops.edgerun.q8_0_linear(x, *pack_q8_0(codes, d))
+    assert y.shape == (rows, n)
     w = dequantize_q8_0(codes, d).double()
     expected = integer_activations(x, 32767) @ w.t()
     assert (y.double() - expected).abs().max() <= 1e-5 * magnitude(x, w)
@@ -102,28 +109,47 @@ def test_q8_0_blocks_reproduce_a_q8_0_weight_exactly() -> None:
     assert may_quantize_q8_0(torch.randn(4, 48)) is None  # not whole blocks
 
 
-def test_pack_q4_1_pairs_blocks_in_nibbles() -> None:
-    codes = torch.arange(3 * GROUP).remainder(16).reshape(1, -1).int()  # three blocks: the last one alone
-    d = m = torch.ones(1, 3).half()
-    nibbles, scales = pack_q4_1(codes, d, m)
-    assert nibbles.shape == (1, 2 * GROUP) and scales.shape == (1, 2, 3)
-    assert torch.equal(nibbles[0, :GROUP] & 15, codes[0, :GROUP].to(torch.uint8))
-    assert torch.equal(nibbles[0, :GROUP] >> 4, codes[0, GROUP:2 * GROUP].to(torch.uint8))
-    assert torch.equal(nibbles[0, GROUP:] >> 4, torch.zeros(GROUP, dtype=torch.uint8))
+def test_pack_q4_1_puts_each_code_in_its_columns_group_lane_and_nibble() -> None:
+    n, k = 11, 3 * GROUP  # a ragged second group of columns, an odd number of blocks
+    codes = torch.randint(0, 16, (n, k), generator=torch.Generator().manual_seed(0)).int()
+    d, m = torch.rand(n, 3).half(), -torch.rand(n, 3).half()
+    packed, scales = pack_q4_1(codes, d, m)
+    assert packed.shape == (2, 3 * 128) and packed.dtype == torch.uint8 and scales.shape == (3, 2 * n)
+    lanes = packed.reshape(2, 3, 4, 16, 2).int()  # [group, block, quad u, lane, byte]
+    lanes = lanes[..., 0] | (lanes[..., 1] << 8)
+    for col, kk in ((0, 0), (3, 37), (10, 95), (7, 64)):
+        g, c, b, j = col // 8, col % 8, kk // GROUP, kk % GROUP
+        u, s, e = j // 8, (j % 8) // 2, j % 2
+        assert (lanes[g, b, u, 2 * c + e] >> (4 * s)) & 15 == codes[col, kk]
+    assert torch.equal(lanes[1, :, :, 6:], torch.zeros(3, 4, 10, dtype=torch.int32))  # padding columns 11-15: zero codes
+    assert torch.equal(scales[:, :n], d.T) and torch.equal(scales[:, n:], m.T)
 
 
 @needs_avx2
-def test_layers_run_the_kernel_for_short_inputs_and_the_wide_path_above() -> None:
+def test_layers_run_the_kernel_at_every_row_count_without_a_wide_path() -> None:
     w = random_q4_1_weight(64, 128)
-    layer = BlockLinear.q4_1(*q4_1_blocks(w), Fp16Linear.from_weight(w))
     head_codes, head_d = q8_0_blocks(torch.randn(64, 128))
+    head_w = dequantize_q8_0(head_codes, head_d)
+    for linear, weight in ((BlockLinear.q4_1(*q4_1_blocks(w)), w), (BlockLinear.q8_0(head_codes, head_d), head_w)):
+        assert linear.wide is None  # 4-bit / 8-bit only: no float copy of the weight
+        for rows in (1, 5, 64, 200):
+            x = torch.randn(rows, 128)
+            assert (linear(x) - x @ weight.t()).abs().max() <= 1e-4 * (x @ weight.t()).abs().max()
+
+
+@needs_avx2
+def test_layers_beside_an_int4_op_hand_it_the_rows_above_the_kernels() -> None:
+    w = random_q4_1_weight(64, 128)
+    head_codes, head_d = q8_0_blocks(torch.randn(64, 128))
+    q4 = q4_1_blocks(w)
+    layer = BlockLinear.q4_1(*q4, Int4Linear.from_blocks(*q4))
     head = BlockLinear.q8_0(head_codes, head_d, Fp16Linear.from_weight(dequantize_q8_0(head_codes, head_d)))
-    for linear, weight in ((layer, w), (head, dequantize_q8_0(head_codes, head_d))):
+    for linear in (layer, head):
+        assert linear.wide is not None and linear.kernel_max_rows == BlockLinear.INT4_FROM_ROWS - 1
         short = torch.randn(linear.kernel_max_rows, 128)
         wide = torch.randn(linear.kernel_max_rows + 1, 128)
-        assert not torch.equal(linear(short), linear.wide(short))  # integer activations: not fbgemm's result
+        assert not torch.equal(linear(short), linear.wide(short))
         assert torch.equal(linear(wide), linear.wide(wide))
-        assert (linear(short) - short @ weight.t()).abs().max() <= 0.02 * (short @ weight.t()).abs().max()
 
 
 @pytest.mark.process

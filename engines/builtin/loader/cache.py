@@ -28,7 +28,7 @@ from torch import Tensor
 from engines.builtin.runner.model_config import ModelConfig
 from engines.builtin.text.tokenizer import Tokenizer
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the q4_1 format's kernel layout (linear.pack_q4_1, pack_q8_0) in the derived tensors
 
 
 def entry_dir(cache_dir: Path, source: Path) -> Path:

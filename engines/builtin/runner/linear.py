@@ -129,43 +129,75 @@ class Int4Linear:
         return out.float()  # (torch.ops is untyped: `out` is annotated so the result stays a Tensor)
 
 
+KERNEL_GROUP = 8  # the kernels' output columns per vector (kernels/block_gemv.cpp)
+
+
+def _column_groups(codes: Tensor) -> Tensor:
+    """codes [N, K] -> [G, 8, K/32, 32], N padded with zero codes to G * 8 columns."""
+    n, k = codes.shape
+    pad = -n % KERNEL_GROUP
+    if pad:
+        codes = torch.cat([codes, codes.new_zeros(pad, k)])
+    return codes.reshape(-1, KERNEL_GROUP, k // GROUP, GROUP)
+
+
 def pack_q4_1(codes: Tensor, d: Tensor, m: Tensor) -> tuple[Tensor, Tensor]:
     """Q4_1 blocks (codes [N, K] in [0, 15], d and m [N, K/32] float16) -> the kernel's layout (block_gemv.cpp):
-    codes [N, 32 * ceil(K/64)] uint8, blocks in pairs of 32 bytes (block 2i in the low nibbles, 2i + 1 in the
-    high ones; an odd last block alone) and scales [N, 2, K/32] float16 (each row's d, then its m)."""
-    n, k = codes.shape
-    blocks = codes.reshape(n, k // GROUP, GROUP).to(torch.uint8)
-    if blocks.shape[1] % 2:
-        blocks = torch.cat([blocks, blocks.new_zeros(n, 1, GROUP)], dim=1)
-    pairs = blocks.reshape(n, -1, 2, GROUP)
-    nibbles = pairs[:, :, 0] | (pairs[:, :, 1] << 4)
-    return nibbles.reshape(n, -1).contiguous(), torch.stack([d, m], dim=1).half().contiguous()
+    codes [ceil(N/8), K/32 * 128] uint8, per group of 8 columns and block four quads of 16 uint16 lanes, quad u's
+    lane 2c + e holding in nibble s the code of column c at k = 8u + 2s + e; scales [K/32, 2 * N] float16 (each
+    block's d of every column, then its m)."""
+    g = _column_groups(codes.to(torch.int32))  # [G, c, b, 32]; 32 = (u, s, e)
+    g = g.reshape(*g.shape[:3], 4, 4, 2).permute(0, 2, 3, 1, 5, 4)  # [G, b, u, c, e, s]
+    lanes = (g << torch.tensor([0, 4, 8, 12], dtype=torch.int32)).sum(-1)  # [G, b, u, c, e] uint16 values
+    packed = torch.stack([lanes & 0xFF, lanes >> 8], dim=-1).to(torch.uint8)  # little-endian bytes
+    scales = torch.stack([d.half().T, m.half().T], dim=1)  # [K/32, 2, N]
+    return packed.reshape(g.shape[0], -1).contiguous(), scales.reshape(scales.shape[0], -1).contiguous()
+
+
+def pack_q8_0(codes: Tensor, d: Tensor) -> tuple[Tensor, Tensor]:
+    """Q8_0 blocks (codes [N, K] int8, d [N, K/32] float16) -> the kernel's layout (block_gemv.cpp): codes
+    [ceil(N/8), K/32 * 256] int8, per group of 8 columns, block and k pair j 16 bytes (byte 2c + e: column c,
+    k = 2j + e); scales [K/32, N] float16."""
+    g = _column_groups(codes.to(torch.int8))  # [G, c, b, 32]; 32 = (j, e)
+    g = g.reshape(*g.shape[:3], GROUP // 2, 2).permute(0, 2, 3, 1, 4)  # [G, b, j, c, e]
+    return g.reshape(g.shape[0], -1).contiguous(), d.half().T.contiguous()
 
 
 @dataclass(slots=True, eq=False)
 class BlockLinear:
-    """An [out, in] weight in a GGUF block format ("q4_1" or "q8_0"): the kernel for up to
-    `kernel_max_rows` input rows, `wide` (the same weight as Fp16Linear, or Int4Linear on AVX-512) above."""
+    """An [out, in] weight in a GGUF block format ("q4_1" or "q8_0"): the kernel for up to `kernel_max_rows`
+    input rows, `wide` above (torch's int4 op on AVX-512); with no `wide`, the kernel at every row count."""
 
     format: str
-    codes: Tensor  # q4_1: [out, 32 * ceil(in / 64)] uint8 (pack_q4_1's layout); q8_0: [out, in] int8
-    scales: Tensor  # q4_1: [out, 2, in / 32] float16 (d, then m); q8_0: [out, in / 32] float16
-    wide: Fp16Linear | Int4Linear
+    codes: Tensor  # q4_1: [ceil(out / 8), in / 32 * 128] uint8 (pack_q4_1's layout); q8_0: [ceil(out / 8), in / 32 * 256] int8
+    scales: Tensor  # q4_1: [in / 32, 2 * out] float16 (d, then m); q8_0: [in / 32, out] float16
+    wide: Fp16Linear | Int4Linear | None
     kernel_max_rows: int
 
-    # up to this many rows the kernel; above, `wide`. SmolLM2 decode, one thread (benchmarks/engine/quant_decode.py):
-    # CPU per step 0.62x float16's at 1 row, 1.14x at 4
-    KERNEL_MAX_ROWS = 2
+    # Which path takes a step of T rows, in one place. Without torch's int4 op (AVX2-only CPUs) the kernel runs
+    # every T: SmolLM2's linears, one thread, CPU per pass against float16 GEMM (benchmarks/engine/quant_matmul.py,
+    # BENCHMARKS.md "4-bit kernels on AVX2"): 0.55x at 1-2 rows, 0.67x at 4, 0.87-0.95x at 8-64, so no float16
+    # copy is kept. Beside the int4 op (AVX-512) the kernel takes up to INT4_FROM_ROWS - 1 rows, the op the rest.
+    INT4_FROM_ROWS = 3
 
     @classmethod
-    def q4_1(cls, codes: Tensor, d: Tensor, m: Tensor, wide: Fp16Linear | Int4Linear) -> BlockLinear:
+    def max_rows(cls, wide: Fp16Linear | Int4Linear | None) -> int:
+        return cls.INT4_FROM_ROWS - 1 if wide is not None else 1 << 62
+
+    @classmethod
+    def q4_1(cls, codes: Tensor, d: Tensor, m: Tensor, wide: Fp16Linear | Int4Linear | None = None) -> BlockLinear:
         """From Q4_1 blocks (`quant.q4_1_blocks`)."""
-        return cls("q4_1", *pack_q4_1(codes, d, m), wide, cls.KERNEL_MAX_ROWS)
+        return cls("q4_1", *pack_q4_1(codes, d, m), wide, cls.max_rows(wide))
 
     @classmethod
-    def q8_0(cls, codes: Tensor, d: Tensor, wide: Fp16Linear) -> BlockLinear:
+    def q8_0(cls, codes: Tensor, d: Tensor, wide: Fp16Linear | None = None) -> BlockLinear:
         """From Q8_0 blocks (`quant.q8_0_blocks`)."""
-        return cls("q8_0", codes.contiguous(), d.half().contiguous(), wide, cls.KERNEL_MAX_ROWS)
+        return cls("q8_0", *pack_q8_0(codes, d), wide, cls.max_rows(wide))
+
+    @classmethod
+    def from_tensors(cls, format: str, tensors: dict[str, Tensor], wide: Fp16Linear | Int4Linear | None) -> BlockLinear:
+        """From `to_tensors()`'s output (saved in the model cache)."""
+        return cls(format, tensors["codes"], tensors["scales"], wide, cls.max_rows(wide))
 
     def to_tensors(self) -> dict[str, Tensor]:
         """What the model cache stores: codes and scales, and the int4 op's tensors when `wide` is Int4Linear."""
@@ -174,7 +206,7 @@ class BlockLinear:
 
     def __call__(self, x: Tensor) -> Tensor:
         # x: [T, in] float32 -> [T, out] float32
-        if x.shape[0] > self.kernel_max_rows:
+        if self.wide is not None and x.shape[0] > self.kernel_max_rows:
             return self.wide(x)
         op = torch.ops.edgerun.q4_1_linear if self.format == "q4_1" else torch.ops.edgerun.q8_0_linear
         out: Tensor = op(x, self.codes, self.scales)  # torch.ops is untyped

@@ -12,7 +12,7 @@ Every loader produces Hugging Face names and layout first; `hf_to_runtime` turns
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -57,9 +57,9 @@ class LlamaWeights:
     def pack(self, linear_format: str, cache: dict[str, Tensor] | None = None) -> dict[str, Tensor]:
         """Hold the linear weights packed (see EngineConfig.linear_format); the embedding lookup keeps
         its float32 table. "float16": every one as Fp16Linear. "q4_1": each decoder weight that is Q4_1
-        already and a Q8_0 lm_head as BlockLinear (edgerun's kernels for a few rows; above, the decoder's
-        weights go through Int4Linear on an AVX-512 CPU and Fp16Linear elsewhere, the head through
-        Fp16Linear), the others as Fp16Linear. "int4": each decoder weight that is Q4_1 already
+        already and a Q8_0 lm_head as BlockLinear (edgerun's kernels at every row count on an AVX2-only CPU,
+        4-bit and 8-bit only; on an AVX-512 one for a few rows, then Int4Linear for the decoder and Fp16Linear
+        for the head), the others as Fp16Linear. "int4": each decoder weight that is Q4_1 already
         (`quant.may_quantize_q4_1`) as Int4Linear, the others and the lm_head as Fp16Linear (on an AVX-512
         CPU float16 read SmolLM2's Q8_0 head faster than torch's per-row int8 op: benchmarks/engine/quant_matmul.py).
         "int4-all": every decoder weight quantised to 4 bits.
@@ -91,11 +91,10 @@ class LlamaWeights:
         assert isinstance(self.lm_head, Tensor), "weights are packed once, from plain tensors"
         with ThreadPoolExecutor(max_workers=max(1, torch.get_num_threads())) as pool:
             head = self.lm_head
-            self.lm_head = Fp16Linear.from_weight(head, pool)  # the largest, in row chunks on every thread
-            if linear_format == "q4_1":
-                q8 = q8_0_head_blocks(head, cache)
-                if q8 is not None:
-                    self.lm_head = BlockLinear.q8_0(*q8, self.lm_head)
+            q8 = q8_0_head(head, cache, lambda: Fp16Linear.from_weight(head, pool) if int4_wide else None) \
+                if linear_format == "q4_1" else None
+            # float16 the largest, in row chunks on every thread
+            self.lm_head = q8 if q8 is not None else Fp16Linear.from_weight(head, pool)
             packed = list(pool.map(lambda item: pack_one(f"layers.{item[0]}.{item[2]}", getattr(item[1], item[2])), names))
         derived: dict[str, Tensor] = {}
         for key, linear in [("lm_head", self.lm_head), *((f"layers.{i}.{name}", linear) for (i, _, name), linear in zip(names, packed))]:
@@ -112,29 +111,30 @@ def cached_parts(cache: dict[str, Tensor], key: str) -> dict[str, Tensor]:
     return {name[len(prefix):]: t for name, t in cache.items() if name.startswith(prefix)}
 
 
-def q8_0_head_blocks(head: Tensor, cached: dict[str, Tensor] | None) -> tuple[Tensor, Tensor] | None:
-    """The "q4_1" format's lm_head as Q8_0 blocks (codes, d): from `cached` (what an earlier pack stored) when
-    given, else found in the weight; None when it is not Q8_0 (then it stays Fp16Linear)."""
+def q8_0_head(head: Tensor, cached: dict[str, Tensor] | None, wide: Callable[[], Fp16Linear | None]) -> BlockLinear | None:
+    """The "q4_1" format's lm_head as Q8_0 blocks, from `cached` (what an earlier pack stored) when given, else
+    found in the weight, with `wide()` above the kernel's rows; None when it is not Q8_0 (then it stays Fp16Linear)."""
     if cached is None:
-        return may_quantize_q8_0(head)
+        q8 = may_quantize_q8_0(head)
+        return None if q8 is None else BlockLinear.q8_0(*q8, wide())
     parts = cached_parts(cached, "lm_head")
-    return (parts["codes"], parts["scales"]) if parts else None
+    return BlockLinear.from_tensors("q8_0", parts, wide()) if parts else None
 
 
 def pack_q4_1_weight(weight: Tensor, int4_wide: bool, cached: dict[str, Tensor] | None) -> Linear:
     """A decoder weight in the "q4_1" format: BlockLinear when it is Q4_1 already (from `cached`, the parts
-    an earlier pack stored, when given), else Fp16Linear. Above the kernel's rows: torch's int4 op where it
-    is fast (`int4_wide`, AVX-512), else float16."""
+    an earlier pack stored, when given), else Fp16Linear. Above the kernel's rows torch's int4 op where it
+    is fast (`int4_wide`, AVX-512); elsewhere the kernel takes every row count (BlockLinear.max_rows)."""
     if cached is None:
         q4 = may_quantize_q4_1(weight, exact_only=True)
         if q4 is None:
             return Fp16Linear.from_weight(weight)
-        return BlockLinear.q4_1(*q4, Int4Linear.from_blocks(*q4) if int4_wide else Fp16Linear.from_weight(weight))
+        return BlockLinear.q4_1(*q4, Int4Linear.from_blocks(*q4) if int4_wide else None)
     if "codes" not in cached:
         return Fp16Linear.from_weight(weight)
     int4_parts: dict[str, Tensor] = {part: cached[part] for part in ("packed", "scale_zeros") if part in cached}
-    wide = Int4Linear.from_tensors(int4_parts, weight) if int4_wide and int4_parts else Fp16Linear.from_weight(weight)
-    return BlockLinear("q4_1", cached["codes"], cached["scales"], wide, BlockLinear.KERNEL_MAX_ROWS)
+    wide = Int4Linear.from_tensors(int4_parts, weight) if int4_wide and int4_parts else None
+    return BlockLinear.from_tensors("q4_1", cached, wide)
 
 
 HF_LAYER_NAMES = {

@@ -47,8 +47,8 @@ struct Q4Weight {
 };
 
 Q4Weight q4_weight(const at::Tensor& codes, const at::Tensor& scales, int64_t in) {
-  edgerun::check_q4_1_weight(codes, scales, in);
-  return {codes.data_ptr<uint8_t>(), reinterpret_cast<const uint16_t*>(scales.data_ptr()), codes.size(0)};
+  const int64_t out = edgerun::check_q4_1_weight(codes, scales, in);
+  return {codes.data_ptr<uint8_t>(), reinterpret_cast<const uint16_t*>(scales.data_ptr()), out};
 }
 
 const float* norm_weight(const at::Tensor& w, int64_t d) {
@@ -267,7 +267,7 @@ std::tuple<at::Tensor, at::Tensor> decode_step(const at::Tensor& x_in, at::Tenso
   TORCH_CHECK(block_tables.scalar_type() == at::kLong && block_tables.is_contiguous() && block_tables.dim() == 2 &&
                   block_tables.size(0) == rows, "block_tables must be int64 [rows, max_blocks]");
   TORCH_CHECK(inv_freq.scalar_type() == at::kFloat && inv_freq.is_contiguous() && inv_freq.numel() == hd / 2, "inv_freq must be float32 [hd / 2]");
-  edgerun::check_q8_0_weight(head_codes, head_scales, d);
+  const int64_t vocab = edgerun::check_q8_0_weight(head_codes, head_scales, d);
   for (const int64_t layer : aux_layers)  // else its columns of aux would be left unwritten
     TORCH_CHECK(layer >= 0 && layer < num_layers, "aux layer ", layer, " is outside the model's ", num_layers, " layers");
   const int64_t max_blocks = block_tables.size(1);
@@ -278,7 +278,7 @@ std::tuple<at::Tensor, at::Tensor> decode_step(const at::Tensor& x_in, at::Tenso
     for (int64_t b = 0; b <= pos[t] / block_size; ++b)
       TORCH_CHECK(tables[t * max_blocks + b] >= 0 && tables[t * max_blocks + b] < cache0.size(0), "block id out of range");
   }
-  const int64_t inter = layers[6].size(0) / 2;  // gate_up codes: [2I, ...]
+  const int64_t inter = layers[7].size(1) / 4;  // gate_up scales: [K/32, 2 * 2I]
   const Step s{rows, d, num_heads, num_kv_heads, hd, inter, block_size, max_blocks, static_cast<float>(eps), pos, tables,
                inv_freq.data_ptr<float>()};
   const int64_t qkv_width = (num_heads + 2 * num_kv_heads) * hd;
@@ -327,9 +327,9 @@ std::tuple<at::Tensor, at::Tensor> decode_step(const at::Tensor& x_in, at::Tenso
   }
 
   rms_norm(xs, norm_weight(norm, d), rows, d, s.eps, h.data());
-  at::Tensor logits = at::empty({rows, head_codes.size(0)}, x.options());
+  at::Tensor logits = at::empty({rows, vocab}, x.options());
   edgerun::q8_0_matmul(h.data(), rows, d, head_codes.data_ptr<int8_t>(), reinterpret_cast<const uint16_t*>(head_scales.data_ptr()),
-                       head_codes.size(0), logits.data_ptr<float>());
+                       vocab, logits.data_ptr<float>());
   return {logits, aux};
 }
 
