@@ -49,7 +49,7 @@ class FusedDecode:
     config: ModelConfig
     block_size: int
 
-    # up to this many decode rows a step runs fused: the kernel's matmuls take 4 rows per pass over a weight row.
+    # up to this many decode rows a step runs fused: the kernel's matmuls take 4 rows per pass over a tile of weights.
     # SmolLM2, context 128, CPU ms per step fused / torch path (int4 op from 3 rows), 1 thread: 2 rows 12.4 / 16.2,
     # 3 rows 16.9 / 21.2, 4 rows 22.4 / 24.7, 8 rows 45.6 / 40.9 (2 passes: worse); 2 threads gain at 2-6 rows too
     MAX_ROWS = 4

@@ -3,24 +3,26 @@
     Tensor        a plain weight: `F.linear` (the exact model; CUDA)
     Fp16Linear    float16 weights through fbgemm's float16 GEMM (the "float16" format)
     Int4Linear    Q4_1 weights through torch's CPU int4 op, bfloat16 activations ("int4", AVX-512)
-    BlockLinear   the GGUF's own Q4_1 / Q8_0 blocks through edgerun's AVX2 kernels ("q4_1")
+    BlockLinear   the GGUF's own Q4_1 / Q8_0 blocks through edgerun's AVX2 kernels ("q4_1"), any row count
 
-Decoding reads every weight once per token, so at batch 1 a step's speed is the bytes it reads; every
-kind but the plain one holds a packed form for short inputs (decode steps) and hands tall ones (prefill,
-many streams), where arithmetic rather than reading weights sets the pace, to a dense path. Which kind
+Decoding reads every weight once per token, so at batch 1 a step's speed is the bytes it reads; Fp16Linear
+and Int4Linear hold a packed form for short inputs (decode steps) and hand tall ones (prefill, many streams),
+where arithmetic rather than reading weights sets the pace, to a dense copy; BlockLinear's kernels need none. Which kind
 each weight takes is `LlamaWeights.pack`'s choice (weights.py); the block formats' maths is quant.py's.
 
 BlockLinear holds SmolLM2's weights as the file stores them: the decoder's Q4_1 (per block of 32 weights:
 float16 d and m, 4-bit codes, w = d * q + m; 0.625 bytes per weight) and the tied head's Q8_0 (float16 d,
-int8 codes, w = d * q; 1.06 bytes per weight), against float16's 2. The kernels quantise each activation
-row to int16 per block of 32 and do integer dot products (kernels/block_gemv.cpp): the weights are the
-file's, exactly; the activations carry int16's rounding (2^-16 of the block's max |x|: below float16's
-rounding of weights). With int8 activations instead, SmolLM2's max logit error against the exact model
-was 1.9 (over the stated 1.5); with int16 in the decoder and int8 in the head 0.49, int16 in both 0.35
-(what remains comes from the bfloat16 prefill on an AVX-512 CPU), against 1.19 for torch's int4 path
-(BENCHMARKS.md). The kernel is for short inputs (decode steps, a few rows); from `kernel_max_rows + 1`
-rows the layer hands the input to `wide`, the same weight as the fast mode held it before: Int4Linear
-where torch's int4 op is fast (AVX-512), else Fp16Linear.
+int8 codes, w = d * q; 1.06 bytes per weight), against float16's 2, repacked at load time into the kernels'
+layout (output columns in groups of 8: pack_q4_1, pack_q8_0). The kernels quantise each activation row to
+int16 per block of 32 and do integer dot products (kernels/block_gemv.cpp): the weights are the file's,
+exactly; the activations carry int16's rounding (2^-16 of the block's max |x|: below float16's rounding of
+weights). With int8 activations instead, SmolLM2's max logit error against the exact model was 1.9 (over the
+stated 1.5); with int16 in the decoder and int8 in the head 0.49, int16 in both 0.35 (what remains comes from
+the bfloat16 prefill on an AVX-512 CPU), against 1.19 for torch's int4 path (BENCHMARKS.md). On an AVX2-only
+CPU the kernels take every row count (decode steps, verify rows, prefill chunks: they beat float16 GEMM from 1
+to 64 rows and float32 BLAS at 128-512, BENCHMARKS.md "4-bit kernels on AVX2"), so no float copy of those
+weights is kept; where torch's int4 op is fast (AVX-512) the rows above `kernel_max_rows` go to `wide`, an
+Int4Linear (Fp16Linear for the head), as before.
 
 Int4Linear runs Q4_1 through torch's CPU int4 weight-only matmul (`_weight_int4pack_mm_for_cpu`, group
 size 32), vectorised for bfloat16 activations only (float32 runs a scalar loop ~30x slower), so its

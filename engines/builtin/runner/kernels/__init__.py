@@ -1,5 +1,5 @@
 """edgerun's own C++ CPU kernels, built once as a torch extension and registered as torch ops:
-block_gemv.cpp (`torch.ops.edgerun.q4_1_linear`, `q8_0_linear`: Q4_1 and Q8_0 matmuls for short inputs,
+block_gemv.cpp (`torch.ops.edgerun.q4_1_linear`, `q8_0_linear`: Q4_1 and Q8_0 matmuls for any number of rows,
 AVX2), decode_step.cpp (`torch.ops.edgerun.decode_step`: a whole decode step of a few rows in one call) and
 paged_attention.cpp (`torch.ops.edgerun.paged_decode_attention`: single-token rows attending straight from
 the paged KV cache, for the torch path's decode rows in the fast mode).
@@ -11,8 +11,8 @@ missing, the build fails, or EDGERUN_KERNELS=off, `load()` returns False after o
 engine keeps torch's own ops.
 
 The kernels are AVX2 code on every x86 CPU; what differs on an AVX-512 one is the engine around them: steps
-of more rows than the kernels take run through torch's int4 op there (`config.int4_matmul_available`), through
-float16 GEMM on AVX2-only CPUs. `ATEN_CPU_CAPABILITY=avx2 FBGEMM_ENABLE_INSTRUCTIONS=AVX2` (torch's and fbgemm's own
+of more than a few rows run through torch's int4 op there (`config.int4_matmul_available`), through the kernels
+themselves on AVX2-only CPUs (linear.BlockLinear). `ATEN_CPU_CAPABILITY=avx2 FBGEMM_ENABLE_INSTRUCTIONS=AVX2` (torch's and fbgemm's own
 settings; the first is what that check reads) run an AVX-512 machine as an AVX2-only one, kernels and fallbacks alike,
 to test or measure that configuration (BENCHMARKS.md, "4-bit kernels on AVX2").
 """
