@@ -19,8 +19,8 @@ exactly; the activations carry int16's rounding (2^-16 of the block's max |x|: b
 weights). With int8 activations instead, SmolLM2's max logit error against the exact model was 1.9 (over the
 stated 1.5); with int16 in the decoder and int8 in the head 0.49, int16 in both 0.35 (what remains comes from
 the bfloat16 prefill on an AVX-512 CPU), against 1.19 for torch's int4 path (BENCHMARKS.md). On an AVX2-only
-CPU the kernels take every row count (decode steps, verify rows, prefill chunks: they beat float16 GEMM from 1
-to 64 rows and float32 BLAS at 128-512, BENCHMARKS.md "4-bit kernels on AVX2"), so no float copy of those
+CPU the kernels take every row count (decode steps, verify rows, prefill chunks: idle, 0.62x float16 GEMM's CPU at
+1 row, 1.02x at 16, 1.12x at 64; 0.9-0.97x float32 BLAS at 128-512; BENCHMARKS.md "4-bit kernels on AVX2"), so no float copy of those
 weights is kept; where torch's int4 op is fast (AVX-512) the rows above `kernel_max_rows` go to `wide`, an
 Int4Linear (Fp16Linear for the head), as before.
 
@@ -178,8 +178,9 @@ class BlockLinear:
 
     # Which path takes a step of T rows, in one place. Without torch's int4 op (AVX2-only CPUs) the kernel runs
     # every T: SmolLM2's linears, one thread, CPU per pass against float16 GEMM (benchmarks/engine/quant_matmul.py,
-    # BENCHMARKS.md "4-bit kernels on AVX2"): 0.55x at 1-2 rows, 0.67x at 4, 0.87-0.95x at 8-64, so no float16
-    # copy is kept. Beside the int4 op (AVX-512) the kernel takes up to INT4_FROM_ROWS - 1 rows, the op the rest.
+    # BENCHMARKS.md "4-bit kernels on AVX2"), idle: 0.62x at 1 row, 0.72x at 4, 1.02x at 16, 1.12x at 64 (the Q8_0
+    # head 0.77x there): near parity for tall steps at a third of the memory, so no float copy is kept.
+    # Beside the int4 op (AVX-512) the kernel takes up to INT4_FROM_ROWS - 1 rows, the op the rest.
     INT4_FROM_ROWS = 3
 
     @classmethod
