@@ -75,6 +75,7 @@ if not redis.call('ZSCORE', KEYS[5], ARGV[3]) then
   local last = redis.call('ZRANGE', KEYS[5], -1, -1, 'WITHSCORES')
   redis.call('ZADD', KEYS[5], #last > 0 and tonumber(last[2]) + 1 or 1, ARGV[3])
 end
+redis.call('PUBLISH', KEYS[7], ARGV[7])
 return 1
 """
 
@@ -211,14 +212,12 @@ class RedisQueue:
         check_bounds(max_queued, max_bytes)
         b = batch.batch_id
         keys = [self._open(batch.tenant_id), self._batch(b), self._items(b), self._ready(batch.tenant_id),
-                self._turns_leases_running()[0], self._depth()]
+                self._turns_leases_running()[0], self._depth(), self._work()]
         args = [max_queued, max_bytes, batch.tenant_id, batch.account_id, batch.key_id, batch.model, b,
                 *batch.items]
         outcome = int(await self._script("enqueue", ENQUEUE)(keys=keys, args=args))
         if outcome < 0:
             raise InvalidArgument(f"batch {b!r} is queued already")
-        if outcome == 1:
-            await self._redis.publish(self._work(), b)
         return outcome == 1
 
     @redis_errors
